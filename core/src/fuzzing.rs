@@ -1,0 +1,1 @@
+//! Fuzz-only entry points (private feature `fuzzing`).

@@ -1,0 +1,69 @@
+//! # mcp-stdio-core
+//!
+//! The sans-IO core of mcp-stdio: pure, allocation-bounded state machines for
+//! the Model Context Protocol over stdio.
+//!
+//! ## What this crate does not do
+//!
+//! - **No I/O.** It never reads or writes a pipe, a file or a socket. It takes
+//!   byte chunks and gives back bytes to write.
+//! - **No clock.** It never calls `Instant::now()`. Time is an argument
+//!   (`handle_timeout(now)`, `poll_timeout() -> Option<Instant>`); a spurious
+//!   timeout call does nothing.
+//! - **No processes, no threads, no signals.** It decides *when* to close stdin,
+//!   send `SIGTERM` or `SIGKILL`; the adapters make the system calls.
+//! - **No unbounded growth.** Every buffer, queue and map has a named limit,
+//!   documented on its config setter with its default and the worst-case memory
+//!   it allows.
+//!
+//! The adapters (`mcp-stdio-tokio`, `mcp-stdio-async-std`,
+//! `mcp-stdio-blocking`) own every system call; this crate owns every decision,
+//! so all three behave identically.
+//!
+//! ## The run loop
+//!
+//! Every state machine here has the same shape (after quinn-proto and str0m):
+//!
+//! 1. feed it an input: `handle_*(now, …)` for bytes, end-of-stream and
+//!    timeouts, or a command from the application (`request`, `cancel`,
+//!    `respond`, …);
+//! 2. then **poll until nothing is left**: `poll_transmit()` for bytes to
+//!    write, `poll_event()` for things the application must see, and finally
+//!    `poll_timeout()` for the next instant at which `handle_timeout` must be
+//!    called.
+//!
+//! Skipping a poll never loses data, but it leaves output queued and counted
+//! against the queue's limit.
+//!
+//! ## Modules
+//!
+//! | module | what it decides |
+//! | --- | --- |
+//! | [`frame`] | newline framing with a byte limit, discard-to-newline recovery, bounded id recovery |
+//! | [`message`] | JSON-RPC 2.0 messages with raw payloads; encoding under the wire limit |
+//! | [`client`] | host side of a session: ids, pending map, deadlines, cancel, inbox, overload |
+//! | [`server`] | server side: in-flight registry, cancel → abort, response suppression, outgoing limit |
+//! | [`capture`] | bounded head/tail capture of a byte stream and the process-wide retention pool |
+//! | [`process`] | the shutdown/cancel supervisor of one child process |
+//! | [`call`] | operation lifecycle and its call record |
+//! | [`audit`] | hash-chained JSON-lines audit log and its offline verification |
+//! | [`budget`] | content budget for tool results |
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod audit;
+pub mod budget;
+pub mod call;
+pub mod capture;
+pub mod client;
+pub mod frame;
+pub mod message;
+pub mod process;
+pub mod server;
+
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
+
+pub use frame::{FrameError, FrameEvent, Framer, FramerConfig, OversizedPolicy};
+pub use message::{DecodeError, EncodeError, ErrorObject, Id, Message, Notification, Request, Response};
