@@ -1,1 +1,858 @@
-//! Placeholder.
+//! The host side of an MCP stdio session.
+//!
+//! [`ClientSession`] turns the server's stdout bytes into completed requests
+//! and incoming messages, and the application's commands into bytes for the
+//! server's stdin. It does no I/O and reads no clock.
+//!
+//! What it guarantees (see the design's G-numbers):
+//! - **G2/G3**: framing with a wire limit before any parse; an oversized
+//!   response whose id can be recovered fails its request at once with
+//!   [`RequestFailure::ResponseTooLarge`], and the session keeps going.
+//! - **G5**: server→client requests and notifications go to a bounded inbox,
+//!   separate from the reader. When it is full the [`OverloadPolicy`] applies;
+//!   responses to our own requests are always admitted (they are bounded by
+//!   `max_in_flight`).
+//! - **G6**: a cancel and a timeout both send `notifications/cancelled`
+//!   (never for `initialize`), and a late response to a cancelled id is
+//!   ignored and counted.
+//!
+//! # Worst-case memory
+//!
+//! With config `c`, a session holds at most about:
+//! `c.max_frame` (framer buffer)
+//! `+ c.inbox_capacity × c.max_frame` (inbox)
+//! `+ c.max_outgoing_bytes + c.control_reserve_bytes + c.max_frame` (outgoing queue)
+//! `+ c.max_in_flight × (c.max_frame + 100)` (completed responses not yet polled)
+//! `+ c.max_cancelled_remembered × ~64` (recently cancelled ids).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::frame::{recover_id, FrameError, FrameEvent, Framer, FramerConfig, OversizedPolicy};
+use crate::message::{
+    encode_error, encode_notification, encode_request, encode_result, DecodeError, EncodeError,
+    ErrorObject, Id, Message, Notification, RawValue, Request, SERVER_ERROR,
+};
+
+/// The method name of the MCP handshake request, which must never be cancelled.
+pub const INITIALIZE: &str = "initialize";
+/// The method name of the MCP cancel notification.
+pub const CANCELLED: &str = "notifications/cancelled";
+
+/// What the client does when its inbox is full (G5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum OverloadPolicy {
+    /// Reply to incoming requests with JSON-RPC error -32000; drop and count
+    /// incoming notifications. The reader keeps reading. (Default.)
+    #[default]
+    RejectRequests,
+    /// Close the session.
+    CloseSession,
+}
+
+/// Limits and policies of a [`ClientSession`].
+///
+/// Every limit bounds memory; the module doc gives the worst-case formula.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    framer: FramerConfig,
+    max_in_flight: usize,
+    inbox_capacity: usize,
+    overload_policy: OverloadPolicy,
+    max_outgoing_bytes: usize,
+    control_reserve_bytes: usize,
+    max_cancelled_remembered: usize,
+    default_timeout: Option<Duration>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            framer: FramerConfig::default(),
+            max_in_flight: 128,
+            inbox_capacity: 256,
+            overload_policy: OverloadPolicy::RejectRequests,
+            max_outgoing_bytes: 8 * 1024 * 1024,
+            control_reserve_bytes: 64 * 1024,
+            max_cancelled_remembered: 1024,
+            default_timeout: Some(Duration::from_secs(60)),
+        }
+    }
+}
+
+impl ClientConfig {
+    /// The framing limits for the server's stdout (wire limit default 4 MiB,
+    /// id scan default 256 bytes, oversized policy default discard). The same
+    /// `max_frame` also limits what this session sends.
+    pub fn framer(&mut self, framer: FramerConfig) -> &mut Self {
+        self.framer = framer;
+        self
+    }
+
+    /// Shorthand for the wire limit in both directions (default 4 MiB).
+    /// Worst case: one frame of this size buffered by the framer.
+    pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
+        self.framer.max_frame(bytes);
+        self
+    }
+
+    /// Maximum requests awaiting a response (default 128). Each pending entry
+    /// is under 100 bytes; each completed response waits in the event queue
+    /// until polled, at most `max_frame` bytes each.
+    pub fn max_in_flight(&mut self, n: usize) -> &mut Self {
+        self.max_in_flight = n;
+        self
+    }
+
+    /// Capacity of the inbox for server→client requests and notifications
+    /// (default 256 messages; worst case `inbox_capacity × max_frame` bytes).
+    pub fn inbox_capacity(&mut self, n: usize) -> &mut Self {
+        self.inbox_capacity = n;
+        self
+    }
+
+    /// What to do when the inbox is full (default [`OverloadPolicy::RejectRequests`]).
+    pub fn overload_policy(&mut self, policy: OverloadPolicy) -> &mut Self {
+        self.overload_policy = policy;
+        self
+    }
+
+    /// Bytes queued for the server's stdin beyond which `request`, `notify`
+    /// and `respond` fail with [`SendError::Backpressure`] (default 8 MiB).
+    /// A single message is always admitted into an empty queue, so the
+    /// queue may hold up to `max(max_outgoing_bytes, max_frame)`.
+    pub fn max_outgoing_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.max_outgoing_bytes = bytes;
+        self
+    }
+
+    /// Extra room in the outgoing queue for messages the session writes by
+    /// itself (cancels and overload rejections), default 64 KiB. When even
+    /// this is used up such a message is dropped and counted.
+    pub fn control_reserve_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.control_reserve_bytes = bytes;
+        self
+    }
+
+    /// How many cancelled or timed-out ids are remembered so that a late
+    /// response is recognised (default 1024, about 64 bytes each). A late
+    /// response to an id forgotten since counts as an unknown-id response.
+    pub fn max_cancelled_remembered(&mut self, n: usize) -> &mut Self {
+        self.max_cancelled_remembered = n;
+        self
+    }
+
+    /// Timeout applied by [`ClientSession::request`] when the caller gives
+    /// none (default 60 s; `None` means no deadline).
+    pub fn default_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
+        self.default_timeout = timeout;
+        self
+    }
+
+    /// The wire limit in bytes.
+    pub fn get_max_frame(&self) -> usize {
+        self.framer.get_max_frame()
+    }
+}
+
+/// Why a request did not produce a result.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestFailure {
+    /// The server answered with a JSON-RPC error.
+    #[error("server error {}: {}", .0.code, .0.message)]
+    Server(ErrorObject),
+    /// The deadline passed; a cancel was sent unless the request was `initialize`.
+    #[error("request timed out after {after:?}")]
+    TimedOut {
+        /// Time from sending to the deadline.
+        after: Duration,
+        /// Whether `notifications/cancelled` was queued for the server.
+        cancel_sent: bool,
+    },
+    /// The application cancelled the request.
+    #[error("request cancelled")]
+    Cancelled {
+        /// Whether `notifications/cancelled` was queued for the server.
+        cancel_sent: bool,
+    },
+    /// The response passed the wire limit and was discarded unparsed (G3).
+    #[error("response exceeded wire limit ({limit} bytes)")]
+    ResponseTooLarge {
+        /// The wire limit in bytes.
+        limit: usize,
+        /// Bytes of the response seen when it was refused: a lower bound of its size.
+        seen: u64,
+    },
+    /// A frame carrying this request's id was not a valid response.
+    #[error("malformed response: {0}")]
+    MalformedResponse(DecodeError),
+    /// The session closed before a response arrived.
+    #[error("session closed before a response arrived")]
+    SessionClosed,
+}
+
+/// Why a command could not queue a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// `max_in_flight` requests are already pending.
+    #[error("{limit} requests are already in flight")]
+    TooManyInFlight {
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The outgoing queue is full: the server is not reading its stdin.
+    #[error("outgoing queue full ({queued} bytes queued, limit {limit})")]
+    Backpressure {
+        /// Bytes queued now.
+        queued: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The message would pass the wire limit.
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// The session is closed.
+    #[error("session closed")]
+    Closed,
+}
+
+/// Why a cancel was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CancelError {
+    /// No pending request has this id (it completed, timed out or never existed).
+    #[error("no pending request with id {0}")]
+    NotPending(Id),
+}
+
+/// Why the session closed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// The server's stdout reached end-of-file.
+    StdoutEof,
+    /// The inbox was full under [`OverloadPolicy::CloseSession`].
+    Overloaded,
+    /// A frame passed the wire limit under [`OversizedPolicy::Close`].
+    OversizedFrame,
+    /// The application called [`ClientSession::close`].
+    Local,
+}
+
+/// A message from the server that the application must handle.
+#[derive(Debug, Clone)]
+pub enum Incoming {
+    /// A server→client request; answer it with [`ClientSession::respond`].
+    Request(Request),
+    /// A server→client notification.
+    Notification(Notification),
+}
+
+/// Something the application must see.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ClientEvent {
+    /// A request finished, with its result or why it failed.
+    Completed {
+        /// The request id.
+        id: Id,
+        /// The raw result, or the failure.
+        outcome: Result<Box<RawValue>, RequestFailure>,
+    },
+    /// At least one message waits in the inbox; take it with
+    /// [`ClientSession::poll_incoming`]. Emitted once per empty→non-empty change.
+    IncomingReady,
+    /// The session closed. Every pending request has completed before this.
+    Closed(CloseReason),
+}
+
+/// Counters of one session (serializable for records and `--metrics`).
+#[derive(Debug, Clone, Default, Serialize)]
+#[non_exhaustive]
+pub struct ClientMetrics {
+    /// Bytes read from the server's stdout.
+    pub stdout_bytes: u64,
+    /// Complete frames received.
+    pub frames: u64,
+    /// Size of the largest complete frame, in bytes.
+    pub largest_frame: u64,
+    /// Frames that passed the wire limit.
+    pub oversized_frames: u64,
+    /// Bytes discarded with oversized frames.
+    pub oversized_bytes_discarded: u64,
+    /// Frames that failed, by kind (`invalid_utf8`, `json`, `shape`, …).
+    pub parse_errors: BTreeMap<&'static str, u64>,
+    /// Empty lines ignored.
+    pub empty_lines: u64,
+    /// Deepest the inbox has been.
+    pub inbox_peak_depth: u64,
+    /// Messages taken from the inbox.
+    pub inbox_delivered: u64,
+    /// Longest time a message waited in the inbox, in microseconds.
+    pub inbox_wait_max_us: u64,
+    /// Total time messages waited in the inbox, in microseconds.
+    pub inbox_wait_total_us: u64,
+    /// Server requests answered with an overload error.
+    pub overload_rejects: u64,
+    /// Server notifications dropped because the inbox was full.
+    pub overload_drops: u64,
+    /// Requests sent.
+    pub requests_sent: u64,
+    /// Notifications sent by the application.
+    pub notifications_sent: u64,
+    /// `notifications/cancelled` queued (cancels and timeouts).
+    pub cancels_sent: u64,
+    /// Cancels or overload replies dropped because the control reserve was full.
+    pub control_dropped: u64,
+    /// Requests that hit their deadline.
+    pub timeouts: u64,
+    /// Responses that completed a request.
+    pub responses: u64,
+    /// Responses to cancelled or timed-out ids (ignored).
+    pub late_responses: u64,
+    /// Responses to ids never sent or long forgotten (a protocol violation; ignored).
+    pub unknown_id_responses: u64,
+    /// Server→client requests received.
+    pub server_requests: u64,
+    /// Server→client notifications received.
+    pub server_notifications: u64,
+    /// Bytes handed to the adapter for the server's stdin.
+    pub stdin_bytes: u64,
+    /// Largest outgoing queue, in bytes.
+    pub outgoing_peak_bytes: u64,
+}
+
+#[derive(Debug)]
+struct Pending {
+    is_initialize: bool,
+    sent_at: Instant,
+    deadline: Option<Instant>,
+}
+
+/// The host side of one MCP stdio session (sans-IO).
+///
+/// # Methods, by group
+///
+/// - **Getters**: [`metrics`](Self::metrics), [`pending_len`](Self::pending_len),
+///   [`inbox_len`](Self::inbox_len), [`outgoing_bytes`](Self::outgoing_bytes),
+///   [`is_closed`](Self::is_closed), [`config`](Self::config).
+/// - **Inputs from the system**: [`handle_stdout`](Self::handle_stdout),
+///   [`handle_stdout_eof`](Self::handle_stdout_eof),
+///   [`handle_timeout`](Self::handle_timeout).
+/// - **Commands from the application**: [`request`](Self::request),
+///   [`notify`](Self::notify), [`cancel`](Self::cancel),
+///   [`respond`](Self::respond), [`close`](Self::close).
+/// - **Outputs**: [`poll_transmit`](Self::poll_transmit) (bytes for the
+///   server's stdin), [`poll_event`](Self::poll_event) (completions and
+///   state changes), [`poll_incoming`](Self::poll_incoming) (server→client
+///   messages, from the bounded inbox), [`poll_timeout`](Self::poll_timeout).
+///
+/// # Polling order
+///
+/// After any input or command, poll until nothing is left: `poll_transmit`
+/// until `None`, `poll_event` until `None`, then `poll_timeout` to arm the
+/// timer. The inbox ([`poll_incoming`](Self::poll_incoming)) is the one
+/// output the application may drain at its own pace: it is bounded, and the
+/// reader never waits for it (G5).
+#[derive(Debug)]
+pub struct ClientSession {
+    config: ClientConfig,
+    framer: Framer,
+    state: SessionState,
+}
+
+/// Everything but the framer, so the framer's callback can borrow it.
+#[derive(Debug)]
+struct SessionState {
+    config: ClientConfig,
+    next_id: i64,
+    pending: HashMap<Id, Pending>,
+    cancelled: HashSet<Id>,
+    cancelled_order: VecDeque<Id>,
+    inbox: VecDeque<(Instant, Incoming)>,
+    events: VecDeque<ClientEvent>,
+    outgoing: VecDeque<Vec<u8>>,
+    outgoing_bytes: usize,
+    closed: Option<CloseReason>,
+    metrics: ClientMetrics,
+    /// Bytes of the frame in progress at the moment a limit was crossed.
+    oversized_seen: u64,
+}
+
+impl ClientSession {
+    /// A new session with the given limits.
+    pub fn new(config: ClientConfig) -> Self {
+        Self {
+            framer: Framer::new(config.framer.clone()),
+            state: SessionState {
+                config: config.clone(),
+                next_id: 1,
+                pending: HashMap::new(),
+                cancelled: HashSet::new(),
+                cancelled_order: VecDeque::new(),
+                inbox: VecDeque::new(),
+                events: VecDeque::new(),
+                outgoing: VecDeque::new(),
+                outgoing_bytes: 0,
+                closed: None,
+                metrics: ClientMetrics::default(),
+                oversized_seen: 0,
+            },
+            config,
+        }
+    }
+
+    // ---- getters ----
+
+    /// The limits this session runs with.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// A snapshot of the counters.
+    pub fn metrics(&self) -> ClientMetrics {
+        let mut m = self.state.metrics.clone();
+        let f = self.framer.stats();
+        m.stdout_bytes = f.bytes;
+        m.frames = f.frames;
+        m.largest_frame = f.largest_frame;
+        m.oversized_frames = f.oversized;
+        m.empty_lines = f.empty_lines;
+        m
+    }
+
+    /// Requests awaiting a response.
+    pub fn pending_len(&self) -> usize {
+        self.state.pending.len()
+    }
+
+    /// Messages waiting in the inbox.
+    pub fn inbox_len(&self) -> usize {
+        self.state.inbox.len()
+    }
+
+    /// Bytes queued for the server's stdin.
+    pub fn outgoing_bytes(&self) -> usize {
+        self.state.outgoing_bytes
+    }
+
+    /// Why the session closed, once it has.
+    pub fn is_closed(&self) -> Option<&CloseReason> {
+        self.state.closed.as_ref()
+    }
+
+    // ---- inputs ----
+
+    /// Bytes read from the server's stdout, in any chunking (G4).
+    pub fn handle_stdout(&mut self, now: Instant, chunk: &[u8]) {
+        if self.state.closed.is_some() {
+            return;
+        }
+        let state = &mut self.state;
+        self.framer.push(chunk, |ev| state.on_frame_event(now, ev));
+        if self.framer.is_closed() && self.state.closed.is_none() {
+            self.state.close(CloseReason::OversizedFrame);
+        }
+    }
+
+    /// The server's stdout reached end-of-file: the session closes and every
+    /// pending request completes with [`RequestFailure::SessionClosed`].
+    pub fn handle_stdout_eof(&mut self, now: Instant) {
+        let state = &mut self.state;
+        self.framer.finish(|ev| state.on_frame_event(now, ev));
+        self.state.close(CloseReason::StdoutEof);
+    }
+
+    /// Time passed: requests whose deadline is at or before `now` time out
+    /// (and are cancelled on the server, except `initialize`). Calling it
+    /// early does nothing.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let due: Vec<Id> = self
+            .state
+            .pending
+            .iter()
+            .filter(|(_, p)| p.deadline.is_some_and(|d| d <= now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in due {
+            let Some(p) = self.state.pending.remove(&id) else {
+                continue;
+            };
+            self.state.metrics.timeouts += 1;
+            let cancel_sent = !p.is_initialize && self.state.queue_cancel(&id, "timeout");
+            let after = p
+                .deadline
+                .unwrap_or(now)
+                .saturating_duration_since(p.sent_at);
+            self.state.events.push_back(ClientEvent::Completed {
+                id,
+                outcome: Err(RequestFailure::TimedOut { after, cancel_sent }),
+            });
+        }
+    }
+
+    // ---- commands ----
+
+    /// Sends a request. `timeout` overrides the configured default; the
+    /// deadline runs from `now`. Returns the id the completion will carry.
+    pub fn request(
+        &mut self,
+        now: Instant,
+        method: &str,
+        params: Option<&RawValue>,
+        timeout: Option<Duration>,
+    ) -> Result<Id, SendError> {
+        let s = &mut self.state;
+        if s.closed.is_some() {
+            return Err(SendError::Closed);
+        }
+        if s.pending.len() >= s.config.max_in_flight {
+            return Err(SendError::TooManyInFlight {
+                limit: s.config.max_in_flight,
+            });
+        }
+        let id = Id::Number(s.next_id);
+        let bytes = encode_request(&id, method, params, s.config.get_max_frame())?;
+        s.check_room(bytes.len())?;
+        s.next_id += 1;
+        s.push_outgoing(bytes);
+        s.metrics.requests_sent += 1;
+        let timeout = timeout.or(s.config.default_timeout);
+        s.pending.insert(
+            id.clone(),
+            Pending {
+                is_initialize: method == INITIALIZE,
+                sent_at: now,
+                deadline: timeout.and_then(|t| now.checked_add(t)),
+            },
+        );
+        Ok(id)
+    }
+
+    /// Sends a notification.
+    pub fn notify(&mut self, method: &str, params: Option<&RawValue>) -> Result<(), SendError> {
+        let s = &mut self.state;
+        if s.closed.is_some() {
+            return Err(SendError::Closed);
+        }
+        let bytes = encode_notification(method, params, s.config.get_max_frame())?;
+        s.check_room(bytes.len())?;
+        s.push_outgoing(bytes);
+        s.metrics.notifications_sent += 1;
+        Ok(())
+    }
+
+    /// Cancels a pending request: it completes at once with
+    /// [`RequestFailure::Cancelled`], `notifications/cancelled` is queued for
+    /// the server (never for `initialize`, which the spec forbids cancelling),
+    /// and a response arriving later is ignored and counted (G6).
+    pub fn cancel(&mut self, id: &Id, reason: Option<&str>) -> Result<(), CancelError> {
+        let Some(p) = self.state.pending.remove(id) else {
+            return Err(CancelError::NotPending(id.clone()));
+        };
+        let cancel_sent = !p.is_initialize
+            && self.state.closed.is_none()
+            && self
+                .state
+                .queue_cancel(id, reason.unwrap_or("cancelled by client"));
+        self.state.events.push_back(ClientEvent::Completed {
+            id: id.clone(),
+            outcome: Err(RequestFailure::Cancelled { cancel_sent }),
+        });
+        Ok(())
+    }
+
+    /// Answers a server→client request taken from the inbox.
+    pub fn respond(
+        &mut self,
+        id: &Id,
+        result: Result<&RawValue, &ErrorObject>,
+    ) -> Result<(), SendError> {
+        let s = &mut self.state;
+        if s.closed.is_some() {
+            return Err(SendError::Closed);
+        }
+        let max = s.config.get_max_frame();
+        let bytes = match result {
+            Ok(v) => encode_result(id, v, max)?,
+            Err(e) => encode_error(Some(id), e, max)?,
+        };
+        s.check_room(bytes.len())?;
+        s.push_outgoing(bytes);
+        Ok(())
+    }
+
+    /// Closes the session locally: pending requests complete with
+    /// [`RequestFailure::SessionClosed`]; queued bytes stay available to
+    /// `poll_transmit`.
+    pub fn close(&mut self) {
+        self.state.close(CloseReason::Local);
+    }
+
+    // ---- outputs ----
+
+    /// The next message to write to the server's stdin, whole.
+    #[must_use]
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        let bytes = self.state.outgoing.pop_front()?;
+        self.state.outgoing_bytes -= bytes.len();
+        self.state.metrics.stdin_bytes += bytes.len() as u64;
+        Some(bytes)
+    }
+
+    /// The next completion or state change.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        self.state.events.pop_front()
+    }
+
+    /// The next server→client message from the inbox; `now` measures how long
+    /// it waited.
+    #[must_use]
+    pub fn poll_incoming(&mut self, now: Instant) -> Option<Incoming> {
+        let (queued_at, msg) = self.state.inbox.pop_front()?;
+        let waited = now.saturating_duration_since(queued_at).as_micros();
+        let waited = u64::try_from(waited).unwrap_or(u64::MAX);
+        let m = &mut self.state.metrics;
+        m.inbox_delivered += 1;
+        m.inbox_wait_total_us = m.inbox_wait_total_us.saturating_add(waited);
+        m.inbox_wait_max_us = m.inbox_wait_max_us.max(waited);
+        Some(msg)
+    }
+
+    /// The earliest request deadline, if any request has one.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.state.pending.values().filter_map(|p| p.deadline).min()
+    }
+}
+
+impl SessionState {
+    fn on_frame_event(&mut self, now: Instant, ev: FrameEvent<'_>) {
+        match ev {
+            FrameEvent::Frame(text) => self.on_frame(now, text),
+            FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
+                self.oversized_seen = limit as u64 + 1;
+                tracing::debug!(limit, ?id_hint, "oversized frame from server");
+                if let Some(id) = id_hint {
+                    if self.pending.remove(&id).is_some() {
+                        self.events.push_back(ClientEvent::Completed {
+                            id,
+                            outcome: Err(RequestFailure::ResponseTooLarge {
+                                limit,
+                                seen: self.oversized_seen,
+                            }),
+                        });
+                    } else if self.cancelled.contains(&id) {
+                        self.metrics.late_responses += 1;
+                    }
+                }
+                if self.config.framer_policy() == OversizedPolicy::Close {
+                    self.close(CloseReason::OversizedFrame);
+                }
+            }
+            FrameEvent::Error(FrameError::OversizedEnded { discarded }) => {
+                self.metrics.oversized_bytes_discarded += discarded;
+            }
+            FrameEvent::Error(e) => {
+                let kind = match e {
+                    FrameError::InvalidUtf8 { .. } => "invalid_utf8",
+                    FrameError::TruncatedAtEof { .. } => "truncated_at_eof",
+                    _ => "framing",
+                };
+                tracing::debug!(error = %e, "framing error on server stdout");
+                *self.metrics.parse_errors.entry(kind).or_default() += 1;
+            }
+        }
+    }
+
+    fn on_frame(&mut self, now: Instant, text: &str) {
+        if self.closed.is_some() {
+            return;
+        }
+        let msg = match Message::decode(text) {
+            Ok(m) => m,
+            Err(e) => {
+                *self.metrics.parse_errors.entry(e.kind()).or_default() += 1;
+                tracing::debug!(error = %e, "undecodable frame from server");
+                // A broken response still names its request: fail it now
+                // rather than at its deadline.
+                let scan = &text.as_bytes()[..text.len().min(self.config.framer_id_scan())];
+                if let Some(id) = recover_id(scan) {
+                    if self.pending.remove(&id).is_some() {
+                        self.events.push_back(ClientEvent::Completed {
+                            id,
+                            outcome: Err(RequestFailure::MalformedResponse(e)),
+                        });
+                    }
+                }
+                return;
+            }
+        };
+        match msg {
+            Message::Response(r) => {
+                if self.pending.remove(&r.id).is_some() {
+                    self.metrics.responses += 1;
+                    self.events.push_back(ClientEvent::Completed {
+                        id: r.id,
+                        outcome: r.result.map_err(RequestFailure::Server),
+                    });
+                } else if self.cancelled.contains(&r.id) {
+                    self.metrics.late_responses += 1;
+                } else {
+                    self.metrics.unknown_id_responses += 1;
+                    tracing::debug!(id = %r.id, "response to an unknown id");
+                }
+            }
+            Message::Request(r) => {
+                self.metrics.server_requests += 1;
+                if self.inbox.len() < self.config.inbox_capacity {
+                    self.admit(now, Incoming::Request(r));
+                } else {
+                    match self.config.overload_policy {
+                        OverloadPolicy::RejectRequests => {
+                            self.metrics.overload_rejects += 1;
+                            let err = ErrorObject::new(
+                                SERVER_ERROR,
+                                format!(
+                                    "client overloaded: inbox full ({} messages)",
+                                    self.config.inbox_capacity
+                                ),
+                            );
+                            if let Ok(bytes) =
+                                encode_error(Some(&r.id), &err, self.config.get_max_frame())
+                            {
+                                self.push_control(bytes);
+                            }
+                        }
+                        OverloadPolicy::CloseSession => self.close(CloseReason::Overloaded),
+                    }
+                }
+            }
+            Message::Notification(n) => {
+                self.metrics.server_notifications += 1;
+                if self.inbox.len() < self.config.inbox_capacity {
+                    self.admit(now, Incoming::Notification(n));
+                } else {
+                    match self.config.overload_policy {
+                        OverloadPolicy::RejectRequests => self.metrics.overload_drops += 1,
+                        OverloadPolicy::CloseSession => self.close(CloseReason::Overloaded),
+                    }
+                }
+            }
+        }
+    }
+
+    fn admit(&mut self, now: Instant, msg: Incoming) {
+        if self.inbox.is_empty() {
+            self.events.push_back(ClientEvent::IncomingReady);
+        }
+        self.inbox.push_back((now, msg));
+        self.metrics.inbox_peak_depth = self.metrics.inbox_peak_depth.max(self.inbox.len() as u64);
+    }
+
+    /// Queues `notifications/cancelled` for `id`; remembers the id so a late
+    /// response is recognised. Returns whether the notification was queued.
+    fn queue_cancel(&mut self, id: &Id, reason: &str) -> bool {
+        self.remember_cancelled(id.clone());
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct CancelParams<'a> {
+            request_id: &'a Id,
+            reason: &'a str,
+        }
+        let params = serde_json::value::to_raw_value(&CancelParams {
+            request_id: id,
+            reason,
+        });
+        let Ok(params) = params else {
+            return false;
+        };
+        let Ok(bytes) = encode_notification(CANCELLED, Some(&params), self.config.get_max_frame())
+        else {
+            return false;
+        };
+        let queued = self.push_control(bytes);
+        if queued {
+            self.metrics.cancels_sent += 1;
+        }
+        queued
+    }
+
+    fn remember_cancelled(&mut self, id: Id) {
+        if self.config.max_cancelled_remembered == 0 {
+            return;
+        }
+        if self.cancelled.insert(id.clone()) {
+            self.cancelled_order.push_back(id);
+            while self.cancelled_order.len() > self.config.max_cancelled_remembered {
+                if let Some(old) = self.cancelled_order.pop_front() {
+                    self.cancelled.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn check_room(&self, len: usize) -> Result<(), SendError> {
+        if self.outgoing.is_empty() || self.outgoing_bytes + len <= self.config.max_outgoing_bytes {
+            Ok(())
+        } else {
+            Err(SendError::Backpressure {
+                queued: self.outgoing_bytes,
+                limit: self.config.max_outgoing_bytes,
+            })
+        }
+    }
+
+    fn push_outgoing(&mut self, bytes: Vec<u8>) {
+        self.outgoing_bytes += bytes.len();
+        self.outgoing.push_back(bytes);
+        self.metrics.outgoing_peak_bytes = self
+            .metrics
+            .outgoing_peak_bytes
+            .max(self.outgoing_bytes as u64);
+    }
+
+    /// Queues a message the session writes by itself, within the control reserve.
+    fn push_control(&mut self, bytes: Vec<u8>) -> bool {
+        let room = self.config.max_outgoing_bytes + self.config.control_reserve_bytes;
+        if self.outgoing_bytes + bytes.len() > room {
+            self.metrics.control_dropped += 1;
+            return false;
+        }
+        self.push_outgoing(bytes);
+        true
+    }
+
+    fn close(&mut self, reason: CloseReason) {
+        if self.closed.is_some() {
+            return;
+        }
+        let mut ids: Vec<Id> = self.pending.drain().map(|(id, _)| id).collect();
+        ids.sort();
+        for id in ids {
+            self.events.push_back(ClientEvent::Completed {
+                id,
+                outcome: Err(RequestFailure::SessionClosed),
+            });
+        }
+        self.events.push_back(ClientEvent::Closed(reason.clone()));
+        self.closed = Some(reason);
+    }
+}
+
+impl ClientConfig {
+    fn framer_policy(&self) -> OversizedPolicy {
+        self.framer.get_oversized_policy()
+    }
+    fn framer_id_scan(&self) -> usize {
+        self.framer.get_id_scan_limit()
+    }
+}

@@ -58,6 +58,14 @@ impl FramerConfig {
     pub fn get_max_frame(&self) -> usize {
         self.max_frame
     }
+    /// The id scan limit.
+    pub fn get_id_scan_limit(&self) -> usize {
+        self.id_scan_limit
+    }
+    /// The oversized policy.
+    pub fn get_oversized_policy(&self) -> OversizedPolicy {
+        self.oversized
+    }
 }
 
 /// One output of the framer.
@@ -153,6 +161,10 @@ impl Framer {
     /// Config.
     pub fn config(&self) -> &FramerConfig {
         &self.config
+    }
+    /// Bytes buffered for an unfinished frame.
+    pub fn buffered_len(&self) -> usize {
+        todo!()
     }
     /// True once the `Close` policy has stopped framing.
     pub fn is_closed(&self) -> bool {

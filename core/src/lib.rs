@@ -66,4 +66,6 @@ pub mod server;
 pub mod fuzzing;
 
 pub use frame::{FrameError, FrameEvent, Framer, FramerConfig, OversizedPolicy};
-pub use message::{DecodeError, EncodeError, ErrorObject, Id, Message, Notification, Request, Response};
+pub use message::{
+    DecodeError, EncodeError, ErrorObject, Id, Message, Notification, Request, Response,
+};

@@ -346,7 +346,11 @@ impl Message {
     /// Exactly one JSON object is accepted. Unknown members are ignored; a
     /// duplicated member is a JSON error.
     pub fn decode(frame: &str) -> Result<Self, DecodeError> {
-        match frame.trim_start_matches([' ', '\t', '\r', '\n']).as_bytes().first() {
+        match frame
+            .trim_start_matches([' ', '\t', '\r', '\n'])
+            .as_bytes()
+            .first()
+        {
             Some(b'{') => {}
             Some(b'[') => return Err(DecodeError::Batch),
             Some(_) => {
@@ -589,8 +593,12 @@ mod tests {
     #[test]
     fn decodes_the_three_shapes() {
         let m = Message::decode(r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#).unwrap();
-        assert!(matches!(m, Message::Request(Request { id: Id::Number(7), ref method, params: None }) if method == "ping"));
-        let m = Message::decode(r#"{"jsonrpc":"2.0","method":"notifications/x","params":{"a":[1,2]}}"#).unwrap();
+        assert!(
+            matches!(m, Message::Request(Request { id: Id::Number(7), ref method, params: None }) if method == "ping")
+        );
+        let m =
+            Message::decode(r#"{"jsonrpc":"2.0","method":"notifications/x","params":{"a":[1,2]}}"#)
+                .unwrap();
         match m {
             Message::Notification(n) => assert_eq!(n.params.unwrap().get(), r#"{"a":[1,2]}"#),
             other => panic!("{other:?}"),
@@ -603,8 +611,9 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let m = Message::decode(r#"{"id":3,"error":{"code":-32601,"message":"no"},"jsonrpc":"2.0"}"#)
-            .unwrap();
+        let m =
+            Message::decode(r#"{"id":3,"error":{"code":-32601,"message":"no"},"jsonrpc":"2.0"}"#)
+                .unwrap();
         match m {
             Message::Response(Response { result: Err(e), .. }) => {
                 assert_eq!(e, ErrorObject::new(METHOD_NOT_FOUND, "no"))
@@ -634,20 +643,62 @@ mod tests {
 
     #[test]
     fn rejects_batches_non_objects_and_bad_shapes() {
-        assert_eq!(Message::decode(r#"[{"jsonrpc":"2.0","method":"a"}]"#).unwrap_err(), DecodeError::Batch);
+        assert_eq!(
+            Message::decode(r#"[{"jsonrpc":"2.0","method":"a"}]"#).unwrap_err(),
+            DecodeError::Batch
+        );
         assert_eq!(Message::decode("42").unwrap_err(), DecodeError::NotAnObject);
-        assert_eq!(Message::decode(r#""x""#).unwrap_err(), DecodeError::NotAnObject);
-        assert!(matches!(Message::decode("{oops").unwrap_err(), DecodeError::Json { .. }));
-        assert!(matches!(Message::decode("not json").unwrap_err(), DecodeError::Json { .. }));
-        assert!(matches!(Message::decode("").unwrap_err(), DecodeError::Json { .. }));
-        assert_eq!(Message::decode(r#"{"id":1,"method":"a"}"#).unwrap_err(), DecodeError::BadVersion);
-        assert_eq!(Message::decode(r#"{"jsonrpc":"1.0","id":1,"method":"a"}"#).unwrap_err(), DecodeError::BadVersion);
-        assert_eq!(Message::decode(r#"{"jsonrpc":"2.0","id":1,"method":5}"#).unwrap_err(), DecodeError::BadMember("method"));
-        assert_eq!(Message::decode(r#"{"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":"m"}}"#).unwrap_err(), DecodeError::Shape);
-        assert_eq!(Message::decode(r#"{"jsonrpc":"2.0","id":1,"method":"a","result":1}"#).unwrap_err(), DecodeError::Shape);
-        assert_eq!(Message::decode(r#"{"jsonrpc":"2.0","id":1}"#).unwrap_err(), DecodeError::Shape);
-        assert_eq!(Message::decode(r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x"}}"#).unwrap_err(), DecodeError::BadMember("error"));
-        assert!(matches!(Message::decode(r#"{"jsonrpc":"2.0","jsonrpc":"2.0","method":"a"}"#).unwrap_err(), DecodeError::Json { .. }));
+        assert_eq!(
+            Message::decode(r#""x""#).unwrap_err(),
+            DecodeError::NotAnObject
+        );
+        assert!(matches!(
+            Message::decode("{oops").unwrap_err(),
+            DecodeError::Json { .. }
+        ));
+        assert!(matches!(
+            Message::decode("not json").unwrap_err(),
+            DecodeError::Json { .. }
+        ));
+        assert!(matches!(
+            Message::decode("").unwrap_err(),
+            DecodeError::Json { .. }
+        ));
+        assert_eq!(
+            Message::decode(r#"{"id":1,"method":"a"}"#).unwrap_err(),
+            DecodeError::BadVersion
+        );
+        assert_eq!(
+            Message::decode(r#"{"jsonrpc":"1.0","id":1,"method":"a"}"#).unwrap_err(),
+            DecodeError::BadVersion
+        );
+        assert_eq!(
+            Message::decode(r#"{"jsonrpc":"2.0","id":1,"method":5}"#).unwrap_err(),
+            DecodeError::BadMember("method")
+        );
+        assert_eq!(
+            Message::decode(
+                r#"{"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":"m"}}"#
+            )
+            .unwrap_err(),
+            DecodeError::Shape
+        );
+        assert_eq!(
+            Message::decode(r#"{"jsonrpc":"2.0","id":1,"method":"a","result":1}"#).unwrap_err(),
+            DecodeError::Shape
+        );
+        assert_eq!(
+            Message::decode(r#"{"jsonrpc":"2.0","id":1}"#).unwrap_err(),
+            DecodeError::Shape
+        );
+        assert_eq!(
+            Message::decode(r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x"}}"#).unwrap_err(),
+            DecodeError::BadMember("error")
+        );
+        assert!(matches!(
+            Message::decode(r#"{"jsonrpc":"2.0","jsonrpc":"2.0","method":"a"}"#).unwrap_err(),
+            DecodeError::Json { .. }
+        ));
     }
 
     #[test]

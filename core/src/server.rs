@@ -1,1 +1,686 @@
-//! Placeholder.
+//! The server side of an MCP stdio session.
+//!
+//! [`ServerSession`] turns the bytes of this process's stdin into requests,
+//! notifications and cancels for the application's handlers, and their
+//! results into bytes for stdout. It does no I/O and reads no clock.
+//!
+//! What it guarantees (see the design's G-numbers):
+//! - **G2/G3**: framing with a wire limit before any parse; an oversized
+//!   request whose id can be recovered gets an error response at once, and
+//!   the session keeps going.
+//! - **G7**: each in-flight request has a registry entry with its state
+//!   (running → responding → done, or cancelled). A cancel while running
+//!   gives [`ServerEvent::Cancelled`] so the adapter aborts the handler, and
+//!   its response is suppressed. A cancel after the response started is
+//!   recorded, not an error. Cancels for unknown or finished ids, and for
+//!   `initialize`, are ignored and counted.
+//! - **G9**: a result above the wire limit becomes a JSON-RPC error response
+//!   (-32603, "result exceeded wire limit of N bytes") for that id; nothing
+//!   above the limit is ever written.
+//!
+//! # Worst-case memory
+//!
+//! With config `c`: `c.max_frame` (framer)
+//! `+ c.max_concurrent × c.max_frame` (responses queued, one per request)
+//! `+ c.max_outgoing_bytes` (notifications and replies the session writes
+//! by itself) `+ c.max_queued_notifications × c.max_frame` (events not yet
+//! polled) `+ c.max_finished_remembered × ~64` (ids whose response started).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::client::{CANCELLED, INITIALIZE};
+use crate::frame::{recover_id, FrameError, FrameEvent, Framer, FramerConfig};
+use crate::message::{
+    encode_error, encode_notification, encode_result, DecodeError, EncodeError, ErrorObject, Id,
+    Message, Notification, RawValue, Request, INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR,
+    SERVER_ERROR,
+};
+
+/// Limits of a [`ServerSession`].
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    framer: FramerConfig,
+    max_concurrent: usize,
+    max_outgoing_bytes: usize,
+    max_queued_notifications: usize,
+    max_finished_remembered: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            framer: FramerConfig::default(),
+            max_concurrent: 64,
+            max_outgoing_bytes: 8 * 1024 * 1024,
+            max_queued_notifications: 256,
+            max_finished_remembered: 1024,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The framing limits for stdin (wire limit default 4 MiB). The same
+    /// `max_frame` limits every message written to stdout (G9).
+    pub fn framer(&mut self, framer: FramerConfig) -> &mut Self {
+        self.framer = framer;
+        self
+    }
+
+    /// Shorthand for the wire limit in both directions (default 4 MiB).
+    pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
+        self.framer.max_frame(bytes);
+        self
+    }
+
+    /// Requests handled at once (default 64). A request beyond it gets error
+    /// -32000 at once. Worst case: one queued response of `max_frame` bytes each.
+    pub fn max_concurrent(&mut self, n: usize) -> &mut Self {
+        self.max_concurrent = n;
+        self
+    }
+
+    /// Bytes of notifications and session-written error replies that may wait
+    /// for stdout (default 8 MiB). Past it [`ServerSession::notify`] fails with
+    /// backpressure and automatic error replies are dropped and counted.
+    /// Handler responses are not counted here: they are bounded by
+    /// `max_concurrent`.
+    pub fn max_outgoing_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.max_outgoing_bytes = bytes;
+        self
+    }
+
+    /// Incoming notifications that may wait for [`ServerSession::poll_event`]
+    /// (default 256; worst case that many × `max_frame`). Past it they are
+    /// dropped and counted.
+    pub fn max_queued_notifications(&mut self, n: usize) -> &mut Self {
+        self.max_queued_notifications = n;
+        self
+    }
+
+    /// How many ids whose response already started are remembered, so a
+    /// late cancel is recorded as such (default 1024, ~64 bytes each).
+    pub fn max_finished_remembered(&mut self, n: usize) -> &mut Self {
+        self.max_finished_remembered = n;
+        self
+    }
+
+    /// The wire limit in bytes.
+    pub fn get_max_frame(&self) -> usize {
+        self.framer.get_max_frame()
+    }
+
+    /// The concurrency limit.
+    pub fn get_max_concurrent(&self) -> usize {
+        self.max_concurrent
+    }
+}
+
+/// Something the application (the adapter's dispatcher) must act on.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServerEvent {
+    /// Start a handler for this request; finish it with
+    /// [`ServerSession::respond`] (or [`ServerSession::handler_ended`]).
+    Request(Request),
+    /// A notification other than `notifications/cancelled`.
+    Notification(Notification),
+    /// Abort the handler of this request (G7): its subprocesses and I/O
+    /// included. Its response will be suppressed; report its end with
+    /// [`ServerSession::handler_ended`] (or a `respond`, which is dropped).
+    Cancelled {
+        /// The cancelled request.
+        id: Id,
+        /// The reason the client gave, if any.
+        reason: Option<String>,
+    },
+    /// Stdin reached end-of-file: no more requests will come. Let in-flight
+    /// handlers finish (with a bounded drain), then exit.
+    InputClosed,
+}
+
+/// Why a response was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RespondError {
+    /// No request with this id is in flight.
+    #[error("no request with id {0} is in flight")]
+    NotInFlight(Id),
+    /// A response for this id was already given.
+    #[error("request {0} was already answered")]
+    AlreadyResponded(Id),
+}
+
+/// Why a notification could not be queued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotifyError {
+    /// The outgoing queue is full: the client is not reading stdout.
+    #[error("outgoing queue full ({queued} bytes queued, limit {limit})")]
+    Backpressure {
+        /// Bytes queued now.
+        queued: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The message would pass the wire limit.
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+}
+
+/// What became of a response handed to [`ServerSession::respond`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Responded {
+    /// Queued for stdout.
+    Queued,
+    /// Queued as an error response: the result passed the wire limit (G9).
+    ReplacedTooLarge,
+    /// Dropped: the request was cancelled (G7).
+    Suppressed,
+}
+
+/// Where one in-flight request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestState {
+    /// The handler is running.
+    Running,
+    /// Cancelled while running: the handler is being aborted.
+    Cancelled,
+    /// The response is queued but no byte of it has left yet (a cancel now
+    /// still suppresses it).
+    Queued,
+}
+
+/// Counters of one server session.
+#[derive(Debug, Clone, Default, Serialize)]
+#[non_exhaustive]
+pub struct ServerMetrics {
+    /// Bytes read from stdin.
+    pub stdin_bytes: u64,
+    /// Complete frames received.
+    pub frames: u64,
+    /// Largest complete frame, in bytes.
+    pub largest_frame: u64,
+    /// Frames over the wire limit.
+    pub oversized_frames: u64,
+    /// Frames that failed, by kind.
+    pub parse_errors: BTreeMap<&'static str, u64>,
+    /// Requests handed to handlers.
+    pub requests: u64,
+    /// Notifications handed to the application.
+    pub notifications: u64,
+    /// Notifications dropped because the event queue was full.
+    pub notifications_dropped: u64,
+    /// Requests refused because `max_concurrent` were in flight.
+    pub overload_rejects: u64,
+    /// Requests refused because their id was already in flight.
+    pub duplicate_ids: u64,
+    /// Cancels that aborted a running handler.
+    pub cancels_running: u64,
+    /// Cancels that removed a queued, unstarted response.
+    pub cancels_before_response: u64,
+    /// Cancels that came after the response had started (recorded, not an error).
+    pub cancels_after_response: u64,
+    /// Cancels for `initialize` (ignored, as the spec requires).
+    pub cancels_initialize_ignored: u64,
+    /// Cancels for unknown ids (ignored).
+    pub cancels_unknown: u64,
+    /// Malformed cancel notifications (ignored).
+    pub cancels_malformed: u64,
+    /// Responses dropped because their request was cancelled.
+    pub responses_suppressed: u64,
+    /// Results replaced by an error because they passed the wire limit.
+    pub responses_too_large: u64,
+    /// Session-written error replies dropped because the queue was full.
+    pub replies_dropped: u64,
+    /// Responses written (handed out by `poll_transmit`).
+    pub responses: u64,
+    /// Bytes handed out for stdout.
+    pub stdout_bytes: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    state: RequestState,
+    is_initialize: bool,
+}
+
+#[derive(Debug)]
+struct Outgoing {
+    bytes: Vec<u8>,
+    /// The request this answers, for registry bookkeeping; `None` for
+    /// notifications and session-written replies.
+    answers: Option<Id>,
+}
+
+/// The server side of one MCP stdio session (sans-IO).
+///
+/// # Methods, by group
+///
+/// - **Getters**: [`metrics`](Self::metrics), [`in_flight`](Self::in_flight),
+///   [`state_of`](Self::state_of), [`config`](Self::config),
+///   [`input_closed`](Self::input_closed).
+/// - **Inputs from the system**: [`handle_stdin`](Self::handle_stdin),
+///   [`handle_stdin_eof`](Self::handle_stdin_eof).
+/// - **Commands from handlers**: [`respond`](Self::respond),
+///   [`handler_ended`](Self::handler_ended), [`notify`](Self::notify).
+/// - **Outputs**: [`poll_transmit`](Self::poll_transmit) (bytes for stdout),
+///   [`poll_event`](Self::poll_event) (requests, notifications, cancels).
+///
+/// # Polling order
+///
+/// After any input or command, poll until nothing is left: `poll_event`
+/// until `None` (start or abort handlers), then `poll_transmit` until `None`.
+/// The server session has no timers.
+#[derive(Debug)]
+pub struct ServerSession {
+    framer: Framer,
+    state: ServerState,
+}
+
+#[derive(Debug)]
+struct ServerState {
+    config: ServerConfig,
+    registry: HashMap<Id, Entry>,
+    finished: HashSet<Id>,
+    finished_order: VecDeque<Id>,
+    events: VecDeque<ServerEvent>,
+    queued_notifications: usize,
+    outgoing: VecDeque<Outgoing>,
+    /// Bytes of notifications and session-written replies in `outgoing`.
+    control_bytes: usize,
+    input_closed: bool,
+    metrics: ServerMetrics,
+}
+
+impl ServerSession {
+    /// A new session with the given limits.
+    pub fn new(config: ServerConfig) -> Self {
+        Self {
+            framer: Framer::new(config.framer.clone()),
+            state: ServerState {
+                config,
+                registry: HashMap::new(),
+                finished: HashSet::new(),
+                finished_order: VecDeque::new(),
+                events: VecDeque::new(),
+                queued_notifications: 0,
+                outgoing: VecDeque::new(),
+                control_bytes: 0,
+                input_closed: false,
+                metrics: ServerMetrics::default(),
+            },
+        }
+    }
+
+    // ---- getters ----
+
+    /// The limits this session runs with.
+    pub fn config(&self) -> &ServerConfig {
+        &self.state.config
+    }
+
+    /// A snapshot of the counters.
+    pub fn metrics(&self) -> ServerMetrics {
+        let mut m = self.state.metrics.clone();
+        let f = self.framer.stats();
+        m.stdin_bytes = f.bytes;
+        m.frames = f.frames;
+        m.largest_frame = f.largest_frame;
+        m.oversized_frames = f.oversized;
+        m
+    }
+
+    /// Requests in the registry (running, being cancelled, or with a queued response).
+    pub fn in_flight(&self) -> usize {
+        self.state.registry.len()
+    }
+
+    /// Where request `id` stands, if it is in the registry.
+    pub fn state_of(&self, id: &Id) -> Option<RequestState> {
+        self.state.registry.get(id).map(|e| e.state)
+    }
+
+    /// Whether stdin has reached end-of-file.
+    pub fn input_closed(&self) -> bool {
+        self.state.input_closed
+    }
+
+    // ---- inputs ----
+
+    /// Bytes read from stdin, in any chunking (G4).
+    pub fn handle_stdin(&mut self, _now: Instant, chunk: &[u8]) {
+        if self.state.input_closed || self.framer.is_closed() {
+            return;
+        }
+        let state = &mut self.state;
+        self.framer.push(chunk, |ev| state.on_frame_event(ev));
+        if self.framer.is_closed() {
+            self.state.end_input();
+        }
+    }
+
+    /// Stdin reached end-of-file.
+    pub fn handle_stdin_eof(&mut self, _now: Instant) {
+        let state = &mut self.state;
+        self.framer.finish(|ev| state.on_frame_event(ev));
+        self.state.end_input();
+    }
+
+    // ---- commands ----
+
+    /// The handler of `id` finished with `result` (or an error object).
+    ///
+    /// A result above the wire limit is replaced by error -32603 (G9). A
+    /// response for a cancelled request is dropped (G7). Either way the
+    /// request leaves the running state.
+    pub fn respond(
+        &mut self,
+        id: &Id,
+        result: Result<&RawValue, &ErrorObject>,
+    ) -> Result<Responded, RespondError> {
+        let s = &mut self.state;
+        let Some(entry) = s.registry.get_mut(id) else {
+            return Err(RespondError::NotInFlight(id.clone()));
+        };
+        match entry.state {
+            RequestState::Queued => return Err(RespondError::AlreadyResponded(id.clone())),
+            RequestState::Cancelled => {
+                s.registry.remove(id);
+                s.metrics.responses_suppressed += 1;
+                return Ok(Responded::Suppressed);
+            }
+            RequestState::Running => entry.state = RequestState::Queued,
+        }
+        let max = s.config.get_max_frame();
+        let encoded = match result {
+            Ok(v) => encode_result(id, v, max),
+            Err(e) => encode_error(Some(id), e, max),
+        };
+        let (bytes, how) = match encoded {
+            Ok(b) => (b, Responded::Queued),
+            Err(EncodeError::TooLarge { limit }) => {
+                s.metrics.responses_too_large += 1;
+                let err = ErrorObject::new(
+                    INTERNAL_ERROR,
+                    format!("result exceeded wire limit of {limit} bytes"),
+                );
+                // A fixed short message always fits any sane limit; if the
+                // limit is absurdly small even this cannot be sent.
+                match encode_error(Some(id), &err, max) {
+                    Ok(b) => (b, Responded::ReplacedTooLarge),
+                    Err(_) => {
+                        s.registry.remove(id);
+                        s.metrics.replies_dropped += 1;
+                        return Ok(Responded::ReplacedTooLarge);
+                    }
+                }
+            }
+        };
+        s.outgoing.push_back(Outgoing {
+            bytes,
+            answers: Some(id.clone()),
+        });
+        Ok(how)
+    }
+
+    /// The handler of `id` ended without responding (it was aborted after a
+    /// cancel, or it failed). A cancelled request leaves the registry; a
+    /// running one is answered with error -32603 so the client is not left
+    /// waiting. Unknown ids are ignored.
+    pub fn handler_ended(&mut self, id: &Id) {
+        match self.state.registry.get(id).map(|e| e.state) {
+            Some(RequestState::Cancelled) => {
+                self.state.registry.remove(id);
+            }
+            Some(RequestState::Running) => {
+                let err = ErrorObject::new(INTERNAL_ERROR, "handler ended without a response");
+                // Cannot fail: the entry is running.
+                let _ = self.respond(id, Err(&err));
+            }
+            Some(RequestState::Queued) | None => {}
+        }
+    }
+
+    /// Queues a server→client notification (progress, logging, list changes).
+    pub fn notify(&mut self, method: &str, params: Option<&RawValue>) -> Result<(), NotifyError> {
+        let s = &mut self.state;
+        let bytes = encode_notification(method, params, s.config.get_max_frame())?;
+        if s.control_bytes > 0 && s.control_bytes + bytes.len() > s.config.max_outgoing_bytes {
+            return Err(NotifyError::Backpressure {
+                queued: s.control_bytes,
+                limit: s.config.max_outgoing_bytes,
+            });
+        }
+        s.control_bytes += bytes.len();
+        s.outgoing.push_back(Outgoing {
+            bytes,
+            answers: None,
+        });
+        Ok(())
+    }
+
+    // ---- outputs ----
+
+    /// The next message for stdout, whole. Once a response's bytes leave
+    /// here its request counts as responding: a later cancel is recorded,
+    /// not acted on (G7).
+    #[must_use]
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        let s = &mut self.state;
+        let out = s.outgoing.pop_front()?;
+        s.metrics.stdout_bytes += out.bytes.len() as u64;
+        match out.answers {
+            Some(id) => {
+                s.registry.remove(&id);
+                s.metrics.responses += 1;
+                s.remember_finished(id);
+            }
+            None => s.control_bytes -= out.bytes.len(),
+        }
+        Some(out.bytes)
+    }
+
+    /// The next request, notification, cancel or end of input.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<ServerEvent> {
+        let ev = self.state.events.pop_front()?;
+        if matches!(ev, ServerEvent::Notification(_)) {
+            self.state.queued_notifications -= 1;
+        }
+        Some(ev)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CancelParams {
+    request_id: Id,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+impl ServerState {
+    fn on_frame_event(&mut self, ev: FrameEvent<'_>) {
+        match ev {
+            FrameEvent::Frame(text) => self.on_frame(text),
+            FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
+                tracing::debug!(limit, ?id_hint, "oversized request on stdin");
+                if let Some(id) = id_hint {
+                    let err = ErrorObject::new(
+                        SERVER_ERROR,
+                        format!("request exceeded wire limit ({limit} bytes)"),
+                    );
+                    self.reply_error(Some(&id), &err);
+                }
+            }
+            FrameEvent::Error(FrameError::OversizedEnded { .. }) => {}
+            FrameEvent::Error(e) => {
+                let kind = match e {
+                    FrameError::InvalidUtf8 { .. } => "invalid_utf8",
+                    FrameError::TruncatedAtEof { .. } => "truncated_at_eof",
+                    _ => "framing",
+                };
+                *self.metrics.parse_errors.entry(kind).or_default() += 1;
+                if kind == "invalid_utf8" {
+                    self.reply_error(None, &ErrorObject::new(PARSE_ERROR, "invalid UTF-8"));
+                }
+            }
+        }
+    }
+
+    fn on_frame(&mut self, text: &str) {
+        let msg = match Message::decode(text) {
+            Ok(m) => m,
+            Err(e) => {
+                *self.metrics.parse_errors.entry(e.kind()).or_default() += 1;
+                let (code, id) = match e {
+                    DecodeError::Json { .. } => (PARSE_ERROR, None),
+                    _ => {
+                        let scan = self.config.framer.get_id_scan_limit().min(text.len());
+                        (INVALID_REQUEST, recover_id(&text.as_bytes()[..scan]))
+                    }
+                };
+                self.reply_error(id.as_ref(), &ErrorObject::new(code, e.to_string()));
+                return;
+            }
+        };
+        match msg {
+            Message::Request(r) => self.on_request(r),
+            Message::Notification(n) if n.method == CANCELLED => self.on_cancel(n),
+            Message::Notification(n) => {
+                if self.queued_notifications >= self.config.max_queued_notifications {
+                    self.metrics.notifications_dropped += 1;
+                    return;
+                }
+                self.metrics.notifications += 1;
+                self.queued_notifications += 1;
+                self.events.push_back(ServerEvent::Notification(n));
+            }
+            Message::Response(r) => {
+                // This session sends no requests of its own yet.
+                tracing::debug!(id = %r.id, "response from client to an unknown request");
+                *self
+                    .metrics
+                    .parse_errors
+                    .entry("unexpected_response")
+                    .or_default() += 1;
+            }
+        }
+    }
+
+    fn on_request(&mut self, r: Request) {
+        if self.registry.contains_key(&r.id) {
+            self.metrics.duplicate_ids += 1;
+            let err = ErrorObject::new(INVALID_REQUEST, "duplicate request id in flight");
+            self.reply_error(Some(&r.id), &err);
+            return;
+        }
+        if self.registry.len() >= self.config.max_concurrent {
+            self.metrics.overload_rejects += 1;
+            let err = ErrorObject::new(
+                SERVER_ERROR,
+                format!(
+                    "server overloaded: {} requests in flight",
+                    self.config.max_concurrent
+                ),
+            );
+            self.reply_error(Some(&r.id), &err);
+            return;
+        }
+        self.metrics.requests += 1;
+        self.registry.insert(
+            r.id.clone(),
+            Entry {
+                state: RequestState::Running,
+                is_initialize: r.method == INITIALIZE,
+            },
+        );
+        self.events.push_back(ServerEvent::Request(r));
+    }
+
+    fn on_cancel(&mut self, n: Notification) {
+        let parsed = n
+            .params
+            .as_deref()
+            .and_then(|p| serde_json::from_str::<CancelParams>(p.get()).ok());
+        let Some(CancelParams { request_id, reason }) = parsed else {
+            self.metrics.cancels_malformed += 1;
+            return;
+        };
+        let Some(entry) = self.registry.get_mut(&request_id) else {
+            if self.finished.contains(&request_id) {
+                self.metrics.cancels_after_response += 1;
+            } else {
+                self.metrics.cancels_unknown += 1;
+            }
+            return;
+        };
+        if entry.is_initialize {
+            self.metrics.cancels_initialize_ignored += 1;
+            return;
+        }
+        match entry.state {
+            RequestState::Running => {
+                entry.state = RequestState::Cancelled;
+                self.metrics.cancels_running += 1;
+                self.events.push_back(ServerEvent::Cancelled {
+                    id: request_id,
+                    reason,
+                });
+            }
+            RequestState::Queued => {
+                // The handler is done but no byte has left: drop the response.
+                self.registry.remove(&request_id);
+                self.outgoing
+                    .retain(|o| o.answers.as_ref() != Some(&request_id));
+                self.metrics.cancels_before_response += 1;
+                self.metrics.responses_suppressed += 1;
+            }
+            RequestState::Cancelled => {}
+        }
+    }
+
+    /// Queues an error reply written by the session itself (overload, parse
+    /// errors), within `max_outgoing_bytes`.
+    fn reply_error(&mut self, id: Option<&Id>, err: &ErrorObject) {
+        let Ok(bytes) = encode_error(id, err, self.config.get_max_frame()) else {
+            self.metrics.replies_dropped += 1;
+            return;
+        };
+        if self.control_bytes + bytes.len() > self.config.max_outgoing_bytes {
+            self.metrics.replies_dropped += 1;
+            return;
+        }
+        self.control_bytes += bytes.len();
+        self.outgoing.push_back(Outgoing {
+            bytes,
+            answers: None,
+        });
+    }
+
+    fn remember_finished(&mut self, id: Id) {
+        if self.config.max_finished_remembered == 0 {
+            return;
+        }
+        if self.finished.insert(id.clone()) {
+            self.finished_order.push_back(id);
+            while self.finished_order.len() > self.config.max_finished_remembered {
+                if let Some(old) = self.finished_order.pop_front() {
+                    self.finished.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn end_input(&mut self) {
+        if !self.input_closed {
+            self.input_closed = true;
+            self.events.push_back(ServerEvent::InputClosed);
+        }
+    }
+}
