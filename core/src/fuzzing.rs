@@ -15,7 +15,7 @@ use crate::message::{ErrorObject, Id, Message, RawValue};
 use crate::server::{ServerConfig, ServerEvent, ServerSession};
 
 // MERGE: pub use crate::capture::fuzz_capture;
-// MERGE: pub use crate::process::fuzz_supervisor;
+pub use crate::process::fuzz_supervisor;
 
 /// An owned copy of a framer event, for comparing runs.
 #[derive(Debug, PartialEq, Eq)]
@@ -264,7 +264,7 @@ pub fn fuzz_session_pair(data: &[u8]) {
             PairOp::InjectToServer(bytes) => server.handle_stdin(now, &bytes),
             PairOp::TakeIncoming => {
                 if let Some(Incoming::Request(r)) = client.poll_incoming(now) {
-                    let _ = client.respond(&r.id, Ok(&RawValue::NULL));
+                    let _ = client.respond(&r.id, Ok(RawValue::NULL));
                 }
             }
             PairOp::ClientEof => client.handle_stdout_eof(now),
