@@ -14,7 +14,7 @@ use crate::frame::{FrameError, FrameEvent, Framer, FramerConfig, OversizedPolicy
 use crate::message::{ErrorObject, Id, Message, RawValue};
 use crate::server::{ServerConfig, ServerEvent, ServerSession};
 
-// MERGE: pub use crate::capture::fuzz_capture;
+pub use crate::capture::fuzz_capture;
 pub use crate::process::fuzz_supervisor;
 
 /// An owned copy of a framer event, for comparing runs.

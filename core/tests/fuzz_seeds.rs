@@ -36,3 +36,13 @@ fn message_seeds() {
 fn session_pair_seeds() {
     replay("session_pair", fuzzing::fuzz_session_pair);
 }
+
+#[test]
+fn capture_seeds() {
+    replay("capture", fuzzing::fuzz_capture);
+}
+
+#[test]
+fn supervisor_seeds() {
+    replay("supervisor", fuzzing::fuzz_supervisor);
+}
