@@ -1,6 +1,126 @@
 //! Newline-delimited framing with a byte limit (MCP stdio).
 //!
-//! API SKELETON — the implementation is being written.
+//! MCP over stdio sends one JSON-RPC message per line. [`Framer`] turns an
+//! arbitrary sequence of byte chunks (as read from a pipe) into those lines,
+//! with a hard limit on how much memory one line may take.
+//!
+//! # Framing rules
+//!
+//! - A **line** is the bytes before a `\n`. The `\n` itself belongs to no
+//!   frame.
+//! - The **frame** is the line with *one* trailing `\r` removed, so both `\n`
+//!   and `\r\n` endings work. A `\r` anywhere else (in the middle, or a second
+//!   one before the last: `a\r\r\n` gives `a\r`) is kept.
+//! - An empty frame (an empty line, or a line that is a lone `\r`) is ignored
+//!   and counted in [`FramerStats::empty_lines`].
+//! - A frame that is not valid UTF-8 gives [`FrameError::InvalidUtf8`]; framing
+//!   goes on with the next line.
+//! - Lengths are in bytes.
+//!
+//! # The limit
+//!
+//! [`FramerConfig::max_frame`] (default [`DEFAULT_MAX_FRAME`], 4 MiB) limits
+//! the **line**: the bytes before `\n`, *including* a trailing `\r`. A line of
+//! exactly `max_frame` bytes passes; `max_frame + 1` bytes do not. Counting the
+//! `\r` keeps the rule identical to [`crate::message`]'s encoders, which refuse
+//! a message whose bytes before the `\n` exceed `max_frame` (and never write a
+//! `\r`): every message the encoder accepts under a limit passes a framer with
+//! the same limit. A peer that ends lines with `\r\n` gets one byte less of
+//! payload. It also means the framer never needs to hold more than `max_frame`
+//! bytes to decide.
+//!
+//! # Oversized lines
+//!
+//! When the `max_frame + 1`-th byte of a line arrives and it is not the
+//! newline, the framer reports [`FrameError::Oversized`] **at once**, without
+//! waiting for the newline (which might never come), and frees the partial
+//! line. Then, with [`OversizedPolicy::Discard`] (the default), it drops every
+//! byte up to the next `\n` without storing it, reports
+//! [`FrameError::OversizedEnded`] with the line's total length when that
+//! newline arrives, and resumes framing after it. With
+//! [`OversizedPolicy::Close`] it stops framing instead: [`Framer::is_closed`]
+//! turns true and further input is only counted in [`FramerStats::bytes`].
+//!
+//! With `Discard`, every `Oversized` is followed by exactly one
+//! `OversizedEnded` or, if the stream ends first, one
+//! [`FrameError::TruncatedAtEof`].
+//!
+//! ## Id recovery
+//!
+//! So that the session can still answer an oversized request with an error
+//! carrying its id, `Oversized` has an `id_hint`: [`recover_id`] run on the
+//! first `min(id_scan_limit, max_frame)` bytes of the line
+//! ([`FramerConfig::id_scan_limit`], default [`DEFAULT_ID_SCAN_LIMIT`] = 256).
+//! `recover_id` is a small bounded JSON scanner that returns the top-level
+//! `"id"` member only when it is unambiguous within those bytes: an integer or
+//! a string (escapes decoded), complete (a number only when a byte follows it,
+//! since `123` cut from `12345` looks complete). A nested
+//! `"id"` or one inside a string value is never taken; a value cut by the scan
+//! limit, a non-integer or `null` id, two top-level ids or any syntax error in
+//! the scanned bytes give `None`. It may miss an id; it never returns a wrong
+//! one.
+//!
+//! # End of stream
+//!
+//! [`Framer::finish`] reports an unterminated line as
+//! [`FrameError::TruncatedAtEof`] with its length in bytes (it is **not**
+//! delivered as a frame). A lone trailing `\r` counts as such a line. An
+//! oversized line still being discarded at end of stream is reported the same
+//! way, with its total length, in place of its `OversizedEnded`. After
+//! `finish` the framer is empty and ready for a new stream; counters are kept.
+//! A framer closed by [`OversizedPolicy::Close`] stays closed (`finish`
+//! reports nothing then) until [`Framer::reset`].
+//!
+//! # Performance
+//!
+//! Each pushed byte is scanned for `\n` once, with `memchr`, and scanning
+//! resumes where it stopped: a partial line is never rescanned. A frame lying
+//! wholly inside one pushed chunk is handed out borrowed from that chunk,
+//! without copying. Only a line split across chunks is copied, once, into the
+//! framer's buffer. The only other per-byte work on the hot path is UTF-8
+//! validation of each frame.
+//!
+//! # Memory
+//!
+//! The framer owns one buffer, holding only the partial line at the end of the
+//! last chunk; it never holds more than `max_frame` bytes. Its capacity:
+//!
+//! - is allocated on first need, at [`SMALL_BUFFER_CAPACITY`] (8 KiB, or
+//!   `max_frame` if smaller) unless the partial line needs more;
+//! - doubles while it stays within [`BUFFER_DOUBLING_LIMIT`] (32 KiB);
+//! - beyond that, is set in one step to exactly `max_frame`, never more.
+//!   Growing in one step from at most 32 KiB means that even while the buffer
+//!   is being reallocated (old and new block both live) the framer holds at
+//!   most `max_frame + 32 KiB`. The capacity is then kept for later frames;
+//! - is released (back to zero, then at most 8 KiB on next use) after an
+//!   oversized line, by [`Framer::finish`], [`Framer::reset`], and on request
+//!   by [`Framer::shrink_buffer`].
+//!
+//! Worst-case heap held by a framer: `max_frame + 32 KiB` (momentarily, during
+//! the one large reallocation), plus, only while an oversized line is
+//! reported, [`recover_id`]'s few small allocations (decoded strings, each at
+//! most `id_scan_limit` bytes). Discarded bytes are counted, never stored.
+//! `tests/alloc_bound.rs` measures this bound with a counting allocator.
+//!
+//! ```
+//! use mcp_stdio_core::frame::{Framer, FramerConfig, FrameEvent};
+//!
+//! let mut framer = Framer::new(FramerConfig::default());
+//! let mut frames = Vec::new();
+//! for chunk in [&b"{\"id\":1}\r\n{\"i"[..], b"d\":2}\n\n"] {
+//!     framer.push(chunk, |event| match event {
+//!         FrameEvent::Frame(text) => frames.push(text.to_owned()),
+//!         FrameEvent::Error(e) => panic!("{e}"),
+//!     });
+//! }
+//! framer.finish(|_| unreachable!("nothing left"));
+//! assert_eq!(frames, ["{\"id\":1}", "{\"id\":2}"]);
+//! assert_eq!(framer.stats().empty_lines, 1);
+//! ```
+
+use std::borrow::Cow;
+
+use memchr::memchr;
 
 use crate::message::Id;
 
@@ -8,6 +128,12 @@ use crate::message::Id;
 pub const DEFAULT_MAX_FRAME: usize = 4 * 1024 * 1024;
 /// Default number of leading bytes of an oversized frame scanned for its id.
 pub const DEFAULT_ID_SCAN_LIMIT: usize = 256;
+/// Capacity of the framer's buffer when first allocated, and the most it keeps
+/// after an oversized line: 8 KiB (or `max_frame`, if smaller).
+pub const SMALL_BUFFER_CAPACITY: usize = 8 * 1024;
+/// The buffer's capacity doubles up to this size (32 KiB); a partial line
+/// longer than this makes it grow, in one step, to exactly `max_frame`.
+pub const BUFFER_DOUBLING_LIMIT: usize = 32 * 1024;
 
 /// What to do after a frame passes the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -39,17 +165,26 @@ impl Default for FramerConfig {
 }
 
 impl FramerConfig {
-    /// Sets the wire limit.
+    /// Sets the wire limit: the most bytes a line may have before its `\n`,
+    /// counting a trailing `\r`. Default [`DEFAULT_MAX_FRAME`] (4 MiB).
+    ///
+    /// Memory: a framer holds at most `max_frame + 32 KiB` of heap (see the
+    /// [module docs](self)). A partial line longer than 32 KiB makes the
+    /// framer reserve exactly `max_frame` bytes at once, so the value must be a
+    /// size the process can allocate.
     pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
         self.max_frame = bytes;
         self
     }
-    /// Sets the id scan limit.
+    /// Sets how many leading bytes of an oversized line [`recover_id`] scans
+    /// for the message id. Default [`DEFAULT_ID_SCAN_LIMIT`] (256); the scan
+    /// never reads past `max_frame` bytes. Memory: at most this many bytes are
+    /// allocated for the recovered id; 0 turns recovery off.
     pub fn id_scan_limit(&mut self, bytes: usize) -> &mut Self {
         self.id_scan_limit = bytes;
         self
     }
-    /// Sets the oversized policy.
+    /// Sets the oversized policy. Default [`OversizedPolicy::Discard`].
     pub fn oversized_policy(&mut self, policy: OversizedPolicy) -> &mut Self {
         self.oversized = policy;
         self
@@ -71,9 +206,12 @@ impl FramerConfig {
 /// One output of the framer.
 #[derive(Debug, PartialEq, Eq)]
 pub enum FrameEvent<'a> {
-    /// A complete frame.
+    /// A complete frame: never empty, without its line ending. Borrowed from
+    /// the pushed chunk when the whole line lies inside it, else from the
+    /// framer's buffer.
     Frame(&'a str),
-    /// A framing error.
+    /// A framing error. Framing goes on after it, except after
+    /// [`FrameError::Oversized`] under [`OversizedPolicy::Close`].
     Error(FrameError),
 }
 
@@ -81,41 +219,47 @@ pub enum FrameEvent<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum FrameError {
-    /// A frame passed the limit.
+    /// A line passed the limit; reported as soon as its `max_frame + 1`-th
+    /// byte arrived, before its newline.
     #[error("frame exceeds the wire limit of {limit} bytes")]
     Oversized {
         /// The limit.
         limit: usize,
-        /// The id found in the first bytes, if unambiguous.
+        /// The top-level id found by [`recover_id`] in the line's first
+        /// `min(id_scan_limit, max_frame)` bytes, if unambiguous.
         id_hint: Option<Id>,
     },
-    /// The newline ending an oversized frame arrived.
+    /// The newline ending an oversized line arrived (policy `Discard`).
     #[error("oversized frame of {discarded} bytes discarded")]
     OversizedEnded {
-        /// Bytes in the whole oversized frame.
+        /// Bytes in the whole oversized line, before its `\n` (a trailing `\r`
+        /// included).
         discarded: u64,
     },
-    /// A frame is not valid UTF-8.
+    /// A frame is not valid UTF-8. The frame is dropped.
     #[error("frame of {len} bytes is not valid UTF-8 (valid up to byte {valid_up_to})")]
     InvalidUtf8 {
-        /// Frame length.
+        /// Frame length (after removing a trailing `\r`).
         len: usize,
         /// Valid prefix length.
         valid_up_to: usize,
     },
-    /// End of stream inside a frame.
+    /// End of stream inside a line (an unterminated last line, or an oversized
+    /// line still being discarded).
     #[error("stream ended inside a frame after {bytes} bytes")]
     TruncatedAtEof {
-        /// Bytes of the unfinished frame.
+        /// Bytes of the unfinished line (for an oversized line: all of them,
+        /// discarded ones included).
         bytes: u64,
     },
 }
 
-/// Counters kept by the framer.
+/// Counters kept by the framer. They survive [`Framer::finish`] and
+/// [`Framer::reset`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct FramerStats {
-    /// Bytes pushed.
+    /// Bytes pushed (including bytes pushed after a `Close`).
     pub bytes: u64,
     /// Frames handed out.
     pub frames: u64,
@@ -127,33 +271,148 @@ pub struct FramerStats {
     pub empty_lines: u64,
     /// Invalid UTF-8 frames.
     pub invalid_utf8: u64,
+    /// Bytes of oversized lines dropped (not counting their newlines).
+    pub discarded_bytes: u64,
+    /// Lines cut by end of stream ([`FrameError::TruncatedAtEof`]).
+    pub truncated: u64,
 }
 
-/// The framer.
+/// The framer: turns byte chunks into newline-delimited frames under a limit.
+///
+/// See the [module docs](self) for the rules, the limits and the memory bound.
 #[derive(Debug)]
 pub struct Framer {
     config: FramerConfig,
     stats: FramerStats,
+    /// The partial line at the end of the last chunk; `len() <= max_frame`.
+    buf: Vec<u8>,
+    /// Inside an oversized line (policy `Discard`): its bytes so far.
+    discarding: Option<u64>,
+    /// Stopped by policy `Close`.
+    closed: bool,
 }
 
 impl Framer {
-    /// A framer with the given limits.
+    /// A framer with the given limits. Allocates nothing until a line is split
+    /// across chunks.
     pub fn new(config: FramerConfig) -> Self {
         Self {
             config,
             stats: FramerStats::default(),
+            buf: Vec::new(),
+            discarding: None,
+            closed: false,
         }
     }
+
     /// Feeds one chunk; calls `on_event` for each event, in stream order.
-    pub fn push(&mut self, chunk: &[u8], on_event: impl FnMut(FrameEvent<'_>)) {
-        let _ = (chunk, on_event);
-        todo!()
+    ///
+    /// Chunks may be cut anywhere (inside a UTF-8 character, between `\r` and
+    /// `\n`): the events are the same as for the whole stream in one chunk.
+    pub fn push(&mut self, chunk: &[u8], mut on_event: impl FnMut(FrameEvent<'_>)) {
+        self.stats.bytes += chunk.len() as u64;
+        let max = self.config.max_frame;
+        let mut rest = chunk;
+        loop {
+            if self.closed {
+                return;
+            }
+            if let Some(seen) = self.discarding {
+                match memchr(b'\n', rest) {
+                    None => {
+                        self.discarding = Some(seen + rest.len() as u64);
+                        self.stats.discarded_bytes += rest.len() as u64;
+                        return;
+                    }
+                    Some(i) => {
+                        self.discarding = None;
+                        self.stats.discarded_bytes += i as u64;
+                        on_event(FrameEvent::Error(FrameError::OversizedEnded {
+                            discarded: seen + i as u64,
+                        }));
+                        rest = &rest[i + 1..];
+                    }
+                }
+            }
+            if !self.buf.is_empty() {
+                // Complete the buffered line; look no further than one byte
+                // past what the limit still allows.
+                let room = max - self.buf.len();
+                let head = &rest[..rest.len().min(room + 1)];
+                match memchr(b'\n', head) {
+                    Some(i) => {
+                        self.grow(i);
+                        self.buf.extend_from_slice(&head[..i]);
+                        deliver(&self.buf, &mut self.stats, &mut on_event);
+                        self.buf.clear();
+                        rest = &rest[i + 1..];
+                    }
+                    None if head.len() <= room => {
+                        self.grow(head.len());
+                        self.buf.extend_from_slice(head);
+                        return;
+                    }
+                    None => {
+                        self.oversized(head, &mut on_event);
+                        rest = &rest[head.len()..];
+                        continue;
+                    }
+                }
+            }
+            // Nothing buffered: lines wholly inside `rest` are borrowed.
+            loop {
+                let head = &rest[..rest.len().min(max.saturating_add(1))];
+                match memchr(b'\n', head) {
+                    Some(i) => {
+                        deliver(&head[..i], &mut self.stats, &mut on_event);
+                        rest = &rest[i + 1..];
+                    }
+                    None if head.len() <= max => {
+                        // `head` is all of `rest`: keep the partial line.
+                        if !head.is_empty() {
+                            self.grow(head.len());
+                            self.buf.extend_from_slice(head);
+                        }
+                        return;
+                    }
+                    None => {
+                        self.oversized(head, &mut on_event);
+                        rest = &rest[head.len()..];
+                        break;
+                    }
+                }
+            }
+        }
     }
-    /// End of stream.
-    pub fn finish(&mut self, on_event: impl FnMut(FrameEvent<'_>)) {
-        let _ = on_event;
-        todo!()
+
+    /// End of stream: reports an unfinished line as
+    /// [`FrameError::TruncatedAtEof`], then empties the framer (releasing its
+    /// buffer) so that it can take a new stream. Counters are kept; a closed
+    /// framer reports nothing and stays closed.
+    pub fn finish(&mut self, mut on_event: impl FnMut(FrameEvent<'_>)) {
+        let pending = match self.discarding.take() {
+            Some(seen) => seen,
+            None => self.buf.len() as u64,
+        };
+        let report = pending > 0 && !self.closed;
+        self.buf = Vec::new();
+        if report {
+            self.stats.truncated += 1;
+            on_event(FrameEvent::Error(FrameError::TruncatedAtEof {
+                bytes: pending,
+            }));
+        }
     }
+
+    /// Drops any partial line without reporting it, releases the buffer and
+    /// reopens a framer closed by [`OversizedPolicy::Close`]. Counters are
+    /// kept.
+    pub fn reset(&mut self) {
+        self.buf = Vec::new();
+        self.discarding = None;
+        self.closed = false;
+    }
+
     /// Counters.
     pub fn stats(&self) -> &FramerStats {
         &self.stats
@@ -168,12 +427,1169 @@ impl Framer {
     }
     /// True once the `Close` policy has stopped framing.
     pub fn is_closed(&self) -> bool {
-        todo!()
+        self.closed
+    }
+    /// True while the rest of an oversized line is being discarded.
+    pub fn is_discarding(&self) -> bool {
+        self.discarding.is_some()
+    }
+    /// Bytes of the partial line held in the buffer (at most `max_frame`).
+    pub fn buffered_len(&self) -> usize {
+        self.buf.len()
+    }
+    /// Current capacity of the buffer in bytes (at most `max_frame`).
+    pub fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+    /// Frees the buffer if it holds no partial line (e.g. when a session goes
+    /// idle after a large message); otherwise does nothing.
+    pub fn shrink_buffer(&mut self) {
+        if self.buf.is_empty() {
+            self.buf = Vec::new();
+        }
+    }
+
+    /// Makes room for `additional` more bytes; the caller guarantees that
+    /// `buf.len() + additional <= max_frame`. See "Memory" in the module docs.
+    fn grow(&mut self, additional: usize) {
+        let need = self.buf.len() + additional;
+        if need <= self.buf.capacity() {
+            return;
+        }
+        let target = if need <= BUFFER_DOUBLING_LIMIT {
+            need.next_power_of_two()
+                .clamp(SMALL_BUFFER_CAPACITY, BUFFER_DOUBLING_LIMIT)
+        } else {
+            self.config.max_frame
+        };
+        let target = target.min(self.config.max_frame).max(need);
+        self.buf.reserve_exact(target - self.buf.len());
+    }
+
+    /// The line made of `buf` and `head` has just passed the limit
+    /// (`buf.len() + head.len() == max_frame + 1`, no newline in either).
+    fn oversized(&mut self, head: &[u8], on_event: &mut impl FnMut(FrameEvent<'_>)) {
+        let seen = (self.buf.len() + head.len()) as u64;
+        // The scanned prefix is fixed by the stream alone (not by where the
+        // chunks were cut), and we have it: the line holds `max_frame + 1`
+        // bytes.
+        let scan = self.config.id_scan_limit.min(self.config.max_frame);
+        let id_hint = if scan == 0 {
+            None
+        } else if self.buf.len() >= scan {
+            recover_id(&self.buf[..scan])
+        } else if self.buf.is_empty() {
+            recover_id(&head[..scan])
+        } else {
+            let missing = scan - self.buf.len();
+            self.grow(missing);
+            self.buf.extend_from_slice(&head[..missing]);
+            recover_id(&self.buf)
+        };
+        if self.buf.capacity() > SMALL_BUFFER_CAPACITY {
+            self.buf = Vec::new();
+        } else {
+            self.buf.clear();
+        }
+        self.stats.oversized += 1;
+        self.stats.discarded_bytes += seen;
+        match self.config.oversized {
+            OversizedPolicy::Discard => self.discarding = Some(seen),
+            OversizedPolicy::Close => self.closed = true,
+        }
+        on_event(FrameEvent::Error(FrameError::Oversized {
+            limit: self.config.max_frame,
+            id_hint,
+        }));
+    }
+}
+
+/// Hands out one line (without its `\n`) as a frame, an error or nothing.
+fn deliver(line: &[u8], stats: &mut FramerStats, on_event: &mut impl FnMut(FrameEvent<'_>)) {
+    let frame = match line {
+        [body @ .., b'\r'] => body,
+        _ => line,
+    };
+    if frame.is_empty() {
+        stats.empty_lines += 1;
+        return;
+    }
+    match std::str::from_utf8(frame) {
+        Ok(text) => {
+            stats.frames += 1;
+            stats.largest_frame = stats.largest_frame.max(text.len() as u64);
+            on_event(FrameEvent::Frame(text));
+        }
+        Err(e) => {
+            stats.invalid_utf8 += 1;
+            on_event(FrameEvent::Error(FrameError::InvalidUtf8 {
+                len: frame.len(),
+                valid_up_to: e.valid_up_to(),
+            }));
+        }
     }
 }
 
 /// Bounded id recovery from the first bytes of a frame.
+///
+/// `prefix` is the start of a JSON text, possibly cut anywhere (even inside a
+/// UTF-8 character). Returns the value of the top-level object's `"id"` member
+/// when it is an integer (fitting `i64`) or a string, complete within `prefix`,
+/// and unambiguous:
+///
+/// - the text so far must be valid JSON (any syntax error gives `None`);
+/// - an `"id"` key in a nested object, or the text `"id"` inside a string
+///   value, is not the id;
+/// - a value cut by the end of `prefix` gives `None` — a number counts as cut
+///   unless a byte follows it (`"id":123` at the very end may be `1234…`);
+/// - a float, `null`, boolean, array or object id gives `None`;
+/// - a second top-level `"id"` within `prefix` gives `None`;
+/// - string escapes (`\"`, `\n`, `\u00e9`, surrogate pairs) are decoded; a
+///   bad escape or a lone surrogate gives `None`. Keys are decoded too, so
+///   `"\u0069d"` is the id key.
+///
+/// Never returns a wrong id: if it returns `Some`, a JSON parser reading the
+/// complete text (if it is valid and has no duplicate keys) finds that id.
+/// Work and memory are linear in `prefix.len()`; nesting deeper than 128
+/// levels before the id gives `None`.
 pub fn recover_id(prefix: &[u8]) -> Option<Id> {
-    let _ = prefix;
-    todo!()
+    let text = match std::str::from_utf8(prefix) {
+        Ok(text) => text,
+        // Cut inside a character at the end: scan the complete ones.
+        Err(e) if e.error_len().is_none() => {
+            std::str::from_utf8(&prefix[..e.valid_up_to()]).ok()?
+        }
+        Err(_) => return None,
+    };
+    let mut scan = IdScan { text, at: 0 };
+    let mut id = None;
+    match scan.object(&mut id) {
+        Ok(()) | Err(Stop::Cut) => id,
+        Err(Stop::Invalid) => None,
+    }
+}
+
+/// Why [`IdScan`] stopped early.
+enum Stop {
+    /// The prefix ended.
+    Cut,
+    /// Not JSON, or the id is invalid or ambiguous.
+    Invalid,
+}
+
+type Scan<T> = Result<T, Stop>;
+
+/// A minimal JSON scanner over a prefix, for [`recover_id`].
+struct IdScan<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> IdScan<'a> {
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+    fn peek(&self) -> Scan<u8> {
+        self.bytes().get(self.at).copied().ok_or(Stop::Cut)
+    }
+    fn bump(&mut self) -> Scan<u8> {
+        let b = self.peek()?;
+        self.at += 1;
+        Ok(b)
+    }
+    fn expect(&mut self, want: u8) -> Scan<()> {
+        if self.bump()? == want {
+            Ok(())
+        } else {
+            Err(Stop::Invalid)
+        }
+    }
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes().get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    /// The top-level object; sets `id` when its id member is read.
+    fn object(&mut self, id: &mut Option<Id>) -> Scan<()> {
+        self.ws();
+        self.expect(b'{')?;
+        self.ws();
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return self.end();
+        }
+        loop {
+            self.ws();
+            if self.peek()? != b'"' {
+                return Err(Stop::Invalid);
+            }
+            let key = self.string(true)?;
+            self.ws();
+            self.expect(b':')?;
+            self.ws();
+            if key == "id" {
+                if id.is_some() {
+                    return Err(Stop::Invalid);
+                }
+                *id = Some(self.id_value()?);
+            } else {
+                self.skip_value()?;
+            }
+            self.ws();
+            match self.bump()? {
+                b',' => {}
+                b'}' => return self.end(),
+                _ => return Err(Stop::Invalid),
+            }
+        }
+    }
+
+    /// Only whitespace may follow the top-level object.
+    fn end(&mut self) -> Scan<()> {
+        self.ws();
+        if self.at == self.bytes().len() {
+            Ok(())
+        } else {
+            Err(Stop::Invalid)
+        }
+    }
+
+    fn id_value(&mut self) -> Scan<Id> {
+        match self.peek()? {
+            b'"' => Ok(Id::String(self.string(true)?.into_owned())),
+            b'-' | b'0'..=b'9' => {
+                let (number, integer) = self.number()?;
+                if !integer {
+                    return Err(Stop::Invalid);
+                }
+                number.parse().map(Id::Number).map_err(|_| Stop::Invalid)
+            }
+            _ => Err(Stop::Invalid),
+        }
+    }
+
+    /// Skips one value of any kind, checking its syntax.
+    fn skip_value(&mut self) -> Scan<()> {
+        // Open containers, innermost in bit 0: 1 = object, 0 = array.
+        let mut stack: u128 = 0;
+        let mut depth = 0u32;
+        loop {
+            self.ws();
+            match self.peek()? {
+                b'"' => {
+                    self.string(false)?;
+                }
+                b'-' | b'0'..=b'9' => {
+                    self.number()?;
+                }
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                b'n' => self.literal(b"null")?,
+                open @ (b'{' | b'[') => {
+                    self.at += 1;
+                    self.ws();
+                    let is_object = open == b'{';
+                    if self.peek()? == if is_object { b'}' } else { b']' } {
+                        self.at += 1;
+                    } else {
+                        if depth == u128::BITS {
+                            return Err(Stop::Invalid);
+                        }
+                        stack = (stack << 1) | u128::from(is_object);
+                        depth += 1;
+                        if is_object {
+                            self.member_key()?;
+                        }
+                        continue;
+                    }
+                }
+                _ => return Err(Stop::Invalid),
+            }
+            // A value is complete: close containers until one goes on.
+            loop {
+                if depth == 0 {
+                    return Ok(());
+                }
+                self.ws();
+                let in_object = stack & 1 == 1;
+                match self.bump()? {
+                    b',' => {
+                        if in_object {
+                            self.member_key()?;
+                        }
+                        break;
+                    }
+                    b'}' if in_object => {}
+                    b']' if !in_object => {}
+                    _ => return Err(Stop::Invalid),
+                }
+                stack >>= 1;
+                depth -= 1;
+            }
+        }
+    }
+
+    /// `"key":` inside a skipped object.
+    fn member_key(&mut self) -> Scan<()> {
+        self.ws();
+        if self.peek()? != b'"' {
+            return Err(Stop::Invalid);
+        }
+        self.string(false)?;
+        self.ws();
+        self.expect(b':')
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Scan<()> {
+        for &want in word {
+            self.expect(want)?;
+        }
+        Ok(())
+    }
+
+    /// A number; returns its text and whether it is an integer. A number that
+    /// reaches the end of the prefix is cut: more digits may follow.
+    fn number(&mut self) -> Scan<(&'a str, bool)> {
+        let start = self.at;
+        if self.peek()? == b'-' {
+            self.at += 1;
+        }
+        match self.bump()? {
+            b'0' => {}
+            b'1'..=b'9' => self.digits(),
+            _ => return Err(Stop::Invalid),
+        }
+        let mut integer = true;
+        if self.peek()? == b'.' {
+            self.at += 1;
+            integer = false;
+            self.digits1()?;
+        }
+        if let b'e' | b'E' = self.peek()? {
+            self.at += 1;
+            integer = false;
+            if let b'+' | b'-' = self.peek()? {
+                self.at += 1;
+            }
+            self.digits1()?;
+            self.peek()?;
+        }
+        Ok((&self.text[start..self.at], integer))
+    }
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.bytes().get(self.at) {
+            self.at += 1;
+        }
+    }
+    fn digits1(&mut self) -> Scan<()> {
+        if !self.bump()?.is_ascii_digit() {
+            return Err(Stop::Invalid);
+        }
+        self.digits();
+        Ok(())
+    }
+
+    /// A string starting at the opening quote. With `decode`, returns its
+    /// value (borrowed unless it has escapes); without, its raw text.
+    fn string(&mut self, decode: bool) -> Scan<Cow<'a, str>> {
+        self.expect(b'"')?;
+        let bytes = self.bytes();
+        let start = self.at;
+        let mut segment = start;
+        let mut decoded: Option<String> = None;
+        loop {
+            let tail = &bytes[self.at..];
+            let Some(k) = memchr::memchr2(b'"', b'\\', tail) else {
+                return Err(if tail.iter().any(|&b| b < 0x20) {
+                    Stop::Invalid
+                } else {
+                    Stop::Cut
+                });
+            };
+            if tail[..k].iter().any(|&b| b < 0x20) {
+                return Err(Stop::Invalid);
+            }
+            let stop = self.at + k;
+            self.at = stop + 1;
+            if bytes[stop] == b'"' {
+                return Ok(match decoded {
+                    Some(mut value) => {
+                        value.push_str(&self.text[segment..stop]);
+                        Cow::Owned(value)
+                    }
+                    None => Cow::Borrowed(&self.text[start..stop]),
+                });
+            }
+            let c = self.escape()?;
+            if decode {
+                let value = decoded.get_or_insert_with(String::new);
+                value.push_str(&self.text[segment..stop]);
+                value.push(c);
+            }
+            segment = self.at;
+        }
+    }
+
+    /// The escape after a backslash.
+    fn escape(&mut self) -> Scan<char> {
+        Ok(match self.bump()? {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => match self.hex4()? {
+                high @ 0xD800..=0xDBFF => {
+                    self.expect(b'\\')?;
+                    self.expect(b'u')?;
+                    let low = self.hex4()?;
+                    if !(0xDC00..=0xDFFF).contains(&low) {
+                        return Err(Stop::Invalid);
+                    }
+                    char::from_u32(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
+                        .ok_or(Stop::Invalid)?
+                }
+                code => char::from_u32(code).ok_or(Stop::Invalid)?,
+            },
+            _ => return Err(Stop::Invalid),
+        })
+    }
+    fn hex4(&mut self) -> Scan<u32> {
+        let mut code = 0;
+        for _ in 0..4 {
+            let digit = char::from(self.bump()?).to_digit(16).ok_or(Stop::Invalid)?;
+            code = code * 16 + digit;
+        }
+        Ok(code)
+    }
+}
+
+#[cfg(test)]
+// Test code: a panic is how a test reports failure.
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// An event with the frame owned, to compare runs.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    enum Ev {
+        Frame(String),
+        Error(FrameError),
+    }
+
+    fn own(events: &mut Vec<Ev>) -> impl FnMut(FrameEvent<'_>) + '_ {
+        |e| {
+            events.push(match e {
+                FrameEvent::Frame(text) => Ev::Frame(text.to_owned()),
+                FrameEvent::Error(e) => Ev::Error(e),
+            })
+        }
+    }
+
+    fn config(max: usize) -> FramerConfig {
+        let mut c = FramerConfig::default();
+        c.max_frame(max);
+        c
+    }
+
+    /// Feeds `chunks` then finishes; returns all events.
+    fn run<'c>(config: &FramerConfig, chunks: impl IntoIterator<Item = &'c [u8]>) -> Vec<Ev> {
+        let mut framer = Framer::new(config.clone());
+        let mut events = Vec::new();
+        for chunk in chunks {
+            framer.push(chunk, own(&mut events));
+            assert!(framer.buffered_len() <= config.get_max_frame());
+            assert!(framer.buffer_capacity() <= config.get_max_frame());
+        }
+        framer.finish(own(&mut events));
+        events
+    }
+
+    fn frame(s: &str) -> Ev {
+        Ev::Frame(s.to_owned())
+    }
+    fn oversized(limit: usize, id_hint: Option<Id>) -> Ev {
+        Ev::Error(FrameError::Oversized { limit, id_hint })
+    }
+    fn ended(discarded: u64) -> Ev {
+        Ev::Error(FrameError::OversizedEnded { discarded })
+    }
+
+    #[test]
+    fn limit_is_inclusive_and_counts_the_carriage_return() {
+        let max = 10;
+        let ok = "x".repeat(max);
+        assert_eq!(
+            run(&config(max), [format!("{ok}\n").as_bytes()]),
+            [frame(&ok)]
+        );
+        // Split, so that the line goes through the buffer.
+        assert_eq!(
+            run(
+                &config(max),
+                [&ok.as_bytes()[..3], b"", &ok.as_bytes()[3..], b"\n"]
+            ),
+            [frame(&ok)]
+        );
+        let over = "x".repeat(max + 1);
+        assert_eq!(
+            run(&config(max), [format!("{over}\nok\n").as_bytes()]),
+            [oversized(max, None), ended(11), frame("ok")]
+        );
+        // `\r` counts: 9 bytes + `\r` pass, 10 bytes + `\r` do not.
+        let nine = "y".repeat(max - 1);
+        assert_eq!(
+            run(&config(max), [format!("{nine}\r\n").as_bytes()]),
+            [frame(&nine)]
+        );
+        assert_eq!(
+            run(&config(max), [format!("{ok}\r\n").as_bytes()]),
+            [oversized(max, None), ended(11)]
+        );
+    }
+
+    #[test]
+    fn encoder_output_always_passes_a_framer_with_the_same_limit() {
+        use crate::message::{encode_result, RawValue};
+        let result =
+            RawValue::from_string("{\"text\":\"line\\nnext \\\"q\\\" é\"}".to_owned()).unwrap();
+        let id = Id::from("req-1");
+        let exact = encode_result(&id, &result, usize::MAX).unwrap();
+        let limit = exact.len() - 1;
+        let bytes = encode_result(&id, &result, limit).unwrap();
+        let body = std::str::from_utf8(&bytes[..limit]).unwrap();
+        assert_eq!(run(&config(limit), [&bytes[..]]), [frame(body)]);
+        for cut in 0..bytes.len() {
+            assert_eq!(
+                run(&config(limit), [&bytes[..cut], &bytes[cut..]]),
+                [frame(body)]
+            );
+        }
+        assert!(encode_result(&id, &result, limit - 1).is_err());
+    }
+
+    #[test]
+    fn line_endings() {
+        let c = FramerConfig::default();
+        assert_eq!(
+            run(&c, [&b"a\r\nb\nc\rd\r\n"[..]]),
+            [frame("a"), frame("b"), frame("c\rd")]
+        );
+        // Only one `\r` is removed; a `\r` split from its `\n` still goes.
+        assert_eq!(run(&c, [&b"a\r\r\n"[..]]), [frame("a\r")]);
+        assert_eq!(
+            run(&c, [&b"a\r"[..], b"\nb\r", b"\n"]),
+            [frame("a"), frame("b")]
+        );
+        assert_eq!(run(&c, [&b"\r"[..], b"x\n"]), [frame("\rx")]);
+    }
+
+    #[test]
+    fn empty_lines_are_ignored_and_counted() {
+        let mut framer = Framer::new(FramerConfig::default());
+        let mut events = Vec::new();
+        framer.push(b"\n\r\n\n{}\n\r", own(&mut events));
+        framer.push(b"\n", own(&mut events));
+        framer.finish(own(&mut events));
+        assert_eq!(events, [frame("{}")]);
+        assert_eq!(framer.stats().empty_lines, 4);
+        assert_eq!(framer.stats().frames, 1);
+    }
+
+    #[test]
+    fn invalid_utf8_is_reported_and_framing_goes_on() {
+        let mut framer = Framer::new(FramerConfig::default());
+        let mut events = Vec::new();
+        framer.push(b"ab\xffc\r\n\xe2\x82\n{}\n", own(&mut events));
+        framer.finish(own(&mut events));
+        assert_eq!(
+            events,
+            [
+                Ev::Error(FrameError::InvalidUtf8 {
+                    len: 4,
+                    valid_up_to: 2
+                }),
+                Ev::Error(FrameError::InvalidUtf8 {
+                    len: 2,
+                    valid_up_to: 0
+                }),
+                frame("{}"),
+            ]
+        );
+        assert_eq!(framer.stats().invalid_utf8, 2);
+    }
+
+    #[test]
+    fn resyncs_after_oversized() {
+        let max = 16;
+        let mut c = config(max);
+        c.id_scan_limit(64);
+        let long = format!("{{\"id\":7,\"x\":\"{}\"}}", "z".repeat(40));
+        let input = format!("{{\"id\":1}}\n{long}\n{{\"id\":2}}\n");
+        let want = [
+            frame("{\"id\":1}"),
+            // The id scan never reads past `max_frame` bytes.
+            oversized(max, Some(Id::Number(7))),
+            ended(long.len() as u64),
+            frame("{\"id\":2}"),
+        ];
+        assert_eq!(run(&c, [input.as_bytes()]), want);
+        assert_eq!(run(&c, input.as_bytes().chunks(5)), want);
+        let mut framer = Framer::new(c);
+        framer.push(input.as_bytes(), |_| {});
+        assert_eq!(framer.stats().oversized, 1);
+        assert_eq!(framer.stats().discarded_bytes, long.len() as u64);
+        assert_eq!(framer.stats().frames, 2);
+    }
+
+    #[test]
+    fn oversized_is_reported_before_the_newline() {
+        let max = 1000;
+        let line = "{\"id\":\"abc\",\"p\":\"".to_owned() + &"q".repeat(2 * max);
+        for chunk in [line.len(), 1000, 7, 1] {
+            let mut framer = Framer::new(config(max));
+            let mut events = Vec::new();
+            for piece in line.as_bytes().chunks(chunk) {
+                framer.push(piece, own(&mut events));
+            }
+            assert_eq!(
+                events,
+                [oversized(max, Some(Id::from("abc")))],
+                "chunk {chunk}"
+            );
+            assert!(framer.is_discarding());
+            assert_eq!(framer.buffered_len(), 0);
+            framer.push(b"\n", own(&mut events));
+            assert_eq!(events[1], ended(line.len() as u64));
+        }
+    }
+
+    #[test]
+    fn reports_as_soon_as_the_limit_is_crossed() {
+        let max = 8;
+        let mut framer = Framer::new(config(max));
+        let mut events = Vec::new();
+        framer.push(b"12345678", own(&mut events));
+        assert!(events.is_empty());
+        assert_eq!(framer.buffered_len(), 8);
+        framer.push(b"9", own(&mut events));
+        assert_eq!(events, [oversized(max, None)]);
+    }
+
+    #[test]
+    fn capacity_grows_exactly_and_is_released_after_oversized() {
+        let max = 1 << 20;
+        let mut framer = Framer::new(config(max));
+        assert_eq!(framer.buffer_capacity(), 0);
+        framer.push(b"{\"a\":", |_| panic!());
+        assert_eq!(framer.buffer_capacity(), SMALL_BUFFER_CAPACITY);
+        framer.push(&[b' '; 10_000], |_| panic!());
+        assert_eq!(framer.buffer_capacity(), 16 * 1024);
+        framer.push(&[b' '; 20_000], |_| panic!());
+        assert_eq!(framer.buffer_capacity(), 32 * 1024);
+        // Past 32 KiB: exactly `max_frame`, in one step.
+        framer.push(&[b' '; 10_000], |_| panic!());
+        assert_eq!(framer.buffer_capacity(), max);
+        let chunk = vec![b' '; 64 * 1024];
+        let mut events = Vec::new();
+        while events.is_empty() {
+            framer.push(&chunk, own(&mut events));
+            assert!(framer.buffer_capacity() <= max);
+        }
+        assert_eq!(events, [oversized(max, None)]);
+        assert!(framer.buffer_capacity() <= SMALL_BUFFER_CAPACITY);
+        // Resync, and a later split frame starts small again.
+        framer.push(b"\n{\"b\":", own(&mut events));
+        assert!(framer.buffer_capacity() <= SMALL_BUFFER_CAPACITY);
+        framer.push(b"1}\n", own(&mut events));
+        assert_eq!(events.last(), Some(&frame("{\"b\":1}")));
+        // A big split frame keeps its capacity for the next one...
+        framer.push(&chunk, |_| panic!());
+        framer.push(b"\n", |_| {});
+        assert_eq!(framer.buffer_capacity(), max);
+        // ...until asked, or until the stream ends.
+        framer.shrink_buffer();
+        assert_eq!(framer.buffer_capacity(), 0);
+        framer.push(b"partial", |_| panic!());
+        framer.finish(|_| {});
+        assert_eq!(framer.buffer_capacity(), 0);
+    }
+
+    #[test]
+    fn small_limits_cap_the_capacity() {
+        let mut framer = Framer::new(config(100));
+        framer.push(&[b'a'; 60], |_| panic!());
+        assert_eq!(framer.buffer_capacity(), 100);
+        framer.push(&[b'a'; 40], |_| panic!());
+        assert_eq!(framer.buffer_capacity(), 100);
+    }
+
+    #[test]
+    fn frames_inside_one_chunk_are_borrowed() {
+        let chunk = b"{\"a\":1}\r\n{\"b\":2}\n{\"c\":";
+        let range = chunk.as_ptr_range();
+        let mut framer = Framer::new(FramerConfig::default());
+        let mut seen = 0;
+        framer.push(chunk, |e| match e {
+            FrameEvent::Frame(text) => {
+                let r = text.as_bytes().as_ptr_range();
+                assert!(range.contains(&r.start) && r.end <= range.end);
+                seen += 1;
+            }
+            FrameEvent::Error(e) => panic!("{e}"),
+        });
+        assert_eq!(seen, 2);
+        // A frame completed from the buffer is not in the chunk.
+        let tail = b"3}\n";
+        let range = tail.as_ptr_range();
+        framer.push(tail, |e| match e {
+            FrameEvent::Frame(text) => {
+                assert_eq!(text, "{\"c\":3}");
+                assert!(!range.contains(&text.as_ptr()));
+            }
+            FrameEvent::Error(e) => panic!("{e}"),
+        });
+    }
+
+    #[test]
+    fn truncated_at_eof_and_reuse() {
+        let c = config(8);
+        assert_eq!(
+            run(&c, [&b"{}\n{\"a\""[..]]),
+            [
+                frame("{}"),
+                Ev::Error(FrameError::TruncatedAtEof { bytes: 4 })
+            ]
+        );
+        assert_eq!(
+            run(&c, [&b"\r"[..]]),
+            [Ev::Error(FrameError::TruncatedAtEof { bytes: 1 })]
+        );
+        // An oversized line being discarded: its whole length.
+        assert_eq!(
+            run(&c, [&b"0123456789"[..], b"abc"]),
+            [
+                oversized(8, None),
+                Ev::Error(FrameError::TruncatedAtEof { bytes: 13 })
+            ]
+        );
+        assert_eq!(run(&c, [&b""[..]]), []);
+        let mut framer = Framer::new(c);
+        let mut events = Vec::new();
+        framer.push(b"abc", own(&mut events));
+        framer.finish(own(&mut events));
+        framer.finish(own(&mut events));
+        framer.push(b"def\n", own(&mut events));
+        assert_eq!(
+            events,
+            [
+                Ev::Error(FrameError::TruncatedAtEof { bytes: 3 }),
+                frame("def")
+            ]
+        );
+        assert_eq!(framer.stats().truncated, 1);
+    }
+
+    #[test]
+    fn close_policy_stops_framing() {
+        let mut c = config(4);
+        c.oversized_policy(OversizedPolicy::Close);
+        let mut framer = Framer::new(c);
+        let mut events = Vec::new();
+        framer.push(b"ab\n{\"id\":1}\ncd\n", own(&mut events));
+        assert!(framer.is_closed());
+        framer.push(b"ef\n", own(&mut events));
+        framer.finish(own(&mut events));
+        assert_eq!(events, [frame("ab"), oversized(4, None)]);
+        assert!(framer.is_closed());
+        assert_eq!(framer.stats().bytes, 18);
+        assert_eq!(framer.buffer_capacity(), 0);
+        framer.reset();
+        assert!(!framer.is_closed());
+        framer.push(b"gh\n", own(&mut events));
+        assert_eq!(events.last(), Some(&frame("gh")));
+    }
+
+    #[test]
+    fn zero_limit() {
+        let c = config(0);
+        assert_eq!(run(&c, [&b"\n\nx\n"[..]]), [oversized(0, None), ended(1)]);
+    }
+
+    #[test]
+    fn id_hint_spans_buffer_and_chunk() {
+        let mut c = config(32);
+        c.id_scan_limit(20);
+        let line = br#"{"jsonrpc":"2.0","id":42,"method":"m","params":{}}"#;
+        // 20 bytes end inside `42`? `{"jsonrpc":"2.0","id` is 20 bytes: cut.
+        assert_eq!(
+            run(&c, [&line[..]]),
+            [
+                oversized(32, None),
+                Ev::Error(FrameError::TruncatedAtEof {
+                    bytes: line.len() as u64
+                })
+            ]
+        );
+        c.id_scan_limit(25);
+        for cut in 0..line.len() {
+            assert_eq!(
+                run(&c, [&line[..cut], &line[cut..], b"\n"]),
+                [
+                    oversized(32, Some(Id::Number(42))),
+                    ended(line.len() as u64)
+                ],
+                "cut at {cut}"
+            );
+        }
+    }
+
+    // ---- recover_id ----
+
+    fn rid(s: &str) -> Option<Id> {
+        recover_id(s.as_bytes())
+    }
+    fn num(n: i64) -> Option<Id> {
+        Some(Id::Number(n))
+    }
+    fn st(s: &str) -> Option<Id> {
+        Some(Id::from(s))
+    }
+
+    #[test]
+    fn recover_id_position_and_nesting() {
+        assert_eq!(rid(r#"{"id":1,"method":"x"#), num(1));
+        assert_eq!(rid(r#" { "id" : "a" , "#), st("a"));
+        assert_eq!(
+            rid(r#"{"jsonrpc":"2.0","method":"tools/call","id":99,"params":{"#),
+            num(99)
+        );
+        assert_eq!(rid(r#"{"a":"x\"y","b":"\\","id":5}"#), num(5));
+        assert_eq!(
+            rid(r#"{"a":{"b":[1,{"c":null}],"d":{}},"e":[],"id":6,"#),
+            num(6)
+        );
+        assert_eq!(
+            rid(r#"{"a":[true,false,null,-1.5e+3,0,"]}"],"id":7}"#),
+            num(7)
+        );
+        // Nested ids are not the id.
+        assert_eq!(rid(r#"{"params":{"id":3},"method":"x"}"#), None);
+        assert_eq!(rid(r#"{"params":{"id":3},"id":4}"#), num(4));
+        assert_eq!(rid(r#"{"params":[{"id":3}],"#), None);
+        // "id" inside string values.
+        assert_eq!(rid(r#"{"method":"\"id\":5","x":1}"#), None);
+        assert_eq!(rid(r#"{"method":"\",\"id\":5,\"","id":6,"#), num(6));
+        assert_eq!(rid(r#"{"method":"id","#), None);
+        // A top-level array or other text is not an object.
+        assert_eq!(rid(r#"[{"id":1}]"#), None);
+        assert_eq!(rid(r#""id":1,"#), None);
+        assert_eq!(rid(""), None);
+    }
+
+    #[test]
+    fn recover_id_values() {
+        assert_eq!(rid(r#"{"id":-42,"#), num(-42));
+        assert_eq!(rid(r#"{"id":0}"#), num(0));
+        assert_eq!(rid(r#"{"id":-0}"#), num(0));
+        assert_eq!(rid(r#"{"id":9223372036854775807}"#), num(i64::MAX));
+        assert_eq!(rid(r#"{"id":-9223372036854775808}"#), num(i64::MIN));
+        assert_eq!(rid(r#"{"id":9223372036854775808}"#), None);
+        assert_eq!(rid(r#"{"id":1.5}"#), None);
+        assert_eq!(rid(r#"{"id":1.0}"#), None);
+        assert_eq!(rid(r#"{"id":1e3}"#), None);
+        assert_eq!(rid(r#"{"id":null}"#), None);
+        assert_eq!(rid(r#"{"id":true}"#), None);
+        assert_eq!(rid(r#"{"id":[1]}"#), None);
+        assert_eq!(rid(r#"{"id":{"id":1}}"#), None);
+        assert_eq!(rid(r#"{"id":01}"#), None);
+        assert_eq!(rid(r#"{"id":+1}"#), None);
+        assert_eq!(
+            rid(r#"{"id":"",}"#),
+            None,
+            "trailing comma is invalid, but a byte later"
+        );
+        assert_eq!(rid(r#"{"id":""}"#), st(""));
+        // Escapes decode.
+        assert_eq!(
+            rid(r#"{"id":"a\"b\\c\/d\n\t\u00e9\ud83d\ude00"}"#),
+            st("a\"b\\c/d\n\té😀")
+        );
+        assert_eq!(rid(r#"{"id":"ü-é"}"#), st("ü-é"));
+        assert_eq!(rid(r#"{"id":"\ud83d"}"#), None, "lone high surrogate");
+        assert_eq!(rid(r#"{"id":"\ude00"}"#), None, "lone low surrogate");
+        assert_eq!(rid(r#"{"id":"\x"}"#), None);
+        assert_eq!(rid(r#"{"id":"\u00g0"}"#), None);
+        assert_eq!(rid("{\"id\":\"a\tb\"}"), None, "raw control character");
+        // Escaped key names are decoded.
+        assert_eq!(rid(r#"{"\u0069d":8,"#), num(8));
+        assert_eq!(rid(r#"{"i\"d":8,"#), None);
+    }
+
+    #[test]
+    fn recover_id_cut_by_the_scan_limit() {
+        let full = r#"{"id":12345,"method":"x"}"#;
+        assert_eq!(rid(&full[..9]), None, "`123` may go on");
+        assert_eq!(rid(&full[..11]), None, "`12345` may go on");
+        assert_eq!(rid(&full[..12]), num(12345));
+        assert_eq!(rid(r#"{"id":-"#), None);
+        assert_eq!(rid(r#"{"id":1."#), None);
+        assert_eq!(rid(r#"{"id":1e"#), None);
+        assert_eq!(rid(r#"{"id":"abc"#), None);
+        assert_eq!(rid(r#"{"id":"abc""#), st("abc"));
+        assert_eq!(rid(r#"{"id":"ab\"#), None);
+        assert_eq!(rid(r#"{"id":"ab\u00"#), None);
+        assert_eq!(rid(r#"{"id":"\ud83d\ude"#), None);
+        assert_eq!(rid(r#"{"id""#), None);
+        assert_eq!(rid(r#"{"i"#), None);
+        // Cut inside a multi-byte character after the id.
+        let s = "{\"id\":3,\"m\":\"é\"}";
+        let cut = s.find('é').unwrap() + 1;
+        assert_eq!(recover_id(&s.as_bytes()[..cut]), num(3));
+        // ...but invalid UTF-8 before the end is not JSON.
+        assert_eq!(recover_id(b"{\"id\":3,\"m\":\"\xff\"}"), None);
+    }
+
+    #[test]
+    fn recover_id_ambiguity() {
+        assert_eq!(rid(r#"{"id":1,"id":2}"#), None);
+        assert_eq!(rid(r#"{"id":1,"id":"#), None);
+        assert_eq!(rid(r#"{"id":1,"\u0069d":1}"#), None);
+        // A syntax error anywhere in the prefix.
+        assert_eq!(rid(r#"{"id":1 "x":2}"#), None);
+        assert_eq!(rid(r#"{"a":[1,}],"id":1}"#), None);
+        assert_eq!(rid(r#"{"a":[1}],"id":1}"#), None);
+        assert_eq!(rid(r#"{"a":tru,"id":1}"#), None);
+        assert_eq!(rid(r#"{"id":1}x"#), None);
+        assert_eq!(rid("{\"id\":1}\r"), num(1));
+        // Deep nesting before the id.
+        let deep = format!("{{\"a\":{}1{},\"id\":2}}", "[".repeat(128), "]".repeat(128));
+        assert_eq!(rid(&deep), num(2));
+        let deeper = format!("{{\"a\":{}1{},\"id\":2}}", "[".repeat(129), "]".repeat(129));
+        assert_eq!(rid(&deeper), None);
+    }
+
+    // ---- property tests ----
+
+    /// Reference model: splits the whole stream at `\n` and applies the rules.
+    fn model(config: &FramerConfig, stream: &[u8]) -> Vec<Ev> {
+        let max = config.get_max_frame();
+        let scan = config.get_id_scan_limit().min(max);
+        let mut out = Vec::new();
+        let mut lines: Vec<&[u8]> = stream.split(|&b| b == b'\n').collect();
+        let last = lines.pop().unwrap_or_default();
+        let hint = |line: &[u8]| {
+            if scan == 0 {
+                None
+            } else {
+                recover_id(&line[..scan])
+            }
+        };
+        for line in lines {
+            if line.len() > max {
+                out.push(oversized(max, hint(line)));
+                if config.get_oversized_policy() == OversizedPolicy::Close {
+                    return out;
+                }
+                out.push(ended(line.len() as u64));
+                continue;
+            }
+            let f = line.strip_suffix(b"\r").unwrap_or(line);
+            if f.is_empty() {
+                continue;
+            }
+            out.push(match std::str::from_utf8(f) {
+                Ok(s) => frame(s),
+                Err(e) => Ev::Error(FrameError::InvalidUtf8 {
+                    len: f.len(),
+                    valid_up_to: e.valid_up_to(),
+                }),
+            });
+        }
+        if last.len() > max {
+            out.push(oversized(max, hint(last)));
+            if config.get_oversized_policy() == OversizedPolicy::Close {
+                return out;
+            }
+        }
+        if !last.is_empty() {
+            out.push(Ev::Error(FrameError::TruncatedAtEof {
+                bytes: last.len() as u64,
+            }));
+        }
+        out
+    }
+
+    /// One piece of a random stream.
+    fn piece() -> impl Strategy<Value = Vec<u8>> {
+        let text = "[a-z \"\\\\{}:,é€😀\u{0}]{0,12}";
+        let id = prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            text.prop_map(|s| serde_json::to_string(&s).unwrap()),
+            Just("1.5".to_owned()),
+            Just("null".to_owned()),
+        ];
+        let message = (id, text, 0usize..3, any::<bool>(), any::<bool>()).prop_map(
+            |(id, s, pos, nested, crlf)| {
+                let value = serde_json::to_string(&format!("{s}\n\"x\"\r{s}")).unwrap();
+                let mut members = vec![
+                    format!("\"jsonrpc\":\"2.0\""),
+                    format!(
+                        "\"params\":{{\"s\":{value}{}}}",
+                        if nested { ",\"id\":0" } else { "" }
+                    ),
+                ];
+                members.insert(pos.min(members.len()), format!("\"id\":{id}"));
+                format!(
+                    "{{{}}}{}",
+                    members.join(","),
+                    if crlf { "\r\n" } else { "\n" }
+                )
+                .into_bytes()
+            },
+        );
+        prop_oneof![
+            4 => message,
+            1 => (1usize..300).prop_map(|n| format!("{{\"id\":\"big\",\"x\":\"{}\"}}\n", "ü".repeat(n)).into_bytes()),
+            1 => prop_oneof![Just(b"\n".to_vec()), Just(b"\r\n".to_vec()), Just(b"\r".to_vec())],
+            1 => proptest::collection::vec(any::<u8>(), 0..40),
+            1 => proptest::collection::vec(prop_oneof![Just(0xffu8), Just(0xc3), Just(0xa9), Just(b'\n'), Just(b'\r'), Just(b'a')], 0..10),
+        ]
+    }
+
+    fn stream_and_config() -> impl Strategy<Value = (Vec<u8>, FramerConfig)> {
+        (
+            proptest::collection::vec(piece(), 0..24),
+            prop_oneof![Just(0usize), 1usize..40, 40usize..400, Just(4096)],
+            prop_oneof![Just(0usize), 1usize..64, Just(256)],
+            prop_oneof![4 => Just(OversizedPolicy::Discard), 1 => Just(OversizedPolicy::Close)],
+        )
+            .prop_map(|(pieces, max, scan, policy)| {
+                let mut c = FramerConfig::default();
+                c.max_frame(max)
+                    .id_scan_limit(scan)
+                    .oversized_policy(policy);
+                (pieces.concat(), c)
+            })
+    }
+
+    /// Cut points: random ones, plus some inside multi-byte characters and
+    /// between `\r` and `\n`.
+    fn cuts(stream: &[u8], picks: &[(bool, usize)]) -> Vec<usize> {
+        let tricky: Vec<usize> = (1..stream.len())
+            .filter(|&i| {
+                (0x80..0xc0).contains(&stream[i]) || (stream[i - 1] == b'\r' && stream[i] == b'\n')
+            })
+            .collect();
+        let mut cuts: Vec<usize> = picks
+            .iter()
+            .map(|&(t, k)| {
+                if t && !tricky.is_empty() {
+                    tricky[k % tricky.len()]
+                } else {
+                    k % (stream.len() + 1)
+                }
+            })
+            .collect();
+        cuts.sort_unstable();
+        cuts
+    }
+
+    fn chunks_at<'s>(stream: &'s [u8], cuts: &[usize]) -> Vec<&'s [u8]> {
+        let mut out = Vec::new();
+        let mut from = 0;
+        for &c in cuts {
+            out.push(&stream[from..c]);
+            from = c;
+        }
+        out.push(&stream[from..]);
+        out
+    }
+
+    /// Any JSON value, with `"id"` keys and strings that look like JSON.
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "(\"id\":1|[a-z{}\\[\\],:\"\\\\]|é|\u{1f600}|\u{1}){0,6}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::vec(("id|[a-z]{0,2}", inner), 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// G4: however the stream is cut, the events are those of the whole
+        /// stream in one chunk, which are those of the reference model.
+        #[test]
+        fn chunking_never_changes_the_events(
+            (stream, c) in stream_and_config(),
+            picks in proptest::collection::vec((any::<bool>(), any::<usize>()), 0..40),
+        ) {
+            let one_shot = run(&c, [&stream[..]]);
+            prop_assert_eq!(&one_shot, &model(&c, &stream));
+            let cuts = cuts(&stream, &picks);
+            prop_assert_eq!(&run(&c, chunks_at(&stream, &cuts)), &one_shot);
+        }
+
+        /// 1-byte chunks equal one chunk.
+        #[test]
+        fn byte_by_byte_equals_one_shot((stream, c) in stream_and_config()) {
+            prop_assert_eq!(run(&c, stream.chunks(1)), run(&c, [&stream[..]]));
+        }
+
+        /// `recover_id` never returns a wrong id, on any prefix of any object.
+        #[test]
+        fn recover_id_is_never_wrong(
+            members in proptest::collection::vec(
+                ("[a-z]{0,3}|id", json_value()), 0..5),
+            id in prop_oneof![
+                Just(None),
+                any::<i64>().prop_map(|n| Some(serde_json::json!(n))),
+                ".{0,8}".prop_map(|s| Some(serde_json::json!(s))),
+                any::<f64>().prop_map(|f| Some(serde_json::json!(f))),
+            ],
+            at in any::<usize>(),
+            pretty in any::<bool>(),
+        ) {
+            let mut members = members;
+            if let Some(id) = id {
+                members.insert(at % (members.len() + 1), ("id".to_owned(), id));
+            }
+            let body: Vec<String> = members
+                .iter()
+                .map(|(k, v)| format!("{}:{}", serde_json::to_string(k).unwrap(),
+                    if pretty { serde_json::to_string_pretty(v).unwrap() } else { v.to_string() }))
+                .collect();
+            let text = format!("{{{}}}", body.join(if pretty { " ,\n " } else { "," }));
+            let ids: Vec<_> = members.iter().filter(|(k, _)| k == "id").collect();
+            let truth = match ids.as_slice() {
+                [(_, serde_json::Value::String(s))] => Some(Id::String(s.clone())),
+                [(_, v)] => v.as_i64().map(Id::Number),
+                _ => None,
+            };
+            prop_assert_eq!(recover_id(text.as_bytes()), truth.clone(), "{}", text);
+            // With two ids the frame is invalid JSON, and a prefix holding only
+            // the first cannot know: no promise there.
+            let checked_prefixes = if ids.len() > 1 { 0 } else { text.len() };
+            for end in 0..checked_prefixes {
+                let got = recover_id(&text.as_bytes()[..end]);
+                prop_assert!(got.is_none() || got == truth, "{:?} from {:?}", got, &text[..end.min(text.len())]);
+            }
+        }
+    }
 }
