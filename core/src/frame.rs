@@ -421,10 +421,6 @@ impl Framer {
     pub fn config(&self) -> &FramerConfig {
         &self.config
     }
-    /// Bytes buffered for an unfinished frame.
-    pub fn buffered_len(&self) -> usize {
-        todo!()
-    }
     /// True once the `Close` policy has stopped framing.
     pub fn is_closed(&self) -> bool {
         self.closed

@@ -7,13 +7,10 @@
 //! freed, as happens when a reallocation moves.
 
 // Why unsafe code here: a `#[global_allocator]` must `unsafe impl GlobalAlloc`.
-// The workspace forbids unsafe code; core's Cargo.toml lowers that to `deny`
-// for this package's test targets only (the library keeps
-// `#![forbid(unsafe_code)]` in src/lib.rs), so that this file can allow it. The
+// The workspace denies unsafe code (the library crates forbid it with
+// `#![forbid(unsafe_code)]`), so this test file can allow it locally. The
 // unsafe code below only forwards each call to `System` and counts bytes.
 #![allow(unsafe_code)]
-// Test code: a panic is how a test reports failure.
-#![allow(clippy::unwrap_used)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
