@@ -42,6 +42,9 @@
 //! | [`frame`] | newline framing with a byte limit, discard-to-newline recovery, bounded id recovery |
 //! | [`message`] | JSON-RPC 2.0 messages with raw payloads; encoding under the wire limit |
 //! | [`client`] | host side of a session: ids, pending map, deadlines, cancel, inbox, overload |
+//! | [`host`] | a session with a spawned server: protocol, process and stderr as one machine |
+//! | [`handshake`] | the MCP initialize request and protocol version negotiation |
+//! | [`command`] | what to spawn: a program and its arguments, never a shell line |
 //! | [`server`] | server side: in-flight registry, cancel → abort, response suppression, outgoing limit |
 //! | [`capture`] | bounded head/tail capture of a byte stream and the process-wide retention pool |
 //! | [`process`] | the shutdown/cancel supervisor of one child process |
@@ -56,7 +59,10 @@ pub mod budget;
 pub mod call;
 pub mod capture;
 pub mod client;
+pub mod command;
 pub mod frame;
+pub mod handshake;
+pub mod host;
 pub mod message;
 pub mod process;
 pub mod server;
@@ -65,7 +71,16 @@ pub mod server;
 #[doc(hidden)]
 pub mod fuzzing;
 
+pub use audit::{AuditChain, AuditKey, AuditVerifier};
+pub use budget::ResultBudget;
+pub use call::{CallLifecycle, CallRecord, Stamp};
+pub use capture::{CaptureConfig, Captured, OutputCapture, RetentionPool};
+pub use client::{ClientConfig, ClientEvent, ClientSession};
+pub use command::CommandSpec;
 pub use frame::{FrameError, FrameEvent, Framer, FramerConfig, OversizedPolicy};
+pub use host::{HostConfig, HostSession, RequestError, SessionRecord};
 pub use message::{
     DecodeError, EncodeError, ErrorObject, Id, Message, Notification, Request, Response,
 };
+pub use process::{ExitStatus, ProcessOutcome, ProcessSupervisor, StreamEnd, SupervisorConfig};
+pub use server::{ServerConfig, ServerEvent, ServerSession};

@@ -1,0 +1,735 @@
+//! The host side of a session with a spawned MCP server: the protocol
+//! session, the child's supervisor and its stderr, as one state machine.
+//!
+//! [`HostSession`] combines a [`ClientSession`] (G2–G6), a
+//! [`ProcessSupervisor`] (G11) and a budgeted stderr [`OutputCapture`] (G10),
+//! and decides how they affect each other: stdout EOF or a closed session
+//! starts the shutdown sequence; the record is built only from what was
+//! observed (G12). Every adapter's `Client` is this state machine plus pipe
+//! I/O, so the three adapters behave alike by construction.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::capture::{CaptureConfig, CaptureSummary, Grant, OutputCapture, DEFAULT_EXCERPT};
+use crate::client::{
+    CancelError, ClientConfig, ClientEvent, ClientMetrics, ClientSession, CloseReason, Incoming,
+    RequestFailure, SendError,
+};
+use crate::message::{ErrorObject, Id, RawValue};
+use crate::process::{
+    ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
+    SupervisorConfig,
+};
+
+/// Limits for forwarding the server's stderr to logs, line by line.
+#[derive(Debug, Clone)]
+pub struct StderrForwardConfig {
+    max_line_bytes: usize,
+    max_total_bytes: u64,
+    max_queued_lines: usize,
+}
+
+impl Default for StderrForwardConfig {
+    fn default() -> Self {
+        Self {
+            max_line_bytes: 2048,
+            max_total_bytes: 64 * 1024,
+            max_queued_lines: 64,
+        }
+    }
+}
+
+impl StderrForwardConfig {
+    /// Longest line forwarded (default 2 KiB); longer lines are cut and marked
+    /// with `…`. This is also the size of the line buffer.
+    pub fn max_line_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.max_line_bytes = bytes;
+        self
+    }
+
+    /// Total bytes forwarded over the session (default 64 KiB; 0 disables
+    /// forwarding). After it, one notice line says forwarding stopped; the
+    /// capture still keeps the tail.
+    pub fn max_total_bytes(&mut self, bytes: u64) -> &mut Self {
+        self.max_total_bytes = bytes;
+        self
+    }
+
+    /// Lines waiting for [`HostSession::poll_stderr_line`] (default 64; worst
+    /// case that many × `max_line_bytes`). Past it lines are dropped and counted.
+    pub fn max_queued_lines(&mut self, n: usize) -> &mut Self {
+        self.max_queued_lines = n;
+        self
+    }
+}
+
+/// Limits and policies of a [`HostSession`].
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    session: ClientConfig,
+    supervisor: SupervisorConfig,
+    stderr: CaptureConfig,
+    stderr_excerpt_bytes: usize,
+    stderr_forward: StderrForwardConfig,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            session: ClientConfig::default(),
+            supervisor: SupervisorConfig::default(),
+            stderr: CaptureConfig::default(),
+            stderr_excerpt_bytes: DEFAULT_EXCERPT,
+            stderr_forward: StderrForwardConfig::default(),
+        }
+    }
+}
+
+impl HostConfig {
+    /// The protocol session's limits (see [`ClientConfig`]).
+    pub fn session(&mut self, config: ClientConfig) -> &mut Self {
+        self.session = config;
+        self
+    }
+
+    /// Mutable access to the protocol session's limits.
+    pub fn session_mut(&mut self) -> &mut ClientConfig {
+        &mut self.session
+    }
+
+    /// The shutdown graces (see [`SupervisorConfig`]).
+    pub fn supervisor(&mut self, config: SupervisorConfig) -> &mut Self {
+        self.supervisor = config;
+        self
+    }
+
+    /// Mutable access to the shutdown graces.
+    pub fn supervisor_mut(&mut self) -> &mut SupervisorConfig {
+        &mut self.supervisor
+    }
+
+    /// The per-process stderr capture budget (default: last 16 KiB). When a
+    /// retention pool grant is given, the capture keeps at most the grant.
+    pub fn stderr(&mut self, config: CaptureConfig) -> &mut Self {
+        self.stderr = config;
+        self
+    }
+
+    /// Bytes of stderr in the record's agent excerpt (default 4 KiB).
+    pub fn stderr_excerpt_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.stderr_excerpt_bytes = bytes;
+        self
+    }
+
+    /// Line forwarding of stderr to logs (see [`StderrForwardConfig`]).
+    pub fn stderr_forward(&mut self, config: StderrForwardConfig) -> &mut Self {
+        self.stderr_forward = config;
+        self
+    }
+
+    /// The protocol session's limits.
+    pub fn get_session(&self) -> &ClientConfig {
+        &self.session
+    }
+
+    /// The stderr capture budget.
+    pub fn get_stderr(&self) -> &CaptureConfig {
+        &self.stderr
+    }
+}
+
+/// Everything observed about one session, built when it is over (G12).
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct SessionRecord {
+    /// The child's observed end: exit status (or `None`), shutdown path, stream ends.
+    pub process: ProcessOutcome,
+    /// Why the protocol session closed.
+    pub close_reason: Option<CloseReason>,
+    /// stderr accounting: bytes seen, retained, truncated.
+    pub stderr: CaptureSummary,
+    /// The retained stderr, decoded lossily, after a truncation marker when
+    /// bytes were dropped (`[stderr truncated: kept last N of M bytes]`).
+    pub stderr_tail: String,
+    /// The newest stderr bytes for an agent's context, at most the configured
+    /// excerpt size.
+    pub stderr_excerpt: String,
+    /// stderr lines forwarded to logs, and lines dropped from forwarding.
+    pub stderr_lines_forwarded: u64,
+    /// stderr lines not forwarded (queue full or budget used up).
+    pub stderr_lines_dropped: u64,
+    /// The protocol session's counters.
+    pub metrics: ClientMetrics,
+}
+
+impl SessionRecord {
+    /// The exit status actually observed, if any.
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        self.process.exit_status
+    }
+}
+
+/// What the adapter must do, from [`HostSession::poll_action`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum HostAction {
+    /// Close the write end of the server's stdin (drop it); discard any bytes
+    /// not yet written.
+    CloseStdin,
+    /// Send this signal to the server's process group; `ESRCH` is not an error.
+    SignalGroup(Signal),
+    /// Stop reading the streams that are still open.
+    AbandonReaders,
+    /// The session is over. Release the stderr grant with
+    /// [`HostSession::take_grant`] if a pool is used.
+    Finished(Box<SessionRecord>),
+}
+
+/// Why a command failed: everything a request can end with, in one type.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The request was sent but did not produce a result.
+    #[error(transparent)]
+    Failed(#[from] RequestFailure),
+    /// The request could not be sent.
+    #[error(transparent)]
+    Send(#[from] SendError),
+}
+
+impl RequestError {
+    /// True for a timeout (a cancel was sent, except for `initialize`).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Failed(RequestFailure::TimedOut { .. }))
+    }
+
+    /// The server's error object, if the server answered with one.
+    pub fn server_error(&self) -> Option<&ErrorObject> {
+        match self {
+            Self::Failed(RequestFailure::Server(e)) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Splits stderr into lines for logs, within a byte budget.
+#[derive(Debug)]
+struct LineForwarder {
+    config: StderrForwardConfig,
+    line: Vec<u8>,
+    cut: bool,
+    lines: VecDeque<String>,
+    forwarded_bytes: u64,
+    forwarded_lines: u64,
+    dropped_lines: u64,
+    exhausted: bool,
+}
+
+impl LineForwarder {
+    fn new(config: StderrForwardConfig) -> Self {
+        Self {
+            config,
+            line: Vec::new(),
+            cut: false,
+            lines: VecDeque::new(),
+            forwarded_bytes: 0,
+            forwarded_lines: 0,
+            dropped_lines: 0,
+            exhausted: false,
+        }
+    }
+
+    fn push(&mut self, mut chunk: &[u8]) {
+        if self.config.max_total_bytes == 0 {
+            return;
+        }
+        while !chunk.is_empty() {
+            let (part, rest, complete) = match memchr::memchr(b'\n', chunk) {
+                Some(i) => (&chunk[..i], &chunk[i + 1..], true),
+                None => (chunk, &[][..], false),
+            };
+            let room = self.config.max_line_bytes.saturating_sub(self.line.len());
+            self.line.extend_from_slice(&part[..part.len().min(room)]);
+            self.cut |= part.len() > room;
+            if complete {
+                self.end_line();
+            }
+            chunk = rest;
+        }
+    }
+
+    fn end_line(&mut self) {
+        if self.line.last() == Some(&b'\r') {
+            self.line.pop();
+        }
+        let mut text = String::from_utf8_lossy(&self.line).into_owned();
+        if self.cut {
+            text.push('…');
+        }
+        self.line.clear();
+        self.cut = false;
+        if self.exhausted {
+            self.dropped_lines += 1;
+            return;
+        }
+        if self.forwarded_bytes + text.len() as u64 > self.config.max_total_bytes {
+            self.exhausted = true;
+            self.dropped_lines += 1;
+            self.queue(format!(
+                "[stderr forwarding stopped after {} bytes; the capture keeps the tail]",
+                self.forwarded_bytes
+            ));
+            return;
+        }
+        self.forwarded_bytes += text.len() as u64;
+        if self.queue(text) {
+            self.forwarded_lines += 1;
+        }
+    }
+
+    fn queue(&mut self, text: String) -> bool {
+        if self.lines.len() >= self.config.max_queued_lines {
+            self.dropped_lines += 1;
+            return false;
+        }
+        self.lines.push_back(text);
+        true
+    }
+
+    fn finish(&mut self) {
+        if !self.line.is_empty() {
+            self.end_line();
+        }
+    }
+}
+
+/// The host side of a session with one spawned MCP server (sans-IO).
+///
+/// # Methods, by group
+///
+/// - **Getters**: [`metrics`](Self::metrics), [`session`](Self::session),
+///   [`supervisor`](Self::supervisor), [`stderr_seen`](Self::stderr_seen),
+///   [`is_finished`](Self::is_finished).
+/// - **Inputs from the system**: [`handle_spawned`](Self::handle_spawned),
+///   [`handle_stdout`](Self::handle_stdout),
+///   [`handle_stdout_eof`](Self::handle_stdout_eof),
+///   [`handle_stderr`](Self::handle_stderr),
+///   [`handle_stderr_eof`](Self::handle_stderr_eof),
+///   [`handle_exited`](Self::handle_exited),
+///   [`handle_timeout`](Self::handle_timeout).
+/// - **Commands from the application**: [`request`](Self::request),
+///   [`notify`](Self::notify), [`cancel`](Self::cancel),
+///   [`respond`](Self::respond), [`shutdown`](Self::shutdown),
+///   [`kill`](Self::kill).
+/// - **Outputs**: [`poll_transmit`](Self::poll_transmit),
+///   [`poll_action`](Self::poll_action), [`poll_event`](Self::poll_event),
+///   [`poll_incoming`](Self::poll_incoming),
+///   [`poll_stderr_line`](Self::poll_stderr_line),
+///   [`poll_timeout`](Self::poll_timeout).
+///
+/// # Polling order
+///
+/// After any input or command: `poll_transmit` until `None` (queue the bytes
+/// for stdin), `poll_action` until `None` (close stdin, signal the group,
+/// stop readers; `Finished` ends the session), `poll_event` until `None`
+/// (wake waiting callers), `poll_stderr_line` until `None` (log), then arm a
+/// timer for `poll_timeout`. Keep reading stdout and stderr throughout (G1):
+/// the session never asks the adapter to pause a reader.
+#[derive(Debug)]
+pub struct HostSession {
+    config: HostConfig,
+    session: ClientSession,
+    supervisor: ProcessSupervisor,
+    stderr: Option<OutputCapture>,
+    forwarder: LineForwarder,
+    stdin_closed: bool,
+    shutdown_started: bool,
+    grant: Option<Grant>,
+    finished: bool,
+}
+
+impl HostSession {
+    /// A session for a server about to be spawned. `stderr_grant` is this
+    /// process's share of a process-wide retention pool, if one is used.
+    pub fn new(config: HostConfig, stderr_grant: Option<Grant>) -> Self {
+        let stderr = match stderr_grant {
+            Some(grant) => OutputCapture::with_grant(&config.stderr, grant),
+            None => OutputCapture::new(&config.stderr),
+        };
+        Self {
+            session: ClientSession::new(config.session.clone()),
+            supervisor: ProcessSupervisor::new(config.supervisor.clone()),
+            forwarder: LineForwarder::new(config.stderr_forward.clone()),
+            stderr: Some(stderr),
+            config,
+            stdin_closed: false,
+            shutdown_started: false,
+            grant: None,
+            finished: false,
+        }
+    }
+
+    // ---- getters ----
+
+    /// The protocol session's counters.
+    pub fn metrics(&self) -> ClientMetrics {
+        self.session.metrics()
+    }
+
+    /// The protocol session.
+    pub fn session(&self) -> &ClientSession {
+        &self.session
+    }
+
+    /// The process supervisor.
+    pub fn supervisor(&self) -> &ProcessSupervisor {
+        &self.supervisor
+    }
+
+    /// stderr bytes seen so far.
+    pub fn stderr_seen(&self) -> u64 {
+        self.stderr.as_ref().map_or(0, OutputCapture::seen)
+    }
+
+    /// Whether `Finished` has been emitted.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Whether stdin has been closed (bytes from `poll_transmit` are then dropped).
+    pub fn stdin_closed(&self) -> bool {
+        self.stdin_closed
+    }
+
+    // ---- inputs ----
+
+    /// The server was spawned with stdin, stdout and stderr piped.
+    pub fn handle_spawned(&mut self, now: Instant) {
+        self.supervisor.handle_spawned(now, ChildPipes::ALL);
+    }
+
+    /// Bytes from the server's stdout.
+    pub fn handle_stdout(&mut self, now: Instant, chunk: &[u8]) {
+        self.session.handle_stdout(now, chunk);
+        self.shutdown_if_session_closed(now);
+    }
+
+    /// The server's stdout reached end-of-file (or failed): the protocol
+    /// session is over, so the shutdown sequence starts.
+    pub fn handle_stdout_eof(&mut self, now: Instant) {
+        self.session.handle_stdout_eof(now);
+        self.supervisor.handle_stdout_eof(now);
+        self.shutdown_if_session_closed(now);
+    }
+
+    /// Bytes from the server's stderr: captured within budget, forwarded as
+    /// lines within budget, always counted (G10).
+    pub fn handle_stderr(&mut self, _now: Instant, chunk: &[u8]) {
+        if let Some(c) = self.stderr.as_mut() {
+            c.push(chunk);
+        }
+        self.forwarder.push(chunk);
+    }
+
+    /// The server's stderr reached end-of-file (or failed).
+    pub fn handle_stderr_eof(&mut self, now: Instant) {
+        self.forwarder.finish();
+        self.supervisor.handle_stderr_eof(now);
+    }
+
+    /// The server process exited (observed by `wait`).
+    pub fn handle_exited(&mut self, now: Instant, status: ExitStatus) {
+        self.supervisor.handle_exited(now, status);
+    }
+
+    /// Time passed: request deadlines and shutdown graces.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.session.handle_timeout(now);
+        self.supervisor.handle_timeout(now);
+    }
+
+    // ---- commands ----
+
+    /// Sends a request (see [`ClientSession::request`]).
+    pub fn request(
+        &mut self,
+        now: Instant,
+        method: &str,
+        params: Option<&RawValue>,
+        timeout: Option<Duration>,
+    ) -> Result<Id, SendError> {
+        if self.stdin_closed {
+            return Err(SendError::Closed);
+        }
+        self.session.request(now, method, params, timeout)
+    }
+
+    /// Sends a notification.
+    pub fn notify(&mut self, method: &str, params: Option<&RawValue>) -> Result<(), SendError> {
+        if self.stdin_closed {
+            return Err(SendError::Closed);
+        }
+        self.session.notify(method, params)
+    }
+
+    /// Cancels a pending request (G6).
+    pub fn cancel(&mut self, id: &Id, reason: Option<&str>) -> Result<(), CancelError> {
+        self.session.cancel(id, reason)
+    }
+
+    /// Answers a server→client request.
+    pub fn respond(
+        &mut self,
+        id: &Id,
+        result: Result<&RawValue, &ErrorObject>,
+    ) -> Result<(), SendError> {
+        if self.stdin_closed {
+            return Err(SendError::Closed);
+        }
+        self.session.respond(id, result)
+    }
+
+    /// Graceful shutdown: pending requests fail with `SessionClosed`, then
+    /// close stdin → grace → `SIGTERM` → grace → `SIGKILL` → drain readers (G11).
+    pub fn shutdown(&mut self, now: Instant) {
+        self.session.close();
+        self.shutdown_started = true;
+        self.supervisor.shutdown(now);
+    }
+
+    /// Hard stop: pending requests fail, `SIGTERM` at once, `SIGKILL` after
+    /// the grace.
+    pub fn kill(&mut self, now: Instant) {
+        self.session.close();
+        self.shutdown_started = true;
+        self.supervisor.cancel(now);
+    }
+
+    // ---- outputs ----
+
+    /// The next message for the server's stdin.
+    #[must_use]
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        if self.stdin_closed {
+            // Drain and drop: nobody will write them.
+            while self.session.poll_transmit().is_some() {}
+            return None;
+        }
+        self.session.poll_transmit()
+    }
+
+    /// The next process action.
+    #[must_use]
+    pub fn poll_action(&mut self) -> Option<HostAction> {
+        let action = self.supervisor.poll_action()?;
+        Some(match action {
+            ProcessAction::CloseStdin => {
+                self.stdin_closed = true;
+                HostAction::CloseStdin
+            }
+            ProcessAction::SignalGroup(s) => HostAction::SignalGroup(s),
+            ProcessAction::AbandonReaders => HostAction::AbandonReaders,
+            ProcessAction::Finished(outcome) => {
+                self.finished = true;
+                self.stdin_closed = true;
+                // Whatever happened, the protocol session is over now.
+                self.session.close();
+                self.forwarder.finish();
+                HostAction::Finished(Box::new(self.build_record(outcome)))
+            }
+        })
+    }
+
+    /// The next completion or session state change.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        self.session.poll_event()
+    }
+
+    /// The next server→client message from the bounded inbox.
+    #[must_use]
+    pub fn poll_incoming(&mut self, now: Instant) -> Option<Incoming> {
+        self.session.poll_incoming(now)
+    }
+
+    /// The next stderr line to log (within the forwarding budget).
+    #[must_use]
+    pub fn poll_stderr_line(&mut self) -> Option<String> {
+        self.forwarder.lines.pop_front()
+    }
+
+    /// The earliest deadline: a request's or the shutdown sequence's.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (self.session.poll_timeout(), self.supervisor.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// After `Finished`: the retention pool grant to give back, if any.
+    pub fn take_grant(&mut self) -> Option<Grant> {
+        self.grant.take()
+    }
+
+    fn shutdown_if_session_closed(&mut self, now: Instant) {
+        if !self.shutdown_started && self.session.is_closed().is_some() {
+            self.shutdown_started = true;
+            self.supervisor.shutdown(now);
+        }
+    }
+
+    fn build_record(&mut self, process: ProcessOutcome) -> SessionRecord {
+        let captured = self
+            .stderr
+            .take()
+            .unwrap_or_else(|| OutputCapture::new(&CaptureConfig::default()))
+            .finish();
+        let record = SessionRecord {
+            process,
+            close_reason: self.session.is_closed().cloned(),
+            stderr: captured.summary(),
+            stderr_tail: captured.render("stderr"),
+            stderr_excerpt: captured.excerpt("stderr", self.config.stderr_excerpt_bytes),
+            stderr_lines_forwarded: self.forwarder.forwarded_lines,
+            stderr_lines_dropped: self.forwarder.dropped_lines,
+            metrics: self.session.metrics(),
+        };
+        self.grant = captured.into_grant();
+        record
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::{EndedBy, StreamEnd};
+
+    fn drain_actions(h: &mut HostSession) -> Vec<HostAction> {
+        let mut v = Vec::new();
+        while let Some(a) = h.poll_action() {
+            v.push(a);
+        }
+        v
+    }
+
+    #[test]
+    fn g11_g12_stdout_eof_starts_shutdown_and_the_record_is_observed_facts() {
+        let t0 = Instant::now();
+        let mut h = HostSession::new(HostConfig::default(), None);
+        h.handle_spawned(t0);
+        let id = h.request(t0, "ping", None, None).unwrap();
+        assert!(h.poll_transmit().is_some());
+        h.handle_stderr(t0, b"booting\npartial");
+        h.handle_stdout_eof(t0);
+        // Pending request failed; shutdown began by closing stdin.
+        let mut failed = false;
+        while let Some(ev) = h.poll_event() {
+            if let ClientEvent::Completed { id: got, outcome } = ev {
+                failed |= got == id && matches!(outcome, Err(RequestFailure::SessionClosed));
+            }
+        }
+        assert!(failed);
+        assert!(matches!(
+            drain_actions(&mut h).as_slice(),
+            [HostAction::CloseStdin]
+        ));
+        assert!(h.request(t0, "ping", None, None).is_err());
+        h.handle_stderr_eof(t0);
+        h.handle_exited(t0 + Duration::from_millis(5), ExitStatus::Code(0));
+        let actions = drain_actions(&mut h);
+        let Some(HostAction::Finished(record)) = actions.last() else {
+            panic!("{actions:?}");
+        };
+        assert_eq!(record.exit_status(), Some(ExitStatus::Code(0)));
+        assert_eq!(record.process.ended_by, EndedBy::ExitedAfterStdinClose);
+        assert_eq!(record.process.stderr, Some(StreamEnd::EofAfterCancel));
+        assert_eq!(record.close_reason, Some(CloseReason::StdoutEof));
+        assert_eq!(record.stderr.seen, 15);
+        assert_eq!(record.stderr_tail, "booting\npartial");
+        assert_eq!(record.stderr_lines_forwarded, 2);
+        assert_eq!(h.poll_stderr_line().as_deref(), Some("booting"));
+        assert_eq!(h.poll_stderr_line().as_deref(), Some("partial"));
+    }
+
+    #[test]
+    fn g10_stderr_forwarding_is_budgeted_and_the_capture_keeps_the_tail() {
+        let t0 = Instant::now();
+        let mut cfg = HostConfig::default();
+        let mut fwd = StderrForwardConfig::default();
+        fwd.max_total_bytes(100).max_line_bytes(10);
+        cfg.stderr_forward(fwd);
+        let mut cap = CaptureConfig::default();
+        cap.tail(64);
+        cfg.stderr(cap);
+        let mut h = HostSession::new(cfg, None);
+        h.handle_spawned(t0);
+        for _ in 0..1000 {
+            h.handle_stderr(t0, b"helper-diagnostic 1234567890\n");
+        }
+        let mut lines = Vec::new();
+        while let Some(l) = h.poll_stderr_line() {
+            lines.push(l);
+        }
+        // Lines cut to 10 bytes plus the marker; forwarding stops within budget.
+        assert_eq!(lines[0], "helper-dia…");
+        assert!(lines
+            .last()
+            .unwrap()
+            .starts_with("[stderr forwarding stopped"));
+        let forwarded: usize = lines[..lines.len() - 1].iter().map(String::len).sum();
+        assert!(forwarded <= 100, "{forwarded}");
+        assert_eq!(h.stderr_seen(), 29_000);
+        h.kill(t0);
+        h.handle_stdout_eof(t0);
+        h.handle_stderr_eof(t0);
+        h.handle_exited(t0, ExitStatus::Signal(15));
+        let actions = drain_actions(&mut h);
+        let Some(HostAction::Finished(r)) = actions.last() else {
+            panic!("{actions:?}");
+        };
+        assert!(r.stderr.truncated);
+        assert_eq!(r.stderr.retained, 64);
+        assert!(r
+            .stderr_tail
+            .starts_with("[stderr truncated: kept last 64 of 29000 bytes]"));
+        assert_eq!(r.exit_status(), Some(ExitStatus::Signal(15)));
+    }
+
+    #[test]
+    fn g11_shutdown_escalates_on_the_clock() {
+        let t0 = Instant::now();
+        let mut h = HostSession::new(HostConfig::default(), None);
+        h.handle_spawned(t0);
+        h.shutdown(t0);
+        assert!(matches!(
+            drain_actions(&mut h).as_slice(),
+            [HostAction::CloseStdin]
+        ));
+        let t1 = h.poll_timeout().unwrap();
+        assert_eq!(t1, t0 + Duration::from_secs(2));
+        h.handle_timeout(t1);
+        assert!(matches!(
+            drain_actions(&mut h).as_slice(),
+            [HostAction::SignalGroup(Signal::Term)]
+        ));
+        let t2 = h.poll_timeout().unwrap();
+        h.handle_timeout(t2);
+        assert!(matches!(
+            drain_actions(&mut h).as_slice(),
+            [HostAction::SignalGroup(Signal::Kill)]
+        ));
+        h.handle_exited(t2, ExitStatus::Signal(9));
+        h.handle_stdout_eof(t2);
+        h.handle_stderr_eof(t2);
+        let actions = drain_actions(&mut h);
+        let Some(HostAction::Finished(r)) = actions.last() else {
+            panic!("{actions:?}");
+        };
+        assert_eq!(r.process.ended_by, EndedBy::ExitedAfterKill);
+        assert_eq!(r.close_reason, Some(CloseReason::Local));
+    }
+}
