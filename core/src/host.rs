@@ -361,7 +361,7 @@ impl HostSession {
         };
         Self {
             session: ClientSession::new(config.session.clone()),
-            supervisor: ProcessSupervisor::new(config.supervisor.clone()),
+            supervisor: ProcessSupervisor::new(config.supervisor),
             forwarder: LineForwarder::new(config.stderr_forward.clone()),
             stderr: Some(stderr),
             config,
