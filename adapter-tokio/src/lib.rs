@@ -1,1 +1,37 @@
-//! mcp-stdio tokio adapter (issue 4): not built yet; this crate is an empty placeholder.
+//! # mcp-stdio-tokio
+//!
+//! The tokio adapter of mcp-stdio: every decision comes from the sans-IO core
+//! ([`mcp_stdio_core`]); this crate only does the pipe I/O, the timers and
+//! the process management, on tokio.
+//!
+//! - [`Client`] spawns an MCP server (never through a shell, in its own
+//!   process group) and runs the session: stdout and stderr are read for the
+//!   whole life of the process whatever the application does (G1), requests
+//!   have deadlines and real cancels (G6), stderr is budgeted (G10), and the
+//!   shutdown sequence ends with a record of what was observed (G11, G12).
+//! - [`serve`] runs an MCP server on this process's stdin and stdout, with a
+//!   task and a cancellation token per request (G7), bounded concurrency and
+//!   the outgoing wire limit (G9).
+//! - [`run_helper`] runs a command-line helper from inside a tool with both
+//!   streams captured under budgets and a cancel that reaches the process
+//!   group.
+//!
+//! The same API, with the same names and types, exists in
+//! `mcp-stdio-async-std` and `mcp-stdio-blocking`.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod client;
+mod os;
+mod serve;
+
+pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responder};
+pub use serve::{
+    serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeOptions, ServeReport,
+};
+
+pub use mcp_stdio_core as core;
+pub use mcp_stdio_core::host::{
+    ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord,
+};
+pub use mcp_stdio_core::CommandSpec;

@@ -1608,3 +1608,42 @@ mod tests {
         }
     }
 }
+
+/// A [`RetentionPool`] shared by every capture of a process (G10's
+/// per-process budget), cheap to clone.
+///
+/// The lock is held only for `grant` and `release`, never while bytes are
+/// pushed; a poisoned lock is recovered, since the pool's bookkeeping is
+/// updated in single assignments.
+#[derive(Debug, Clone, Default)]
+pub struct SharedRetentionPool(std::sync::Arc<std::sync::Mutex<RetentionPool>>);
+
+impl SharedRetentionPool {
+    /// A shared pool with the given limits.
+    pub fn new(config: &PoolConfig) -> Self {
+        Self(std::sync::Arc::new(std::sync::Mutex::new(
+            RetentionPool::new(config),
+        )))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RetentionPool> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Grants up to `wanted` bytes (see [`RetentionPool::grant`]).
+    pub fn grant(&self, wanted: usize) -> Grant {
+        self.lock().grant(wanted)
+    }
+
+    /// Gives a grant back (see [`RetentionPool::release`]).
+    pub fn release(&self, grant: Grant) -> Result<usize, ReleaseError> {
+        self.lock().release(grant)
+    }
+
+    /// The pool's counters now.
+    pub fn stats(&self) -> PoolStats {
+        self.lock().stats()
+    }
+}

@@ -157,6 +157,11 @@ impl ClientConfig {
     pub fn get_max_frame(&self) -> usize {
         self.framer.get_max_frame()
     }
+
+    /// The default request timeout.
+    pub fn get_default_timeout(&self) -> Option<Duration> {
+        self.default_timeout
+    }
 }
 
 /// Why a request did not produce a result.

@@ -13,11 +13,14 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::capture::{CaptureConfig, CaptureSummary, Grant, OutputCapture, DEFAULT_EXCERPT};
+use crate::capture::{
+    CaptureConfig, CaptureSummary, Grant, OutputCapture, SharedRetentionPool, DEFAULT_EXCERPT,
+};
 use crate::client::{
     CancelError, ClientConfig, ClientEvent, ClientMetrics, ClientSession, CloseReason, Incoming,
     RequestFailure, SendError,
 };
+use crate::handshake::{HandshakeError, Implementation};
 use crate::message::{ErrorObject, Id, RawValue};
 use crate::process::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
@@ -186,6 +189,50 @@ pub enum HostAction {
     /// The session is over. Release the stderr grant with
     /// [`HostSession::take_grant`] if a pool is used.
     Finished(Box<SessionRecord>),
+}
+
+/// Everything an adapter's `Client::spawn` takes besides the command.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// Limits and policies of the session.
+    pub config: HostConfig,
+    /// The process-wide stderr budget shared by every capture, if any; each
+    /// client asks it for `config`'s stderr budget and gives it back at the end.
+    pub stderr_pool: Option<SharedRetentionPool>,
+    /// Who the client says it is in `initialize`.
+    pub client_info: Implementation,
+}
+
+impl ClientOptions {
+    /// Builds the host session for a new child, taking a grant from the pool.
+    pub fn new_host_session(&self) -> HostSession {
+        let grant = self
+            .stderr_pool
+            .as_ref()
+            .map(|p| p.grant(self.config.stderr.wanted()));
+        HostSession::new(self.config.clone(), grant)
+    }
+
+    /// Gives a finished session's grant back to the pool.
+    pub fn release_grant(&self, host: &mut HostSession) {
+        if let (Some(pool), Some(grant)) = (&self.stderr_pool, host.take_grant()) {
+            if let Err(e) = pool.release(grant) {
+                tracing::warn!(error = %e, "stderr grant not returned to its pool");
+            }
+        }
+    }
+}
+
+/// Why `initialize` failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InitializeError {
+    /// The request failed (timeout, server error, session closed, …).
+    #[error("initialize request failed: {0}")]
+    Request(#[from] RequestError),
+    /// The server's answer cannot start a session.
+    #[error(transparent)]
+    Handshake(#[from] HandshakeError),
 }
 
 /// Why a command failed: everything a request can end with, in one type.

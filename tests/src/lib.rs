@@ -14,6 +14,10 @@
 //! use this library or `mcp-stdio-core`: they are independent peers, so they cannot share our
 //! bugs. Their command lines are documented at the top of each file.
 
+pub mod adapter;
+pub mod suite;
+pub mod tokio_adapter;
+
 use std::fs;
 use std::path::PathBuf;
 use std::process::Child;

@@ -1,0 +1,88 @@
+//! The one interface the conformance suite drives, implemented once per
+//! adapter. It is synchronous (each async adapter runs on its own executor
+//! behind it), so every suite test is written once and runs unchanged
+//! against tokio, async-std and the blocking adapter.
+
+use std::time::Duration;
+
+use mcp_stdio_core::client::ClientMetrics;
+use mcp_stdio_core::handshake::InitializeResult;
+use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
+use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request};
+use mcp_stdio_core::CommandSpec;
+
+/// A result as the suite sees it.
+pub type Outcome = Result<Box<RawValue>, RequestError>;
+
+/// An adapter under test.
+pub trait Adapter: 'static {
+    /// Its name, for messages.
+    const NAME: &'static str;
+    /// Its client, behind the suite's interface.
+    type Client: SuiteClient;
+
+    /// Spawns an MCP server.
+    fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self::Client>;
+}
+
+/// A server→client message as the suite sees it.
+pub enum SuiteIncoming {
+    /// A request with a way to answer it.
+    Request(
+        Request,
+        Box<dyn FnOnce(Result<Box<RawValue>, ErrorObject>) + Send>,
+    ),
+    /// A notification.
+    Notification(Notification),
+}
+
+/// A request in flight.
+pub trait SuitePending: Send {
+    /// Its id.
+    fn id(&self) -> Id;
+    /// Cancels it (G6).
+    fn cancel(&self, reason: &str);
+    /// Waits for its outcome.
+    fn wait(self: Box<Self>) -> Outcome;
+}
+
+/// A client under test. Dropping it must kill the server's process group.
+pub trait SuiteClient: Send {
+    /// The server's pid (= its process group id).
+    fn pid(&self) -> u32;
+    /// The MCP handshake.
+    fn initialize(&self) -> Result<InitializeResult, InitializeError>;
+    /// A request with a timeout, waited for.
+    fn request(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        timeout: Option<Duration>,
+    ) -> Outcome;
+    /// A request sent, not waited for.
+    fn start(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        timeout: Option<Duration>,
+    ) -> Result<Box<dyn SuitePending>, RequestError>;
+    /// A notification.
+    fn notify(&self, method: &str, params: Option<Box<RawValue>>) -> Result<(), RequestError>;
+    /// The next server→client message, waiting at most `wait`.
+    fn next_incoming(&self, wait: Duration) -> Option<SuiteIncoming>;
+    /// The session's counters (`None` once it is over).
+    fn metrics(&self) -> Option<ClientMetrics>;
+    /// Graceful shutdown, returning the record.
+    fn shutdown(self: Box<Self>) -> SessionRecord;
+    /// Waits for the server to end by itself.
+    fn wait(self: Box<Self>) -> SessionRecord;
+}
+
+impl std::fmt::Debug for SuiteIncoming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Request(r, _) => f.debug_tuple("Request").field(r).finish(),
+            Self::Notification(n) => f.debug_tuple("Notification").field(n).finish(),
+        }
+    }
+}
