@@ -578,7 +578,7 @@ impl Driver {
                 let _ = self.host.cancel(&id, Some(&reason));
             }
             Command::Respond { id, result, reply } => {
-                let r = self.host.respond(&id, result.as_deref().map_err(|e| e));
+                let r = self.host.respond(&id, result.as_deref());
                 let _ = reply.send(r.map_err(Into::into));
             }
             Command::Metrics { reply } => {

@@ -262,7 +262,7 @@ where
                 match done {
                     Some(Done::Finished(id, result)) => {
                         tasks.remove(&id);
-                        let _ = session.respond(&id, result.as_deref().map_err(|e| e));
+                        let _ = session.respond(&id, result.as_deref());
                     }
                     Some(Done::Aborted(id)) => {
                         tasks.remove(&id);
