@@ -15,6 +15,7 @@ use crate::message::{ErrorObject, Id, Message, RawValue};
 use crate::server::{ServerConfig, ServerEvent, ServerSession};
 
 pub use crate::capture::fuzz_capture;
+pub use crate::helper::fuzz_helper_run;
 pub use crate::process::fuzz_supervisor;
 
 /// An owned copy of a framer event, for comparing runs.

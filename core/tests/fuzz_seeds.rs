@@ -46,3 +46,8 @@ fn capture_seeds() {
 fn supervisor_seeds() {
     replay("supervisor", fuzzing::fuzz_supervisor);
 }
+
+#[test]
+fn helper_run_seeds() {
+    replay("helper_run", fuzzing::fuzz_helper_run);
+}
