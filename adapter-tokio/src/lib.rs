@@ -22,15 +22,18 @@
 #![deny(missing_docs)]
 
 mod client;
+mod helper;
 mod os;
 mod serve;
 
 pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responder};
+pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
 pub use serve::{
     serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeOptions, ServeReport,
 };
 
 pub use mcp_stdio_core as core;
+pub use mcp_stdio_core::helper::{HelperConfig, HelperOptions, HelperOutcome};
 pub use mcp_stdio_core::host::{
     ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord,
 };

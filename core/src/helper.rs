@@ -1395,6 +1395,56 @@ mod fuzzing {
     }
 }
 
+/// Everything an adapter's `run_helper` takes besides the command and the
+/// cancel signal: limits, the shared retention pool and the call's identity.
+#[derive(Debug, Clone, Default)]
+pub struct HelperOptions {
+    /// Budgets, graces, the overflow policy and the approval deadline.
+    pub config: HelperConfig,
+    /// The process-wide budget shared by every capture, if any.
+    pub pool: Option<crate::capture::SharedRetentionPool>,
+    /// Stable id of the call (for the record and the audit log).
+    pub call_id: String,
+    /// Id of the session the call belongs to.
+    pub session_id: String,
+    /// The operation, e.g. the tool name.
+    pub operation: String,
+    /// The target as shown to a person approving it (a path, a host, …).
+    pub target: String,
+}
+
+impl HelperOptions {
+    /// Starts the state machine: takes grants from the pool (if any) and
+    /// validates the call; poll its actions next.
+    pub fn start(&self, at: Stamp) -> HelperRun {
+        let grant = |c: &CaptureConfig| self.pool.as_ref().map(|p| p.grant(c.wanted()));
+        HelperRun::new(
+            self.config.clone(),
+            CallIdentity {
+                call_id: &self.call_id,
+                session_id: &self.session_id,
+                operation: &self.operation,
+                target: &self.target,
+            },
+            grant(&self.config.stdout),
+            grant(&self.config.stderr),
+            at,
+        )
+    }
+
+    /// Gives a finished run's grants back to the pool.
+    pub fn release(&self, run: &mut HelperRun) {
+        let (a, b) = run.take_grants();
+        if let Some(pool) = &self.pool {
+            for g in [a, b].into_iter().flatten() {
+                if let Err(e) = pool.release(g) {
+                    tracing::warn!(error = %e, "helper grant not returned to its pool");
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,8 +15,10 @@
 //! bugs. Their command lines are documented at the top of each file.
 
 pub mod adapter;
+pub mod helper_adapter;
 pub mod suite;
 pub mod tokio_adapter;
+pub mod tokio_helper;
 
 use std::fs;
 use std::path::PathBuf;

@@ -1,0 +1,232 @@
+//! `run_helper`: run a command-line helper from inside a tool.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use mcp_stdio_core::call::{CallRecord, Stamp};
+use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome};
+use mcp_stdio_core::process::Signal;
+use mcp_stdio_core::CommandSpec;
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, ChildStderr, ChildStdout};
+
+use crate::os;
+use crate::serve::CancelToken;
+
+/// Bytes read per read call, for each stream.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Now, on both clocks.
+pub(crate) fn stamp() -> Stamp {
+    let unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Stamp::new(Instant::now(), unix_ms)
+}
+
+/// What a person (or a policy) is asked before a helper may run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ApprovalRequest {
+    /// The call as recorded so far (operation, target, state `awaiting_approval`).
+    pub record: CallRecord,
+    /// When the request expires; after it the call is denied
+    /// (`approval_timeout`), whatever the helper or anything else writes.
+    pub deadline: Instant,
+}
+
+/// Decides approval requests: `true` approves, `false` denies. The deadline
+/// is enforced by [`run_helper_with_approval`], not by the approver.
+pub trait Approver: Send + Sync {
+    /// Asks for a decision.
+    fn approve(&self, request: ApprovalRequest) -> impl Future<Output = bool> + Send;
+}
+
+impl<F, Fut> Approver for F
+where
+    F: Fn(ApprovalRequest) -> Fut + Send + Sync,
+    Fut: Future<Output = bool> + Send,
+{
+    fn approve(&self, request: ApprovalRequest) -> impl Future<Output = bool> + Send {
+        self(request)
+    }
+}
+
+/// An approver that is never consulted (no approval step configured).
+#[derive(Debug, Clone, Copy)]
+struct NoApprover;
+
+impl Approver for NoApprover {
+    #[allow(clippy::manual_async_fn)] // The trait fixes the signature.
+    fn approve(&self, _request: ApprovalRequest) -> impl Future<Output = bool> + Send {
+        async { false }
+    }
+}
+
+/// Runs `command` as a helper: its own process group, stdin from
+/// `/dev/null`, stdout and stderr each captured within its budget and read
+/// to EOF even past it (G10). `cancel` → `SIGTERM` to the group → grace →
+/// `SIGKILL` (G7, G11). The outcome holds the exit status actually observed,
+/// both captures and the call record (G12).
+///
+/// If the returned future is dropped before it completes (a cancelled
+/// handler), the helper's process group is killed at once.
+pub async fn run_helper(
+    command: &CommandSpec,
+    options: &HelperOptions,
+    cancel: &CancelToken,
+) -> HelperOutcome {
+    run_helper_with_approval(command, options, cancel, &NoApprover).await
+}
+
+/// [`run_helper`] with an approval step when `options.config` has an
+/// approval deadline: the request is raised before the spawn, without
+/// waiting for any output, and its deadline runs on the clock alone.
+pub async fn run_helper_with_approval<A: Approver>(
+    command: &CommandSpec,
+    options: &HelperOptions,
+    cancel: &CancelToken,
+    approver: &A,
+) -> HelperOutcome {
+    let mut run = options.start(stamp());
+    let mut guard = GroupGuard(None);
+    let mut child: Option<Child> = None;
+    let mut stdout: Option<ChildStdout> = None;
+    let mut stderr: Option<ChildStderr> = None;
+    let mut exited = false;
+    let mut cancel_seen = false;
+    let mut approval: Option<Pin<Box<dyn Future<Output = bool> + Send + '_>>> = None;
+    let mut out_buf = vec![0u8; READ_CHUNK];
+    let mut err_buf = vec![0u8; READ_CHUNK];
+    loop {
+        while let Some(action) = run.poll_action() {
+            match action {
+                HelperAction::RequestApproval { deadline } => {
+                    let request = ApprovalRequest {
+                        record: run.record().clone(),
+                        deadline,
+                    };
+                    approval = Some(Box::pin(approver.approve(request)));
+                }
+                HelperAction::Spawn => {
+                    approval = None;
+                    match spawn(command) {
+                        Ok(mut c) => {
+                            stdout = c.stdout.take();
+                            stderr = c.stderr.take();
+                            guard.0 = c.id();
+                            child = Some(c);
+                            run.handle_spawned(stamp());
+                        }
+                        Err(e) => run.handle_spawn_failed(stamp(), &e.to_string()),
+                    }
+                }
+                HelperAction::SignalGroup(sig) => {
+                    if let Some(pgid) = guard.0 {
+                        os::signal_group(pgid, sig);
+                    }
+                }
+                HelperAction::AbandonReaders => {
+                    stdout = None;
+                    stderr = None;
+                }
+                HelperAction::Finished(outcome) => {
+                    guard.0 = None;
+                    options.release(&mut run);
+                    return *outcome;
+                }
+                _ => {}
+            }
+        }
+        let deadline = run.poll_timeout().map(tokio::time::Instant::from_std);
+        tokio::select! {
+            r = read_opt(&mut stdout, &mut out_buf) => match r {
+                Ok(n) if n > 0 => run.handle_stdout(stamp(), &out_buf[..n]),
+                _ => {
+                    stdout = None;
+                    run.handle_stdout_eof(stamp());
+                }
+            },
+            r = read_opt(&mut stderr, &mut err_buf) => match r {
+                Ok(n) if n > 0 => run.handle_stderr(stamp(), &err_buf[..n]),
+                _ => {
+                    stderr = None;
+                    run.handle_stderr_eof(stamp());
+                }
+            },
+            status = wait_opt(&mut child), if !exited => {
+                exited = true;
+                match status {
+                    Ok(s) => run.handle_exited(stamp(), os::exit_status(s)),
+                    Err(e) => tracing::warn!(error = %e, "waiting for the helper failed"),
+                }
+            }
+            approved = poll_opt(&mut approval) => {
+                approval = None;
+                let at = stamp();
+                let r = if approved { run.approve(at) } else { run.deny(at) };
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "approval answer not applied");
+                }
+            }
+            () = cancel.cancelled(), if !cancel_seen => {
+                cancel_seen = true;
+                run.cancel(stamp());
+            }
+            () = sleep_until_opt(deadline) => run.handle_timeout(stamp()),
+        }
+    }
+}
+
+fn spawn(command: &CommandSpec) -> std::io::Result<Child> {
+    let mut cmd = os::command(command);
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        // Reaps the leader if the run is dropped; the group is killed by the guard.
+        .kill_on_drop(true);
+    cmd.spawn()
+}
+
+/// Kills the helper's process group if the run is dropped unfinished.
+struct GroupGuard(Option<u32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            os::signal_group(pgid, Signal::Kill);
+        }
+    }
+}
+
+async fn read_opt<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut Option<R>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    match reader {
+        Some(r) => r.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn wait_opt(child: &mut Option<Child>) -> std::io::Result<std::process::ExitStatus> {
+    match child {
+        Some(c) => c.wait().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn poll_opt(f: &mut Option<Pin<Box<dyn Future<Output = bool> + Send + '_>>>) -> bool {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
