@@ -1,8 +1,61 @@
-//! `mcp-stdio`, the command-line tool (issue 6): not built yet.
+//! `mcp-stdio`: put a hardened stdio transport in front of any MCP server.
+//!
+//! - `guard`: a drop-in wrapper a host launches instead of the server;
+//! - `check`: the release-gate battery against any server;
+//! - `verify`: offline verification of a guard's audit log.
+//!
+//! stdout belongs to the protocol (G13): `guard` writes only protocol
+//! messages there; everything a person reads goes to stderr, except the
+//! reports of `check` and `verify`, which are their output.
+#![forbid(unsafe_code)]
 
-fn main() {
-    eprintln!(
-        "mcp-stdio: the command-line tool is not built yet (see the README's status section)"
-    );
-    std::process::exit(2);
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod config;
+mod guard;
+mod verify;
+
+/// Hardened stdio transport for MCP servers.
+#[derive(Debug, Parser)]
+#[command(name = "mcp-stdio", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run an MCP server behind the guard: wire limits both ways, stdout always drained,
+    /// bounded stderr, cancel enforced, orderly shutdown, optional audit log.
+    Guard(guard::GuardArgs),
+    /// Verify a hash-chained audit log offline: entries and last hash, or the first bad line.
+    Verify(verify::VerifyArgs),
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MCP_STDIO_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime can be built")
+}
+
+fn main() -> ExitCode {
+    init_tracing();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Guard(args) => runtime().block_on(guard::run(args)),
+        Command::Verify(args) => verify::run(&args),
+    }
 }

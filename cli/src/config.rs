@@ -1,0 +1,193 @@
+//! Limits for `guard`: flags, and an optional TOML file with the same names.
+//!
+//! ```toml
+//! # mcp-stdio guard --config guard.toml -- SERVER …
+//! max_frame_bytes = 4194304                 # wire limit, both directions
+//! max_buffered_bytes = 16777216             # bytes waiting for a host that stopped reading
+//! stderr_forward_bytes = 1048576            # server stderr passed through to ours
+//! stderr_retained_per_call_bytes = 16384    # stderr tail kept for the record
+//! stderr_head_bytes = 0                     # with retain = "head_and_tail": first bytes kept too
+//! retain = "tail"                           # or "head_and_tail"
+//! stderr_agent_excerpt_bytes = 4096         # excerpt size in the record
+//! shutdown_grace_seconds = 2                # stdin close → TERM, and TERM → KILL
+//! reader_drain_seconds = 1                  # after exit or KILL, wait this long for pipes
+//! ```
+//!
+//! Flags override the file; the file overrides the defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mcp_stdio_core::capture::{CaptureConfig, DEFAULT_EXCERPT, DEFAULT_TAIL};
+use mcp_stdio_core::frame::DEFAULT_MAX_FRAME;
+use mcp_stdio_core::process::SupervisorConfig;
+use serde::Deserialize;
+
+use crate::guard::ProxyLimits;
+
+/// What to keep of the server's stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Retain {
+    /// The newest bytes.
+    Tail,
+    /// The first bytes and the newest bytes.
+    HeadAndTail,
+}
+
+/// The limit flags of `guard` (each also settable in `--config`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct SettingsArgs {
+    /// A TOML file with the limits below (same names, with `_bytes`/`_seconds`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// Wire limit in bytes, both directions [default: 4194304].
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) max_frame: Option<usize>,
+    /// Bytes that may wait for a host that stopped reading before the session is closed [default: 16777216].
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) max_buffered: Option<usize>,
+    /// Bytes of the server's stderr passed through to ours [default: 1048576].
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) stderr_budget: Option<u64>,
+    /// Bytes of the server's stderr tail kept for the record [default: 16384].
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) stderr_tail: Option<usize>,
+    /// What of stderr to keep [default: tail].
+    #[arg(long, value_enum)]
+    pub(crate) retain: Option<Retain>,
+    /// Seconds from closing the server's stdin to SIGTERM, and from SIGTERM to SIGKILL [default: 2].
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) shutdown_grace: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSettings {
+    max_frame_bytes: Option<usize>,
+    max_buffered_bytes: Option<usize>,
+    stderr_forward_bytes: Option<u64>,
+    stderr_retained_per_call_bytes: Option<usize>,
+    stderr_retained_process_bytes: Option<usize>,
+    stderr_head_bytes: Option<usize>,
+    retain: Option<Retain>,
+    stderr_agent_excerpt_bytes: Option<usize>,
+    shutdown_grace_seconds: Option<f64>,
+    reader_drain_seconds: Option<f64>,
+}
+
+/// The resolved limits of a guard run.
+#[derive(Debug, Clone)]
+pub(crate) struct GuardSettings {
+    pub(crate) proxy: ProxyLimits,
+    pub(crate) supervisor: SupervisorConfig,
+    pub(crate) stderr_capture: CaptureConfig,
+    pub(crate) stderr_forward_bytes: u64,
+    pub(crate) stderr_excerpt_bytes: usize,
+}
+
+fn seconds(name: &str, v: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(v)
+        .map_err(|_| format!("{name} must be a non-negative number of seconds, not {v}"))
+}
+
+impl GuardSettings {
+    /// Defaults, then the file, then the flags.
+    pub(crate) fn resolve(args: &SettingsArgs) -> Result<Self, String> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                toml::from_str::<FileSettings>(&text)
+                    .map_err(|e| format!("{}: {e}", path.display()))?
+            }
+            None => FileSettings::default(),
+        };
+        let max_frame = args
+            .max_frame
+            .or(file.max_frame_bytes)
+            .unwrap_or(DEFAULT_MAX_FRAME);
+        if max_frame < 64 {
+            return Err(format!(
+                "max frame of {max_frame} bytes is too small (at least 64)"
+            ));
+        }
+        let proxy = ProxyLimits {
+            max_frame,
+            max_buffered: args
+                .max_buffered
+                .or(file.max_buffered_bytes)
+                .unwrap_or(16 * 1024 * 1024),
+            ..ProxyLimits::default()
+        };
+        let grace = seconds(
+            "shutdown grace",
+            args.shutdown_grace
+                .or(file.shutdown_grace_seconds)
+                .unwrap_or(2.0),
+        )?;
+        let drain = seconds("reader drain", file.reader_drain_seconds.unwrap_or(1.0))?;
+        let mut supervisor = SupervisorConfig::default();
+        supervisor
+            .stdin_close_grace(grace)
+            .term_grace(grace)
+            .reader_drain_deadline(drain);
+        let tail = args
+            .stderr_tail
+            .or(file.stderr_retained_per_call_bytes)
+            .unwrap_or(DEFAULT_TAIL)
+            .min(file.stderr_retained_process_bytes.unwrap_or(usize::MAX));
+        let retain = args.retain.or(file.retain).unwrap_or(Retain::Tail);
+        let head = match retain {
+            Retain::Tail => 0,
+            Retain::HeadAndTail => file.stderr_head_bytes.unwrap_or(1024),
+        };
+        let mut stderr_capture = CaptureConfig::default();
+        stderr_capture.tail(tail).head(head);
+        Ok(Self {
+            proxy,
+            supervisor,
+            stderr_capture,
+            stderr_forward_bytes: args
+                .stderr_budget
+                .or(file.stderr_forward_bytes)
+                .unwrap_or(1024 * 1024),
+            stderr_excerpt_bytes: file.stderr_agent_excerpt_bytes.unwrap_or(DEFAULT_EXCERPT),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let dir = std::env::temp_dir().join(format!("mcp-stdio-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("guard.toml");
+        std::fs::write(
+            &path,
+            "max_frame_bytes = 1000\nstderr_retained_per_call_bytes = 2048\nshutdown_grace_seconds = 0.5\nretain = \"head_and_tail\"\nstderr_head_bytes = 100\n",
+        )
+        .unwrap();
+        let args = SettingsArgs {
+            config: Some(path.clone()),
+            max_frame: Some(5000),
+            ..SettingsArgs::default()
+        };
+        let s = GuardSettings::resolve(&args).unwrap();
+        assert_eq!(s.proxy.max_frame, 5000);
+        assert_eq!(s.stderr_capture.get_tail(), 2048);
+        assert_eq!(s.stderr_capture.get_head(), 100);
+        assert_eq!(s.supervisor.get_term_grace(), Duration::from_millis(500));
+        std::fs::write(&path, "max_frame = 1\n").unwrap();
+        let err = GuardSettings::resolve(&SettingsArgs {
+            config: Some(path),
+            ..SettingsArgs::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("unknown field"), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
