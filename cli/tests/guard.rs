@@ -1,0 +1,326 @@
+//! `mcp-stdio guard` in front of the fixture server, through real processes.
+//!
+//! The fixture server is built by the tests crate: run
+//! `cargo build -p mcp-stdio-tests --bins` first (CI does, through
+//! `cargo test --workspace`, which builds every package's binaries before
+//! running tests).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn fixture_server() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/fixture-server");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build -p mcp-stdio-tests --bins` first",
+        p.display()
+    );
+    p
+}
+
+fn guard_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_mcp-stdio")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcp-stdio-guard-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+/// A running guard: lines from its stdout arrive on a channel; its stderr is collected.
+struct Guarded {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    stderr: thread::JoinHandle<String>,
+}
+
+impl Guarded {
+    fn start(guard_args: &[&str], server_args: &[&str]) -> Self {
+        let mut cmd = Command::new(guard_bin());
+        cmd.arg("guard").args(guard_args).arg("--").arg(fixture_server()).args(server_args);
+        Self::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: Command) -> Self {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the guard");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut stderr = child.stderr.take().expect("piped");
+        let stderr = thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            s
+        });
+        Self {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    fn send(&mut self, v: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{v}").expect("write to the guard");
+        stdin.flush().expect("flush");
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).expect("write to the guard");
+        stdin.flush().expect("flush");
+    }
+
+    /// The next line from the guard's stdout, as JSON (every line must be JSON: G13).
+    fn recv(&self, within: Duration) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(within)
+            .unwrap_or_else(|e| panic!("no line from the guard within {within:?}: {e}"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("guard stdout line is not JSON ({e}): {line}"))
+    }
+
+    /// Waits for the response with `id`, returning it and every line before it.
+    fn response(&self, id: Value, within: Duration) -> (Value, Vec<Value>) {
+        let deadline = Instant::now() + within;
+        let mut before = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = self.recv(left);
+            if v.get("id") == Some(&id) && (v.get("result").is_some() || v.get("error").is_some()) {
+                return (v, before);
+            }
+            before.push(v);
+        }
+    }
+
+    fn initialize(&mut self) {
+        self.send(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}));
+        let (r, _) = self.response(json!(0), Duration::from_secs(10));
+        assert_eq!(r["result"]["serverInfo"]["name"], "fixture-server");
+        self.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    }
+
+    /// Closes stdin and waits for the guard to exit; returns (exit code, stderr, elapsed).
+    fn finish(mut self, within: Duration) -> (Option<i32>, String, Duration) {
+        self.stdin = None;
+        let t = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                let err = self.stderr.join().expect("stderr reader");
+                return (status.code(), err, t.elapsed());
+            }
+            if t.elapsed() > within {
+                let _ = self.child.kill();
+                panic!("the guard did not exit within {within:?}");
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+fn call(id: i64, tool: &str, args: Value) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}})
+}
+
+#[test]
+fn transparent_for_a_well_behaved_server_and_exits_with_its_status() {
+    let mut g = Guarded::start(&[], &["--exit-code", "3"]);
+    g.initialize();
+    g.send(&call(1, "echo", json!({"text": "héllo \"x\"\n"})));
+    let (r, _) = g.response(json!(1), Duration::from_secs(10));
+    assert_eq!(r["result"]["content"][0]["text"], "héllo \"x\"\n");
+    g.send(&json!({"jsonrpc":"2.0","id":"p","method":"ping"}));
+    let (r, _) = g.response(json!("p"), Duration::from_secs(10));
+    assert_eq!(r["result"], json!({}));
+    let (code, stderr, took) = g.finish(Duration::from_secs(10));
+    eprintln!("guard exited {code:?} after {took:?}");
+    assert_eq!(code, Some(3), "the guard exits with the server's status; stderr: {stderr}");
+}
+
+#[test]
+fn g3_oversized_response_becomes_an_error_for_its_id_and_the_session_goes_on() {
+    let mut g = Guarded::start(&["--max-frame", "65536"], &[]);
+    g.initialize();
+    let t = Instant::now();
+    g.send(&call(1, "big", json!({"bytes": 4_000_000})));
+    let (r, _) = g.response(json!(1), Duration::from_secs(20));
+    assert_eq!(r["error"]["code"], -32000, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("exceeded wire limit (65536 bytes)"));
+    eprintln!("oversized response answered with an error after {:?}", t.elapsed());
+    g.send(&json!({"jsonrpc":"2.0","id":2,"method":"ping"}));
+    g.response(json!(2), Duration::from_secs(10));
+    let (code, _, _) = g.finish(Duration::from_secs(10));
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn g2_oversized_host_request_never_reaches_the_server() {
+    let mut g = Guarded::start(&["--max-frame", "4096"], &[]);
+    g.initialize();
+    g.send(&call(7, "echo", json!({"text": "z".repeat(10_000)})));
+    let (r, _) = g.response(json!(7), Duration::from_secs(10));
+    assert!(r["error"]["message"].as_str().unwrap().contains("request exceeded wire limit"));
+    g.send(&json!({"jsonrpc":"2.0","id":8,"method":"ping"}));
+    g.response(json!(8), Duration::from_secs(10));
+    let (_, stderr, _) = g.finish(Duration::from_secs(10));
+    assert!(!stderr.contains("request 7 received"), "the server saw the oversized request: {stderr}");
+}
+
+#[test]
+fn g13_non_protocol_stdout_moves_to_stderr() {
+    let mut g = Guarded::start(&[], &["--stdout-log-before", "--stdout-log-between"]);
+    g.initialize();
+    for i in 1..=3 {
+        g.send(&call(i, "echo", json!({"text": "x"})));
+        // Every line the host sees is JSON (recv asserts it).
+        g.response(json!(i), Duration::from_secs(10));
+    }
+    let (_, stderr, _) = g.finish(Duration::from_secs(10));
+    assert!(stderr.contains("[server stdout, not protocol] fixture stdout log"), "{stderr}");
+}
+
+#[test]
+fn g10_server_stderr_is_forwarded_within_budget() {
+    let metrics = tmp("stderr-metrics.json");
+    let mut g = Guarded::start(
+        &["--stderr-budget", "20000", "--stderr-tail", "4096", "--metrics", metrics.to_str().unwrap()],
+        &["--stderr-at-start", "2000000"],
+    );
+    g.initialize();
+    let (_, stderr, _) = g.finish(Duration::from_secs(10));
+    assert!(stderr.len() < 20_000 + 4096, "forwarded {} bytes", stderr.len());
+    assert!(stderr.contains("server stderr passed its budget of 20000 bytes"));
+    let m: Value = serde_json::from_slice(&std::fs::read(&metrics).unwrap()).unwrap();
+    assert!(m["stderr"]["seen"].as_u64().unwrap() >= 2_000_000);
+    assert_eq!(m["stderr"]["retained"], 4096);
+    assert!(m["stderr_tail"].as_str().unwrap().starts_with("[stderr truncated: kept last 4096 of "));
+}
+
+#[test]
+fn g6_nothing_for_a_cancelled_id_reaches_the_host() {
+    let mut g = Guarded::start(&[], &["--late-response-after-cancel"]);
+    g.initialize();
+    g.send(&call(5, "slow", json!({"chunks": 5, "delay_ms": 40, "honour_cancel": true})));
+    thread::sleep(Duration::from_millis(50));
+    g.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"stop"}}));
+    // The misbehaving server answers 5 anyway; then a ping.
+    thread::sleep(Duration::from_millis(400));
+    g.send(&json!({"jsonrpc":"2.0","id":6,"method":"ping"}));
+    let (_, before) = g.response(json!(6), Duration::from_secs(10));
+    assert!(before.iter().all(|v| v.get("id") != Some(&json!(5))), "{before:?}");
+    let (_, stderr, _) = g.finish(Duration::from_secs(10));
+    assert!(stderr.contains("cancel ignored"), "{stderr}");
+}
+
+#[test]
+fn g11_shutdown_paths_term_and_kill() {
+    let g = Guarded::start(&["--shutdown-grace", "0.3"], &["--ignore-stdin-eof"]);
+    let (code, _, took) = g.finish(Duration::from_secs(10));
+    eprintln!("ignore-stdin-eof: exit {code:?} after {took:?}");
+    assert_eq!(code, Some(128 + 15));
+    let g = Guarded::start(&["--shutdown-grace", "0.3"], &["--ignore-stdin-eof", "--ignore-sigterm"]);
+    let (code, _, took) = g.finish(Duration::from_secs(10));
+    eprintln!("ignore-sigterm: exit {code:?} after {took:?}");
+    assert_eq!(code, Some(128 + 9));
+}
+
+#[test]
+fn g1_host_that_stops_reading_gets_a_bounded_buffer_then_a_closed_session() {
+    let metrics = tmp("overflow-metrics.json");
+    let mut cmd = Command::new(guard_bin());
+    cmd.arg("guard")
+        .args(["--max-buffered", "1000000", "--max-frame", "16000000", "--metrics"])
+        .arg(&metrics)
+        .arg("--")
+        .arg(fixture_server());
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().unwrap();
+    let _stdout = child.stdout.take().unwrap(); // never read
+    for i in 0..3 {
+        writeln!(stdin, "{}", call(i, "big", json!({"bytes": 8_000_000}))).unwrap();
+    }
+    stdin.flush().unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "the guard never closed the session");
+        thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    eprintln!("guard closed after {:?} with {status}", t.elapsed());
+    assert_eq!(status.code(), Some(75), "{stderr}");
+    assert!(stderr.contains("the host stopped reading stdout"), "{stderr}");
+    let m: Value = serde_json::from_slice(&std::fs::read(&metrics).unwrap()).unwrap();
+    assert_eq!(m["guard_closed_session"], "host_stopped_reading");
+}
+
+#[test]
+fn g12_audit_log_verifies_and_a_changed_byte_is_named() {
+    let log = tmp("audit.jsonl");
+    let _ = std::fs::remove_file(&log);
+    let key = tmp("audit.key");
+    std::fs::write(&key, "secret key\n").unwrap();
+    let mut g = Guarded::start(
+        &["--audit", log.to_str().unwrap(), "--audit-key-file", key.to_str().unwrap()],
+        &[],
+    );
+    g.initialize();
+    g.send(&call(1, "echo", json!({"text": "a"})));
+    g.response(json!(1), Duration::from_secs(10));
+    let (code, _, _) = g.finish(Duration::from_secs(10));
+    assert_eq!(code, Some(0));
+    let verify = |path: &PathBuf, key: &PathBuf| {
+        Command::new(guard_bin())
+            .args(["verify", "--key-file", key.to_str().unwrap()])
+            .arg(path)
+            .output()
+            .expect("run verify")
+    };
+    let ok = verify(&log, &key);
+    let out = String::from_utf8_lossy(&ok.stdout).into_owned();
+    assert!(ok.status.success(), "{out}");
+    assert!(out.starts_with("OK: 5 entries"), "{out}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("\"tool\":\"echo\""));
+    let mut bytes = text.into_bytes();
+    let second_line = bytes.iter().position(|&b| b == b'\n').unwrap() + 1;
+    let pos = second_line + 40;
+    bytes[pos] ^= 0x01;
+    let bad = tmp("audit-bad.jsonl");
+    std::fs::write(&bad, bytes).unwrap();
+    let res = verify(&bad, &key);
+    let out = String::from_utf8_lossy(&res.stdout).into_owned();
+    assert!(!res.status.success());
+    assert!(out.starts_with("FAIL: line 2"), "{out}");
+}
