@@ -8,7 +8,9 @@
 //!   [`pid_alive`], [`descendants`], [`group_members`];
 //! - signalling and cleanup: [`signal_pid`], [`signal_group`], [`ProcessGroupGuard`];
 //! - polling with a bound: [`wait_until`];
-//! - the exact text of the `huge_field` tool: [`huge_field_text`].
+//! - the exact text of the `huge_field` tool: [`huge_field_text`];
+//! - the interop tests against real MCP peers we did not write, generic over the adapter:
+//!   [`interop`] and [`interop_suite!`].
 //!
 //! The fixture binaries (`src/bin/fixture-server.rs`, `src/bin/fixture-helper.rs`) do **not**
 //! use this library or `mcp-stdio-core`: they are independent peers, so they cannot share our
@@ -16,6 +18,7 @@
 
 pub mod adapter;
 pub mod helper_adapter;
+pub mod interop;
 pub mod suite;
 pub mod tokio_adapter;
 pub mod tokio_helper;

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Installs the MCP peers the interop tests run against (tests/src/interop.rs),
+# pinned exactly, into a cache folder:
+#
+#   $MCP_STDIO_INTEROP_DIR/npm   @modelcontextprotocol/server-everything (npm)
+#   $MCP_STDIO_INTEROP_DIR/venv  a Python venv with the `mcp` package (PyPI)
+#
+# MCP_STDIO_INTEROP_DIR defaults to <repo>/target/interop, where the tests look
+# when MCP_STDIO_SERVER_EVERYTHING / MCP_STDIO_PYTHON are not set.
+# Idempotent: a peer already installed at the pinned version is left alone.
+# Needs node + npm and python3 (with venv); reports on stderr.
+set -euo pipefail
+
+SERVER_EVERYTHING_VERSION=2026.8.31
+MCP_PY_VERSION=2.3.0
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+dir=${MCP_STDIO_INTEROP_DIR:-$root/target/interop}
+python=${MCP_STDIO_SETUP_PYTHON:-python3}
+log() { echo "interop setup: $*" >&2; }
+start=$(date +%s)
+mkdir -p "$dir"
+
+# --- @modelcontextprotocol/server-everything --------------------------------
+pkg="$dir/npm/node_modules/@modelcontextprotocol/server-everything"
+have=$(node -p "require(process.argv[1]).version" "$pkg/package.json" 2>/dev/null || true)
+if [ "$have" = "$SERVER_EVERYTHING_VERSION" ]; then
+    log "server-everything $have already in $dir/npm"
+else
+    command -v node >/dev/null || { log "node not found (install Node.js >= 18)"; exit 1; }
+    command -v npm >/dev/null || { log "npm not found"; exit 1; }
+    log "installing @modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION into $dir/npm (had: ${have:-none})"
+    t=$(date +%s)
+    mkdir -p "$dir/npm"
+    npm install --prefix "$dir/npm" --no-audit --no-fund --loglevel=error \
+        "@modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION" >&2
+    log "npm install took $(( $(date +%s) - t )) s"
+fi
+test -f "$pkg/dist/index.js" || { log "missing $pkg/dist/index.js after install"; exit 1; }
+
+# --- Python venv with mcp ---------------------------------------------------
+venv="$dir/venv"
+have=$("$venv/bin/python" -c "import importlib.metadata as m; print(m.version('mcp'))" 2>/dev/null || true)
+if [ "$have" = "$MCP_PY_VERSION" ]; then
+    log "python mcp $have already in $venv"
+else
+    t=$(date +%s)
+    if ! "$venv/bin/python" -c "" 2>/dev/null; then
+        command -v "$python" >/dev/null || { log "$python not found (install Python >= 3.10)"; exit 1; }
+        log "creating venv $venv with $("$python" --version 2>&1)"
+        rm -rf "$venv"
+        "$python" -m venv "$venv"
+    fi
+    log "installing mcp==$MCP_PY_VERSION into $venv (had: ${have:-none})"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+        "mcp==$MCP_PY_VERSION" >&2
+    log "venv + pip install took $(( $(date +%s) - t )) s"
+fi
+
+log "ready in $(( $(date +%s) - start )) s: node $(node --version), server-everything $SERVER_EVERYTHING_VERSION, $("$venv/bin/python" --version 2>&1), mcp $MCP_PY_VERSION"

@@ -1,0 +1,5 @@
+//! Interop with real MCP peers (server-everything, the Python `mcp` package)
+//! through the tokio adapter; `serve-tokio` is its `serve` binary. Install the
+//! peers first: `tests/interop/setup.sh`.
+
+mcp_stdio_tests::interop_suite!(mcp_stdio_tests::tokio_adapter::Tokio, "serve-tokio");
