@@ -15,6 +15,7 @@ use clap::{Parser, Subcommand};
 
 mod config;
 mod guard;
+mod stderr_sink;
 mod verify;
 
 /// Hardened stdio transport for MCP servers.
@@ -39,7 +40,7 @@ fn init_tracing() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| stderr_sink::SinkWriter)
         .with_target(false)
         .init();
 }
@@ -55,7 +56,15 @@ fn main() -> ExitCode {
     init_tracing();
     let cli = Cli::parse();
     match cli.command {
-        Command::Guard(args) => runtime().block_on(guard::run(args)),
+        Command::Guard(args) => {
+            let rt = runtime();
+            let code = rt.block_on(guard::run(args));
+            // Reading our stdin happens on a blocking thread that may never
+            // return (the host keeps the pipe open): do not wait for it.
+            rt.shutdown_timeout(std::time::Duration::from_millis(100));
+            stderr_sink::drain(std::time::Duration::from_secs(1));
+            code
+        }
         Command::Verify(args) => verify::run(&args),
     }
 }

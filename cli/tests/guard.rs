@@ -45,7 +45,11 @@ struct Guarded {
 impl Guarded {
     fn start(guard_args: &[&str], server_args: &[&str]) -> Self {
         let mut cmd = Command::new(guard_bin());
-        cmd.arg("guard").args(guard_args).arg("--").arg(fixture_server()).args(server_args);
+        cmd.arg("guard")
+            .args(guard_args)
+            .arg("--")
+            .arg(fixture_server())
+            .args(server_args);
         Self::spawn(cmd)
     }
 
@@ -98,7 +102,8 @@ impl Guarded {
             .lines
             .recv_timeout(within)
             .unwrap_or_else(|e| panic!("no line from the guard within {within:?}: {e}"));
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("guard stdout line is not JSON ({e}): {line}"))
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("guard stdout line is not JSON ({e}): {line}"))
     }
 
     /// Waits for the response with `id`, returning it and every line before it.
@@ -157,7 +162,11 @@ fn transparent_for_a_well_behaved_server_and_exits_with_its_status() {
     assert_eq!(r["result"], json!({}));
     let (code, stderr, took) = g.finish(Duration::from_secs(10));
     eprintln!("guard exited {code:?} after {took:?}");
-    assert_eq!(code, Some(3), "the guard exits with the server's status; stderr: {stderr}");
+    assert_eq!(
+        code,
+        Some(3),
+        "the guard exits with the server's status; stderr: {stderr}"
+    );
 }
 
 #[test]
@@ -168,8 +177,14 @@ fn g3_oversized_response_becomes_an_error_for_its_id_and_the_session_goes_on() {
     g.send(&call(1, "big", json!({"bytes": 4_000_000})));
     let (r, _) = g.response(json!(1), Duration::from_secs(20));
     assert_eq!(r["error"]["code"], -32000, "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("exceeded wire limit (65536 bytes)"));
-    eprintln!("oversized response answered with an error after {:?}", t.elapsed());
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("exceeded wire limit (65536 bytes)"));
+    eprintln!(
+        "oversized response answered with an error after {:?}",
+        t.elapsed()
+    );
     g.send(&json!({"jsonrpc":"2.0","id":2,"method":"ping"}));
     g.response(json!(2), Duration::from_secs(10));
     let (code, _, _) = g.finish(Duration::from_secs(10));
@@ -182,11 +197,17 @@ fn g2_oversized_host_request_never_reaches_the_server() {
     g.initialize();
     g.send(&call(7, "echo", json!({"text": "z".repeat(10_000)})));
     let (r, _) = g.response(json!(7), Duration::from_secs(10));
-    assert!(r["error"]["message"].as_str().unwrap().contains("request exceeded wire limit"));
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("request exceeded wire limit"));
     g.send(&json!({"jsonrpc":"2.0","id":8,"method":"ping"}));
     g.response(json!(8), Duration::from_secs(10));
     let (_, stderr, _) = g.finish(Duration::from_secs(10));
-    assert!(!stderr.contains("request 7 received"), "the server saw the oversized request: {stderr}");
+    assert!(
+        !stderr.contains("request 7 received"),
+        "the server saw the oversized request: {stderr}"
+    );
 }
 
 #[test]
@@ -199,38 +220,62 @@ fn g13_non_protocol_stdout_moves_to_stderr() {
         g.response(json!(i), Duration::from_secs(10));
     }
     let (_, stderr, _) = g.finish(Duration::from_secs(10));
-    assert!(stderr.contains("[server stdout, not protocol] fixture stdout log"), "{stderr}");
+    assert!(
+        stderr.contains("[server stdout, not protocol] fixture stdout log"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn g10_server_stderr_is_forwarded_within_budget() {
     let metrics = tmp("stderr-metrics.json");
     let mut g = Guarded::start(
-        &["--stderr-budget", "20000", "--stderr-tail", "4096", "--metrics", metrics.to_str().unwrap()],
+        &[
+            "--stderr-budget",
+            "20000",
+            "--stderr-tail",
+            "4096",
+            "--metrics",
+            metrics.to_str().unwrap(),
+        ],
         &["--stderr-at-start", "2000000"],
     );
     g.initialize();
     let (_, stderr, _) = g.finish(Duration::from_secs(10));
-    assert!(stderr.len() < 20_000 + 4096, "forwarded {} bytes", stderr.len());
+    assert!(
+        stderr.len() < 20_000 + 4096,
+        "forwarded {} bytes",
+        stderr.len()
+    );
     assert!(stderr.contains("server stderr passed its budget of 20000 bytes"));
     let m: Value = serde_json::from_slice(&std::fs::read(&metrics).unwrap()).unwrap();
     assert!(m["stderr"]["seen"].as_u64().unwrap() >= 2_000_000);
     assert_eq!(m["stderr"]["retained"], 4096);
-    assert!(m["stderr_tail"].as_str().unwrap().starts_with("[stderr truncated: kept last 4096 of "));
+    assert!(m["stderr_tail"]
+        .as_str()
+        .unwrap()
+        .starts_with("[stderr truncated: kept last 4096 of "));
 }
 
 #[test]
 fn g6_nothing_for_a_cancelled_id_reaches_the_host() {
     let mut g = Guarded::start(&[], &["--late-response-after-cancel"]);
     g.initialize();
-    g.send(&call(5, "slow", json!({"chunks": 5, "delay_ms": 40, "honour_cancel": true})));
+    g.send(&call(
+        5,
+        "slow",
+        json!({"chunks": 5, "delay_ms": 40, "honour_cancel": true}),
+    ));
     thread::sleep(Duration::from_millis(50));
     g.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"stop"}}));
     // The misbehaving server answers 5 anyway; then a ping.
     thread::sleep(Duration::from_millis(400));
     g.send(&json!({"jsonrpc":"2.0","id":6,"method":"ping"}));
     let (_, before) = g.response(json!(6), Duration::from_secs(10));
-    assert!(before.iter().all(|v| v.get("id") != Some(&json!(5))), "{before:?}");
+    assert!(
+        before.iter().all(|v| v.get("id") != Some(&json!(5))),
+        "{before:?}"
+    );
     let (_, stderr, _) = g.finish(Duration::from_secs(10));
     assert!(stderr.contains("cancel ignored"), "{stderr}");
 }
@@ -241,7 +286,10 @@ fn g11_shutdown_paths_term_and_kill() {
     let (code, _, took) = g.finish(Duration::from_secs(10));
     eprintln!("ignore-stdin-eof: exit {code:?} after {took:?}");
     assert_eq!(code, Some(128 + 15));
-    let g = Guarded::start(&["--shutdown-grace", "0.3"], &["--ignore-stdin-eof", "--ignore-sigterm"]);
+    let g = Guarded::start(
+        &["--shutdown-grace", "0.3"],
+        &["--ignore-stdin-eof", "--ignore-sigterm"],
+    );
     let (code, _, took) = g.finish(Duration::from_secs(10));
     eprintln!("ignore-sigterm: exit {code:?} after {took:?}");
     assert_eq!(code, Some(128 + 9));
@@ -252,7 +300,13 @@ fn g1_host_that_stops_reading_gets_a_bounded_buffer_then_a_closed_session() {
     let metrics = tmp("overflow-metrics.json");
     let mut cmd = Command::new(guard_bin());
     cmd.arg("guard")
-        .args(["--max-buffered", "1000000", "--max-frame", "16000000", "--metrics"])
+        .args([
+            "--max-buffered",
+            "1000000",
+            "--max-frame",
+            "16000000",
+            "--metrics",
+        ])
         .arg(&metrics)
         .arg("--")
         .arg(fixture_server());
@@ -273,14 +327,25 @@ fn g1_host_that_stops_reading_gets_a_bounded_buffer_then_a_closed_session() {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        assert!(t.elapsed() < Duration::from_secs(20), "the guard never closed the session");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the guard never closed the session"
+        );
         thread::sleep(Duration::from_millis(20));
     };
     let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     eprintln!("guard closed after {:?} with {status}", t.elapsed());
     assert_eq!(status.code(), Some(75), "{stderr}");
-    assert!(stderr.contains("the host stopped reading stdout"), "{stderr}");
+    assert!(
+        stderr.contains("the host stopped reading stdout"),
+        "{stderr}"
+    );
     let m: Value = serde_json::from_slice(&std::fs::read(&metrics).unwrap()).unwrap();
     assert_eq!(m["guard_closed_session"], "host_stopped_reading");
 }
@@ -292,7 +357,12 @@ fn g12_audit_log_verifies_and_a_changed_byte_is_named() {
     let key = tmp("audit.key");
     std::fs::write(&key, "secret key\n").unwrap();
     let mut g = Guarded::start(
-        &["--audit", log.to_str().unwrap(), "--audit-key-file", key.to_str().unwrap()],
+        &[
+            "--audit",
+            log.to_str().unwrap(),
+            "--audit-key-file",
+            key.to_str().unwrap(),
+        ],
         &[],
     );
     g.initialize();
@@ -323,4 +393,45 @@ fn g12_audit_log_verifies_and_a_changed_byte_is_named() {
     let out = String::from_utf8_lossy(&res.stdout).into_owned();
     assert!(!res.status.success());
     assert!(out.starts_with("FAIL: line 2"), "{out}");
+}
+
+#[test]
+fn g1_g10_a_host_that_never_reads_our_stderr_cannot_stall_the_guard() {
+    let mut cmd = Command::new(guard_bin());
+    cmd.arg("guard")
+        .args(["--stderr-budget", "1000000000"])
+        .arg("--")
+        .arg(fixture_server())
+        .args(["--noisy-stderr", "20000000"]);
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped()) // never read
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let _stderr = child.stderr.take().unwrap();
+    let t = Instant::now();
+    for i in 0..20 {
+        writeln!(stdin, "{}", json!({"jsonrpc":"2.0","id":i,"method":"ping"})).unwrap();
+        stdin.flush().unwrap();
+        let line = lines.next().expect("a response").expect("readable");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["id"], i);
+        thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "20 pings through a stderr-flooded guard in {:?}",
+        t.elapsed()
+    );
+    drop(stdin);
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "the guard did not exit"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
 }

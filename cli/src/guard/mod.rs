@@ -70,6 +70,8 @@ struct GuardReport<'a> {
     stderr_tail: String,
     stderr_excerpt: String,
     stderr_forwarded_bytes: u64,
+    /// Bytes of our own stderr dropped because nobody read it.
+    own_stderr_dropped_bytes: u64,
     guard_closed_session: Option<&'a str>,
 }
 
@@ -204,6 +206,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
             stderr_tail: captured.render("stderr"),
             stderr_excerpt: captured.excerpt("stderr", settings.stderr_excerpt_bytes),
             stderr_forwarded_bytes: session.stderr_forwarded,
+            own_stderr_dropped_bytes: crate::stderr_sink::dropped(),
             guard_closed_session: session.closed_by_guard,
         };
         let json = serde_json::to_vec_pretty(&report).unwrap_or_default();
@@ -301,7 +304,7 @@ impl Session {
                 }
             }
             while let Some(note) = self.proxy.poll_note() {
-                eprintln!("{note}");
+                crate::stderr_sink::line(&note);
             }
             let mut wrote_audit = false;
             while let Some(record) = self.proxy.poll_record() {
@@ -319,10 +322,10 @@ impl Session {
                 to_host.queue.iter().map(Vec::len).sum::<usize>() + self.proxy.host_queue_bytes();
             if queued > self.proxy_limit() && self.closed_by_guard.is_none() {
                 self.closed_by_guard = Some("host_stopped_reading");
-                eprintln!(
+                crate::stderr_sink::line(&format!(
                     "mcp-stdio guard: the host stopped reading stdout ({queued} bytes waiting, limit {}); closing the session",
                     self.proxy_limit()
-                );
+                ));
                 host_out = None;
                 to_host.queue.clear();
                 self.supervisor.shutdown(Instant::now());
@@ -335,7 +338,7 @@ impl Session {
                     }
                     ProcessAction::SignalGroup(sig) => signal_group(self.pid, sig),
                     ProcessAction::AbandonReaders => {
-                        eprintln!("mcp-stdio guard: server pipes still open past the drain deadline (an escaped grandchild?); abandoning them");
+                        crate::stderr_sink::line("mcp-stdio guard: server pipes still open past the drain deadline (an escaped grandchild?); abandoning them");
                         server_out = None;
                         server_err = None;
                     }
@@ -457,16 +460,15 @@ impl Session {
         let room = self.stderr_budget.saturating_sub(self.stderr_forwarded);
         let take = chunk.len().min(usize::try_from(room).unwrap_or(usize::MAX));
         if take > 0 {
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(&chunk[..take]);
+            crate::stderr_sink::write(&chunk[..take]);
             self.stderr_forwarded += take as u64;
         }
         if take < chunk.len() && !self.stderr_marker_shown {
             self.stderr_marker_shown = true;
-            eprintln!(
+            crate::stderr_sink::line(&format!(
                 "\n[mcp-stdio guard: server stderr passed its budget of {} bytes; the rest is counted, its tail kept for the record]",
                 self.stderr_budget
-            );
+            ));
         }
     }
 }
