@@ -201,6 +201,11 @@ fn g2_oversized_host_request_never_reaches_the_server() {
         .as_str()
         .unwrap()
         .contains("request exceeded wire limit"));
+    // Invalid UTF-8 is answered by the guard with a parse error, not forwarded.
+    g.send_raw(b"\xff\xfe\n");
+    let v = g.recv(Duration::from_secs(10));
+    assert_eq!(v["error"]["code"], -32700, "{v}");
+    assert!(v["id"].is_null());
     g.send(&json!({"jsonrpc":"2.0","id":8,"method":"ping"}));
     g.response(json!(8), Duration::from_secs(10));
     let (_, stderr, _) = g.finish(Duration::from_secs(10));
