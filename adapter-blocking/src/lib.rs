@@ -1,1 +1,54 @@
-//! mcp-stdio blocking threads + mio adapter (issue 5): not built yet; this crate is an empty placeholder.
+//! # mcp-stdio-blocking
+//!
+//! The blocking adapter of mcp-stdio, for hosts that cannot use an async
+//! runtime: plain threads and [`mio`], and no async runtime anywhere in the
+//! dependency tree. Every decision comes from the sans-IO core
+//! ([`mcp_stdio_core`]); this crate only does the pipe I/O, the timers and
+//! the process management.
+//!
+//! - [`Client`] spawns an MCP server (never through a shell, in its own
+//!   process group) and runs the session on one I/O thread per server: stdout
+//!   and stderr are read for the whole life of the process whatever the
+//!   application threads do (G1), requests have deadlines and real cancels
+//!   (G6), stderr is budgeted (G10), and the shutdown sequence ends with a
+//!   record of what was observed (G11, G12). Its methods block the calling
+//!   thread, never the I/O thread.
+//! - [`serve`] runs an MCP server on this process's stdin and stdout, with a
+//!   reader thread, a writer thread and a bounded pool of handler threads,
+//!   each request with a [`CancelToken`] (G7), bounded concurrency and the
+//!   outgoing wire limit (G9).
+//!
+//! The same API, with the same names and types, exists in
+//! `mcp-stdio-tokio` and `mcp-stdio-async-std`: switching adapters is a
+//! change of import. Where those return futures, this crate blocks:
+//! `async fn`s are plain functions, a [`PendingRequest`] is waited for with
+//! [`PendingRequest::wait`] (or [`PendingRequest::wait_timeout`]), and
+//! [`Client::next_incoming`] takes a timeout.
+//!
+//! One difference is in the nature of threads: a handler thread cannot be
+//! aborted. A cancel sets the request's [`CancelToken`] and suppresses its
+//! response; the handler must look at the token to stop early (see
+//! [`RequestContext::cancel_token`]).
+//!
+//! [`Client`] is Unix-only (process groups, non-blocking pipes); [`serve`]
+//! needs only `std`.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+#[cfg(unix)]
+mod client;
+#[cfg(unix)]
+mod os;
+mod serve;
+
+#[cfg(unix)]
+pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responder};
+pub use serve::{
+    serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeOptions, ServeReport,
+};
+
+pub use mcp_stdio_core as core;
+pub use mcp_stdio_core::host::{
+    ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord,
+};
+pub use mcp_stdio_core::CommandSpec;
