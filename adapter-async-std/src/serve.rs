@@ -334,11 +334,10 @@ where
             Wake::Wrote(r) => {
                 write_offset += r?;
                 if write.as_ref().is_some_and(|b| write_offset >= b.len()) {
-                    write = session.poll_transmit();
-                    write_offset = 0;
-                    if write.is_none() {
-                        output.flush().await?;
-                    }
+                    // One whole message written: flush it, so a buffered
+                    // writer never holds a response back.
+                    write = None;
+                    output.flush().await?;
                 }
             }
             Wake::Timer => {}
