@@ -3,7 +3,7 @@
 //! `echo {text}` and `wait {ms}` (which stops at once when cancelled).
 //!
 //! Run it under any MCP host: `cargo run -p mcp-stdio-async-std --example stdio_server`.
-//! Only protocol messages go to stdout (G13); the one log line goes to stderr.
+//! Only protocol messages go to stdout (G13); log lines go to stderr.
 
 use std::time::Duration;
 
@@ -32,17 +32,12 @@ async fn handle(req: Request, ctx: RequestContext) -> HandlerResult {
             }
             Some("wait") => {
                 let ms = params["arguments"]["ms"].as_u64().unwrap_or(1000);
-                let token = ctx.cancel_token();
-                futures_lite::future::or(
-                    async {
-                        token.cancelled().await;
-                        eprintln!("stdio_server: request {} cancelled", ctx.id());
-                    },
-                    async {
-                        async_io::Timer::after(Duration::from_millis(ms)).await;
-                    },
-                )
-                .await;
+                eprintln!("stdio_server: request {} waits {ms} ms", ctx.id());
+                // A cancel drops this future at its next await, so nothing
+                // more runs and no response goes out. Work that does not
+                // await (a CPU loop, a blocking thread, a subprocess) watches
+                // `ctx.cancel_token()` instead.
+                async_io::Timer::after(Duration::from_millis(ms)).await;
                 json!({"content": [{"type": "text", "text": format!("waited {ms} ms")}]})
             }
             _ => return Err(ErrorObject::new(-32602, "unknown tool")),
