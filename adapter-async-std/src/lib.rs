@@ -1,1 +1,57 @@
-//! mcp-stdio async-std adapter (issue 5): not built yet; this crate is an empty placeholder.
+//! # mcp-stdio-async-std
+//!
+//! The async-std adapter of mcp-stdio: every decision comes from the sans-IO
+//! core ([`mcp_stdio_core`]); this crate only does the pipe I/O, the timers
+//! and the process management, on async-std's executor over `async-process`
+//! and `async-io`.
+//!
+//! - [`Client`] spawns an MCP server (never through a shell, in its own
+//!   process group) and runs the session: stdout and stderr are read for the
+//!   whole life of the process whatever the application does (G1), requests
+//!   have deadlines and real cancels (G6), stderr is budgeted (G10), and the
+//!   shutdown sequence ends with a record of what was observed (G11, G12).
+//! - [`serve`] runs an MCP server on this process's stdin and stdout, with a
+//!   task and a cancellation token per request (G7), bounded concurrency and
+//!   the outgoing wire limit (G9); [`serve_io`] does the same over any
+//!   `futures-io` reader and writer.
+//!
+//! The same API, with the same names and types, exists in `mcp-stdio-tokio`
+//! and `mcp-stdio-blocking`: switching adapters is a change of import.
+//!
+//! ## async-std, smol and other executors
+//!
+//! async-std is discontinued upstream in favour of [smol]. This crate is
+//! built on the foundations the two share — `async-process` for children,
+//! `async-io` for the pipes and timers, `async-channel` and `event-listener`
+//! for the tasks' queues — and uses async-std only to spawn its tasks
+//! (`async_std::task::spawn`, which runs them on async-std's own global
+//! executor threads) and for this process's stdin and stdout in [`serve`].
+//! Its futures are executor-agnostic, so an application running on smol
+//! (`smol::block_on`, `smol::Executor`) or on `futures_lite::future::block_on`
+//! uses it unchanged; the crate's tests include one that runs under
+//! `smol::block_on`.
+//!
+//! The driver and I/O tasks run on async-std's executor threads (one per
+//! core unless `ASYNC_STD_THREAD_COUNT` says otherwise), not on the thread
+//! that awaits the [`Client`]: an application that sleeps, blocks or stops
+//! polling does not pause them. (Code that blocks *every* executor thread
+//! would, as it would under any async runtime.)
+//!
+//! [smol]: https://docs.rs/smol
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod client;
+mod os;
+mod serve;
+
+pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responder};
+pub use serve::{
+    serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeOptions, ServeReport,
+};
+
+pub use mcp_stdio_core as core;
+pub use mcp_stdio_core::host::{
+    ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord,
+};
+pub use mcp_stdio_core::CommandSpec;

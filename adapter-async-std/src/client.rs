@@ -1,0 +1,914 @@
+//! `Client`: spawn an MCP server and drive its session on async-std's executor.
+//!
+//! # Tasks
+//!
+//! async-std has no `select!`, so instead of one task polling every pipe the
+//! work is split by what each task waits on:
+//!
+//! - the **driver** owns the [`HostSession`] and every decision; it waits for
+//!   "the next I/O event, the next command, room for an incoming message, or
+//!   the core's deadline" and never for anything else;
+//! - a **stdout reader** and a **stderr reader** each own their pipe and read
+//!   chunks for the whole life of the process, sending them to the driver;
+//! - a **stdin writer** owns stdin and writes one message at a time;
+//! - an **exit watcher** owns the `Child` and awaits its exit status.
+//!
+//! The I/O tasks report over one bounded channel ([`EVENT_QUEUE`]). A reader
+//! waits only when that channel is full, and the driver empties it whenever it
+//! waits: the driver never awaits the application (replies are `try_send`s on
+//! capacity-1 channels, server→client messages go out only when their
+//! capacity-1 channel has room), so the readers are never starved, whatever
+//! the application does (G1).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use async_channel::{Receiver, Sender, WeakSender};
+use async_io::Timer;
+use async_process::{Child, ChildStdin};
+use async_std::task::JoinHandle;
+use event_listener::{Event, EventListener};
+use futures_lite::future::{or, race};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWriteExt, Stream};
+use mcp_stdio_core::client::{ClientEvent, ClientMetrics, Incoming, RequestFailure, SendError};
+use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
+use mcp_stdio_core::host::{
+    ClientOptions, HostAction, HostSession, InitializeError, RequestError, SessionRecord,
+};
+use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request};
+use mcp_stdio_core::CommandSpec;
+
+use crate::os;
+
+/// Commands queued from the application to the driver task.
+const COMMAND_QUEUE: usize = 256;
+/// Events from the I/O tasks (chunks, write acknowledgements, the exit)
+/// waiting for the driver. Worst case: this many stdout chunks in flight.
+const EVENT_QUEUE: usize = 8;
+/// Bytes read from stdout per read call.
+const STDOUT_READ: usize = 64 * 1024;
+/// Bytes read from stderr per read call.
+const STDERR_READ: usize = 16 * 1024;
+
+type Outcome = Result<Box<RawValue>, RequestError>;
+
+/// A one-shot reply: a capacity-1 channel used for a single `try_send`.
+fn oneshot<T>() -> (Sender<T>, Receiver<T>) {
+    async_channel::bounded(1)
+}
+
+enum Command {
+    Request {
+        method: String,
+        params: Option<Box<RawValue>>,
+        timeout: Option<Duration>,
+        reply: Sender<Result<(Id, Receiver<Outcome>), RequestError>>,
+    },
+    Notify {
+        method: String,
+        params: Option<Box<RawValue>>,
+        reply: Sender<Result<(), RequestError>>,
+    },
+    Cancel {
+        id: Id,
+        reason: String,
+    },
+    Respond {
+        id: Id,
+        result: Result<Box<RawValue>, ErrorObject>,
+        reply: Sender<Result<(), RequestError>>,
+    },
+    Metrics {
+        reply: Sender<ClientMetrics>,
+    },
+    Shutdown,
+    Kill,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Request { .. } => "Request",
+            Self::Notify { .. } => "Notify",
+            Self::Cancel { .. } => "Cancel",
+            Self::Respond { .. } => "Respond",
+            Self::Metrics { .. } => "Metrics",
+            Self::Shutdown => "Shutdown",
+            Self::Kill => "Kill",
+        })
+    }
+}
+
+/// A server→client message.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum IncomingMessage {
+    /// A request; answer it with [`Responder::respond`].
+    Request(Request, Responder),
+    /// A notification.
+    Notification(Notification),
+}
+
+/// Answers one server→client request.
+#[derive(Debug)]
+pub struct Responder {
+    id: Id,
+    commands: Sender<Command>,
+}
+
+impl Responder {
+    /// The id of the request this answers.
+    pub fn id(&self) -> &Id {
+        &self.id
+    }
+
+    /// Sends the answer: a raw result or an error object.
+    pub async fn respond(
+        self,
+        result: Result<Box<RawValue>, ErrorObject>,
+    ) -> Result<(), RequestError> {
+        let (reply, rx) = oneshot();
+        let cmd = Command::Respond {
+            id: self.id,
+            result,
+            reply,
+        };
+        if self.commands.send(cmd).await.is_err() {
+            return Err(SendError::Closed.into());
+        }
+        rx.recv().await.unwrap_or(Err(SendError::Closed.into()))
+    }
+}
+
+/// A request in flight. Await it for the result; [`cancel`](Self::cancel)
+/// it, or drop it, to cancel it on the server (G6): a UI timeout that drops
+/// the future is a real cancel, not a forgotten request.
+#[derive(Debug)]
+pub struct PendingRequest {
+    id: Id,
+    /// Pinned: a receiver polled as a stream is `!Unpin`.
+    rx: Pin<Box<Receiver<Outcome>>>,
+    commands: Sender<Command>,
+    done: bool,
+}
+
+impl PendingRequest {
+    /// The request's id.
+    pub fn id(&self) -> &Id {
+        &self.id
+    }
+
+    /// A handle that cancels this request from elsewhere.
+    pub fn cancel_handle(&self) -> CancelHandle {
+        CancelHandle {
+            id: self.id.clone(),
+            commands: self.commands.clone(),
+        }
+    }
+
+    /// Cancels the request: it completes with `Cancelled` and the server is
+    /// sent `notifications/cancelled`.
+    pub fn cancel(&self, reason: &str) {
+        self.cancel_handle().cancel(reason);
+    }
+}
+
+impl Future for PendingRequest {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        match self.rx.as_mut().poll_next(cx) {
+            Poll::Ready(r) => {
+                self.done = true;
+                // `None`: the driver ended without an answer for this id.
+                Poll::Ready(r.unwrap_or(Err(RequestFailure::SessionClosed.into())))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for PendingRequest {
+    fn drop(&mut self) {
+        if !self.done {
+            // Best effort without blocking: if the command queue is full the
+            // request still ends at its deadline, where a cancel is sent.
+            let _ = self.commands.try_send(Command::Cancel {
+                id: self.id.clone(),
+                reason: "request abandoned by the client".to_owned(),
+            });
+        }
+    }
+}
+
+/// Cancels one request from any task.
+#[derive(Debug, Clone)]
+pub struct CancelHandle {
+    id: Id,
+    commands: Sender<Command>,
+}
+
+impl CancelHandle {
+    /// The request's id.
+    pub fn id(&self) -> &Id {
+        &self.id
+    }
+
+    /// Cancels the request (no-op if it already completed).
+    pub fn cancel(&self, reason: &str) {
+        let _ = self.commands.try_send(Command::Cancel {
+            id: self.id.clone(),
+            reason: reason.to_owned(),
+        });
+    }
+}
+
+/// A spawned MCP server and its session.
+///
+/// One driver task owns the core [`HostSession`]; reader tasks read the
+/// server's stdout and stderr continuously, whatever the application does
+/// (G1); a writer task writes stdin without ever blocking those reads; the
+/// driver applies deadlines and runs the shutdown sequence (G11). The
+/// application talks to the driver through a bounded command queue.
+///
+/// Dropping a `Client` without [`shutdown`](Self::shutdown) kills the
+/// server's process group at once (a `killpg` system call, never a task
+/// spawned in `Drop`); the driver then observes the exit and ends.
+#[derive(Debug)]
+pub struct Client {
+    commands: Sender<Command>,
+    incoming: Receiver<IncomingMessage>,
+    /// Notified each time the application takes an incoming message, so the
+    /// driver can move the next one out of the core's inbox.
+    incoming_taken: Arc<Event>,
+    driver: Option<JoinHandle<SessionRecord>>,
+    pid: u32,
+    finished: Arc<AtomicBool>,
+    client_info: mcp_stdio_core::handshake::Implementation,
+    request_timeout: Option<Duration>,
+}
+
+impl Client {
+    /// Spawns `command` (no shell; its own process group) with stdin, stdout
+    /// and stderr piped, and starts the driver and I/O tasks on async-std's
+    /// executor. Works from any thread, inside or outside an executor
+    /// (async-std, smol or none).
+    pub fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self> {
+        let mut cmd = os::command(command);
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn()?;
+        let pid = child.id();
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+
+        let (events_tx, events) = async_channel::bounded(EVENT_QUEUE);
+        // Neither channel below ever carries a message: the driver closes it
+        // (drops its sender) to stop the tasks that hold the receiver.
+        let (stop_readers, readers_stopped) = async_channel::bounded::<()>(1);
+        let (driver_alive, driver_gone) = async_channel::bounded::<()>(1);
+        // Capacity 1, and the driver sends only after the previous message's
+        // acknowledgement: the core's outgoing limit stays the bound.
+        let (stdin_tx, stdin_rx) = async_channel::bounded::<Vec<u8>>(1);
+
+        let mut host = options.new_host_session();
+        host.handle_spawned(Instant::now());
+        tracing::debug!(pid, command = %command.display(), "spawned MCP server");
+        let now = Instant::now();
+        match stdout {
+            Some(pipe) => drop(async_std::task::spawn(read_pipe(
+                pipe,
+                STDOUT_READ,
+                Pipe::Stdout,
+                events_tx.clone(),
+                readers_stopped.clone(),
+            ))),
+            None => host.handle_stdout_eof(now),
+        }
+        match stderr {
+            Some(pipe) => drop(async_std::task::spawn(read_pipe(
+                pipe,
+                STDERR_READ,
+                Pipe::Stderr,
+                events_tx.clone(),
+                readers_stopped,
+            ))),
+            None => host.handle_stderr_eof(now),
+        }
+        let stdin_tx = match stdin {
+            Some(pipe) => {
+                drop(async_std::task::spawn(write_stdin(
+                    pipe,
+                    stdin_rx,
+                    events_tx.clone(),
+                )));
+                Some(stdin_tx)
+            }
+            None => None,
+        };
+        drop(async_std::task::spawn(watch_exit(
+            child,
+            events_tx,
+            driver_gone,
+        )));
+
+        let (commands, command_rx) = async_channel::bounded(COMMAND_QUEUE);
+        // Capacity 1: the core's bounded inbox is the real queue (G5).
+        let (incoming_tx, incoming) = async_channel::bounded(1);
+        let incoming_taken = Arc::new(Event::new());
+        let finished = Arc::new(AtomicBool::new(false));
+        let driver = Driver {
+            host,
+            options: options.clone(),
+            pid,
+            events,
+            events_open: true,
+            stdout_open: true,
+            stderr_open: true,
+            stdin: stdin_tx,
+            writing: false,
+            stop_readers: Some(stop_readers),
+            _driver_alive: driver_alive,
+            commands: command_rx,
+            commands_tx: commands.downgrade(),
+            commands_open: true,
+            incoming: incoming_tx,
+            incoming_taken: incoming_taken.clone(),
+            waiters: HashMap::new(),
+            finished: finished.clone(),
+        };
+        let request_timeout = options.config.get_session().get_default_timeout();
+        Ok(Self {
+            commands,
+            incoming,
+            incoming_taken,
+            driver: Some(async_std::task::spawn(driver.run())),
+            pid,
+            finished,
+            client_info: options.client_info,
+            request_timeout,
+        })
+    }
+
+    /// The server's process id (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The MCP handshake: `initialize` with the latest protocol version, the
+    /// server's answer checked (version negotiation), then
+    /// `notifications/initialized`. Notifications the server sends before its
+    /// answer are kept for [`next_incoming`](Self::next_incoming).
+    pub async fn initialize(&self) -> Result<InitializeResult, InitializeError> {
+        let params = initialize_params(&self.client_info, None);
+        let result = self
+            .request_with_timeout("initialize", Some(params), self.request_timeout)
+            .await?;
+        let init = check_initialize_result(&result)?;
+        self.notify("notifications/initialized", None).await?;
+        Ok(init)
+    }
+
+    /// Sends a request with the configured default timeout and waits for its result.
+    pub async fn request(&self, method: &str, params: Option<Box<RawValue>>) -> Outcome {
+        self.start_request(method, params, self.request_timeout)
+            .await?
+            .await
+    }
+
+    /// Sends a request with its own timeout (`None`: no deadline) and waits.
+    pub async fn request_with_timeout(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        timeout: Option<Duration>,
+    ) -> Outcome {
+        self.start_request(method, params, timeout).await?.await
+    }
+
+    /// Sends a request and returns it in flight, to be awaited or cancelled.
+    pub async fn start_request(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        timeout: Option<Duration>,
+    ) -> Result<PendingRequest, RequestError> {
+        let (reply, rx) = oneshot();
+        let cmd = Command::Request {
+            method: method.to_owned(),
+            params,
+            timeout,
+            reply,
+        };
+        self.commands
+            .send(cmd)
+            .await
+            .map_err(|_| RequestError::from(SendError::Closed))?;
+        let (id, done) = rx.recv().await.unwrap_or(Err(SendError::Closed.into()))?;
+        Ok(PendingRequest {
+            id,
+            rx: Box::pin(done),
+            commands: self.commands.clone(),
+            done: false,
+        })
+    }
+
+    /// Sends a notification.
+    pub async fn notify(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+    ) -> Result<(), RequestError> {
+        let (reply, rx) = oneshot();
+        let cmd = Command::Notify {
+            method: method.to_owned(),
+            params,
+            reply,
+        };
+        self.commands
+            .send(cmd)
+            .await
+            .map_err(|_| RequestError::from(SendError::Closed))?;
+        rx.recv().await.unwrap_or(Err(SendError::Closed.into()))
+    }
+
+    /// Cancels a request by id (see [`PendingRequest::cancel`]).
+    pub fn cancel(&self, id: &Id, reason: &str) {
+        let _ = self.commands.try_send(Command::Cancel {
+            id: id.clone(),
+            reason: reason.to_owned(),
+        });
+    }
+
+    /// The next server→client request or notification; `None` once the
+    /// session is over. Messages wait in the core's bounded inbox meanwhile;
+    /// when it is full its overload policy applies and the reader goes on (G5).
+    pub async fn next_incoming(&self) -> Option<IncomingMessage> {
+        let msg = self.incoming.recv().await.ok();
+        // The capacity-1 channel has room again: the driver may move the
+        // next message out of the core's inbox.
+        self.incoming_taken.notify(1);
+        msg
+    }
+
+    /// The session's counters now; `None` once the session is over.
+    pub async fn metrics(&self) -> Option<ClientMetrics> {
+        let (reply, rx) = oneshot();
+        self.commands.send(Command::Metrics { reply }).await.ok()?;
+        rx.recv().await.ok()
+    }
+
+    /// Whether the session is over (the server's process was seen to end).
+    pub fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    /// Graceful shutdown (G11): pending requests fail, stdin is closed, then
+    /// `SIGTERM` and `SIGKILL` to the group after their graces, the readers
+    /// drain with a deadline, and the record of what was observed is returned.
+    pub async fn shutdown(mut self) -> SessionRecord {
+        let _ = self.commands.send(Command::Shutdown).await;
+        self.wait_record().await
+    }
+
+    /// Like [`shutdown`](Self::shutdown) but starts with `SIGTERM` at once.
+    pub async fn kill(mut self) -> SessionRecord {
+        let _ = self.commands.send(Command::Kill).await;
+        self.wait_record().await
+    }
+
+    /// Waits until the server ends by itself (or the session closes) and
+    /// returns the record, without asking it to stop.
+    pub async fn wait(mut self) -> SessionRecord {
+        self.wait_record().await
+    }
+
+    async fn wait_record(&mut self) -> SessionRecord {
+        let driver = self
+            .driver
+            .as_mut()
+            .expect("present until a consuming method (this one) has awaited it");
+        // The driver never panics on input; if it did (a bug), awaiting its
+        // handle panics here too. The handle stays in `self` while awaited:
+        // if this future is dropped unfinished, `Drop` still kills the group.
+        let record = driver.await;
+        self.driver = None;
+        record
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if self.driver.is_some() && !self.finished.load(Ordering::Acquire) {
+            // Synchronous: one syscall. The exit watcher observes the exit,
+            // the readers see EOF, and the driver ends the session.
+            os::signal_group(self.pid, mcp_stdio_core::process::Signal::Kill);
+        }
+    }
+}
+
+/// Which pipe a reader task reads.
+#[derive(Debug, Clone, Copy)]
+enum Pipe {
+    Stdout,
+    Stderr,
+}
+
+/// What the I/O tasks report to the driver.
+enum IoEvent {
+    /// Bytes read from a pipe.
+    Chunk(Pipe, Vec<u8>),
+    /// A pipe reached end-of-file or failed.
+    End(Pipe),
+    /// The stdin writer finished one message (or failed and stopped).
+    Written(std::io::Result<()>),
+    /// The child's exit, as `wait` saw it.
+    Exited(std::io::Result<std::process::ExitStatus>),
+}
+
+/// Reads `pipe` in chunks of `size` bytes until EOF, an error, or the driver
+/// closes `stop` (`AbandonReaders`, or the driver ended).
+async fn read_pipe<R: AsyncRead + Unpin>(
+    mut pipe: R,
+    size: usize,
+    which: Pipe,
+    events: Sender<IoEvent>,
+    stop: Receiver<()>,
+) {
+    let mut buf = vec![0u8; size];
+    loop {
+        // A read future dropped unfinished has consumed nothing.
+        let read = async { Some(pipe.read(&mut buf).await) };
+        let stopped = async {
+            let _ = stop.recv().await;
+            None
+        };
+        let event = match or(stopped, read).await {
+            None => return,
+            Some(Ok(n)) if n > 0 => IoEvent::Chunk(which, buf[..n].to_vec()),
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Some(_) => IoEvent::End(which),
+        };
+        let end = matches!(event, IoEvent::End(_));
+        // Waits only while the driver's queue is full; the driver empties it
+        // every time it waits, so this never stalls for long.
+        if events.send(event).await.is_err() || end {
+            return;
+        }
+    }
+}
+
+/// Writes each message the driver sends, whole, then acknowledges it. Stops
+/// (dropping stdin, which closes the pipe) when the driver closes the
+/// channel, even in the middle of a write to a server that stopped reading.
+async fn write_stdin(mut stdin: ChildStdin, messages: Receiver<Vec<u8>>, events: Sender<IoEvent>) {
+    while let Ok(bytes) = messages.recv().await {
+        let write = async {
+            let r = async {
+                stdin.write_all(&bytes).await?;
+                stdin.flush().await
+            };
+            Some(r.await)
+        };
+        // The driver sends the next message only after this one's
+        // acknowledgement, so during a write the channel is empty and `recv`
+        // can only end by the driver closing it: `CloseStdin`, stop now.
+        let closed = async {
+            let _ = messages.recv().await;
+            None
+        };
+        match or(write, closed).await {
+            None => return,
+            Some(r) => {
+                let failed = r.is_err();
+                if events.send(IoEvent::Written(r)).await.is_err() || failed {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Owns the child and reports its exit. Stops waiting when the driver ends
+/// without having seen it (`ExitNotObserved`); async-process then reaps the
+/// dropped child in the background.
+async fn watch_exit(mut child: Child, events: Sender<IoEvent>, driver_gone: Receiver<()>) {
+    let status = child.status();
+    let gone = async {
+        let _ = driver_gone.recv().await;
+        None
+    };
+    if let Some(status) = or(async { Some(status.await) }, gone).await {
+        let _ = events.send(IoEvent::Exited(status)).await;
+    }
+}
+
+/// What [`Driver::deliver_incoming`] did.
+enum Delivery {
+    /// Nothing waits in the core's inbox.
+    Idle,
+    /// A message moved (or room appeared): pump and deliver again.
+    Again,
+    /// Messages wait and the channel is full: wake when the application takes one.
+    WaitForRoom(EventListener),
+}
+
+/// What woke the driver.
+enum Wake {
+    Io(Option<IoEvent>),
+    Command(Option<Command>),
+    IncomingTaken,
+    Timer,
+}
+
+struct Driver {
+    host: HostSession,
+    options: ClientOptions,
+    pid: u32,
+    events: Receiver<IoEvent>,
+    events_open: bool,
+    stdout_open: bool,
+    stderr_open: bool,
+    /// The stdin writer's queue; `None` once stdin is closed or broken.
+    stdin: Option<Sender<Vec<u8>>>,
+    /// A message is with the writer and not yet acknowledged.
+    writing: bool,
+    /// Dropped to stop the reader tasks.
+    stop_readers: Option<Sender<()>>,
+    /// Dropped with the driver: tells the exit watcher to stop waiting.
+    _driver_alive: Sender<()>,
+    commands: Receiver<Command>,
+    /// For the `Responder`s of server→client requests. Weak, so the queue
+    /// closes once the application dropped every handle.
+    commands_tx: WeakSender<Command>,
+    commands_open: bool,
+    incoming: Sender<IncomingMessage>,
+    incoming_taken: Arc<Event>,
+    waiters: HashMap<Id, Sender<Outcome>>,
+    finished: Arc<AtomicBool>,
+}
+
+impl Driver {
+    async fn run(mut self) -> SessionRecord {
+        loop {
+            if let Some(record) = self.pump() {
+                self.finished.store(true, Ordering::Release);
+                self.options.release_grant(&mut self.host);
+                return record;
+            }
+            let taken = match self.deliver_incoming() {
+                Delivery::Idle => None,
+                // Pump again: the next message may go out, or wait for room.
+                Delivery::Again => continue,
+                Delivery::WaitForRoom(listener) => Some(listener),
+            };
+            let wake = self.next_wake(taken).await;
+            let now = Instant::now();
+            match wake {
+                Wake::Io(Some(event)) => self.io_event(now, event),
+                Wake::Io(None) => self.events_open = false,
+                Wake::Command(Some(cmd)) => self.command(cmd),
+                Wake::Command(None) => {
+                    // Every handle is gone: the Client was dropped (and its
+                    // `Drop` already sent SIGKILL); run the kill path so the
+                    // record says so.
+                    self.commands_open = false;
+                    self.host.kill(now);
+                }
+                Wake::IncomingTaken => {}
+                Wake::Timer => self.host.handle_timeout(now),
+            }
+        }
+    }
+
+    /// Moves one message from the core's inbox to the capacity-1 channel if it
+    /// has room (G5: the inbox is the queue; the channel only hands over).
+    fn deliver_incoming(&mut self) -> Delivery {
+        if self.host.session().inbox_len() == 0 {
+            return Delivery::Idle;
+        }
+        if self.incoming.is_full() {
+            let listener = self.incoming_taken.listen();
+            // Re-check after listening: a take in between must not be missed.
+            return if self.incoming.is_full() {
+                Delivery::WaitForRoom(listener)
+            } else {
+                Delivery::Again
+            };
+        }
+        let msg = match self.host.poll_incoming(Instant::now()) {
+            Some(Incoming::Request(r)) => {
+                // No sender left: the application is gone and nobody could answer.
+                let Some(commands) = self.commands_tx.upgrade() else {
+                    return Delivery::Again;
+                };
+                let responder = Responder {
+                    id: r.id.clone(),
+                    commands,
+                };
+                IncomingMessage::Request(r, responder)
+            }
+            Some(Incoming::Notification(n)) => IncomingMessage::Notification(n),
+            None => return Delivery::Idle,
+        };
+        // Only the driver sends and it checked for room, so this cannot be
+        // `Full`; `Closed` means the Client is gone (its group was killed in
+        // Drop) and nobody will read the message: the session is ending.
+        let _ = self.incoming.try_send(msg);
+        Delivery::Again
+    }
+
+    /// Waits for the next thing the driver must act on: an I/O event, a
+    /// command, room for an incoming message, or the core's deadline.
+    async fn next_wake(&self, taken: Option<EventListener>) -> Wake {
+        let deadline = self.host.poll_timeout();
+        let events = async {
+            if self.events_open {
+                Wake::Io(self.events.recv().await.ok())
+            } else {
+                std::future::pending().await
+            }
+        };
+        let commands = async {
+            if self.commands_open {
+                Wake::Command(self.commands.recv().await.ok())
+            } else {
+                std::future::pending().await
+            }
+        };
+        let taken = async {
+            match taken {
+                Some(listener) => {
+                    listener.await;
+                    Wake::IncomingTaken
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let timer = async {
+            match deadline {
+                Some(d) => Timer::at(d).await,
+                None => Timer::never().await,
+            };
+            Wake::Timer
+        };
+        // `race` picks at random among ready branches, so a flood of stdout
+        // cannot starve the application's commands, nor the reverse.
+        race(events, race(commands, or(timer, taken))).await
+    }
+
+    fn io_event(&mut self, now: Instant, event: IoEvent) {
+        match event {
+            // After `AbandonReaders`, chunks already queued are ignored.
+            IoEvent::Chunk(Pipe::Stdout, bytes) if self.stdout_open => {
+                self.host.handle_stdout(now, &bytes);
+            }
+            IoEvent::Chunk(Pipe::Stderr, bytes) if self.stderr_open => {
+                self.host.handle_stderr(now, &bytes);
+            }
+            IoEvent::Chunk(..) => {}
+            IoEvent::End(Pipe::Stdout) if self.stdout_open => {
+                self.stdout_open = false;
+                self.host.handle_stdout_eof(now);
+            }
+            IoEvent::End(Pipe::Stderr) if self.stderr_open => {
+                self.stderr_open = false;
+                self.host.handle_stderr_eof(now);
+            }
+            IoEvent::End(_) => {}
+            IoEvent::Written(Ok(())) => self.writing = false,
+            IoEvent::Written(Err(e)) => {
+                // The server closed its stdin or died: stop writing; stdout
+                // EOF and the exit will follow.
+                tracing::debug!(pid = self.pid, error = %e, "writing to server stdin failed");
+                self.writing = false;
+                self.stdin = None;
+            }
+            IoEvent::Exited(Ok(status)) => self.host.handle_exited(now, os::exit_status(status)),
+            // wait() failing means no status can ever be observed: the
+            // supervisor's deadlines end the session.
+            IoEvent::Exited(Err(e)) => {
+                tracing::warn!(pid = self.pid, error = %e, "waiting for the server failed");
+            }
+        }
+    }
+
+    fn command(&mut self, cmd: Command) {
+        let now = Instant::now();
+        match cmd {
+            Command::Request {
+                method,
+                params,
+                timeout,
+                reply,
+            } => {
+                let r = self.host.request(now, &method, params.as_deref(), timeout);
+                match r {
+                    Ok(id) => {
+                        let (tx, rx) = oneshot();
+                        self.waiters.insert(id.clone(), tx);
+                        if reply.try_send(Ok((id.clone(), rx))).is_err() {
+                            // The caller gave up before learning the id: cancel.
+                            self.waiters.remove(&id);
+                            let _ = self
+                                .host
+                                .cancel(&id, Some("request abandoned by the client"));
+                        }
+                    }
+                    Err(e) => {
+                        let _ = reply.try_send(Err(e.into()));
+                    }
+                }
+            }
+            Command::Notify {
+                method,
+                params,
+                reply,
+            } => {
+                let r = self.host.notify(&method, params.as_deref());
+                let _ = reply.try_send(r.map_err(Into::into));
+            }
+            Command::Cancel { id, reason } => {
+                let _ = self.host.cancel(&id, Some(&reason));
+            }
+            Command::Respond { id, result, reply } => {
+                let r = self.host.respond(&id, result.as_deref());
+                let _ = reply.try_send(r.map_err(Into::into));
+            }
+            Command::Metrics { reply } => {
+                let _ = reply.try_send(self.host.metrics());
+            }
+            Command::Shutdown => self.host.shutdown(now),
+            Command::Kill => self.host.kill(now),
+        }
+    }
+
+    /// Drains every core output; returns the record once the session is over.
+    fn pump(&mut self) -> Option<SessionRecord> {
+        if !self.writing {
+            if let Some(stdin) = &self.stdin {
+                if let Some(bytes) = self.host.poll_transmit() {
+                    // Capacity 1 and nothing with the writer: only fails if
+                    // the writer is gone, which it reports as `Written(Err)`.
+                    self.writing = stdin.try_send(bytes).is_ok();
+                }
+            }
+        }
+        self.complete_waiters();
+        while let Some(line) = self.host.poll_stderr_line() {
+            tracing::info!(target: "mcp_stdio::server_stderr", pid = self.pid, "{line}");
+        }
+        let mut record = None;
+        while let Some(action) = self.host.poll_action() {
+            match action {
+                HostAction::CloseStdin => {
+                    // Closing the writer's queue stops it, mid-write if need
+                    // be, and it drops stdin: the server sees EOF.
+                    self.stdin = None;
+                    self.writing = false;
+                }
+                HostAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
+                HostAction::AbandonReaders => {
+                    tracing::warn!(
+                        pid = self.pid,
+                        "server pipes still open past the drain deadline; abandoning readers"
+                    );
+                    self.stop_readers = None;
+                    self.stdout_open = false;
+                    self.stderr_open = false;
+                }
+                HostAction::Finished(r) => record = Some(*r),
+                _ => {}
+            }
+        }
+        if record.is_some() {
+            // Completions for everything still waiting were emitted by the
+            // session's close; anything left gets SessionClosed.
+            self.complete_waiters();
+            for (_, w) in self.waiters.drain() {
+                let _ = w.try_send(Err(RequestFailure::SessionClosed.into()));
+            }
+            // Stop the readers too: the record is built, nothing more is read.
+            self.stop_readers = None;
+            self.stdin = None;
+        }
+        record
+    }
+
+    fn complete_waiters(&mut self) {
+        while let Some(ev) = self.host.poll_event() {
+            if let ClientEvent::Completed { id, outcome } = ev {
+                if let Some(w) = self.waiters.remove(&id) {
+                    let _ = w.try_send(outcome.map_err(Into::into));
+                }
+            }
+        }
+    }
+}
