@@ -397,11 +397,12 @@ impl Client {
     }
 
     async fn wait_record(&mut self) -> SessionRecord {
-        let driver = self
-            .driver
-            .take()
-            .expect("the driver is taken only once, here");
-        match driver.await {
+        // The handle stays in `self` while awaiting: if this future is
+        // dropped (a timeout around `shutdown`), `Drop` still kills the group.
+        let driver = self.driver.as_mut().expect("the driver is awaited only once");
+        let result = driver.await;
+        self.driver = None;
+        match result {
             Ok(record) => record,
             // The driver never panics on input; a panic is a bug, surfaced as one.
             Err(e) => std::panic::resume_unwind(e.into_panic()),
