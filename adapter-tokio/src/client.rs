@@ -399,7 +399,10 @@ impl Client {
     async fn wait_record(&mut self) -> SessionRecord {
         // The handle stays in `self` while awaiting: if this future is
         // dropped (a timeout around `shutdown`), `Drop` still kills the group.
-        let driver = self.driver.as_mut().expect("the driver is awaited only once");
+        let driver = self
+            .driver
+            .as_mut()
+            .expect("the driver is awaited only once");
         let result = driver.await;
         self.driver = None;
         match result {
