@@ -17,37 +17,54 @@
 //!   reader thread, a writer thread and a bounded pool of handler threads,
 //!   each request with a [`CancelToken`] (G7), bounded concurrency and the
 //!   outgoing wire limit (G9).
+//! - [`run_helper`] runs a command-line helper from inside a tool on the
+//!   calling thread: both streams captured under budgets and drained to EOF
+//!   (G10), a [`CancelToken`] whose cancel reaches the helper's process
+//!   group (`SIGTERM`, grace, `SIGKILL`; G7, G11), and an outcome with the
+//!   exit status actually observed and the call record (G12).
+//!   [`run_helper_with_approval`] adds an approval step before the spawn,
+//!   whose deadline the run enforces whatever the [`Approver`] does.
 //!
 //! The same API, with the same names and types, exists in
 //! `mcp-stdio-tokio` and `mcp-stdio-async-std`: switching adapters is a
 //! change of import. Where those return futures, this crate blocks:
 //! `async fn`s are plain functions, a [`PendingRequest`] is waited for with
 //! [`PendingRequest::wait`] (or [`PendingRequest::wait_timeout`]), and
-//! [`Client::next_incoming`] takes a timeout.
+//! [`Client::next_incoming`] takes a timeout. An [`Approver`] answers with a
+//! plain `bool` on a thread of its own, which the run may leave behind at the
+//! deadline, so [`run_helper_with_approval`] takes an approver that is
+//! `Clone + 'static`.
 //!
 //! One difference is in the nature of threads: a handler thread cannot be
 //! aborted. A cancel sets the request's [`CancelToken`] and suppresses its
 //! response; the handler must look at the token to stop early (see
-//! [`RequestContext::cancel_token`]).
+//! [`RequestContext::cancel_token`]). Pass that token to [`run_helper`]: the
+//! run looks at it at least every 10 ms, so a cancel reaches the helper's
+//! process group within that (the token has no hook a poller can wait on).
 //!
-//! [`Client`] is Unix-only (process groups, non-blocking pipes); [`serve`]
-//! needs only `std`.
+//! [`Client`] and [`run_helper`] are Unix-only (process groups, non-blocking
+//! pipes); [`serve`] needs only `std`.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 #[cfg(unix)]
 mod client;
 #[cfg(unix)]
+mod helper;
+#[cfg(unix)]
 mod os;
 mod serve;
 
 #[cfg(unix)]
 pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responder};
+#[cfg(unix)]
+pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
 pub use serve::{
     serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeOptions, ServeReport,
 };
 
 pub use mcp_stdio_core as core;
+pub use mcp_stdio_core::helper::{HelperConfig, HelperOptions, HelperOutcome};
 pub use mcp_stdio_core::host::{
     ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord,
 };

@@ -1,0 +1,595 @@
+//! `run_helper`: run a command-line helper from inside a tool, blocking the
+//! calling thread.
+//!
+//! Every decision comes from the core's [`HelperRun`]; this file only
+//! spawns, reads, reaps, signals and waits, in the order its type doc lists.
+//!
+//! # Threads
+//!
+//! - **The calling thread** drives the run. It owns the [`HelperRun`], the
+//!   [`Child`], one [`mio::Poll`] with the two output pipes (non-blocking,
+//!   read until `WouldBlock`) and, on Linux, a pidfd that makes the exit a
+//!   readiness event. One poller rather than a reader thread per stream: a
+//!   thread blocked in `read` on a pipe that an escaped grandchild holds open
+//!   cannot be stopped, so `AbandonReaders` would leak it until that
+//!   grandchild exits, whereas dropping a non-blocking pipe ends the reading
+//!   at once. It also keeps every chunk on the thread that owns the run, with
+//!   no queue in between to bound.
+//! - **An approval thread** (`mcp-approval`), only when an approval step is
+//!   configured, calls [`Approver::approve`] and sends the answer back over a
+//!   channel of capacity 1. The run waits for that answer, the deadline or a
+//!   cancel, whichever comes first, and never for the thread: an approver
+//!   that answers late, or never, is left behind and its answer is dropped.
+//! - **A reaper thread** (`mcp-reap-<pid>`), only when supervision gave up
+//!   without observing the exit (uninterruptible sleep after `SIGKILL`),
+//!   waits for the child so it does not stay a zombie.
+//!
+//! # Cancel latency
+//!
+//! [`CancelToken`] wakes threads blocked on its condition variable, which a
+//! poller cannot wait on alongside file descriptors. So, until the cancel is
+//! seen, the run never sleeps longer than [`CANCEL_TICK`] (10 ms) and looks
+//! at the token after every wake-up: a cancel from another thread reaches
+//! the core within 10 ms plus scheduling delay, and `SIGTERM` goes to the
+//! group in the same turn. The cost is at most 100 wake-ups a second while a
+//! helper runs (or an approval is pending), each a few system calls.
+//!
+//! # The exit and the group id
+//!
+//! On Linux the exit is observed with `waitid(…, WNOWAIT)`: the leader stays
+//! a zombie until the run is finished, which keeps its pid, and so the group
+//! id, reserved while the supervisor may still `killpg` it (the group
+//! `SIGKILL` after the leader's exit, the drop guard). It is reaped at the
+//! end. Elsewhere `try_wait` observes and reaps in one step.
+
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::process::{Child, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mcp_stdio_core::call::{CallRecord, Stamp};
+use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, HelperRun};
+use mcp_stdio_core::process::Signal;
+use mcp_stdio_core::{CommandSpec, ExitStatus};
+use mio::unix::pipe;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+
+use crate::os;
+use crate::serve::CancelToken;
+
+/// Bytes read per read call (one buffer, shared by both streams): a whole
+/// default pipe buffer.
+const READ_CHUNK: usize = 64 * 1024;
+/// Reads of one stream per turn (at most 1 MiB) before the other stream, the
+/// exit, the clock and the cancel get their turn; the stream stays marked
+/// readable, so the next turn does not wait for a new event.
+const READS_PER_TURN: usize = 16;
+/// The longest the run sleeps before it looks at the [`CancelToken`] again,
+/// until the cancel is seen: the cancel latency.
+const CANCEL_TICK: Duration = Duration::from_millis(10);
+/// Where no pidfd exists, how often the exit is checked once the cancel tick
+/// no longer runs.
+const EXIT_POLL_TICK: Duration = Duration::from_millis(50);
+
+const STDOUT: Token = Token(0);
+const STDERR: Token = Token(1);
+const CHILD_EXIT: Token = Token(2);
+
+/// Now, on both clocks.
+fn stamp() -> Stamp {
+    let unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Stamp::new(Instant::now(), unix_ms)
+}
+
+/// What a person (or a policy) is asked before a helper may run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ApprovalRequest {
+    /// The call as recorded so far (operation, target, state `awaiting_approval`).
+    pub record: CallRecord,
+    /// When the request expires; after it the call is denied
+    /// (`approval_timeout`), whatever the helper or anything else writes.
+    pub deadline: Instant,
+}
+
+/// Decides approval requests: `true` approves, `false` denies.
+///
+/// [`approve`](Self::approve) blocks for as long as it takes (a dialog, a
+/// policy service). It runs on a thread of its own; the deadline is enforced
+/// by [`run_helper_with_approval`], not by the approver, and an answer that
+/// comes after it is ignored.
+pub trait Approver: Send + Sync {
+    /// Asks for a decision.
+    fn approve(&self, request: ApprovalRequest) -> bool;
+}
+
+impl<F> Approver for F
+where
+    F: Fn(ApprovalRequest) -> bool + Send + Sync,
+{
+    fn approve(&self, request: ApprovalRequest) -> bool {
+        self(request)
+    }
+}
+
+/// An approver that denies at once (no approval step configured, so it is
+/// never consulted; if one is, the call is denied, as with the tokio adapter).
+#[derive(Debug, Clone, Copy)]
+struct NoApprover;
+
+impl Approver for NoApprover {
+    fn approve(&self, _request: ApprovalRequest) -> bool {
+        false
+    }
+}
+
+/// Runs `command` as a helper, blocking the calling thread until it is over:
+/// its own process group, stdin from `/dev/null`, stdout and stderr each
+/// captured within its budget and read to EOF even past it (G10). A cancel
+/// of `cancel` from another thread (seen within 10 ms) →
+/// `SIGTERM` to the group → grace → `SIGKILL` (G7, G11). The outcome holds
+/// the exit status actually observed, both captures and the call record
+/// (G12).
+///
+/// If the run unwinds (a panic), the helper's process group is killed (one
+/// `killpg` in a drop guard).
+pub fn run_helper(
+    command: &CommandSpec,
+    options: &HelperOptions,
+    cancel: &CancelToken,
+) -> HelperOutcome {
+    run_helper_with_approval(command, options, cancel, &NoApprover)
+}
+
+/// [`run_helper`] with an approval step when `options.config` has an
+/// approval deadline: the request is raised before the spawn, without
+/// waiting for any output, and its deadline runs on the clock alone.
+///
+/// The approver runs on its own thread and the run returns at the deadline
+/// (denied, `approval_timeout`) or at a cancel (`cancelled`) without waiting
+/// for it. That thread may outlive this call, so the approver is cloned into
+/// it: hence `Clone + 'static`, which the tokio adapter (whose approval
+/// future is simply dropped) does not need. A closure that captures
+/// `Arc`s or owned `Clone` values qualifies.
+pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
+    command: &CommandSpec,
+    options: &HelperOptions,
+    cancel: &CancelToken,
+    approver: &A,
+) -> HelperOutcome {
+    let mut run = options.start(stamp());
+    let mut guard = GroupGuard(None);
+    let mut helper: Option<Helper> = None;
+    let mut approval: Option<Receiver<bool>> = None;
+    let mut answer: Option<Answer> = None;
+    let mut cancel_seen = false;
+    let mut events = Events::with_capacity(8);
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        // Inputs: the approval answer, the exit, stdout, stderr, the cancel,
+        // the clock. The exit first: when it and the EOFs arrive together,
+        // the record then says the helper exited by itself, which it did.
+        if let Some(answer) = answer.take() {
+            approval = None;
+            let at = stamp();
+            let r = match answer {
+                Answer::Approve => run.approve(at),
+                Answer::Deny => run.deny(at),
+                Answer::Lost => {
+                    tracing::warn!("the approver ended without an answer (it panicked); denying");
+                    run.deny(at)
+                }
+            };
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "approval answer not applied");
+            }
+        }
+        if let Some(h) = helper.as_mut() {
+            h.observe_exit(&mut run);
+            h.read(&mut run, &mut buf);
+        }
+        if !cancel_seen && cancel.is_cancelled() {
+            cancel_seen = true;
+            run.cancel(stamp());
+        }
+        if run.poll_timeout().is_some_and(|d| d <= Instant::now()) {
+            run.handle_timeout(stamp());
+        }
+
+        // Outputs, in the core's order.
+        while let Some(action) = run.poll_action() {
+            match action {
+                HelperAction::RequestApproval { deadline } => {
+                    let request = ApprovalRequest {
+                        record: run.record().clone(),
+                        deadline,
+                    };
+                    match ask(approver, request) {
+                        Ok(rx) => approval = Some(rx),
+                        Err(e) => {
+                            // Never spawn without an answer: no thread, no approval.
+                            tracing::warn!(error = %e, "no thread for the approver; denying");
+                            answer = Some(Answer::Deny);
+                        }
+                    }
+                }
+                HelperAction::Spawn => {
+                    approval = None;
+                    match Helper::spawn(command) {
+                        Ok(h) => {
+                            guard.0 = Some(h.pid);
+                            tracing::debug!(pid = h.pid, command = %command.display(), "spawned helper");
+                            helper = Some(h);
+                            run.handle_spawned(stamp());
+                        }
+                        Err(e) => run.handle_spawn_failed(stamp(), &e.to_string()),
+                    }
+                }
+                HelperAction::SignalGroup(sig) => {
+                    if let Some(pgid) = guard.0 {
+                        os::signal_group(pgid, sig);
+                    }
+                }
+                HelperAction::AbandonReaders => {
+                    if let Some(h) = helper.as_mut() {
+                        tracing::warn!(
+                            pid = h.pid,
+                            "helper pipes still open past the drain deadline; abandoning readers"
+                        );
+                        h.io.close_stdout();
+                        h.io.close_stderr();
+                    }
+                }
+                HelperAction::Finished(outcome) => {
+                    guard.0 = None;
+                    options.release(&mut run);
+                    if let Some(h) = helper.take() {
+                        h.finish();
+                    }
+                    return *outcome;
+                }
+                _ => {}
+            }
+        }
+        if answer.is_some() {
+            // The approver could not be asked: apply the denial at once.
+            continue;
+        }
+
+        // Wait for readiness, the answer, the exit, a deadline or the tick.
+        let timeout = wait_timeout(&run, helper.as_ref(), cancel_seen);
+        if let Some(h) = helper.as_mut() {
+            h.wait(&mut events, timeout);
+        } else if let Some(rx) = &approval {
+            // `None` cannot happen here: the tick bounds every wait until the
+            // cancel is seen, and a cancel ends a run that awaits approval.
+            answer = match rx.recv_timeout(timeout.unwrap_or(CANCEL_TICK)) {
+                Ok(true) => Some(Answer::Approve),
+                Ok(false) => Some(Answer::Deny),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => Some(Answer::Lost),
+            };
+        } else {
+            // Nothing to wait on (a transition the next turn completes).
+            std::thread::sleep(timeout.unwrap_or(CANCEL_TICK));
+        }
+    }
+}
+
+/// What came back from the approval thread.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    Approve,
+    Deny,
+    /// The thread ended without answering (the approver panicked).
+    Lost,
+}
+
+/// How long the next wait may last: the core's next deadline, the cancel
+/// tick until the cancel is seen, the exit tick without a pidfd; zero while a
+/// stream has more to read.
+fn wait_timeout(run: &HelperRun, helper: Option<&Helper>, cancel_seen: bool) -> Option<Duration> {
+    if helper.is_some_and(|h| h.io.stdout_ready || h.io.stderr_ready) {
+        return Some(Duration::ZERO);
+    }
+    let now = Instant::now();
+    let mut timeout = run.poll_timeout().map(|d| d.saturating_duration_since(now));
+    let mut cap = |tick: Duration| timeout = Some(timeout.map_or(tick, |t| t.min(tick)));
+    if !cancel_seen {
+        cap(CANCEL_TICK);
+    }
+    if helper.is_some_and(|h| !h.exited && h.io.exit_fd.is_none()) {
+        cap(EXIT_POLL_TICK);
+    }
+    timeout
+}
+
+/// Starts the approver on its own thread; the answer arrives on the receiver
+/// (capacity 1, so the approver never blocks on sending it, even when nobody
+/// listens any more).
+fn ask<A: Approver + Clone + 'static>(
+    approver: &A,
+    request: ApprovalRequest,
+) -> io::Result<Receiver<bool>> {
+    let (tx, rx) = mpsc::sync_channel(1);
+    let approver = approver.clone();
+    std::thread::Builder::new()
+        .name("mcp-approval".to_owned())
+        .spawn(move || {
+            let approved = approver.approve(request);
+            // The run may be over (deadline, cancel): then nobody listens.
+            let _ = tx.send(approved);
+        })?;
+    Ok(rx)
+}
+
+/// Kills the helper's process group if the run unwinds unfinished: one
+/// `killpg`, nothing that can block. (The unreaped leader then stays a
+/// zombie until this process exits: a panic here is a bug.)
+struct GroupGuard(Option<u32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            os::signal_group(pgid, Signal::Kill);
+        }
+    }
+}
+
+/// The spawned helper: the child and its pipes, owned by the calling thread.
+struct Helper {
+    child: Child,
+    pid: u32,
+    io: Io,
+    /// The exit was observed (or can never be).
+    exited: bool,
+}
+
+impl Helper {
+    /// Spawns the helper: no shell, its own process group, stdin from
+    /// `/dev/null`, stdout and stderr into pipes made and registered before
+    /// the spawn, so every step that can fail fails before anything runs.
+    fn spawn(command: &CommandSpec) -> io::Result<Self> {
+        let poll = Poll::new()?;
+        // Both ends close-on-exec and non-blocking; the child's ends are made
+        // blocking again (the helper's own writes must block, not fail).
+        let (out_tx, mut stdout) = pipe::new()?;
+        let (err_tx, mut stderr) = pipe::new()?;
+        out_tx.set_nonblocking(false)?;
+        err_tx.set_nonblocking(false)?;
+        let registry = poll.registry();
+        registry.register(&mut stdout, STDOUT, Interest::READABLE)?;
+        registry.register(&mut stderr, STDERR, Interest::READABLE)?;
+        let child = {
+            let mut cmd = os::command(command);
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::from(OwnedFd::from(out_tx)))
+                .stderr(Stdio::from(OwnedFd::from(err_tx)));
+            cmd.spawn()?
+            // `cmd` drops here with our copies of the write ends, so EOF
+            // comes when the helper's side closes.
+        };
+        let pid = child.id();
+        let exit_fd = os::exit_fd(pid).and_then(|fd| {
+            match registry.register(&mut SourceFd(&fd.as_raw_fd()), CHILD_EXIT, Interest::READABLE)
+            {
+                Ok(()) => Some(fd),
+                Err(e) => {
+                    tracing::debug!(pid, error = %e, "pidfd not pollable; polling the exit on a tick");
+                    None
+                }
+            }
+        });
+        Ok(Self {
+            child,
+            pid,
+            io: Io {
+                poll,
+                stdout: Some(stdout),
+                stderr: Some(stderr),
+                exit_fd,
+                stdout_ready: true,
+                stderr_ready: true,
+            },
+            exited: false,
+        })
+    }
+
+    /// Looks for the exit after every wake-up: one non-blocking `waitid`.
+    fn observe_exit(&mut self, run: &mut HelperRun) {
+        if self.exited {
+            return;
+        }
+        match peek_exit(&mut self.child) {
+            Ok(Some(status)) => {
+                self.exited = true;
+                self.io.close_exit_fd();
+                run.handle_exited(stamp(), status);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                // No status can ever be observed: the supervisor's deadlines
+                // end the run, with `exit_status: None`.
+                self.exited = true;
+                self.io.close_exit_fd();
+                tracing::warn!(pid = self.pid, error = %e, "waiting for the helper failed");
+            }
+        }
+    }
+
+    /// Reads both streams until `WouldBlock` (or the per-turn cap).
+    fn read(&mut self, run: &mut HelperRun, buf: &mut [u8]) {
+        for _ in 0..READS_PER_TURN {
+            match read_once(&mut self.io.stdout, &mut self.io.stdout_ready, buf) {
+                Read1::Data(n) => run.handle_stdout(stamp(), &buf[..n]),
+                Read1::End => {
+                    self.io.close_stdout();
+                    run.handle_stdout_eof(stamp());
+                }
+                Read1::Idle => break,
+            }
+        }
+        for _ in 0..READS_PER_TURN {
+            match read_once(&mut self.io.stderr, &mut self.io.stderr_ready, buf) {
+                Read1::Data(n) => run.handle_stderr(stamp(), &buf[..n]),
+                Read1::End => {
+                    self.io.close_stderr();
+                    run.handle_stderr_eof(stamp());
+                }
+                Read1::Idle => break,
+            }
+        }
+    }
+
+    /// Sleeps until a pipe or the pidfd is ready, or `timeout` passes.
+    fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) {
+        if let Err(e) = self.io.poll.poll(events, timeout) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!(pid = self.pid, error = %e, "polling the helper's pipes failed");
+                // Do not spin on a persistent error; deadlines still run.
+                std::thread::sleep(timeout.unwrap_or(CANCEL_TICK).min(EXIT_POLL_TICK));
+            }
+            return;
+        }
+        for event in events.iter() {
+            // Spurious events are harmless: the next read says `WouldBlock`
+            // and the flag drops again.
+            match event.token() {
+                STDOUT => self.io.stdout_ready = true,
+                STDERR => self.io.stderr_ready = true,
+                // The exit is checked every turn.
+                _ => {}
+            }
+        }
+    }
+
+    /// The run is over: reap the child, or hand it to a reaper thread if it
+    /// has not exited (supervision gave up on it). Never blocks.
+    fn finish(mut self) {
+        drop(self.io);
+        match self.child.try_wait() {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                let pid = self.pid;
+                let mut child = self.child;
+                let reaper = std::thread::Builder::new()
+                    .name(format!("mcp-reap-{pid}"))
+                    .spawn(move || {
+                        let _ = child.wait();
+                    });
+                if let Err(e) = reaper {
+                    tracing::warn!(pid, error = %e, "no thread to reap the helper; it stays a zombie");
+                }
+            }
+            Err(e) => tracing::debug!(pid = self.pid, error = %e, "reaping the helper failed"),
+        }
+    }
+}
+
+/// The exit status if the child has exited, leaving it a zombie (Linux:
+/// `waitid` with `WNOWAIT`, so its pid and group id stay reserved until
+/// [`Helper::finish`] reaps it).
+#[cfg(target_os = "linux")]
+fn peek_exit(child: &mut Child) -> io::Result<Option<ExitStatus>> {
+    use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
+    let pid = i32::try_from(child.id())
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| io::Error::other("child pid out of range"))?;
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    loop {
+        return match waitid(WaitId::Pid(pid), options) {
+            Ok(None) => Ok(None),
+            Ok(Some(status)) => Ok(match (status.exit_status(), status.terminating_signal()) {
+                (Some(code), _) => Some(ExitStatus::Code(code)),
+                (None, Some(signal)) => Some(ExitStatus::Signal(signal)),
+                // Only exits are asked for; report what could be told, as a code.
+                (None, None) => Some(ExitStatus::Code(-1)),
+            }),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => Err(e.into()),
+        };
+    }
+}
+
+/// The exit status if the child has exited (reaping it: no `WNOWAIT` here).
+#[cfg(not(target_os = "linux"))]
+fn peek_exit(child: &mut Child) -> io::Result<Option<ExitStatus>> {
+    Ok(child.try_wait()?.map(os::exit_status))
+}
+
+/// The poller and the helper's pipes, non-blocking and registered.
+struct Io {
+    poll: Poll,
+    stdout: Option<pipe::Receiver>,
+    stderr: Option<pipe::Receiver>,
+    /// A pidfd: readable once the child exits (Linux).
+    exit_fd: Option<OwnedFd>,
+    /// Readiness seen and not yet used up (until `WouldBlock`). They start
+    /// true: a first attempt costs one syscall and misses nothing.
+    stdout_ready: bool,
+    stderr_ready: bool,
+}
+
+impl Io {
+    fn close_stdout(&mut self) {
+        if let Some(mut r) = self.stdout.take() {
+            let _ = self.poll.registry().deregister(&mut r);
+        }
+        self.stdout_ready = false;
+    }
+
+    fn close_stderr(&mut self) {
+        if let Some(mut r) = self.stderr.take() {
+            let _ = self.poll.registry().deregister(&mut r);
+        }
+        self.stderr_ready = false;
+    }
+
+    fn close_exit_fd(&mut self) {
+        if let Some(fd) = self.exit_fd.take() {
+            let _ = self
+                .poll
+                .registry()
+                .deregister(&mut SourceFd(&fd.as_raw_fd()));
+        }
+    }
+}
+
+/// What one read of an output pipe gave.
+enum Read1 {
+    Data(usize),
+    /// End-of-file or a read error: the stream is over.
+    End,
+    /// Nothing now (`WouldBlock`, a spurious event, or no pipe).
+    Idle,
+}
+
+fn read_once(pipe: &mut Option<pipe::Receiver>, ready: &mut bool, buf: &mut [u8]) -> Read1 {
+    let Some(r) = pipe.as_mut() else {
+        *ready = false;
+        return Read1::Idle;
+    };
+    if !*ready {
+        return Read1::Idle;
+    }
+    loop {
+        return match r.read(buf) {
+            Ok(0) => Read1::End,
+            Ok(n) => Read1::Data(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                *ready = false;
+                Read1::Idle
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading a helper pipe failed; treating it as EOF");
+                Read1::End
+            }
+        };
+    }
+}
