@@ -14,6 +14,13 @@
 //!   task and a cancellation token per request (G7), bounded concurrency and
 //!   the outgoing wire limit (G9); [`serve_io`] does the same over any
 //!   `futures-io` reader and writer.
+//! - [`run_helper`] runs a command-line helper from inside a tool (own
+//!   process group, stdin from `/dev/null`) with both streams captured under
+//!   budgets and drained to EOF (G10), and a cancel that reaches the process
+//!   group: `SIGTERM`, grace, `SIGKILL` (G7, G11); the outcome has the exit
+//!   status actually observed and the call record (G12).
+//!   [`run_helper_with_approval`] adds an approval step whose deadline the
+//!   run enforces, whatever the [`Approver`] does.
 //!
 //! The same API, with the same names and types, exists in `mcp-stdio-tokio`
 //! and `mcp-stdio-blocking`: switching adapters is a change of import.
@@ -28,7 +35,7 @@
 //! executor threads) and for this process's stdin and stdout in [`serve`].
 //! Its futures are executor-agnostic, so an application running on smol
 //! (`smol::block_on`, `smol::Executor`) or on `futures_lite::future::block_on`
-//! uses it unchanged; the crate's tests include one that runs under
+//! uses it unchanged; the crate's tests include ones that run under
 //! `smol::block_on`.
 //!
 //! The driver and I/O tasks run on async-std's executor threads (one per
@@ -37,20 +44,28 @@
 //! polling does not pause them. (Code that blocks *every* executor thread
 //! would, as it would under any async runtime.)
 //!
+//! [`run_helper`] spawns no task at all: it is one future that owns the
+//! child, both pipes and the timer, and reads the pipes whenever it is
+//! polled — that is, for as long as the tool handler awaits it. Dropping it
+//! (a cancelled handler) kills the helper's process group at once.
+//!
 //! [smol]: https://docs.rs/smol
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod client;
+mod helper;
 mod os;
 mod serve;
 
 pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responder};
+pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
 pub use serve::{
     serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeOptions, ServeReport,
 };
 
 pub use mcp_stdio_core as core;
+pub use mcp_stdio_core::helper::{HelperConfig, HelperOptions, HelperOutcome};
 pub use mcp_stdio_core::host::{
     ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord,
 };
