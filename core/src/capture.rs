@@ -603,6 +603,9 @@ pub struct Grant {
     general: usize,
     reserved: usize,
     released: bool,
+    /// The shared pool that issued it, if any: a grant dropped unreleased
+    /// (a run abandoned mid-way) gives its bytes back there.
+    home: Option<std::sync::Weak<std::sync::Mutex<RetentionPool>>>,
 }
 
 impl fmt::Debug for Grant {
@@ -633,7 +636,27 @@ impl Grant {
 
 impl Drop for Grant {
     fn drop(&mut self) {
-        if !self.released && self.bytes() > 0 {
+        if self.released {
+            return;
+        }
+        if let Some(pool) = self.home.take().and_then(|w| w.upgrade()) {
+            // A lock, not a task: safe in `Drop`. Move the bytes into a
+            // fresh grant so `release` does the bookkeeping once.
+            let back = Self {
+                wanted: self.wanted,
+                general: self.general,
+                reserved: self.reserved,
+                released: false,
+                home: None,
+            };
+            self.released = true;
+            let mut pool = pool
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _ = pool.release(back);
+            return;
+        }
+        if self.bytes() > 0 {
             tracing::warn!(
                 bytes = self.bytes(),
                 "retention grant dropped without release; its bytes stay counted as in use"
@@ -743,6 +766,7 @@ impl RetentionPool {
             general,
             reserved,
             released: false,
+            home: None,
         };
         if grant.is_short() {
             self.short_grants += 1;
@@ -1632,9 +1656,14 @@ impl SharedRetentionPool {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Grants up to `wanted` bytes (see [`RetentionPool::grant`]).
+    /// Grants up to `wanted` bytes (see [`RetentionPool::grant`]). A grant
+    /// from a shared pool that is dropped without [`release`](Self::release)
+    /// (say, a helper run abandoned when its handler was cancelled) gives its
+    /// bytes back by itself.
     pub fn grant(&self, wanted: usize) -> Grant {
-        self.lock().grant(wanted)
+        let mut grant = self.lock().grant(wanted);
+        grant.home = Some(std::sync::Arc::downgrade(&self.0));
+        grant
     }
 
     /// Gives a grant back (see [`RetentionPool::release`]).
@@ -1645,5 +1674,27 @@ impl SharedRetentionPool {
     /// The pool's counters now.
     pub fn stats(&self) -> PoolStats {
         self.lock().stats()
+    }
+}
+
+#[cfg(test)]
+mod shared_pool_tests {
+    use super::*;
+
+    #[test]
+    fn g10_a_shared_grant_dropped_unreleased_gives_its_bytes_back() {
+        let mut config = PoolConfig::default();
+        config.limit(1000).reserve(0);
+        let pool = SharedRetentionPool::new(&config);
+        let g = pool.grant(600);
+        let mut capture = OutputCapture::with_grant(&CaptureConfig::default(), g);
+        capture.push(b"abc");
+        assert_eq!(pool.stats().in_use, 600);
+        drop(capture); // abandoned mid-run: never finished, never released
+        assert_eq!(pool.stats().in_use, 0);
+        // An explicit release still works and is not counted twice.
+        let g = pool.grant(300);
+        assert_eq!(pool.release(g), Ok(300));
+        assert_eq!(pool.stats().in_use, 0);
     }
 }
