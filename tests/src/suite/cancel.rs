@@ -30,14 +30,15 @@ fn has_socket(pid: u32) -> bool {
 
 /// G6/G8: a cancel sent right after the request, racing the server's answer
 /// to a fast `echo`, 20 times. Each ends either with the result (the answer
-/// won) or `Cancelled { cancel_sent: true }`; every cancelled request is
-/// exactly accounted for on the wire (suppressed by the server or counted
-/// as a late response), and a ping completes promptly.
+/// won) or `Cancelled { cancel_sent: true }`; for every cancelled request the
+/// server saw the cancel, and it is exactly accounted for on the wire
+/// (suppressed by the server or counted as a late response); a ping
+/// completes promptly.
 pub fn g8_cancel_racing_the_send_then_ping_completes_promptly<A: Adapter>() {
     let rounds = 20;
     let mut leaks = LeakCheck::new::<A>("g8_race");
     let client = start::<A>(&mut leaks, &[], options(4 << 20));
-    let (mut cancelled, mut answered) = (0_u64, 0_u64);
+    let (mut cancelled, mut answered) = (Vec::new(), 0_u64);
     for i in 0..rounds {
         let text = format!("race {i}");
         let pending = client
@@ -47,6 +48,7 @@ pub fn g8_cancel_racing_the_send_then_ping_completes_promptly<A: Adapter>() {
                 Some(LONG),
             )
             .expect("sent");
+        let id = pending.id();
         pending.cancel("racing the answer");
         match wait_within(pending, PROMPT).0 {
             Ok(r) => {
@@ -55,36 +57,51 @@ pub fn g8_cancel_racing_the_send_then_ping_completes_promptly<A: Adapter>() {
             }
             r => {
                 assert_cancelled_and_sent(&r);
-                cancelled += 1;
+                cancelled.push(id);
             }
         }
     }
     let took = ping_within(&*client, PROMPT);
-    assert_eq!(metrics(&*client).cancels_sent, cancelled);
+    assert_eq!(metrics(&*client).cancels_sent, cancelled.len() as u64);
     let (record, _) = shutdown_within::<A>(client, LONG);
+    // Whoever won the race, the cancel reached the server.
+    for id in &cancelled {
+        let seen = log_lines_for(&record, id)
+            .iter()
+            .any(|l| l.contains("cancel"))
+            || record
+                .stderr_tail
+                .contains(&format!("fixture: cancel for unknown request {id} ignored"));
+        assert!(seen, "the server never saw the cancel of request {id}");
+    }
     let suppressed = record
         .stderr_tail
         .matches("response suppressed (cancelled)")
         .count() as u64;
     assert_eq!(
         record.metrics.late_responses + suppressed,
-        cancelled,
+        cancelled.len() as u64,
         "each cancelled request is either suppressed by the server or a late response"
     );
     assert_eq!(record.metrics.unknown_id_responses, 0);
     eprintln!(
-        "{}: {rounds} races: {cancelled} cancelled ({suppressed} suppressed by the server, {} late \
+        "{}: {rounds} races: {} cancelled ({suppressed} suppressed by the server, {} late \
          responses), {answered} answered first; ping {took:?}",
         A::NAME,
+        cancelled.len(),
         record.metrics.late_responses
     );
     leaks.assert_none_left();
 }
 
-/// G6/G8: a cancel sent at once stops `slow` (honouring cancels) at its first
-/// check, before any chunk beyond the first ran (a chunk is 500 ms, so the
-/// cancel has that long to arrive); a ping completes promptly.
-pub fn g8_cancel_before_the_first_chunk_of_work_then_ping_completes_promptly<A: Adapter>() {
+/// G6/G8: a cancel sent right after the request — before the work's first
+/// chunk is done (a chunk is 500 ms), often before it starts — stops `slow`
+/// at its first check: after 0 chunks when the cancel beat the worker's
+/// first check, else after 1 (the order of two lines on the server's side
+/// cannot be forced from here). A ping completes promptly.
+pub fn g8_cancel_sent_at_once_stops_the_work_within_its_first_chunk_then_ping_completes<
+    A: Adapter,
+>() {
     let mut leaks = LeakCheck::new::<A>("g8_before_work");
     let client = start::<A>(&mut leaks, &[], options(4 << 20));
     let pending = client

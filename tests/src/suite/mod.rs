@@ -268,7 +268,7 @@ macro_rules! conformance_suite {
             // G6/G8: cancel in every state, timeout, late response
             g8_cancel_during_slow_work_then_ping_completes_promptly,
             g8_cancel_racing_the_send_then_ping_completes_promptly,
-            g8_cancel_before_the_first_chunk_of_work_then_ping_completes_promptly,
+            g8_cancel_sent_at_once_stops_the_work_within_its_first_chunk_then_ping_completes,
             g8_cancel_during_slow_io_then_ping_completes_promptly,
             g8_cancel_during_a_subprocess_kills_it_then_ping_completes_promptly,
             g8_cancel_after_the_response_began_then_ping_completes,
