@@ -10,9 +10,9 @@ use mcp_stdio_core::host::RequestError;
 use serde_json::json;
 
 use super::{
-    assert_cancelled_and_sent, first_text, log_lines_for, metrics, number_after, options,
-    parse_errors, ping_within, shutdown_within, start, tool, wait_within, LeakCheck, LONG, POLL,
-    PROMPT,
+    assert_cancelled_and_sent, first_text, log_lines_for, metrics, number_after,
+    options_keeping_the_log, parse_errors, ping_within, shutdown_within, start, tool, wait_within,
+    LeakCheck, LONG, POLL, PROMPT,
 };
 use crate::adapter::{Adapter, SuiteClient};
 use crate::{group_members, pid_alive, wait_until};
@@ -37,7 +37,7 @@ fn has_socket(pid: u32) -> bool {
 pub fn g8_cancel_racing_the_send_then_ping_completes_promptly<A: Adapter>() {
     let rounds = 20;
     let mut leaks = LeakCheck::new::<A>("g8_race");
-    let client = start::<A>(&mut leaks, &[], options(4 << 20));
+    let client = start::<A>(&mut leaks, &[], options_keeping_the_log(4 << 20));
     let (mut cancelled, mut answered) = (Vec::new(), 0_u64);
     for i in 0..rounds {
         let text = format!("race {i}");
@@ -103,7 +103,7 @@ pub fn g8_cancel_sent_at_once_stops_the_work_within_its_first_chunk_then_ping_co
     A: Adapter,
 >() {
     let mut leaks = LeakCheck::new::<A>("g8_before_work");
-    let client = start::<A>(&mut leaks, &[], options(4 << 20));
+    let client = start::<A>(&mut leaks, &[], options_keeping_the_log(4 << 20));
     let pending = client
         .start(
             "tools/call",
@@ -140,7 +140,7 @@ pub fn g8_cancel_sent_at_once_stops_the_work_within_its_first_chunk_then_ping_co
 /// ping completes promptly.
 pub fn g8_cancel_during_slow_io_then_ping_completes_promptly<A: Adapter>() {
     let mut leaks = LeakCheck::new::<A>("g8_slow_io");
-    let client = start::<A>(&mut leaks, &[], options(4 << 20));
+    let client = start::<A>(&mut leaks, &[], options_keeping_the_log(4 << 20));
     let pid = client.pid();
     let pending = client
         .start(
@@ -175,7 +175,7 @@ pub fn g8_cancel_during_slow_io_then_ping_completes_promptly<A: Adapter>() {
 /// subprocess; a ping completes promptly.
 pub fn g8_cancel_during_a_subprocess_kills_it_then_ping_completes_promptly<A: Adapter>() {
     let mut leaks = LeakCheck::new::<A>("g8_subprocess");
-    let client = start::<A>(&mut leaks, &[], options(4 << 20));
+    let client = start::<A>(&mut leaks, &[], options_keeping_the_log(4 << 20));
     let pid = client.pid();
     let pending = client
         .start(
@@ -230,7 +230,7 @@ pub fn g8_cancel_during_a_subprocess_kills_it_then_ping_completes_promptly<A: Ad
 pub fn g8_cancel_after_the_response_began_then_ping_completes<A: Adapter>() {
     let (bytes, chunk) = (2 << 20, 32 << 10);
     let mut leaks = LeakCheck::new::<A>("g8_after_response_began");
-    let client = start::<A>(&mut leaks, &[], options(8 << 20));
+    let client = start::<A>(&mut leaks, &[], options_keeping_the_log(8 << 20));
     let base = metrics(&*client).stdout_bytes;
     // 64 chunks × 50 ms: the line takes ~3 s to write.
     let pending = client
@@ -284,7 +284,7 @@ pub fn g8_cancel_after_the_response_began_then_ping_completes<A: Adapter>() {
 pub fn g6_g8_timeout_sends_a_cancel_that_reaches_the_work<A: Adapter>() {
     let timeout = Duration::from_millis(300);
     let mut leaks = LeakCheck::new::<A>("g6_timeout");
-    let client = start::<A>(&mut leaks, &[], options(4 << 20));
+    let client = start::<A>(&mut leaks, &[], options_keeping_the_log(4 << 20));
     let t = Instant::now();
     let pending = client
         .start(
@@ -332,7 +332,7 @@ pub fn g6_late_response_after_cancel_is_ignored_and_counted<A: Adapter>() {
     let client = start::<A>(
         &mut leaks,
         &["--late-response-after-cancel"],
-        options(4 << 20),
+        options_keeping_the_log(4 << 20),
     );
     let pending = client
         .start(

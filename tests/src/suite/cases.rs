@@ -10,8 +10,8 @@ use serde_json::json;
 
 use super::{
     assert_cancelled_and_sent, assert_streams_ended, assert_too_large, first_text, metrics,
-    options, ping_within, shutdown_within, start, tool, wait_within, LeakCheck, UnreadStdoutHost,
-    LONG, PROMPT,
+    options, options_keeping_the_log, ping_within, shutdown_within, start, tool, wait_within,
+    LeakCheck, UnreadStdoutHost, LONG, PROMPT,
 };
 use crate::adapter::{Adapter, SuiteClient};
 
@@ -205,7 +205,7 @@ pub fn g2_g3_response_just_under_the_limit_passes_just_over_fails_at_once<A: Ada
 /// completes promptly.
 pub fn g8_cancel_during_slow_work_then_ping_completes_promptly<A: Adapter>() {
     let mut leaks = LeakCheck::new::<A>("g8_slow");
-    let client = start::<A>(&mut leaks, &[], options(4 << 20));
+    let client = start::<A>(&mut leaks, &[], options_keeping_the_log(4 << 20));
     let pending = client
         .start(
             "tools/call",

@@ -82,6 +82,20 @@ pub fn options(max_frame: usize) -> ClientOptions {
     options
 }
 
+/// [`options`] for cases that read the server's log from the record after
+/// shutdown: a 5 s stdin grace lets the fixture finish its in-flight work
+/// (it does so at stdin EOF) and write its last lines before any SIGTERM.
+/// The fixture exits as soon as that work is done, so this costs nothing
+/// when things go well; on a loaded machine it keeps the log complete.
+pub fn options_keeping_the_log(max_frame: usize) -> ClientOptions {
+    let mut options = options(max_frame);
+    options
+        .config
+        .supervisor_mut()
+        .stdin_close_grace(Duration::from_secs(5));
+    options
+}
+
 /// Spawns `spec` (tagged for `leaks`, its group watched) without a handshake.
 pub fn spawn<A: Adapter>(
     leaks: &mut LeakCheck,

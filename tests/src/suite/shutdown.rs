@@ -158,6 +158,14 @@ pub fn g11_grandchild_in_the_group_dies_with_the_group_kill<A: Adapter>() {
         opts,
     );
     let pid = client.pid();
+    // The wrapper prints its line once the grandchild runs. Wait until the
+    // client has counted it: bytes that arrive after a local close are
+    // drained but no longer parsed or counted, so shutting down earlier would
+    // race the line.
+    wait_until(PROMPT, POLL, || {
+        client.metrics().is_some_and(|m| parse_errors(&m) == 1)
+    })
+    .expect("the wrapper's `grandchild <pid>` line was read");
     let mut gc = 0;
     wait_until(PROMPT, POLL, || {
         gc = group_members(pid)
