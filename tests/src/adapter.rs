@@ -18,8 +18,9 @@ pub type Outcome = Result<Box<RawValue>, RequestError>;
 pub trait Adapter: 'static {
     /// Its name, for messages.
     const NAME: &'static str;
-    /// Its client, behind the suite's interface.
-    type Client: SuiteClient;
+    /// Its client, behind the suite's interface. `'static` so the suite can
+    /// move it to a watchdog thread and bound calls that must not hang.
+    type Client: SuiteClient + 'static;
 
     /// Spawns an MCP server.
     fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self::Client>;

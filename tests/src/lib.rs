@@ -1,7 +1,8 @@
 //! Support library for the mcp-stdio conformance suite.
 //!
-//! The suite itself (one set of tests run against every adapter through real process spawns)
-//! lives in `tests/tests/`. This library holds what those tests share:
+//! The suite itself (one set of tests run against every adapter through real process spawns) is
+//! [`suite`], written against the facade in [`adapter`]; `tests/tests/conformance_<adapter>.rs`
+//! instantiates it. This library also holds what those tests share:
 //!
 //! - where the fixture processes are: [`fixture_server_path`], [`fixture_helper_path`];
 //! - Linux process-tree facts for leak checks, read from `/proc`: [`proc_stat`],
