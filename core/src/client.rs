@@ -457,9 +457,8 @@ impl ClientSession {
 
     /// Bytes read from the server's stdout, in any chunking (G4).
     pub fn handle_stdout(&mut self, now: Instant, chunk: &[u8]) {
-        if self.state.closed.is_some() {
-            return;
-        }
+        // After a close the frames are still counted (the record stays
+        // honest about what the server wrote) but no longer acted on.
         let state = &mut self.state;
         self.framer.push(chunk, |ev| state.on_frame_event(now, ev));
         if self.framer.is_closed() && self.state.closed.is_none() {
