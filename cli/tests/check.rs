@@ -93,7 +93,10 @@ fn check_json(args: &[&str]) -> (Value, i32) {
 /// Rows by id, after checking each has a status and a value.
 fn rows(doc: &Value) -> HashMap<String, Value> {
     let rows = doc["rows"].as_array().expect("rows is an array");
-    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = rows
+        .iter()
+        .map(|r| r["id"].as_str().expect("every row has an id"))
+        .collect();
     assert_eq!(ids, ROW_IDS, "every row, in order");
     for r in rows {
         assert!(
@@ -104,12 +107,20 @@ fn rows(doc: &Value) -> HashMap<String, Value> {
         assert!(r["measured"].is_object(), "{r}");
     }
     rows.iter()
-        .map(|r| (r["id"].as_str().unwrap().to_owned(), r.clone()))
+        .map(|r| {
+            (
+                r["id"].as_str().expect("checked above").to_owned(),
+                r.clone(),
+            )
+        })
         .collect()
 }
 
 fn status(rows: &HashMap<String, Value>, id: &str) -> String {
-    rows[id]["status"].as_str().unwrap().to_owned()
+    rows[id]["status"]
+        .as_str()
+        .expect("every row has a status")
+        .to_owned()
 }
 
 fn fixture_flags() -> Vec<String> {
@@ -167,9 +178,17 @@ fn builtin_server_fails_and_warns_where_it_misbehaves() {
         .as_str()
         .unwrap()
         .contains("SIGTERM"));
-    assert_eq!(rows["stdin_eof"]["measured"]["ended_by"], "exited_after_term");
+    assert_eq!(
+        rows["stdin_eof"]["measured"]["ended_by"],
+        "exited_after_term"
+    );
     assert_eq!(rows["large_response"]["measured"]["oversized_frames"], 1);
-    assert!(rows["slow_reader"]["measured"]["blocked_ms"].as_f64().unwrap() > 1000.0);
+    assert!(
+        rows["slow_reader"]["measured"]["blocked_ms"]
+            .as_f64()
+            .unwrap()
+            > 1000.0
+    );
     assert!(
         rows["stderr_volume"]["measured"]["stderr_bytes"]
             .as_u64()
@@ -226,16 +245,22 @@ fn fixture_server_passes_every_row() {
     }
     assert_eq!(code, 0, "{doc:#}");
     assert_eq!(doc["ok"], true);
-    assert_eq!(rows["stdin_eof"]["measured"]["ended_by"], "exited_after_stdin_close");
+    assert_eq!(
+        rows["stdin_eof"]["measured"]["ended_by"],
+        "exited_after_stdin_close"
+    );
     assert_eq!(rows["large_response"]["measured"]["oversized_frames"], 0);
     assert!(
-        rows["large_response"]["measured"]["largest_frame_bytes"]
+        rows["large_response"]["measured"]["result_bytes"]
             .as_u64()
             .unwrap()
             > 2_000_000
     );
     assert_eq!(rows["cancel"]["measured"]["late_responses"], 0);
-    assert_eq!(rows["malformed_line"]["measured"]["error_reply_code"], -32700);
+    assert_eq!(
+        rows["malformed_line"]["measured"]["error_reply_code"],
+        -32700
+    );
 }
 
 #[test]
@@ -247,8 +272,16 @@ fn fixture_ignoring_stdin_eof_warns_that_sigterm_was_needed() {
         .collect();
     let (doc, code) = check_json(&args);
     let rows = rows(&doc);
-    assert_eq!(status(&rows, "stdin_eof"), "WARN", "{:#}", rows["stdin_eof"]);
-    assert_eq!(rows["stdin_eof"]["measured"]["ended_by"], "exited_after_term");
+    assert_eq!(
+        status(&rows, "stdin_eof"),
+        "WARN",
+        "{:#}",
+        rows["stdin_eof"]
+    );
+    assert_eq!(
+        rows["stdin_eof"]["measured"]["ended_by"],
+        "exited_after_term"
+    );
     assert!(rows["stdin_eof"]["value"]
         .as_str()
         .unwrap()
@@ -276,12 +309,20 @@ fn fixture_ignoring_sigterm_fails_the_signal_rows() {
     assert_eq!(code, 1);
     assert_eq!(status(&rows, "sigterm"), "FAIL", "{:#}", rows["sigterm"]);
     assert_eq!(rows["sigterm"]["measured"]["needed_kill"], true);
-    assert_eq!(status(&rows, "stdin_eof"), "FAIL", "{:#}", rows["stdin_eof"]);
+    assert_eq!(
+        status(&rows, "stdin_eof"),
+        "FAIL",
+        "{:#}",
+        rows["stdin_eof"]
+    );
     assert_eq!(status(&rows, "stdout_hygiene"), "FAIL");
     // Without tools named, the tool rows say why they did not run.
     for id in ["large_response", "slow_reader", "cancel"] {
         assert_eq!(status(&rows, id), "SKIP", "{id}");
-        assert!(rows[id]["value"].as_str().unwrap().contains("no --"), "{id}");
+        assert!(
+            rows[id]["value"].as_str().unwrap().contains("no --"),
+            "{id}"
+        );
     }
 }
 
@@ -341,7 +382,14 @@ fn help_documents_every_flag_with_an_example() {
 
 #[test]
 fn usage_errors_exit_2() {
-    let (out, _) = check(&["--large-tool", "x", "--large-args", "not json", "--", "true"]);
+    let (out, _) = check(&[
+        "--large-tool",
+        "x",
+        "--large-args",
+        "not json",
+        "--",
+        "true",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--large-args"));
     let (out, _) = check(&["--slow-tool", "x", "--slow-args", "[1]", "--", "true"]);

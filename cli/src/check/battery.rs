@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use mcp_stdio_core::client::{ClientMetrics, RequestFailure};
 use mcp_stdio_core::handshake::{Implementation, InitializeResult, LATEST_PROTOCOL_VERSION};
 use mcp_stdio_core::host::{ClientOptions, HostConfig, InitializeError, RequestError};
-use mcp_stdio_core::message::{to_raw, Id, RawValue};
+use mcp_stdio_core::message::{to_raw, Id, Message, RawValue};
 use mcp_stdio_core::process::EndedBy;
 use mcp_stdio_core::{CommandSpec, ExitStatus, SessionRecord};
 use mcp_stdio_tokio::Client;
@@ -389,7 +389,7 @@ impl Battery<'_> {
         let kinds = m
             .parse_errors
             .iter()
-            .map(|(k, v)| format!("{k}: {v}"))
+            .map(|(k, v)| format!("{}: {v}", kind_label(k)))
             .collect::<Vec<_>>()
             .join(", ");
         let ping = pings.iter().min().copied();
@@ -597,9 +597,12 @@ impl Battery<'_> {
         )
         .await;
         let took = t.elapsed();
+        let mut result_bytes = None;
         let (mut status, mut value, mut detail) = match result {
             Ok(Ok(raw)) => {
-                let size = client.metrics().await.map_or(0, |m| m.largest_frame);
+                // The result alone; its line adds a small JSON-RPC envelope.
+                let size = raw.get().len() as u64;
+                result_bytes = Some(size);
                 let flag = if is_error_result(&raw) {
                     " (isError: true)"
                 } else {
@@ -608,7 +611,7 @@ impl Battery<'_> {
                 (
                     Status::Pass,
                     format!(
-                        "{} response in {}{flag}, under the {limit} limit",
+                        "{} result in {}{flag}, under the {limit} limit",
                         fmt_bytes(size),
                         fmt_duration(took)
                     ),
@@ -683,6 +686,9 @@ impl Battery<'_> {
         if let Ok(p) = ping {
             row = row.measure_ms("ping_ms", p);
         }
+        if let Some(n) = result_bytes {
+            row = row.measure("result_bytes", n);
+        }
         row.detail = detail;
         row
     }
@@ -743,8 +749,11 @@ impl Battery<'_> {
         let stalled = resumed.duration_since(last_growth);
         let answer = raw.wait_for(&Id::Number(2), self.deadline(), |_| {}).await;
         let drained = resumed.elapsed();
-        let oversized = match answer {
-            Ok(ev) => matches!(ev, RawEvent::Oversized(_)),
+        // The response's own size; an oversized line's size is known once its
+        // newline was read, which is before the ping's answer below.
+        let (oversized, mut size, tool_error) = match answer {
+            Ok(RawEvent::Message(Message::Response(r), bytes)) => (false, bytes, r.result.err()),
+            Ok(_) => (true, 0, None),
             Err(e) => {
                 let status = match died {
                     Some(s) => Some(s),
@@ -771,13 +780,9 @@ impl Battery<'_> {
                 .map(|_| ping_sent.elapsed()),
             Err(e) => Err(e),
         };
-        // The oversized line's size is known once its newline was read,
-        // which is before the ping's answer.
-        let size = if oversized {
-            raw.discarded_bytes()
-        } else {
-            raw.largest_frame()
-        };
+        if oversized {
+            size = raw.discarded_bytes();
+        }
         let size_text = if oversized {
             format!("{} response (refused at the wire limit)", fmt_bytes(size))
         } else {
@@ -790,22 +795,25 @@ impl Battery<'_> {
                 format!("{size_text} arrived, then no ping answer: {e}"),
             )
             .detail("after a stall the session must answer the next request"),
+            Ok(p) if tool_error.is_some() => Row::new(
+                SLOW_READER,
+                Status::Warn,
+                format!(
+                    "the tool answered an error ({}); ping {}",
+                    tool_error
+                        .map(|e| format!("{}: {}", e.code, e.message))
+                        .unwrap_or_default(),
+                    fmt_duration(p)
+                ),
+            )
+            .detail("nothing was exercised: check --large-tool and --large-args")
+            .measure_ms("ping_ms", p),
             Ok(p) => {
-                let blocked = in_pipe.map(|n| size > n);
-                match blocked {
-                    Some(true) => Row::new(
-                        SLOW_READER,
-                        Status::Pass,
-                        format!(
-                            "blocked in write() {} with {} in the pipe; resumed: {size_text} in {}, ping {}",
-                            fmt_duration(stalled),
-                            fmt_bytes(in_pipe.unwrap_or(0)),
-                            fmt_duration(drained),
-                            fmt_duration(p)
-                        ),
-                    )
-                    .measure_ms("blocked_ms", stalled),
-                    Some(false) => Row::new(
+                // Blocked in write(): the response did not fit and the pipe
+                // was full (where its capacity is unknown: held anything).
+                let full = |n: u64| capacity.map_or(n > 0, |c| n >= c);
+                match in_pipe {
+                    Some(n) if size <= n => Row::new(
                         SLOW_READER,
                         Status::Warn,
                         format!(
@@ -813,7 +821,35 @@ impl Battery<'_> {
                             fmt_duration(p)
                         ),
                     )
-                    .detail("nothing was exercised: choose --large-args for a result larger than the pipe buffer"),
+                    .detail(
+                        "nothing was exercised: choose --large-args for a result larger than \
+                         the pipe buffer",
+                    ),
+                    Some(n) if full(n) => Row::new(
+                        SLOW_READER,
+                        Status::Pass,
+                        format!(
+                            "blocked in write() {} with {} in the pipe; resumed: {size_text} \
+                             in {}, ping {}",
+                            fmt_duration(stalled),
+                            fmt_bytes(n),
+                            fmt_duration(drained),
+                            fmt_duration(p)
+                        ),
+                    )
+                    .measure_ms("blocked_ms", stalled),
+                    Some(n) => Row::new(
+                        SLOW_READER,
+                        Status::Pass,
+                        format!(
+                            "the pipe held {} (not full) after {}: still producing; resumed: \
+                             {size_text} in {}, ping {}",
+                            fmt_bytes(n),
+                            fmt_duration(self.s.stall),
+                            fmt_duration(drained),
+                            fmt_duration(p)
+                        ),
+                    ),
                     None => Row::new(
                         SLOW_READER,
                         Status::Pass,
@@ -1240,4 +1276,20 @@ fn is_error_result(raw: &RawValue) -> bool {
         is_error: bool,
     }
     serde_json::from_str::<ToolResult>(raw.get()).is_ok_and(|r| r.is_error)
+}
+
+/// What a decoder error kind means, for people.
+fn kind_label(kind: &str) -> &str {
+    match kind {
+        "json" => "not JSON",
+        "not_object" => "JSON but not an object",
+        "batch" => "a batch array",
+        "bad_version" => "no \"jsonrpc\": \"2.0\"",
+        "invalid_id" => "an invalid id",
+        "bad_member" => "a malformed member",
+        "shape" => "neither request, response nor notification",
+        "invalid_utf8" => "invalid UTF-8",
+        "truncated_at_eof" => "an unterminated last line",
+        other => other,
+    }
 }

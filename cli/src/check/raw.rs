@@ -31,8 +31,8 @@ const SMALL_FRAME: usize = 64 * 1024;
 /// Something the server wrote on stdout.
 #[derive(Debug)]
 pub(crate) enum RawEvent {
-    /// A JSON-RPC message.
-    Message(Message),
+    /// A JSON-RPC message, and the size of its line in bytes.
+    Message(Message, u64),
     /// An error response whose id is `null` (the JSON-RPC answer to a line
     /// that could not be parsed), with its error code.
     NullIdError(i64),
@@ -154,11 +154,6 @@ impl RawServer {
         self.framer.stats().bytes
     }
 
-    /// The largest complete frame so far, in bytes.
-    pub(crate) fn largest_frame(&self) -> u64 {
-        self.framer.stats().largest_frame
-    }
-
     /// Bytes of oversized lines discarded so far.
     pub(crate) fn discarded_bytes(&self) -> u64 {
         self.framer.stats().discarded_bytes
@@ -235,7 +230,7 @@ impl RawServer {
         loop {
             let ev = self.next_event(deadline).await?;
             let hit = match &ev {
-                RawEvent::Message(Message::Response(r)) => &r.id == id,
+                RawEvent::Message(Message::Response(r), _) => &r.id == id,
                 RawEvent::Oversized(hint) => hint.as_ref().map_or(true, |h| h == id),
                 _ => false,
             };
@@ -358,7 +353,7 @@ fn push_event(events: &mut VecDeque<RawEvent>, ev: FrameEvent<'_>) {
 
 fn classify(text: &str) -> RawEvent {
     match Message::decode(text) {
-        Ok(m) => RawEvent::Message(m),
+        Ok(m) => RawEvent::Message(m, text.len() as u64),
         Err(e) => {
             if text.len() <= SMALL_FRAME {
                 if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
