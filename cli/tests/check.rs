@@ -399,3 +399,21 @@ fn usage_errors_exit_2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start"));
     assert!(out.stdout.is_empty());
 }
+
+#[cfg(unix)]
+#[test]
+fn a_server_that_exits_at_once_fails_the_exit_rows() {
+    // `true` exits before anyone asks: that is not "exits on EOF / on TERM".
+    let (out, _) = check(&["--json", "--quiet", "--timeout", "2", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let rows = rows(&doc);
+    assert_eq!(status(&rows, "initialize"), "FAIL");
+    assert_eq!(
+        status(&rows, "stdin_eof"),
+        "FAIL",
+        "{:#}",
+        rows["stdin_eof"]
+    );
+    assert_eq!(status(&rows, "sigterm"), "FAIL", "{:#}", rows["sigterm"]);
+}

@@ -206,6 +206,18 @@ impl Battery<'_> {
             .map_err(|e| format!("cannot start {}: {e}", self.s.server))
     }
 
+    /// Brings a fresh session to the state the shutdown rows start from: an
+    /// initialized session or, when row 1's handshake failed, a process
+    /// given a moment to run (so one that exits by itself is seen to).
+    async fn settle(&self, client: &Client) {
+        if self.init_ok {
+            // A failure here shows in the exit path the row measures.
+            let _ = self.initialize(client).await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     fn skip_without_session(&self, spec: RowSpec) -> Option<Row> {
         (!self.init_ok).then(|| {
             Row::new(spec, Status::Skip, "not run: the handshake failed (row 1)")
@@ -993,10 +1005,9 @@ impl Battery<'_> {
             Ok(c) => c,
             Err(e) => return Row::new(STDIN_EOF, Status::Fail, e),
         };
-        if self.init_ok {
-            // A failure here shows in the exit path below.
-            let _ = self.initialize(&client).await;
-        }
+        let spawned = Instant::now();
+        self.settle(&client).await;
+        let eof_offset = spawned.elapsed();
         let Some(record) = self.end("stdin EOF", client, End::Shutdown).await else {
             return Row::new(
                 STDIN_EOF,
@@ -1006,6 +1017,20 @@ impl Battery<'_> {
         };
         let p = &record.process;
         let status = fmt_status(p.exit_status);
+        // The host closes stdin by itself when the server closes its stdout:
+        // a close (or an exit) stamped before ours was the server's doing.
+        // (The record's times run from a spawn instant a little before ours.)
+        let on_its_own = p.stdin_closed_at.is_some_and(|c| c < eof_offset)
+            || p.exited_at.is_some_and(|e| e < eof_offset);
+        if on_its_own {
+            return Row::new(
+                STDIN_EOF,
+                Status::Fail,
+                format!("ended by itself ({status}) before stdin was closed"),
+            )
+            .detail("the server closed its stdout or exited on its own")
+            .measure("exit_status", status);
+        }
         let since = |at: Option<Duration>| {
             p.exited_at
                 .zip(at)
@@ -1072,9 +1097,7 @@ impl Battery<'_> {
             Err(e) => return Row::new(SIGTERM, Status::Fail, e),
         };
         let spawned = Instant::now();
-        if self.init_ok {
-            let _ = self.initialize(&client).await;
-        }
+        self.settle(&client).await;
         if client.is_finished() {
             let record = self.end("SIGTERM", client, End::Wait).await;
             let status = fmt_status(record.and_then(|r| r.process.exit_status));
@@ -1101,7 +1124,17 @@ impl Battery<'_> {
         let term_offset = term_at.duration_since(spawned);
         let took = exited_at.map(|e| e.saturating_sub(term_offset));
         let status = fmt_status(exit);
-        let mut row = if needed_kill {
+        // Spawn time is taken just after `Client::spawn`, so an exit stamped
+        // before the signal's offset happened before the signal.
+        let before_signal = exited_at.is_some_and(|e| e < term_offset);
+        let mut row = if before_signal {
+            Row::new(
+                SIGTERM,
+                Status::Fail,
+                format!("exited by itself ({status}) before the signal"),
+            )
+            .detail("the server died on its own")
+        } else if needed_kill {
             Row::new(
                 SIGTERM,
                 Status::Fail,
