@@ -610,6 +610,7 @@ impl Battery<'_> {
         .await;
         let took = t.elapsed();
         let mut result_bytes = None;
+        let mut refused = false;
         let (mut status, mut value, mut detail) = match result {
             Ok(Ok(raw)) => {
                 // The result alone; its line adds a small JSON-RPC envelope.
@@ -630,14 +631,11 @@ impl Battery<'_> {
                     None,
                 )
             }
-            Ok(Err(RequestError::Failed(RequestFailure::ResponseTooLarge { .. }))) => (
-                Status::Pass,
-                format!(
-                    "refused at the {limit} wire limit after {} (discarded unparsed)",
-                    fmt_duration(took)
-                ),
-                None,
-            ),
+            Ok(Err(RequestError::Failed(RequestFailure::ResponseTooLarge { .. }))) => {
+                // Worded once the discarded size is known (after the ping).
+                refused = true;
+                (Status::Pass, String::new(), None)
+            }
             Ok(Err(e)) if e.server_error().is_some() => (
                 Status::Warn,
                 format!("the tool answered an error: {e}"),
@@ -670,6 +668,18 @@ impl Battery<'_> {
             self.ping(client).await
         };
         let m = client.metrics().await.unwrap_or_default();
+        if refused {
+            // A sequential server ends the oversized line before answering
+            // the ping, so its full size is usually known by now.
+            let size = match m.oversized_bytes_discarded {
+                0 => "a".to_owned(),
+                n => format!("{} ", fmt_bytes(n)),
+            };
+            value = format!(
+                "{size}response refused at the {limit} wire limit after {} (discarded unparsed)",
+                fmt_duration(took)
+            );
+        }
         match &ping {
             Ok(p) => value.push_str(&format!("; then ping {}", fmt_duration(*p))),
             Err(e) => {
@@ -685,16 +695,6 @@ impl Battery<'_> {
             .measure("oversized_frames", m.oversized_frames)
             .measure("oversized_bytes_discarded", m.oversized_bytes_discarded)
             .measure("max_frame", self.s.max_frame as u64);
-        if m.oversized_bytes_discarded > 0 {
-            row.value = row.value.replacen(
-                "refused at",
-                &format!(
-                    "{} response refused at",
-                    fmt_bytes(m.oversized_bytes_discarded)
-                ),
-                1,
-            );
-        }
         if let Ok(p) = ping {
             row = row.measure_ms("ping_ms", p);
         }
