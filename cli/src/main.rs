@@ -13,6 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod check;
 mod config;
 mod guard;
 mod stderr_sink;
@@ -31,8 +32,14 @@ enum Command {
     /// Run an MCP server behind the guard: wire limits both ways, stdout always drained,
     /// bounded stderr, cancel enforced, orderly shutdown, optional audit log.
     Guard(guard::GuardArgs),
+    /// Run the release-gate battery against an MCP server (or the built-in misbehaving one):
+    /// a PASS/WARN/FAIL table with the measured value on each row; `--json` for machines.
+    Check(check::CheckArgs),
     /// Verify a hash-chained audit log offline: entries and last hash, or the first bad line.
     Verify(verify::VerifyArgs),
+    /// The deliberately misbehaving MCP server that `check` runs when given no command.
+    #[command(hide = true)]
+    BuiltinServer(check::builtin::BuiltinArgs),
 }
 
 fn init_tracing() {
@@ -65,6 +72,8 @@ fn main() -> ExitCode {
             stderr_sink::drain(std::time::Duration::from_secs(1));
             code
         }
+        Command::Check(args) => runtime().block_on(check::run(args)),
         Command::Verify(args) => verify::run(&args),
+        Command::BuiltinServer(args) => check::builtin::run(&args),
     }
 }

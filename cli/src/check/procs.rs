@@ -1,0 +1,142 @@
+//! Processes left behind in a server's process group, found in `/proc`.
+//!
+//! Every server `check` spawns leads its own process group (pgid = its pid),
+//! and so do its children unless they move away. Once the leader's exit has
+//! been observed and reaped, any live member of that group is something the
+//! server left behind. Linux only: elsewhere the scan reports "not supported"
+//! and the row is skipped.
+
+use std::time::{Duration, Instant};
+
+/// A live process found in a server's group.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Leftover {
+    /// Its pid.
+    pub(crate) pid: u32,
+    /// Its command name (`/proc/<pid>/comm`).
+    pub(crate) name: String,
+}
+
+/// How long members that were just signalled get to finish dying before
+/// they count as left behind.
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// Live members of process group `pgid` after a short settle time, each then
+/// killed with its group; `None` where `/proc` cannot answer (not Linux).
+pub(crate) async fn sweep(pgid: u32) -> Option<Vec<Leftover>> {
+    if pgid == 0 {
+        return Some(Vec::new());
+    }
+    let start = Instant::now();
+    loop {
+        let found = group_members(pgid)?;
+        if found.is_empty() {
+            return Some(found);
+        }
+        if start.elapsed() >= SETTLE {
+            kill_group(pgid);
+            return Some(found);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Live (not zombie) members of process group `pgid`.
+#[cfg(target_os = "linux")]
+pub(crate) fn group_members(pgid: u32) -> Option<Vec<Leftover>> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    let mut found = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // Processes come and go while we read: a vanished one is skipped.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if let Some((name, state, pgrp)) = parse_stat(&stat) {
+            if pgrp == pgid && !matches!(state, 'Z' | 'X') {
+                found.push(Leftover { pid, name });
+            }
+        }
+    }
+    found.sort_by_key(|l| l.pid);
+    Some(found)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn group_members(_pgid: u32) -> Option<Vec<Leftover>> {
+    None
+}
+
+/// The command name, state letter and process group of a `/proc/<pid>/stat`
+/// line. The name is in parentheses and may itself hold spaces and
+/// parentheses, so the fixed fields are read after the last `)`.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn parse_stat(line: &str) -> Option<(String, char, u32)> {
+    let open = line.find('(')?;
+    let close = line.rfind(')')?;
+    let name = line.get(open + 1..close)?.to_owned();
+    let mut fields = line.get(close + 1..)?.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some((name, state, pgrp))
+}
+
+/// Sends a signal to process group `pgid`; never to our own group. A group
+/// that is already gone is not an error.
+#[cfg(unix)]
+pub(crate) fn signal_group(pgid: u32, term: bool) {
+    use rustix::process::{kill_process_group, Pid, Signal};
+    let Some(pid) = i32::try_from(pgid).ok().and_then(Pid::from_raw) else {
+        return;
+    };
+    if rustix::process::getpgrp() == pid {
+        tracing::error!(pgid, "refusing to signal our own process group");
+        return;
+    }
+    let sig = if term { Signal::TERM } else { Signal::KILL };
+    if let Err(e) = kill_process_group(pid, sig) {
+        if e != rustix::io::Errno::SRCH {
+            tracing::warn!(pgid, error = %e, "signalling process group failed");
+        }
+    }
+}
+
+#[cfg(not(unix))]
+pub(crate) fn signal_group(_pgid: u32, _term: bool) {}
+
+/// `SIGKILL` to process group `pgid`.
+pub(crate) fn kill_group(pgid: u32) {
+    signal_group(pgid, false);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_with_odd_names_parse() {
+        let line = "4242 (a (weird) name) S 1 4200 4200 0 -1 4194560";
+        assert_eq!(
+            parse_stat(line),
+            Some(("a (weird) name".to_owned(), 'S', 4200))
+        );
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn our_own_group_is_found() {
+        let me = std::process::id();
+        let pgrp = u32::try_from(rustix::process::getpgrp().as_raw_nonzero().get())
+            .expect("pgids are positive");
+        let members = group_members(pgrp).expect("Linux has /proc");
+        assert!(members.iter().any(|l| l.pid == me), "{members:?}");
+    }
+}

@@ -1,0 +1,384 @@
+//! A raw pipe session with a server, for the rows our `Client` cannot play:
+//! writing a malformed line, and *not* reading stdout for a while.
+//!
+//! The `Client` never stops reading stdout (G1) and only sends well-formed
+//! messages, which is the point of the library. To show what a server does
+//! when a host misbehaves, `check` spawns it with plain `tokio::process`
+//! pipes, writes bytes itself and frames stdout with the core's [`Framer`]
+//! (so the wire limit still applies before any parse, G2) — reading only when
+//! the row says so. stderr is always drained by a task of its own, so the
+//! server never blocks on it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mcp_stdio_core::frame::{FrameError, FrameEvent, Framer, FramerConfig};
+use mcp_stdio_core::message::{Id, Message};
+use mcp_stdio_core::process::EndedBy;
+use mcp_stdio_core::{CommandSpec, ExitStatus};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::task::JoinHandle;
+
+/// Bytes read from stdout per read call.
+const READ_CHUNK: usize = 64 * 1024;
+/// Frames larger than this are not parsed as a `serde_json::Value` to look
+/// for an error object (only decoded with the core's raw-value decoder).
+const SMALL_FRAME: usize = 64 * 1024;
+
+/// Something the server wrote on stdout.
+#[derive(Debug)]
+pub(crate) enum RawEvent {
+    /// A JSON-RPC message, and the size of its line in bytes.
+    Message(Message, u64),
+    /// An error response whose id is `null` (the JSON-RPC answer to a line
+    /// that could not be parsed), with its error code.
+    NullIdError(i64),
+    /// A line that is not a protocol message, with the decoder's error kind.
+    NotProtocol(&'static str),
+    /// A line over the wire limit (discarded unparsed), with the id found in
+    /// its first bytes, if any.
+    Oversized(Option<Id>),
+}
+
+/// Why waiting for the server's output ended without what was wanted.
+#[derive(Debug)]
+pub(crate) enum RawError {
+    /// The deadline passed.
+    Timeout,
+    /// stdout reached end-of-file (the server closed it or exited).
+    Eof,
+    /// Reading or writing a pipe failed.
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for RawError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Timeout => f.write_str("no answer before the deadline"),
+            Self::Eof => f.write_str("the server closed its stdout"),
+            Self::Io(e) => write!(f, "pipe error: {e}"),
+        }
+    }
+}
+
+/// How a raw session ended.
+#[derive(Debug)]
+pub(crate) struct RawEnd {
+    /// The exit status observed, if one was.
+    pub(crate) exit_status: Option<ExitStatus>,
+    /// The last shutdown step taken before the exit.
+    pub(crate) ended_by: EndedBy,
+    /// stderr bytes seen over the session.
+    pub(crate) stderr_bytes: u64,
+}
+
+/// A server on raw pipes.
+#[derive(Debug)]
+pub(crate) struct RawServer {
+    child: Child,
+    pid: u32,
+    stdin: Option<ChildStdin>,
+    stdout: Option<ChildStdout>,
+    framer: Framer,
+    events: VecDeque<RawEvent>,
+    buf: Vec<u8>,
+    stderr_bytes: Arc<AtomicU64>,
+    stderr_task: Option<JoinHandle<()>>,
+    exit: Option<ExitStatus>,
+}
+
+impl RawServer {
+    /// Spawns `spec` (no shell; its own process group) with all three streams
+    /// piped; frames stdout under `max_frame`. Must run inside tokio.
+    pub(crate) fn spawn(spec: &CommandSpec, max_frame: usize) -> std::io::Result<Self> {
+        let mut cmd = tokio::process::Command::new(spec.get_program());
+        cmd.args(spec.get_args());
+        if spec.get_env_clear() {
+            cmd.env_clear();
+        }
+        for (k, v) in spec.get_envs() {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        if let Some(dir) = spec.get_current_dir() {
+            cmd.current_dir(dir);
+        }
+        #[cfg(unix)]
+        cmd.process_group(0);
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn()?;
+        let pid = child.id().unwrap_or(0);
+        let stderr_bytes = Arc::new(AtomicU64::new(0));
+        let stderr_task = child.stderr.take().map(|mut err| {
+            let count = stderr_bytes.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16 * 1024];
+                while let Ok(n) = err.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    count.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            })
+        });
+        let mut framer_config = FramerConfig::default();
+        framer_config.max_frame(max_frame);
+        Ok(Self {
+            stdin: child.stdin.take(),
+            stdout: child.stdout.take(),
+            child,
+            pid,
+            framer: Framer::new(framer_config),
+            events: VecDeque::new(),
+            buf: vec![0u8; READ_CHUNK],
+            stderr_bytes,
+            stderr_task,
+            exit: None,
+        })
+    }
+
+    /// The server's pid (also its process group id).
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Bytes of stdout framed so far.
+    pub(crate) fn stdout_bytes(&self) -> u64 {
+        self.framer.stats().bytes
+    }
+
+    /// Bytes of oversized lines discarded so far.
+    pub(crate) fn discarded_bytes(&self) -> u64 {
+        self.framer.stats().discarded_bytes
+    }
+
+    /// Writes `bytes` to the server's stdin, within `deadline`.
+    pub(crate) async fn write(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), RawError> {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Err(RawError::Io(std::io::ErrorKind::BrokenPipe.into()));
+        };
+        let deadline = tokio::time::Instant::from_std(deadline);
+        match tokio::time::timeout_at(deadline, async {
+            stdin.write_all(bytes).await?;
+            stdin.flush().await
+        })
+        .await
+        {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(RawError::Io(e)),
+            Err(_) => Err(RawError::Timeout),
+        }
+    }
+
+    /// Writes one JSON message and its newline.
+    pub(crate) async fn send(
+        &mut self,
+        message: &serde_json::Value,
+        deadline: Instant,
+    ) -> Result<(), RawError> {
+        let mut line = serde_json::to_vec(message).expect("a serde_json::Value always serializes");
+        line.push(b'\n');
+        self.write(&line, deadline).await
+    }
+
+    /// The next thing the server wrote on stdout, reading only as needed.
+    pub(crate) async fn next_event(&mut self, deadline: Instant) -> Result<RawEvent, RawError> {
+        loop {
+            if let Some(ev) = self.events.pop_front() {
+                return Ok(ev);
+            }
+            let Some(stdout) = self.stdout.as_mut() else {
+                return Err(RawError::Eof);
+            };
+            let deadline = tokio::time::Instant::from_std(deadline);
+            let n = match tokio::time::timeout_at(deadline, stdout.read(&mut self.buf)).await {
+                Err(_) => return Err(RawError::Timeout),
+                Ok(Err(e)) => {
+                    self.stdout = None;
+                    return Err(RawError::Io(e));
+                }
+                Ok(Ok(0)) => {
+                    self.stdout = None;
+                    let events = &mut self.events;
+                    self.framer.finish(|ev| push_event(events, ev));
+                    continue;
+                }
+                Ok(Ok(n)) => n,
+            };
+            let events = &mut self.events;
+            self.framer
+                .push(&self.buf[..n], |ev| push_event(events, ev));
+        }
+    }
+
+    /// Reads until the response to `id` (or an oversized line carrying `id`,
+    /// or with no recoverable id) arrives; everything read before it is
+    /// handed to `seen`. Returns the event that ended the wait.
+    pub(crate) async fn wait_for(
+        &mut self,
+        id: &Id,
+        deadline: Instant,
+        mut seen: impl FnMut(&RawEvent),
+    ) -> Result<RawEvent, RawError> {
+        loop {
+            let ev = self.next_event(deadline).await?;
+            let hit = match &ev {
+                RawEvent::Message(Message::Response(r), _) => &r.id == id,
+                RawEvent::Oversized(hint) => hint.as_ref().map_or(true, |h| h == id),
+                _ => false,
+            };
+            if hit {
+                return Ok(ev);
+            }
+            seen(&ev);
+        }
+    }
+
+    /// Bytes waiting unread in the stdout pipe right now (`FIONREAD`).
+    #[cfg(unix)]
+    pub(crate) fn unread_stdout(&self) -> Option<u64> {
+        rustix::io::ioctl_fionread(self.stdout.as_ref()?).ok()
+    }
+
+    /// Bytes waiting unread in the stdout pipe: not known on this OS.
+    #[cfg(not(unix))]
+    pub(crate) fn unread_stdout(&self) -> Option<u64> {
+        None
+    }
+
+    /// The capacity of the stdout pipe, where the OS tells it.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub(crate) fn stdout_pipe_capacity(&self) -> Option<u64> {
+        rustix::pipe::fcntl_getpipe_size(self.stdout.as_ref()?)
+            .ok()
+            .map(|n| n as u64)
+    }
+
+    /// The capacity of the stdout pipe: not known on this OS.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    pub(crate) fn stdout_pipe_capacity(&self) -> Option<u64> {
+        None
+    }
+
+    /// The exit status, if the server has exited (does not wait).
+    pub(crate) fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.exit = Some(exit_status(status));
+            }
+        }
+        self.exit
+    }
+
+    /// Waits up to `within` for the server to exit.
+    pub(crate) async fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            if let Ok(Ok(status)) = tokio::time::timeout(within, self.child.wait()).await {
+                self.exit = Some(exit_status(status));
+            }
+        }
+        self.exit
+    }
+
+    /// Ends the session like `Client::kill`: close stdin and stop reading
+    /// stdout, `SIGTERM` to the group at once, `SIGKILL` after `grace`; the
+    /// observed exit. (These sessions' ends are not what their rows measure.)
+    pub(crate) async fn finish(mut self, grace: Duration) -> RawEnd {
+        let exited_before = self.try_exit().is_some();
+        self.stdin = None;
+        self.stdout = None;
+        let mut ended_by = EndedBy::ExitedByItself;
+        if !exited_before {
+            ended_by = EndedBy::ExitedAfterTerm;
+            super::procs::signal_group(self.pid, true);
+            if self.wait_exit(grace).await.is_none() {
+                ended_by = EndedBy::ExitedAfterKill;
+                super::procs::kill_group(self.pid);
+                if self.wait_exit(Duration::from_secs(1)).await.is_none() {
+                    ended_by = EndedBy::ExitNotObserved;
+                }
+            }
+        }
+        if let Some(mut task) = self.stderr_task.take() {
+            // An escaped grandchild can hold stderr open: bound the wait.
+            if tokio::time::timeout(Duration::from_secs(1), &mut task)
+                .await
+                .is_err()
+            {
+                tracing::debug!(pid = self.pid, "stderr still open; not waiting for it");
+                task.abort();
+            }
+        }
+        RawEnd {
+            exit_status: self.exit,
+            ended_by,
+            stderr_bytes: self.stderr_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for RawServer {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            // One syscall, never a task: a dropped session must not outlive us.
+            super::procs::kill_group(self.pid);
+        }
+        if let Some(task) = self.stderr_task.take() {
+            task.abort();
+        }
+    }
+}
+
+fn push_event(events: &mut VecDeque<RawEvent>, ev: FrameEvent<'_>) {
+    match ev {
+        FrameEvent::Frame(text) => events.push_back(classify(text)),
+        FrameEvent::Error(FrameError::Oversized { id_hint, .. }) => {
+            events.push_back(RawEvent::Oversized(id_hint));
+        }
+        // The end of an oversized line: its size is in the framer's stats.
+        FrameEvent::Error(FrameError::OversizedEnded { .. }) => {}
+        FrameEvent::Error(FrameError::InvalidUtf8 { .. }) => {
+            events.push_back(RawEvent::NotProtocol("invalid_utf8"));
+        }
+        FrameEvent::Error(_) => events.push_back(RawEvent::NotProtocol("truncated_at_eof")),
+    }
+}
+
+fn classify(text: &str) -> RawEvent {
+    match Message::decode(text) {
+        Ok(m) => RawEvent::Message(m, text.len() as u64),
+        Err(e) => {
+            if text.len() <= SMALL_FRAME {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
+                    if v.get("id") == Some(&serde_json::Value::Null) {
+                        if let Some(code) = v.pointer("/error/code").and_then(|c| c.as_i64()) {
+                            return RawEvent::NullIdError(code);
+                        }
+                    }
+                }
+            }
+            RawEvent::NotProtocol(e.kind())
+        }
+    }
+}
+
+fn exit_status(status: std::process::ExitStatus) -> ExitStatus {
+    if let Some(code) = status.code() {
+        return ExitStatus::Code(code);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return ExitStatus::Signal(sig);
+        }
+    }
+    ExitStatus::Code(-1)
+}

@@ -1,0 +1,419 @@
+//! `mcp-stdio check` end to end, with real processes: the built-in
+//! misbehaving server, the suite's fixture server (healthy, and ignoring
+//! stdin EOF), a server that never answers, `--help` and usage errors.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcp-stdio");
+
+/// Every row id, in order.
+const ROW_IDS: [&str; 10] = [
+    "initialize",
+    "stdout_hygiene",
+    "malformed_line",
+    "large_response",
+    "slow_reader",
+    "cancel",
+    "stdin_eof",
+    "sigterm",
+    "stderr_volume",
+    "leftover_processes",
+];
+
+/// The fixture server of the tests crate. Cargo builds only this package's
+/// binaries for its tests, so it is built here (once), then located.
+/// `MCP_STDIO_FIXTURE_SERVER` overrides both steps.
+fn fixture_server() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("MCP_STDIO_FIXTURE_SERVER") {
+            return PathBuf::from(p);
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("the cli crate lives inside the workspace");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let built = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "mcp-stdio-tests",
+                "--bin",
+                "fixture-server",
+            ])
+            .current_dir(root)
+            .status();
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .map_or_else(|| root.join("target"), |t| root.join(t));
+        let path = target.join("debug").join("fixture-server");
+        assert!(
+            path.is_file(),
+            "fixture-server not found at {} (building it: {built:?}); run \
+             `cargo build -p mcp-stdio-tests --bins` or set MCP_STDIO_FIXTURE_SERVER",
+            path.display()
+        );
+        path
+    })
+    .clone()
+}
+
+fn check(args: &[&str]) -> (Output, Duration) {
+    let start = Instant::now();
+    let out = Command::new(BIN)
+        .arg("check")
+        .args(args)
+        .output()
+        .expect("mcp-stdio runs");
+    (out, start.elapsed())
+}
+
+/// Runs `check --json` and returns the document and the exit code.
+fn check_json(args: &[&str]) -> (Value, i32) {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let (out, _) = check(&all);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let doc: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON document ({e}):\n{stdout}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (doc, out.status.code().expect("exited, not signalled"))
+}
+
+/// Rows by id, after checking each has a status and a value.
+fn rows(doc: &Value) -> HashMap<String, Value> {
+    let rows = doc["rows"].as_array().expect("rows is an array");
+    let ids: Vec<&str> = rows
+        .iter()
+        .map(|r| r["id"].as_str().expect("every row has an id"))
+        .collect();
+    assert_eq!(ids, ROW_IDS, "every row, in order");
+    for r in rows {
+        assert!(
+            ["PASS", "WARN", "FAIL", "SKIP"].contains(&r["status"].as_str().unwrap_or("")),
+            "{r}"
+        );
+        assert!(!r["value"].as_str().unwrap_or("").is_empty(), "{r}");
+        assert!(r["measured"].is_object(), "{r}");
+    }
+    rows.iter()
+        .map(|r| {
+            (
+                r["id"].as_str().expect("checked above").to_owned(),
+                r.clone(),
+            )
+        })
+        .collect()
+}
+
+fn status(rows: &HashMap<String, Value>, id: &str) -> String {
+    rows[id]["status"]
+        .as_str()
+        .expect("every row has a status")
+        .to_owned()
+}
+
+fn fixture_flags() -> Vec<String> {
+    vec![
+        "--large-tool".into(),
+        "big".into(),
+        "--large-args".into(),
+        r#"{"bytes":2000000}"#.into(),
+        "--slow-tool".into(),
+        "slow".into(),
+        "--slow-args".into(),
+        r#"{"chunks":100,"delay_ms":50,"honour_cancel":true}"#.into(),
+        "--".into(),
+        fixture_server().to_string_lossy().into_owned(),
+    ]
+}
+
+#[test]
+fn builtin_server_fails_and_warns_where_it_misbehaves() {
+    let (doc, code) = check_json(&["--quiet"]);
+    assert_eq!(code, 1, "a FAIL row means exit 1: {doc:#}");
+    assert_eq!(doc["builtin"], true);
+    assert_eq!(doc["ok"], false);
+    let rows = rows(&doc);
+    let expected = [
+        ("initialize", "PASS"),
+        ("stdout_hygiene", "FAIL"),
+        ("malformed_line", "FAIL"),
+        ("large_response", "PASS"),
+        ("slow_reader", "PASS"),
+        ("cancel", "WARN"),
+        ("stdin_eof", "WARN"),
+        ("sigterm", "PASS"),
+        ("stderr_volume", "WARN"),
+    ];
+    for (id, want) in expected {
+        assert_eq!(status(&rows, id), want, "{id}: {:#}", rows[id]);
+    }
+    let leftovers = if cfg!(target_os = "linux") {
+        "FAIL"
+    } else {
+        "SKIP"
+    };
+    assert_eq!(
+        status(&rows, "leftover_processes"),
+        leftovers,
+        "{:#}",
+        rows["leftover_processes"]
+    );
+    // The reasons, not just the verdicts.
+    assert_eq!(rows["stdout_hygiene"]["measured"]["non_protocol_lines"], 1);
+    assert_eq!(rows["malformed_line"]["measured"]["exit_status"], "code 1");
+    assert_eq!(rows["cancel"]["measured"]["late_responses"], 1);
+    assert!(rows["stdin_eof"]["value"]
+        .as_str()
+        .unwrap()
+        .contains("SIGTERM"));
+    assert_eq!(
+        rows["stdin_eof"]["measured"]["ended_by"],
+        "exited_after_term"
+    );
+    assert_eq!(rows["large_response"]["measured"]["oversized_frames"], 1);
+    assert!(
+        rows["slow_reader"]["measured"]["blocked_ms"]
+            .as_f64()
+            .unwrap()
+            > 1000.0
+    );
+    assert!(
+        rows["stderr_volume"]["measured"]["stderr_bytes"]
+            .as_u64()
+            .unwrap()
+            > 1024 * 1024
+    );
+}
+
+#[test]
+fn builtin_server_table_goes_to_stdout_and_progress_to_stderr() {
+    let (out, _) = check(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("RESULT  VALUE"), "{stdout}");
+    for title in [
+        "initialize handshake",
+        "stdout hygiene",
+        "survives a malformed line",
+        "large response",
+        "slow reader",
+        "cancel + second request",
+        "exits on stdin EOF",
+        "exits on SIGTERM",
+        "stderr volume",
+        "leftover processes",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.contains(title))
+            .unwrap_or_else(|| panic!("no row {title:?} in\n{stdout}"));
+        assert!(
+            ["PASS", "WARN", "FAIL", "SKIP"]
+                .iter()
+                .any(|s| line.contains(s)),
+            "{line}"
+        );
+    }
+    assert!(stdout.contains("-> FAILED"), "{stdout}");
+    assert!(stderr.contains("[1/10] initialize handshake"), "{stderr}");
+    assert!(!stdout.contains("[1/10]"), "progress belongs on stderr");
+}
+
+#[test]
+fn fixture_server_passes_every_row() {
+    let flags = fixture_flags();
+    let args: Vec<&str> = std::iter::once("--quiet")
+        .chain(flags.iter().map(String::as_str))
+        .collect();
+    let (doc, code) = check_json(&args);
+    let rows = rows(&doc);
+    for id in ROW_IDS {
+        assert_eq!(status(&rows, id), "PASS", "{id}: {:#}", rows[id]);
+    }
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["ok"], true);
+    assert_eq!(
+        rows["stdin_eof"]["measured"]["ended_by"],
+        "exited_after_stdin_close"
+    );
+    assert_eq!(rows["large_response"]["measured"]["oversized_frames"], 0);
+    assert!(
+        rows["large_response"]["measured"]["result_bytes"]
+            .as_u64()
+            .unwrap()
+            > 2_000_000
+    );
+    assert_eq!(rows["cancel"]["measured"]["late_responses"], 0);
+    assert_eq!(
+        rows["malformed_line"]["measured"]["error_reply_code"],
+        -32700
+    );
+}
+
+#[test]
+fn fixture_ignoring_stdin_eof_warns_that_sigterm_was_needed() {
+    let mut flags = fixture_flags();
+    flags.push("--ignore-stdin-eof".into());
+    let args: Vec<&str> = std::iter::once("--quiet")
+        .chain(flags.iter().map(String::as_str))
+        .collect();
+    let (doc, code) = check_json(&args);
+    let rows = rows(&doc);
+    assert_eq!(
+        status(&rows, "stdin_eof"),
+        "WARN",
+        "{:#}",
+        rows["stdin_eof"]
+    );
+    assert_eq!(
+        rows["stdin_eof"]["measured"]["ended_by"],
+        "exited_after_term"
+    );
+    assert!(rows["stdin_eof"]["value"]
+        .as_str()
+        .unwrap()
+        .contains("SIGTERM"));
+    // With stdin left open, SIGTERM alone ends it.
+    assert_eq!(status(&rows, "sigterm"), "PASS", "{:#}", rows["sigterm"]);
+    assert_eq!(code, 0, "WARN alone exits 0: {doc:#}");
+}
+
+#[test]
+fn fixture_ignoring_sigterm_fails_the_signal_rows() {
+    let server = fixture_server();
+    let server = server.to_string_lossy();
+    let (doc, code) = check_json(&[
+        "--quiet",
+        "--shutdown-grace",
+        "0.5",
+        "--",
+        &server,
+        "--ignore-sigterm",
+        "--ignore-stdin-eof",
+        "--stdout-log-before",
+    ]);
+    let rows = rows(&doc);
+    assert_eq!(code, 1);
+    assert_eq!(status(&rows, "sigterm"), "FAIL", "{:#}", rows["sigterm"]);
+    assert_eq!(rows["sigterm"]["measured"]["needed_kill"], true);
+    assert_eq!(
+        status(&rows, "stdin_eof"),
+        "FAIL",
+        "{:#}",
+        rows["stdin_eof"]
+    );
+    assert_eq!(status(&rows, "stdout_hygiene"), "FAIL");
+    // Without tools named, the tool rows say why they did not run.
+    for id in ["large_response", "slow_reader", "cancel"] {
+        assert_eq!(status(&rows, id), "SKIP", "{id}");
+        assert!(
+            rows[id]["value"].as_str().unwrap().contains("no --"),
+            "{id}"
+        );
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_server_that_never_answers_gives_fail_rows_not_a_hung_check() {
+    // `sleep` reads nothing and writes nothing; it ends on SIGTERM.
+    let (out, took) = check(&["--json", "--quiet", "--timeout", "1", "--", "sleep", "60"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let rows = rows(&doc);
+    assert_eq!(status(&rows, "initialize"), "FAIL");
+    assert!(rows["initialize"]["value"]
+        .as_str()
+        .unwrap()
+        .contains("no answer"));
+    assert_eq!(status(&rows, "malformed_line"), "SKIP");
+    assert_eq!(status(&rows, "stdin_eof"), "WARN");
+    assert_eq!(status(&rows, "sigterm"), "PASS");
+}
+
+#[test]
+fn help_documents_every_flag_with_an_example() {
+    let out = Command::new(BIN)
+        .args(["check", "--help"])
+        .output()
+        .expect("mcp-stdio runs");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--json",
+        "--timeout",
+        "--max-frame",
+        "--large-tool",
+        "--large-args",
+        "--slow-tool",
+        "--slow-args",
+        "--cancel-after-ms",
+        "--stall",
+        "--shutdown-grace",
+        "--stderr-warn",
+        "--quiet",
+        "SERVER_COMMAND",
+        "Exit status",
+        "Examples:",
+        "mcp-stdio check -- ",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from:\n{help}");
+    }
+    // The built-in server is an implementation detail, not a command to list.
+    let top = Command::new(BIN).arg("--help").output().expect("runs");
+    let top = String::from_utf8_lossy(&top.stdout);
+    assert!(top.contains("check"), "{top}");
+    assert!(!top.contains("builtin-server"), "{top}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let (out, _) = check(&[
+        "--large-tool",
+        "x",
+        "--large-args",
+        "not json",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--large-args"));
+    let (out, _) = check(&["--slow-tool", "x", "--slow-args", "[1]", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let (out, _) = check(&["--", "/nonexistent/mcp-server"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start"));
+    assert!(out.stdout.is_empty());
+}
+
+#[cfg(unix)]
+#[test]
+fn a_server_that_exits_at_once_fails_the_exit_rows() {
+    // `true` exits before anyone asks: that is not "exits on EOF / on TERM".
+    let (out, _) = check(&["--json", "--quiet", "--timeout", "2", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let rows = rows(&doc);
+    assert_eq!(status(&rows, "initialize"), "FAIL");
+    assert_eq!(
+        status(&rows, "stdin_eof"),
+        "FAIL",
+        "{:#}",
+        rows["stdin_eof"]
+    );
+    assert_eq!(status(&rows, "sigterm"), "FAIL", "{:#}", rows["sigterm"]);
+}
