@@ -417,3 +417,86 @@ fn a_server_that_exits_at_once_fails_the_exit_rows() {
     );
     assert_eq!(status(&rows, "sigterm"), "FAIL", "{:#}", rows["sigterm"]);
 }
+
+/// `check` against the official `server-everything` (npm): a healthy server.
+/// Skips loudly without the interop peers, fails under CI.
+#[test]
+fn server_everything_passes_the_rows_it_can() {
+    use mcp_stdio_tests::interop::{node, require, server_everything_entry};
+    let test = "server_everything_passes_the_rows_it_can";
+    let Some((node, _)) = require(test, node()) else {
+        return;
+    };
+    let Some(entry) = require(test, server_everything_entry()) else {
+        return;
+    };
+    // One argument may hold at most 128 KiB on Linux; 100 KB still overflows the pipe.
+    let big = format!("{{\"message\":\"{}\"}}", "e".repeat(100_000));
+    let (node, entry) = (node.display().to_string(), entry.display().to_string());
+    let (doc, code) = check_json(&[
+        "--large-tool",
+        "echo",
+        "--large-args",
+        &big,
+        "--slow-tool",
+        "trigger-long-running-operation",
+        "--slow-args",
+        r#"{"duration":5,"steps":5}"#,
+        "--",
+        &node,
+        &entry,
+        "stdio",
+    ]);
+    let rows = rows(&doc);
+    for id in [
+        "initialize",
+        "stdout_hygiene",
+        "malformed_line",
+        "large_response",
+        "slow_reader",
+        "cancel",
+        "leftover_processes",
+    ] {
+        assert_eq!(status(&rows, id), "PASS", "{id}: {}", rows[id]);
+    }
+    assert_eq!(code, 0, "{doc}");
+}
+
+/// `check` against a server written with the Python `mcp` package.
+#[test]
+fn python_sdk_server_passes_the_rows_it_can() {
+    use mcp_stdio_tests::interop::{python, require, scripts_dir};
+    let test = "python_sdk_server_passes_the_rows_it_can";
+    let Some((python, _)) = require(test, python()) else {
+        return;
+    };
+    let script = scripts_dir().join("py_server.py");
+    let (python, script) = (python.display().to_string(), script.display().to_string());
+    let (doc, code) = check_json(&[
+        "--large-tool",
+        "big",
+        "--large-args",
+        r#"{"bytes":1000000}"#,
+        "--slow-tool",
+        "slow",
+        "--slow-args",
+        r#"{"seconds":5}"#,
+        "--",
+        &python,
+        &script,
+    ]);
+    let rows = rows(&doc);
+    for id in [
+        "initialize",
+        "stdout_hygiene",
+        "malformed_line",
+        "large_response",
+        "slow_reader",
+        "cancel",
+        "stdin_eof",
+        "leftover_processes",
+    ] {
+        assert_eq!(status(&rows, id), "PASS", "{id}: {}", rows[id]);
+    }
+    assert_eq!(code, 0, "{doc}");
+}
