@@ -1,23 +1,38 @@
 //! Support library for the mcp-stdio conformance suite.
 //!
-//! The suite itself (one set of tests run against every adapter through real process spawns) is
-//! [`suite`], written against the facade in [`adapter`]; `tests/tests/conformance_<adapter>.rs`
-//! instantiates it. This library also holds what those tests share:
+//! One suite, written once, runs unchanged against all three adapters —
+//! `mcp-stdio-tokio`, `mcp-stdio-async-std` and `mcp-stdio-blocking` — through
+//! real process spawns. It holds:
 //!
+//! - the synchronous facade the suite drives: [`adapter`] (`Adapter`, `SuiteClient`,
+//!   `SuitePending`, `SuiteIncoming`) for the `Client`, and [`helper_adapter`]
+//!   (`HelperAdapter`, `HelperJob`, `HelperRunReport`) for `run_helper`;
+//! - the facade's implementations, one per adapter: [`tokio_adapter`] and [`tokio_helper`]
+//!   (`Tokio`, on a runtime of its own), [`async_std_adapter`] (`AsyncStd`, on async-std's
+//!   global executor with `task::block_on`) and [`blocking_adapter`] (`Blocking`, plain
+//!   blocking calls, helper jobs on threads);
+//! - the `Client` gates ([`suite`], instantiated by [`conformance_suite!`] in
+//!   `tests/tests/conformance_<adapter>.rs`) and the helper gates ([`helper_adapter`],
+//!   instantiated by [`helper_suite!`] in `tests/tests/helpers_<adapter>.rs`);
+//! - the interop tests against real MCP peers we did not write, generic over the adapter:
+//!   [`interop`], instantiated by [`interop_suite!`] in `tests/tests/interop_<adapter>.rs`
+//!   with that adapter's `serve` binary (`src/bin/serve-tokio.rs`, `serve-async-std.rs`,
+//!   `serve-blocking.rs`: the same tools and the same stderr lines, each made with its
+//!   adapter's `serve`), which the Python SDK's client drives;
 //! - where the fixture processes are: [`fixture_server_path`], [`fixture_helper_path`];
 //! - Linux process-tree facts for leak checks, read from `/proc`: [`proc_stat`],
 //!   [`pid_alive`], [`descendants`], [`group_members`];
 //! - signalling and cleanup: [`signal_pid`], [`signal_group`], [`ProcessGroupGuard`];
 //! - polling with a bound: [`wait_until`];
-//! - the exact text of the `huge_field` tool: [`huge_field_text`];
-//! - the interop tests against real MCP peers we did not write, generic over the adapter:
-//!   [`interop`] and [`interop_suite!`].
+//! - the exact text of the `huge_field` tool: [`huge_field_text`].
 //!
 //! The fixture binaries (`src/bin/fixture-server.rs`, `src/bin/fixture-helper.rs`) do **not**
 //! use this library or `mcp-stdio-core`: they are independent peers, so they cannot share our
 //! bugs. Their command lines are documented at the top of each file.
 
 pub mod adapter;
+pub mod async_std_adapter;
+pub mod blocking_adapter;
 pub mod helper_adapter;
 pub mod interop;
 pub mod suite;

@@ -1,0 +1,208 @@
+//! `serve-async-std` — an MCP server made with the async-std adapter's `serve`, for the
+//! interop tests: a client we did not write (the Python `mcp` package's stdio
+//! client, `tests/interop/py_client.py`) drives it.
+//!
+//! ```text
+//! USAGE: serve-async-std        (no arguments; MCP on stdin/stdout)
+//!
+//!   initialize         echoes the client's protocolVersion when supported (else the latest),
+//!                      capabilities {tools:{}}, serverInfo {name:"mcp-stdio-serve-async-std", version}
+//!   ping               {}
+//!   tools/list         echo, slow
+//!   tools/call
+//!     echo {text}      content [{type:"text", text}]
+//!     slow {seconds}   waits `seconds` or until its cancel token fires, whichever is first
+//!   other methods      -32601; bad arguments or an unknown tool: -32602
+//! ```
+//!
+//! stdout carries protocol messages only (G13); every diagnostic goes to stderr,
+//! one line each, prefixed `serve-async-std:`. The tests read these lines:
+//!
+//! - `serve-async-std: pid N serving on stdio` at start;
+//! - `serve-async-std: slow ID started`;
+//! - `serve-async-std: cancelled ID after D` when a handler's cancel token fired
+//!   (logged when the handler's future ends or is dropped: the adapter drops
+//!   the handler's future on cancel, so the log lives in a drop guard);
+//! - `serve-async-std: stdin closed; exiting after D; report {json}` at the end.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use mcp_stdio_async_std::{
+    serve, CancelToken, Handler, HandlerResult, RequestContext, ServeOptions,
+};
+use mcp_stdio_core::handshake::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
+use mcp_stdio_core::message::{
+    to_raw, ErrorObject, Id, Notification, Request, INVALID_PARAMS, METHOD_NOT_FOUND,
+};
+use serde_json::{json, Value};
+
+/// The prefix of every stderr line.
+const LOG: &str = "serve-async-std:";
+
+/// The server: stateless, every request is independent.
+struct InteropServer;
+
+impl Handler for InteropServer {
+    async fn call(&self, request: Request, ctx: RequestContext) -> HandlerResult {
+        let params: Value = match &request.params {
+            Some(raw) => serde_json::from_str(raw.get())
+                .map_err(|e| ErrorObject::new(INVALID_PARAMS, format!("params: {e}")))?,
+            None => Value::Null,
+        };
+        let result = match request.method.as_str() {
+            "initialize" => initialize(&params),
+            "ping" => json!({}),
+            "tools/list" => tools_list(),
+            "tools/call" => tools_call(&params, &ctx).await?,
+            other => {
+                return Err(ErrorObject::new(
+                    METHOD_NOT_FOUND,
+                    format!("method not found: {other}"),
+                ))
+            }
+        };
+        Ok(to_raw(&result).expect("a serde_json::Value always serializes"))
+    }
+
+    fn notification(&self, notification: Notification) {
+        eprintln!("{LOG} notification {}", notification.method);
+    }
+}
+
+fn initialize(params: &Value) -> Value {
+    let asked = params["protocolVersion"].as_str().unwrap_or_default();
+    let version = if SUPPORTED_PROTOCOL_VERSIONS.contains(&asked) {
+        asked
+    } else {
+        LATEST_PROTOCOL_VERSION
+    };
+    eprintln!("{LOG} initialize: client asked {asked:?}, answering {version}");
+    json!({
+        "protocolVersion": version,
+        "capabilities": { "tools": {} },
+        "serverInfo": { "name": "mcp-stdio-serve-async-std", "version": env!("CARGO_PKG_VERSION") },
+    })
+}
+
+fn tools_list() -> Value {
+    json!({ "tools": [
+        {
+            "name": "echo",
+            "description": "Returns `text` unchanged.",
+            "inputSchema": {
+                "type": "object",
+                "properties": { "text": { "type": "string" } },
+                "required": ["text"],
+            },
+        },
+        {
+            "name": "slow",
+            "description": "Waits `seconds`, or until the request is cancelled.",
+            "inputSchema": {
+                "type": "object",
+                "properties": { "seconds": { "type": "number" } },
+                "required": ["seconds"],
+            },
+        },
+    ]})
+}
+
+fn text_result(text: &str) -> Value {
+    json!({ "content": [{ "type": "text", "text": text }], "isError": false })
+}
+
+fn bad_arguments(what: &str) -> ErrorObject {
+    ErrorObject::new(INVALID_PARAMS, format!("invalid arguments: {what}"))
+}
+
+async fn tools_call(params: &Value, ctx: &RequestContext) -> Result<Value, ErrorObject> {
+    let args = &params["arguments"];
+    match params["name"].as_str() {
+        Some("echo") => {
+            let text = args["text"].as_str().ok_or_else(|| bad_arguments("text"))?;
+            Ok(text_result(text))
+        }
+        Some("slow") => {
+            let seconds = args["seconds"]
+                .as_f64()
+                .filter(|s| (0.0..=3600.0).contains(s))
+                .ok_or_else(|| bad_arguments("seconds (0..=3600)"))?;
+            eprintln!("{LOG} slow {} started", ctx.id());
+            let watch = CancelWatch::new(ctx.id().clone(), ctx.cancel_token().clone());
+            // Whichever comes first: the sleep (a timeout of the cancel wait)
+            // or the cancel.
+            let slept = async_std::future::timeout(
+                Duration::from_secs_f64(seconds),
+                ctx.cancel_token().cancelled(),
+            )
+            .await
+            .is_err();
+            if slept {
+                Ok(text_result(&format!("slept {seconds} s")))
+            } else {
+                drop(watch);
+                // The core suppresses the response of a cancelled request (G7).
+                Err(ErrorObject::new(INVALID_PARAMS, "cancelled"))
+            }
+        }
+        Some(other) => Err(ErrorObject::new(
+            INVALID_PARAMS,
+            format!("unknown tool: {other}"),
+        )),
+        None => Err(bad_arguments("name")),
+    }
+}
+
+/// Logs `cancelled ID` once the handler ends, by return or by abort, with its
+/// token fired.
+struct CancelWatch {
+    id: Id,
+    token: CancelToken,
+    started: Instant,
+}
+
+impl CancelWatch {
+    fn new(id: Id, token: CancelToken) -> Self {
+        Self {
+            id,
+            token,
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for CancelWatch {
+    fn drop(&mut self) {
+        if self.token.is_cancelled() {
+            eprintln!(
+                "{LOG} cancelled {} after {:?}",
+                self.id,
+                self.started.elapsed()
+            );
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    async_std::task::block_on(run())
+}
+
+async fn run() -> ExitCode {
+    eprintln!("{LOG} pid {} serving on stdio", std::process::id());
+    let started = Instant::now();
+    match serve(ServeOptions::default(), InteropServer).await {
+        Ok(report) => {
+            let report = serde_json::to_string(&report).unwrap_or_else(|e| e.to_string());
+            eprintln!(
+                "{LOG} stdin closed; exiting after {:?}; report {report}",
+                started.elapsed()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{LOG} serve failed after {:?}: {e}", started.elapsed());
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! `serve-blocking` — an MCP server made with the blocking adapter's `serve`, for the
+//! interop tests: a client we did not write (the Python `mcp` package's stdio
+//! client, `tests/interop/py_client.py`) drives it.
+//!
+//! ```text
+//! USAGE: serve-blocking        (no arguments; MCP on stdin/stdout)
+//!
+//!   initialize         echoes the client's protocolVersion when supported (else the latest),
+//!                      capabilities {tools:{}}, serverInfo {name:"mcp-stdio-serve-blocking", version}
+//!   ping               {}
+//!   tools/list         echo, slow
+//!   tools/call
+//!     echo {text}      content [{type:"text", text}]
+//!     slow {seconds}   waits `seconds` or until its cancel token fires, whichever is first
+//!   other methods      -32601; bad arguments or an unknown tool: -32602
+//! ```
+//!
+//! stdout carries protocol messages only (G13); every diagnostic goes to stderr,
+//! one line each, prefixed `serve-blocking:`. The tests read these lines:
+//!
+//! - `serve-blocking: pid N serving on stdio` at start;
+//! - `serve-blocking: slow ID started`;
+//! - `serve-blocking: cancelled ID after D` when a handler's cancel token fired
+//!   (logged when the handler returns: a handler thread cannot be aborted, so
+//!   `slow` waits on its token with `CancelToken::wait_timeout` and returns
+//!   as soon as it fires; the log lives in a drop guard, as in `serve-tokio`);
+//! - `serve-blocking: stdin closed; exiting after D; report {json}` at the end.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use mcp_stdio_blocking::{
+    serve, CancelToken, Handler, HandlerResult, RequestContext, ServeOptions,
+};
+use mcp_stdio_core::handshake::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
+use mcp_stdio_core::message::{
+    to_raw, ErrorObject, Id, Notification, Request, INVALID_PARAMS, METHOD_NOT_FOUND,
+};
+use serde_json::{json, Value};
+
+/// The prefix of every stderr line.
+const LOG: &str = "serve-blocking:";
+
+/// The server: stateless, every request is independent.
+struct InteropServer;
+
+impl Handler for InteropServer {
+    fn call(&self, request: Request, ctx: RequestContext) -> HandlerResult {
+        let params: Value = match &request.params {
+            Some(raw) => serde_json::from_str(raw.get())
+                .map_err(|e| ErrorObject::new(INVALID_PARAMS, format!("params: {e}")))?,
+            None => Value::Null,
+        };
+        let result = match request.method.as_str() {
+            "initialize" => initialize(&params),
+            "ping" => json!({}),
+            "tools/list" => tools_list(),
+            "tools/call" => tools_call(&params, &ctx)?,
+            other => {
+                return Err(ErrorObject::new(
+                    METHOD_NOT_FOUND,
+                    format!("method not found: {other}"),
+                ))
+            }
+        };
+        Ok(to_raw(&result).expect("a serde_json::Value always serializes"))
+    }
+
+    fn notification(&self, notification: Notification) {
+        eprintln!("{LOG} notification {}", notification.method);
+    }
+}
+
+fn initialize(params: &Value) -> Value {
+    let asked = params["protocolVersion"].as_str().unwrap_or_default();
+    let version = if SUPPORTED_PROTOCOL_VERSIONS.contains(&asked) {
+        asked
+    } else {
+        LATEST_PROTOCOL_VERSION
+    };
+    eprintln!("{LOG} initialize: client asked {asked:?}, answering {version}");
+    json!({
+        "protocolVersion": version,
+        "capabilities": { "tools": {} },
+        "serverInfo": { "name": "mcp-stdio-serve-blocking", "version": env!("CARGO_PKG_VERSION") },
+    })
+}
+
+fn tools_list() -> Value {
+    json!({ "tools": [
+        {
+            "name": "echo",
+            "description": "Returns `text` unchanged.",
+            "inputSchema": {
+                "type": "object",
+                "properties": { "text": { "type": "string" } },
+                "required": ["text"],
+            },
+        },
+        {
+            "name": "slow",
+            "description": "Waits `seconds`, or until the request is cancelled.",
+            "inputSchema": {
+                "type": "object",
+                "properties": { "seconds": { "type": "number" } },
+                "required": ["seconds"],
+            },
+        },
+    ]})
+}
+
+fn text_result(text: &str) -> Value {
+    json!({ "content": [{ "type": "text", "text": text }], "isError": false })
+}
+
+fn bad_arguments(what: &str) -> ErrorObject {
+    ErrorObject::new(INVALID_PARAMS, format!("invalid arguments: {what}"))
+}
+
+fn tools_call(params: &Value, ctx: &RequestContext) -> Result<Value, ErrorObject> {
+    let args = &params["arguments"];
+    match params["name"].as_str() {
+        Some("echo") => {
+            let text = args["text"].as_str().ok_or_else(|| bad_arguments("text"))?;
+            Ok(text_result(text))
+        }
+        Some("slow") => {
+            let seconds = args["seconds"]
+                .as_f64()
+                .filter(|s| (0.0..=3600.0).contains(s))
+                .ok_or_else(|| bad_arguments("seconds (0..=3600)"))?;
+            eprintln!("{LOG} slow {} started", ctx.id());
+            let watch = CancelWatch::new(ctx.id().clone(), ctx.cancel_token().clone());
+            // A handler thread cannot be aborted: it waits on its token, so a
+            // cancel ends the wait at once.
+            if ctx
+                .cancel_token()
+                .wait_timeout(Duration::from_secs_f64(seconds))
+            {
+                drop(watch);
+                // The core suppresses the response of a cancelled request (G7).
+                Err(ErrorObject::new(INVALID_PARAMS, "cancelled"))
+            } else {
+                Ok(text_result(&format!("slept {seconds} s")))
+            }
+        }
+        Some(other) => Err(ErrorObject::new(
+            INVALID_PARAMS,
+            format!("unknown tool: {other}"),
+        )),
+        None => Err(bad_arguments("name")),
+    }
+}
+
+/// Logs `cancelled ID` once the handler ends, by return or by abort, with its
+/// token fired.
+struct CancelWatch {
+    id: Id,
+    token: CancelToken,
+    started: Instant,
+}
+
+impl CancelWatch {
+    fn new(id: Id, token: CancelToken) -> Self {
+        Self {
+            id,
+            token,
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for CancelWatch {
+    fn drop(&mut self) {
+        if self.token.is_cancelled() {
+            eprintln!(
+                "{LOG} cancelled {} after {:?}",
+                self.id,
+                self.started.elapsed()
+            );
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    eprintln!("{LOG} pid {} serving on stdio", std::process::id());
+    let started = Instant::now();
+    match serve(ServeOptions::default(), InteropServer) {
+        Ok(report) => {
+            let report = serde_json::to_string(&report).unwrap_or_else(|e| e.to_string());
+            eprintln!(
+                "{LOG} stdin closed; exiting after {:?}; report {report}",
+                started.elapsed()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{LOG} serve failed after {:?}: {e}", started.elapsed());
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The blocking adapter behind the suite's interface: its `Client` and its
+//! `run_helper`.
+//!
+//! The adapter's API is already synchronous, so the facade is a thin
+//! forwarding layer: `next_incoming(Some(wait))`, [`PendingRequest::wait`],
+//! a blocking `Responder::respond`. Helper jobs run concurrently, one thread
+//! each; the approver is a blocking closure (it sleeps, then answers) that
+//! owns what it captures, as the adapter's `Clone + 'static` bound asks.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use mcp_stdio_blocking::{
+    run_helper_with_approval, ApprovalRequest, CancelToken, Client, IncomingMessage, PendingRequest,
+};
+use mcp_stdio_core::client::ClientMetrics;
+use mcp_stdio_core::handshake::InitializeResult;
+use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
+use mcp_stdio_core::message::{Id, RawValue};
+use mcp_stdio_core::CommandSpec;
+
+use crate::adapter::{Adapter, Outcome, SuiteClient, SuiteIncoming, SuitePending};
+use crate::helper_adapter::{ApprovalClock, HelperAdapter, HelperJob, HelperRunReport};
+
+/// The blocking adapter.
+#[derive(Debug)]
+pub struct Blocking;
+
+/// A blocking `Client` (its session runs on its own I/O thread).
+#[derive(Debug)]
+pub struct BlockingClient {
+    client: Option<Client>,
+}
+
+impl Adapter for Blocking {
+    const NAME: &'static str = "blocking";
+    type Client = BlockingClient;
+
+    fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<BlockingClient> {
+        Ok(BlockingClient {
+            client: Some(Client::spawn(command, options)?),
+        })
+    }
+}
+
+impl BlockingClient {
+    fn client(&self) -> &Client {
+        self.client.as_ref().expect("present until shutdown")
+    }
+}
+
+struct BlockingPending(PendingRequest);
+
+impl SuitePending for BlockingPending {
+    fn id(&self) -> Id {
+        self.0.id().clone()
+    }
+    fn cancel(&self, reason: &str) {
+        self.0.cancel(reason);
+    }
+    fn wait(self: Box<Self>) -> Outcome {
+        self.0.wait()
+    }
+}
+
+impl SuiteClient for BlockingClient {
+    fn pid(&self) -> u32 {
+        self.client().pid()
+    }
+
+    fn initialize(&self) -> Result<InitializeResult, InitializeError> {
+        self.client().initialize()
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        timeout: Option<Duration>,
+    ) -> Outcome {
+        self.client().request_with_timeout(method, params, timeout)
+    }
+
+    fn start(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        timeout: Option<Duration>,
+    ) -> Result<Box<dyn SuitePending>, RequestError> {
+        let pending = self.client().start_request(method, params, timeout)?;
+        Ok(Box::new(BlockingPending(pending)))
+    }
+
+    fn notify(&self, method: &str, params: Option<Box<RawValue>>) -> Result<(), RequestError> {
+        self.client().notify(method, params)
+    }
+
+    fn next_incoming(&self, wait: Duration) -> Option<SuiteIncoming> {
+        Some(match self.client().next_incoming(Some(wait))? {
+            IncomingMessage::Request(r, responder) => SuiteIncoming::Request(
+                r,
+                Box::new(move |result| {
+                    let _ = responder.respond(result);
+                }),
+            ),
+            IncomingMessage::Notification(n) => SuiteIncoming::Notification(n),
+            _ => return None,
+        })
+    }
+
+    fn metrics(&self) -> Option<ClientMetrics> {
+        self.client().metrics()
+    }
+
+    fn shutdown(mut self: Box<Self>) -> SessionRecord {
+        self.client
+            .take()
+            .expect("present until shutdown")
+            .shutdown()
+    }
+
+    fn wait(mut self: Box<Self>) -> SessionRecord {
+        self.client.take().expect("present until shutdown").wait()
+    }
+}
+
+fn run_one(job: HelperJob) -> HelperRunReport {
+    let cancel = CancelToken::new();
+    // A second token as a "run is over" signal, so the canceller thread
+    // stops waiting as soon as the run ends.
+    let finished = CancelToken::new();
+    let canceller = job.cancel_after.map(|d| {
+        let cancel = cancel.clone();
+        let finished = finished.clone();
+        thread::spawn(move || {
+            if !finished.wait_timeout(d) {
+                cancel.cancel();
+            }
+        })
+    });
+    let clock = ApprovalClock::default();
+    let script = job.approval;
+    // Owns its captures (`Clone + 'static`): the adapter runs it on a thread
+    // of its own, which may outlive the run (an answer after the deadline).
+    let approver = {
+        let clock = clock.clone();
+        move |_request: ApprovalRequest| {
+            clock.mark();
+            match script {
+                Some(s) => {
+                    thread::sleep(s.after);
+                    s.approve
+                }
+                None => false,
+            }
+        }
+    };
+    let start = Instant::now();
+    let outcome = run_helper_with_approval(&job.command, &job.options, &cancel, &approver);
+    finished.cancel();
+    if let Some(c) = canceller {
+        c.join().expect("the canceller never panics");
+    }
+    HelperRunReport {
+        outcome,
+        approval_requested_after: clock.get().map(|t| t.duration_since(start)),
+    }
+}
+
+impl HelperAdapter for Blocking {
+    const NAME: &'static str = "blocking";
+
+    fn run_helpers(jobs: Vec<HelperJob>) -> Vec<HelperRunReport> {
+        let handles: Vec<_> = jobs
+            .into_iter()
+            .map(|j| thread::spawn(move || run_one(j)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a helper run never panics"))
+            .collect()
+    }
+}

@@ -1,0 +1,3 @@
+//! The helper gates of the conformance suite against the blocking adapter.
+
+mcp_stdio_tests::helper_suite!(mcp_stdio_tests::blocking_adapter::Blocking);
