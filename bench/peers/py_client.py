@@ -3,8 +3,9 @@ the `large` scenario of mcp-stdio-bench, in a process of its own.
 
     python py_client.py --server FIXTURE --bytes N --calls K
 
-Prints one JSON line: {"times_ns": [...], "growth": [...], "values": {...},
-"notes": [...]}, the same shape as the Rust cases. Memory: VmHWM after each
+Prints one JSON line: {"times_ns": [...], "growth": [...], "cpu_ns": [...],
+"values": {...}, "notes": [...]}, the same shape as the Rust cases. CPU:
+time.process_time_ns (user + system, all threads) per call. Memory: VmHWM after each
 call minus VmRSS before it, the peak reset through /proc/self/clear_refs
 before each call.
 """
@@ -40,6 +41,7 @@ async def main(args: argparse.Namespace) -> dict:
     out = {
         "times_ns": [],
         "growth": [],
+        "cpu_ns": [],
         "values": {},
         "notes": [f"mcp {version('mcp')}, Python {sys.version.split()[0]}"],
     }
@@ -51,12 +53,14 @@ async def main(args: argparse.Namespace) -> dict:
                 for _ in range(args.calls):
                     reset_peak()
                     before = status_bytes("VmRSS")
+                    cpu0 = time.process_time_ns()
                     t0 = time.perf_counter_ns()
                     result = await session.call_tool("big", {"bytes": args.bytes})
                     text = result.content[0].text
                     if len(text) != args.bytes:
                         raise RuntimeError(f"got {len(text)} bytes, want {args.bytes}")
                     out["times_ns"].append(time.perf_counter_ns() - t0)
+                    out["cpu_ns"].append(time.process_time_ns() - cpu0)
                     out["growth"].append(max(0, status_bytes("VmHWM") - before))
                     del result, text
     return out

@@ -5,8 +5,9 @@
 //
 // SDK_DIR is the installed @modelcontextprotocol/sdk package (bench/run uses
 // target/interop/npm/node_modules/@modelcontextprotocol/sdk). Prints one JSON
-// line: {"times_ns": [...], "growth": [...], "values": {...}, "notes": [...]},
-// the same shape as the Rust cases. Memory: VmHWM after each call minus VmRSS
+// line: {"times_ns": [...], "growth": [...], "cpu_ns": [...], "values": {...},
+// "notes": [...]}, the same shape as the Rust cases. CPU: process.cpuUsage
+// (user + system, all threads) per call. Memory: VmHWM after each call minus VmRSS
 // before it, the peak reset through /proc/self/clear_refs before each call.
 import { readFileSync, writeFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
@@ -40,15 +41,18 @@ const transport = new StdioClientTransport({ command: server, args: [], stderr: 
 const client = new Client({ name: "mcp-stdio-bench-ts", version: "0" });
 await client.connect(transport);
 
-const out = { times_ns: [], growth: [], values: {}, notes: [`@modelcontextprotocol/sdk ${version}, node ${process.version}`] };
+const out = { times_ns: [], growth: [], cpu_ns: [], values: {}, notes: [`@modelcontextprotocol/sdk ${version}, node ${process.version}`] };
 for (let i = 0; i < calls; i++) {
   resetPeak();
   const before = statusBytes("VmRSS");
+  const cpu0 = process.cpuUsage();
   const t0 = process.hrtime.bigint();
   const result = await client.callTool({ name: "big", arguments: { bytes } }, undefined, { timeout: 600000 });
   const text = result.content[0].text;
   if (text.length !== bytes) throw new Error(`got ${text.length} bytes, want ${bytes}`);
   out.times_ns.push(Number(process.hrtime.bigint() - t0));
+  const cpu = process.cpuUsage(cpu0);
+  out.cpu_ns.push((cpu.user + cpu.system) * 1000);
   out.growth.push(Math.max(0, statusBytes("VmHWM") - before));
 }
 console.log(JSON.stringify(out));

@@ -336,6 +336,13 @@ fn failures(results: &Results, scenario: &str, client: &str) -> Vec<String> {
         .collect()
 }
 
+/// Host CPU time of every measured operation, seconds.
+fn cpu_seconds(runs: &[&CaseResult]) -> Vec<f64> {
+    runs.iter()
+        .flat_map(|r| r.cpu_ns.iter().map(|&t| t as f64 / 1e9))
+        .collect()
+}
+
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
@@ -804,7 +811,8 @@ fn flood_section(md: &mut String, results: &Results, verdicts: &mut Verdicts) {
          (last 16 KiB) and line-forwarding queue (at most 64 lines of 2 KiB); rmcp exposes the \
          child's stderr only as a `ChildStderr` when piped, so the host reads it: line by line \
          with the lines dropped (a host that logs them), or all of it into a `Vec`.\n\n\
-         | client | call, s | RSS growth, MiB | stderr bytes seen by the host |\n|---|---|---|---|\n"
+         | client | call, s | host CPU, s | RSS growth, MiB | stderr bytes seen by the host |\n\
+         |---|---|---|---|---|\n"
     );
     let mut ours_growth = Vec::new();
     for (client, title) in [
@@ -818,7 +826,7 @@ fn flood_section(md: &mut String, results: &Results, verdicts: &mut Verdicts) {
         if runs.is_empty() {
             let f = failures(results, "flood", client);
             if !f.is_empty() {
-                let _ = writeln!(md, "| {title} | failed: {} |||", f.join("; "));
+                let _ = writeln!(md, "| {title} | failed: {} ||||", f.join("; "));
             }
             continue;
         }
@@ -830,6 +838,7 @@ fn flood_section(md: &mut String, results: &Results, verdicts: &mut Verdicts) {
             .iter()
             .flat_map(|r| r.growth.iter().map(|&g| g as f64))
             .collect();
+        let cpu = cpu_seconds(&runs);
         let seen = runs
             .iter()
             .filter_map(|r| r.values.get("stderr_seen"))
@@ -839,8 +848,9 @@ fn flood_section(md: &mut String, results: &Results, verdicts: &mut Verdicts) {
         let gm: Vec<f64> = g.iter().map(|&x| mib(x)).collect();
         let _ = writeln!(
             md,
-            "| {title} | {} | {} | {seen} |",
+            "| {title} | {} | {} | {} | {seen} |",
             Summary::of(&t).map_or("–".into(), |s| s.show(2)),
+            Summary::of(&cpu).map_or("–".into(), |s| s.show(2)),
             Summary::of(&gm).map_or("–".into(), |s| s.show(2)),
         );
         if matches!(client, "tokio" | "async-std" | "blocking") {
@@ -962,13 +972,16 @@ fn oversized_section(md: &mut String, results: &Results, verdicts: &mut Verdicts
          `bench-peer` (bench/src/bin) answers `tools/call huge` with one response line of \
          exactly {OVERSIZED_LINE} bytes, streamed from a 1 MiB buffer (the fixture's \
          `big_exact` builds it in memory: 8 s and 1.5 GiB for this size). The host sends that \
-         request and a `ping` right after it. Recovered: the ping's response arrived. Time: \
-         requests written → ping response. Limit {OVERSIZED_LIMIT} bytes for ours, \
+         request and, 50 ms later (rmcp may otherwise write the later request first), a `ping`. \
+         Recovered: the ping's response arrived. Time: huge request written → ping response. \
+         Limit reported: when the framing first reported the line over the limit (ours: the \
+         huge request fails then, with the wire-limit error; `LinesCodec`: the codec's \
+         `MaxLineLengthExceeded`, which the host cannot tie to a request). Limit {OVERSIZED_LIMIT} bytes for ours, \
          `LinesCodec::new_with_max_length` and `rmcp-4mib`; rmcp's `TokioChildProcess` \
          keeps its default 16 MiB; `LinesCodec::new()` has none. Every case runs under \
          `ulimit -v` {cap} GiB and a 180 s deadline. 2 fresh processes per client.\n\n\
-         | client | peak RSS growth, MiB | time to recover, s | error to the request after, ms | \
-         recovered | the huge request |\n|---|---|---|---|---|---|\n",
+         | client | peak RSS growth, MiB | time to recover, s | host CPU, s | limit reported after, ms | \
+         recovered | the huge request |\n|---|---|---|---|---|---|---|\n",
         cap = MEMORY_CAP_KIB / (1024 * 1024)
     );
     let mut ours = Vec::new();
@@ -985,7 +998,7 @@ fn oversized_section(md: &mut String, results: &Results, verdicts: &mut Verdicts
         if runs.is_empty() {
             let f = failures(results, "oversized", client);
             if !f.is_empty() {
-                let _ = writeln!(md, "| {title} | failed: {} |||||", f.join("; "));
+                let _ = writeln!(md, "| {title} | failed: {} ||||||", f.join("; "));
             }
             continue;
         }
@@ -1001,6 +1014,7 @@ fn oversized_section(md: &mut String, results: &Results, verdicts: &mut Verdicts
             .iter()
             .filter_map(|r| r.values.get("error_after_ms").copied())
             .collect();
+        let cpu = cpu_seconds(&runs);
         let rec = runs
             .iter()
             .filter(|r| r.values.get("recovered") == Some(&1.0))
@@ -1014,9 +1028,10 @@ fn oversized_section(md: &mut String, results: &Results, verdicts: &mut Verdicts
         let gs = Summary::of(&g);
         let _ = writeln!(
             md,
-            "| {title} | {} | {} | {} | {rec}/{} | {note} |",
+            "| {title} | {} | {} | {} | {} | {rec}/{} | {note} |",
             gs.map_or("–".into(), |s| s.show(1)),
             Summary::of(&t).map_or("–".into(), |s| s.show(2)),
+            Summary::of(&cpu).map_or("–".into(), |s| s.show(2)),
             Summary::of(&err).map_or("never".into(), |s| s.show(1)),
             runs.len(),
         );

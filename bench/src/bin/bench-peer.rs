@@ -10,6 +10,7 @@
 //! initialize                 echoes protocolVersion; capabilities {tools:{}}
 //! notifications/*            ignored
 //! ping                       {}
+//! tools/list                 big and huge (the Python SDK lists tools after a first call)
 //! tools/call big {bytes}   one text block of `bytes` 'x', like the fixture's `big`
 //!                            (the same line, streamed instead of built)
 //! tools/call huge {line_bytes}
@@ -59,6 +60,10 @@ fn main() -> io::Result<()> {
                 )?;
             }
             "ping" => write_line(&mut out, &json!({"jsonrpc": "2.0", "id": id, "result": {}}))?,
+            "tools/list" => write_line(
+                &mut out,
+                &json!({"jsonrpc": "2.0", "id": id, "result": tools()}),
+            )?,
             "tools/call" if msg.pointer("/params/name") == Some(&json!("huge")) => {
                 let bytes = arg(&msg, "line_bytes");
                 write_huge(&mut out, &id, bytes, &fill)?;
@@ -77,6 +82,14 @@ fn main() -> io::Result<()> {
         out.flush()?;
     }
     Ok(())
+}
+
+fn tools() -> Value {
+    let tool = |name: &str, arg: &str| {
+        json!({"name": name, "inputSchema": {"type": "object",
+               "properties": {arg: {"type": "integer"}}, "required": [arg]}})
+    };
+    json!({"tools": [tool("big", "bytes"), tool("huge", "line_bytes")]})
 }
 
 fn arg(msg: &Value, name: &str) -> usize {
