@@ -1,0 +1,128 @@
+//! `bench-peer` — a minimal MCP server over stdio for the oversized-frame
+//! benchmark: it writes one huge response line at pipe speed.
+//!
+//! The conformance fixture's `big_exact {line_bytes}` builds the whole line
+//! in memory first (a 512 MiB line takes it about 8 s and 1.5 GiB), which
+//! would measure the fixture, not the host. This peer streams the line from
+//! a 1 MiB buffer instead.
+//!
+//! ```text
+//! initialize                 echoes protocolVersion; capabilities {tools:{}}
+//! notifications/*            ignored
+//! ping                       {}
+//! tools/list                 big and huge (the Python SDK lists tools after a first call)
+//! tools/call big {bytes}   one text block of `bytes` 'x', like the fixture's `big`
+//!                            (the same line, streamed instead of built)
+//! tools/call huge {line_bytes}
+//!                            a response line of exactly line_bytes bytes (before the \n):
+//!                            {"jsonrpc":"2.0","id":ID,"result":{"content":[{"type":"text","text":"xxx…"}]}}
+//! anything else              JSON-RPC error -32601
+//! ```
+//!
+//! Requests are answered one by one, in order, on one thread: a request sent
+//! after `huge` is answered after the whole huge line.
+#![forbid(unsafe_code)]
+
+use std::io::{self, BufRead, Write};
+
+use serde_json::{json, Value};
+
+fn main() -> io::Result<()> {
+    let stdin = io::stdin().lock();
+    let mut out = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
+    let fill = vec![b'x'; 1 << 20];
+    for line in stdin.lines() {
+        let line = line?;
+        let Ok(msg) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let Some(id) = msg.get("id").cloned() else {
+            continue; // a notification
+        };
+        let method = msg
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match method {
+            "initialize" => {
+                let version = msg
+                    .pointer("/params/protocolVersion")
+                    .cloned()
+                    .unwrap_or_else(|| json!("2025-06-18"));
+                let result = json!({
+                    "protocolVersion": version,
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "bench-peer", "version": env!("CARGO_PKG_VERSION")},
+                });
+                write_line(
+                    &mut out,
+                    &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                )?;
+            }
+            "ping" => write_line(&mut out, &json!({"jsonrpc": "2.0", "id": id, "result": {}}))?,
+            "tools/list" => write_line(
+                &mut out,
+                &json!({"jsonrpc": "2.0", "id": id, "result": tools()}),
+            )?,
+            "tools/call" if msg.pointer("/params/name") == Some(&json!("huge")) => {
+                let bytes = arg(&msg, "line_bytes");
+                write_huge(&mut out, &id, bytes, &fill)?;
+            }
+            "tools/call" if msg.pointer("/params/name") == Some(&json!("big")) => {
+                let bytes = arg(&msg, "bytes");
+                let line_bytes = bytes + head(&id).len() + TAIL.len();
+                write_huge(&mut out, &id, line_bytes, &fill)?;
+            }
+            other => write_line(
+                &mut out,
+                &json!({"jsonrpc": "2.0", "id": id,
+                        "error": {"code": -32601, "message": format!("not supported: {other}")}}),
+            )?,
+        }
+        out.flush()?;
+    }
+    Ok(())
+}
+
+fn tools() -> Value {
+    let tool = |name: &str, arg: &str| {
+        json!({"name": name, "inputSchema": {"type": "object",
+               "properties": {arg: {"type": "integer"}}, "required": [arg]}})
+    };
+    json!({"tools": [tool("big", "bytes"), tool("huge", "line_bytes")]})
+}
+
+fn arg(msg: &Value, name: &str) -> usize {
+    msg.pointer(&format!("/params/arguments/{name}"))
+        .and_then(Value::as_u64)
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(0)
+}
+
+const TAIL: &str = "\"}]}}";
+
+fn head(id: &Value) -> String {
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\""
+    )
+}
+
+fn write_line(out: &mut impl Write, msg: &Value) -> io::Result<()> {
+    serde_json::to_writer(&mut *out, msg)?;
+    out.write_all(b"\n")
+}
+
+/// One response line of exactly `line_bytes` bytes (at least the bytes of
+/// the empty text result).
+fn write_huge(out: &mut impl Write, id: &Value, line_bytes: usize, fill: &[u8]) -> io::Result<()> {
+    let head = head(id);
+    out.write_all(head.as_bytes())?;
+    let mut pad = line_bytes.saturating_sub(head.len() + TAIL.len());
+    while pad > 0 {
+        let n = pad.min(fill.len());
+        out.write_all(&fill[..n])?;
+        pad -= n;
+    }
+    out.write_all(TAIL.as_bytes())?;
+    out.write_all(b"\n")
+}

@@ -1,0 +1,160 @@
+//! One benchmark case, run in a fresh process: `mcp-stdio-bench case SCENARIO CLIENT`.
+//!
+//! The case prints one JSON [`CaseResult`] line on stdout. Each scenario has
+//! fixed parameters (the constants below), so every client of a scenario does
+//! the same work against the same server binary.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::mem::Measured;
+
+mod ours;
+mod raw;
+mod rmcp_client;
+
+/// The `big` response of the large-response scenario: 8 MiB of text.
+pub(crate) const LARGE_BYTES: usize = 8 * 1024 * 1024;
+/// Calls per process in the large-response scenario (the first is reported
+/// apart: it pays the buffers' first allocation).
+pub(crate) const LARGE_CALLS: usize = 10;
+/// The wire limit our clients get in the large-response and cancel
+/// scenarios: rmcp's default line limit (16 MiB), above the 8 MiB response.
+pub(crate) const LARGE_LIMIT: usize = 16 * 1024 * 1024;
+/// Pings measured per process, after [`PING_WARMUP`] unmeasured ones.
+pub(crate) const PINGS: usize = 10_000;
+/// Pings before measuring.
+pub(crate) const PING_WARMUP: usize = 500;
+/// stderr written by the server in the flood scenario: 1 GiB.
+pub(crate) const FLOOD_BYTES: usize = 1024 * 1024 * 1024;
+/// Cancel trials per process.
+pub(crate) const CANCEL_TRIALS: usize = 12;
+/// Uncancelled 8 MiB calls before the cancel trials (buffers allocated).
+pub(crate) const CANCEL_WARMUP: usize = 2;
+/// In the `cancel` scenario, the cancel is issued once this much of the
+/// response has reached the host's stdout reader: the response is then
+/// surely being written (the fixture can no longer suppress it).
+pub(crate) const IN_FLIGHT_BYTES: u64 = 1024 * 1024;
+/// Polling interval while waiting for those bytes.
+pub(crate) const POLL: Duration = Duration::from_micros(100);
+/// Quiet time between cancel trials.
+pub(crate) const SETTLE: Duration = Duration::from_millis(20);
+/// In the oversized scenario, the `ping` follows the huge request after this
+/// pause, so that it is written after it (rmcp may otherwise write a later
+/// request first). The 512 MiB line takes far longer to arrive.
+pub(crate) const PING_AFTER: Duration = Duration::from_millis(50);
+/// The single line of the oversized scenario: 512 MiB.
+pub(crate) const OVERSIZED_LINE: usize = 512 * 1024 * 1024;
+/// The wire limit in the oversized scenario.
+pub(crate) const OVERSIZED_LIMIT: usize = 4 * 1024 * 1024;
+/// How long any single awaited response may take before the case gives up.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(120);
+
+/// What one case process reports.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct CaseResult {
+    /// Wall time per measured operation, nanoseconds, in order.
+    #[serde(default)]
+    pub(crate) times_ns: Vec<u64>,
+    /// Peak RSS growth per measured operation, bytes (same order; may be
+    /// empty where memory is not measured).
+    #[serde(default)]
+    pub(crate) growth: Vec<u64>,
+    /// CPU time of the host process per measured operation, nanoseconds
+    /// (same order; may be empty).
+    #[serde(default)]
+    pub(crate) cpu_ns: Vec<u64>,
+    /// Named extra numbers (e.g. `stderr_seen`, `late_responses`).
+    #[serde(default)]
+    pub(crate) values: BTreeMap<String, f64>,
+    /// Free-form remarks (e.g. how a request ended).
+    #[serde(default)]
+    pub(crate) notes: Vec<String>,
+}
+
+impl CaseResult {
+    pub(crate) fn push(&mut self, m: Measured) {
+        self.times_ns.push(duration_ns(m.time));
+        self.growth.push(m.growth);
+        self.cpu_ns.push(duration_ns(m.cpu));
+    }
+
+    pub(crate) fn push_time(&mut self, d: Duration) {
+        self.times_ns.push(duration_ns(d));
+    }
+
+    pub(crate) fn value(&mut self, name: &str, v: f64) {
+        self.values.insert(name.to_owned(), v);
+    }
+
+    pub(crate) fn note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+}
+
+pub(crate) fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The directory of this executable: the cargo target dir that also holds
+/// `fixture-server` and `bench-peer`.
+pub(crate) fn exe_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(PathBuf::from))
+        .expect("the path of the running executable")
+}
+
+/// The conformance suite's fixture server (built by `cargo build --release --workspace`).
+pub(crate) fn fixture() -> PathBuf {
+    exe_dir().join("fixture-server")
+}
+
+/// The huge-line peer of the oversized scenario.
+pub(crate) fn bench_peer() -> PathBuf {
+    exe_dir().join("bench-peer")
+}
+
+/// The server of a scenario: the fixture, except for `large-fast` and
+/// `ping-quiet`, which use `bench-peer` (it streams `big` from a buffer and
+/// writes nothing to stderr: the server's own cost out of the way).
+pub(crate) fn server_for(scenario: &str) -> PathBuf {
+    match scenario {
+        "large-fast" | "ping-quiet" => bench_peer(),
+        _ => fixture(),
+    }
+}
+
+/// `tools/call` params for the `big` tool (fixture and bench-peer).
+pub(crate) fn big_params(bytes: usize) -> serde_json::Value {
+    serde_json::json!({"name": "big", "arguments": {"bytes": bytes}})
+}
+
+/// `tools/call` params for the fixture's `stderr_flood` tool.
+pub(crate) fn flood_params(bytes: usize) -> serde_json::Value {
+    serde_json::json!({"name": "stderr_flood", "arguments": {"bytes": bytes}})
+}
+
+/// `tools/call` params for the bench peer's `huge` tool.
+pub(crate) fn huge_params(line_bytes: usize) -> serde_json::Value {
+    serde_json::json!({"name": "huge", "arguments": {"line_bytes": line_bytes}})
+}
+
+/// Runs `scenario` with `client` in this process and prints its result.
+pub(crate) fn run(scenario: &str, client: &str) -> Result<(), String> {
+    let result = match (scenario, client) {
+        (_, "tokio" | "tokio-value") => ours::tokio_case(scenario, client == "tokio-value"),
+        (_, "async-std") => ours::async_std_case(scenario),
+        (_, "blocking") => ours::blocking_case(scenario),
+        (_, c) if c.starts_with("rmcp") => rmcp_client::case(scenario, c),
+        (_, c) if c.starts_with("raw") || c.starts_with("lines-codec") => raw::case(scenario, c),
+        _ => None,
+    };
+    let result = result.ok_or_else(|| format!("no case {scenario} for client {client}"))?;
+    let line = serde_json::to_string(&result).map_err(|e| e.to_string())?;
+    println!("{line}");
+    Ok(())
+}

@@ -1,0 +1,283 @@
+//! rmcp (the official Rust SDK) 3.x: its child-process client, on the same
+//! multi-threaded tokio runtime our tokio adapter gets.
+//!
+//! - `rmcp`: `TokioChildProcess` with its defaults (16 MiB line limit), the
+//!   server's stderr discarded (`Stdio::null()`): rmcp inherits it by default,
+//!   which would put the fixture's log lines on our terminal.
+//! - `rmcp-lines` (flood, ping): stderr piped and read line by line by a task, as
+//!   a host that logs each line does; the lines are dropped.
+//! - `rmcp-keep-all` (flood): stderr piped and read to the end into a `Vec`.
+//! - `rmcp-4mib` (oversized): `AsyncRwTransport::with_max_line_length(4 MiB)`
+//!   over a child we spawn (`TokioChildProcess` does not expose the limit).
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, JsonObject, PingRequest};
+use rmcp::service::{PeerRequestOptions, RoleClient, RunningService};
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::TokioChildProcess;
+use rmcp::ServiceExt;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader, ReadBuf};
+use tokio::process::ChildStderr;
+
+use super::{
+    bench_peer, big_params, fixture, flood_params, huge_params, server_for, CaseResult,
+    CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES, IN_FLIGHT_BYTES, LARGE_BYTES, LARGE_CALLS,
+    OVERSIZED_LIMIT, OVERSIZED_LINE, PATIENCE, PINGS, PING_AFTER, PING_WARMUP, POLL, SETTLE,
+};
+use crate::mem::Probe;
+
+type Client = RunningService<RoleClient, ()>;
+
+async fn connect(program: PathBuf, stderr: Stdio) -> (Client, Option<ChildStderr>) {
+    let command = tokio::process::Command::new(program);
+    let (transport, stderr) = TokioChildProcess::builder(command)
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn with rmcp");
+    let client = ().serve(transport).await.expect("rmcp initialize");
+    (client, stderr)
+}
+
+/// `tools/call` params from our JSON form.
+fn call_params(v: &serde_json::Value) -> CallToolRequestParams {
+    let name = v["name"].as_str().expect("a tool name").to_owned();
+    let args: JsonObject = v["arguments"].as_object().cloned().unwrap_or_default();
+    CallToolRequestParams::new(name).with_arguments(args)
+}
+
+fn ping_request() -> ClientRequest {
+    ClientRequest::PingRequest(PingRequest::default())
+}
+
+fn call_request(v: &serde_json::Value) -> ClientRequest {
+    ClientRequest::CallToolRequest(CallToolRequest::new(call_params(v)))
+}
+
+async fn large(server: PathBuf) -> CaseResult {
+    let (client, _) = connect(server, Stdio::null()).await;
+    let params = call_params(&big_params(LARGE_BYTES));
+    let mut out = CaseResult::default();
+    for _ in 0..LARGE_CALLS {
+        let probe = Probe::start();
+        let result = client.peer().call_tool(params.clone()).await.expect("big");
+        let text = &result.content[0].as_text().expect("a text block").text;
+        assert_eq!(text.len(), LARGE_BYTES);
+        out.push(probe.stop());
+        drop(result);
+    }
+    let _ = client.cancel().await;
+    out
+}
+
+/// `read_stderr`: pipe the server's stderr and read it line by line (lines
+/// dropped), as a host that logs it would; otherwise discard it.
+async fn ping(server: PathBuf, read_stderr: bool) -> CaseResult {
+    let (client, stderr) = if read_stderr {
+        connect(server, Stdio::piped()).await
+    } else {
+        connect(server, Stdio::null()).await
+    };
+    if let Some(stderr) = stderr {
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(_line)) = lines.next_line().await {}
+        });
+    }
+    let mut out = CaseResult::default();
+    for i in 0..PING_WARMUP + PINGS {
+        let start = Instant::now();
+        client
+            .peer()
+            .send_request(ping_request())
+            .await
+            .expect("ping");
+        if i >= PING_WARMUP {
+            out.push_time(start.elapsed());
+        }
+    }
+    let _ = client.cancel().await;
+    out
+}
+
+async fn flood(keep_all: bool) -> CaseResult {
+    let (client, stderr) = connect(fixture(), Stdio::piped()).await;
+    let mut stderr = stderr.expect("stderr piped");
+    let reader = tokio::spawn(async move {
+        if keep_all {
+            let mut all = Vec::new();
+            let _ = stderr.read_to_end(&mut all).await;
+            all.len() as u64
+        } else {
+            let mut lines = BufReader::new(stderr).lines();
+            let mut seen = 0_u64;
+            while let Ok(Some(line)) = lines.next_line().await {
+                seen += line.len() as u64 + 1;
+            }
+            seen
+        }
+    });
+    let probe = Probe::start();
+    client
+        .peer()
+        .call_tool(call_params(&flood_params(FLOOD_BYTES)))
+        .await
+        .expect("stderr_flood");
+    let mut out = CaseResult::default();
+    out.push(probe.stop());
+    let _ = client.cancel().await;
+    if let Ok(Ok(seen)) = tokio::time::timeout(Duration::from_secs(10), reader).await {
+        out.value("stderr_seen", seen as f64);
+    }
+    out
+}
+
+/// Counts the bytes read through it: how the cancel scenario sees that a
+/// response is arriving (`TokioChildProcess` does not expose its reader).
+struct Counting<R> {
+    inner: R,
+    count: Arc<AtomicU64>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Counting<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            let read = (buf.filled().len() - before) as u64;
+            self.count.fetch_add(read, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+/// `in_flight`: cancel once 1 MiB of the response has arrived; otherwise
+/// right after sending. The transport is rmcp's `AsyncRwTransport` (what
+/// `TokioChildProcess` wraps, same default limit) over a counting reader.
+async fn cancel(in_flight: bool) -> CaseResult {
+    let mut child = tokio::process::Command::new(fixture())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the fixture");
+    let count = Arc::new(AtomicU64::new(0));
+    let stdout = Counting {
+        inner: child.stdout.take().expect("stdout piped"),
+        count: count.clone(),
+    };
+    let stdin = child.stdin.take().expect("stdin piped");
+    let client =
+        ().serve(AsyncRwTransport::new_client(stdout, stdin))
+            .await
+            .expect("rmcp initialize");
+    let big = big_params(LARGE_BYTES);
+    for _ in 0..CANCEL_WARMUP {
+        client
+            .peer()
+            .call_tool(call_params(&big))
+            .await
+            .expect("big");
+    }
+    let mut out = CaseResult::default();
+    for _ in 0..CANCEL_TRIALS {
+        let base = count.load(Ordering::Relaxed);
+        let handle = client
+            .peer()
+            .send_cancellable_request(call_request(&big), PeerRequestOptions::no_options())
+            .await
+            .expect("start big");
+        if in_flight {
+            while count.load(Ordering::Relaxed) < base + IN_FLIGHT_BYTES {
+                tokio::time::sleep(POLL).await;
+            }
+        }
+        let start = Instant::now();
+        handle
+            .cancel(Some("bench: cancel under load".to_owned()))
+            .await
+            .expect("cancel");
+        client
+            .peer()
+            .send_request(ping_request())
+            .await
+            .expect("ping after cancel");
+        out.push_time(start.elapsed());
+        tokio::time::sleep(SETTLE).await;
+    }
+    let _ = client.cancel().await;
+    out
+}
+
+async fn oversized(limit_4mib: bool) -> CaseResult {
+    let (client, _child) = if limit_4mib {
+        let mut child = tokio::process::Command::new(bench_peer())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn bench-peer");
+        let stdout = child.stdout.take().expect("stdout piped");
+        let stdin = child.stdin.take().expect("stdin piped");
+        let transport =
+            AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(OVERSIZED_LIMIT);
+        let client = ().serve(transport).await.expect("rmcp initialize");
+        (client, Some(child))
+    } else {
+        (connect(bench_peer(), Stdio::null()).await.0, None)
+    };
+    let probe = Probe::start();
+    let mut huge = client
+        .peer()
+        .send_cancellable_request(
+            call_request(&huge_params(OVERSIZED_LINE)),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .expect("start huge");
+    tokio::time::sleep(PING_AFTER).await;
+    let ping = tokio::time::timeout(PATIENCE, client.peer().send_request(ping_request())).await;
+    let mut out = CaseResult::default();
+    out.push(probe.stop());
+    out.value("recovered", f64::from(u8::from(matches!(ping, Ok(Ok(_))))));
+    out.note(match huge.rx.try_recv() {
+        Ok(Ok(_)) => "huge request: succeeded (unexpected)".to_owned(),
+        Ok(Err(e)) => format!("huge request: {e}"),
+        Err(_) => "huge request: still pending after the ping returned (no error delivered; \
+                   it waits for its timeout)"
+            .to_owned(),
+    });
+    let _ = client.cancel().await;
+    out
+}
+
+pub(super) fn case(scenario: &str, client: &str) -> Option<CaseResult> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    Some(match (scenario, client) {
+        ("large" | "large-fast", "rmcp") => rt.block_on(large(server_for(scenario))),
+        ("ping" | "ping-quiet", "rmcp") => rt.block_on(ping(server_for(scenario), false)),
+        ("ping" | "ping-quiet", "rmcp-lines") => rt.block_on(ping(server_for(scenario), true)),
+        ("flood", "rmcp-lines") => rt.block_on(flood(false)),
+        ("flood", "rmcp-keep-all") => rt.block_on(flood(true)),
+        ("cancel", "rmcp") => rt.block_on(cancel(true)),
+        ("cancel-early", "rmcp") => rt.block_on(cancel(false)),
+        ("oversized", "rmcp") => rt.block_on(oversized(false)),
+        ("oversized", "rmcp-4mib") => rt.block_on(oversized(true)),
+        _ => return None,
+    })
+}

@@ -1,1 +1,0 @@
-//! mcp-stdio benchmarks (issue 7): not built yet; this crate is an empty placeholder.

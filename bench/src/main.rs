@@ -1,0 +1,39 @@
+//! `mcp-stdio-bench` — the end-to-end benchmarks of mcp-stdio against its
+//! peers, and the writer of `BENCHMARKS.md`.
+//!
+//! ```text
+//! mcp-stdio-bench report [--out FILE] [--criterion DIR] [--quick] [--only SCENARIO]
+//!     runs every case, each in a fresh process, reads the framing results
+//!     criterion left in DIR (default: <repo>/target/criterion), and writes
+//!     FILE (default: <repo>/BENCHMARKS.md). `bench/run` is the entry point.
+//! mcp-stdio-bench case SCENARIO CLIENT
+//!     runs one case in this process and prints its result as one JSON line.
+//! ```
+//!
+//! Scenarios: `large` (one 8 MiB tool result), `ping` (10,000 sequential
+//! pings), `flood` (1 GiB of server stderr), `cancel` (cancel, then ping,
+//! while an 8 MiB response is in flight), `oversized` (a 512 MiB line against
+//! a 4 MiB limit). See `cases` for the clients and BENCHMARKS.md for the method.
+#![forbid(unsafe_code)]
+
+mod cases;
+mod mem;
+mod report;
+mod stats;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let outcome = match args.first().map(String::as_str) {
+        Some("case") if args.len() == 3 => cases::run(&args[1], &args[2]),
+        Some("report") => report::run(&args[1..]),
+        _ => Err(
+            "usage: mcp-stdio-bench report [--out FILE] [--criterion DIR] [--quick] \
+                  [--only SCENARIO] | mcp-stdio-bench case SCENARIO CLIENT"
+                .to_owned(),
+        ),
+    };
+    if let Err(e) = outcome {
+        eprintln!("mcp-stdio-bench: {e}");
+        std::process::exit(2);
+    }
+}
