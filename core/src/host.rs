@@ -293,6 +293,12 @@ impl LineForwarder {
         if self.config.max_total_bytes == 0 {
             return;
         }
+        if self.exhausted {
+            // Past the budget only the count of lines matters: no copies,
+            // no decoding (a 1 GiB flood is millions of lines).
+            self.dropped_lines += memchr::memchr_iter(b'\n', chunk).count() as u64;
+            return;
+        }
         while !chunk.is_empty() {
             let (part, rest, complete) = match memchr::memchr(b'\n', chunk) {
                 Some(i) => (&chunk[..i], &chunk[i + 1..], true),
@@ -309,6 +315,12 @@ impl LineForwarder {
     }
 
     fn end_line(&mut self) {
+        if self.exhausted {
+            self.line.clear();
+            self.cut = false;
+            self.dropped_lines += 1;
+            return;
+        }
         if self.line.last() == Some(&b'\r') {
             self.line.pop();
         }
@@ -318,10 +330,6 @@ impl LineForwarder {
         }
         self.line.clear();
         self.cut = false;
-        if self.exhausted {
-            self.dropped_lines += 1;
-            return;
-        }
         if self.forwarded_bytes + text.len() as u64 > self.config.max_total_bytes {
             self.exhausted = true;
             self.dropped_lines += 1;
