@@ -524,7 +524,7 @@ enum Pipe {
 /// What the I/O tasks report to the driver.
 enum IoEvent {
     /// Bytes read from a pipe.
-    Chunk(Pipe, Vec<u8>),
+    Chunk(Pipe, Chunk),
     /// A pipe reached end-of-file or failed.
     End(Pipe),
     /// The stdin writer finished one message (or failed and stopped).
@@ -542,8 +542,11 @@ async fn read_pipe<R: AsyncRead + Unpin>(
     events: Sender<IoEvent>,
     stop: Receiver<()>,
 ) {
-    let mut buf = vec![0u8; size];
+    // Buffers come back from the driver once handled, so a stream costs no
+    // allocation or copy per chunk; at most the event queue's worth exist.
+    let (home, returned) = async_channel::bounded::<Vec<u8>>(EVENT_QUEUE + 2);
     loop {
+        let mut buf = returned.try_recv().unwrap_or_else(|_| vec![0u8; size]);
         // A read future dropped unfinished has consumed nothing.
         let read = async { Some(pipe.read(&mut buf).await) };
         let stopped = async {
@@ -552,7 +555,14 @@ async fn read_pipe<R: AsyncRead + Unpin>(
         };
         let event = match or(stopped, read).await {
             None => return,
-            Some(Ok(n)) if n > 0 => IoEvent::Chunk(which, buf[..n].to_vec()),
+            Some(Ok(n)) if n > 0 => IoEvent::Chunk(
+                which,
+                Chunk {
+                    buf,
+                    len: n,
+                    home: home.clone(),
+                },
+            ),
             Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Some(_) => IoEvent::End(which),
         };
@@ -562,6 +572,27 @@ async fn read_pipe<R: AsyncRead + Unpin>(
         if events.send(event).await.is_err() || end {
             return;
         }
+    }
+}
+
+/// Bytes read from a pipe, in a buffer that goes back to its reader when dropped.
+struct Chunk {
+    buf: Vec<u8>,
+    len: usize,
+    home: Sender<Vec<u8>>,
+}
+
+impl std::ops::Deref for Chunk {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        // A full or closed return queue just lets the buffer go.
+        let _ = self.home.try_send(std::mem::take(&mut self.buf));
     }
 }
 
