@@ -48,7 +48,7 @@ use std::process::{Child, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use mcp_stdio_core::call::{CallRecord, Stamp};
+use mcp_stdio_core::call::Stamp;
 use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, HelperRun};
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::{CommandSpec, ExitStatus};
@@ -85,16 +85,7 @@ fn stamp() -> Stamp {
     Stamp::new(Instant::now(), unix_ms)
 }
 
-/// What a person (or a policy) is asked before a helper may run.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct ApprovalRequest {
-    /// The call as recorded so far (operation, target, state `awaiting_approval`).
-    pub record: CallRecord,
-    /// When the request expires; after it the call is denied
-    /// (`approval_timeout`), whatever the helper or anything else writes.
-    pub deadline: Instant,
-}
+pub use mcp_stdio_core::helper::ApprovalRequest;
 
 /// Decides approval requests: `true` approves, `false` denies.
 ///
@@ -204,10 +195,7 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
         while let Some(action) = run.poll_action() {
             match action {
                 HelperAction::RequestApproval { deadline } => {
-                    let request = ApprovalRequest {
-                        record: run.record().clone(),
-                        deadline,
-                    };
+                    let request = run.approval_request(deadline);
                     match ask(approver, request) {
                         Ok(rx) => approval = Some(rx),
                         Err(e) => {

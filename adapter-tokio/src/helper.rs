@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use mcp_stdio_core::call::{CallRecord, Stamp};
+use mcp_stdio_core::call::Stamp;
 use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome};
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
@@ -25,16 +25,7 @@ pub(crate) fn stamp() -> Stamp {
     Stamp::new(Instant::now(), unix_ms)
 }
 
-/// What a person (or a policy) is asked before a helper may run.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct ApprovalRequest {
-    /// The call as recorded so far (operation, target, state `awaiting_approval`).
-    pub record: CallRecord,
-    /// When the request expires; after it the call is denied
-    /// (`approval_timeout`), whatever the helper or anything else writes.
-    pub deadline: Instant,
-}
+pub use mcp_stdio_core::helper::ApprovalRequest;
 
 /// Decides approval requests: `true` approves, `false` denies. The deadline
 /// is enforced by [`run_helper_with_approval`], not by the approver.
@@ -103,10 +94,7 @@ pub async fn run_helper_with_approval<A: Approver>(
         while let Some(action) = run.poll_action() {
             match action {
                 HelperAction::RequestApproval { deadline } => {
-                    let request = ApprovalRequest {
-                        record: run.record().clone(),
-                        deadline,
-                    };
+                    let request = run.approval_request(deadline);
                     approval = Some(Box::pin(approver.approve(request)));
                 }
                 HelperAction::Spawn => {

@@ -1395,6 +1395,28 @@ mod fuzzing {
     }
 }
 
+/// What a person (or a policy) is asked before a helper may run; every
+/// adapter hands it to its `Approver`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ApprovalRequest {
+    /// The call as recorded so far (operation, target, state `awaiting_approval`).
+    pub record: CallRecord,
+    /// When the request expires; after it the call is denied
+    /// (`approval_timeout`), whatever the helper or anything else writes.
+    pub deadline: Instant,
+}
+
+impl HelperRun {
+    /// The request to show for [`HelperAction::RequestApproval`].
+    pub fn approval_request(&self, deadline: Instant) -> ApprovalRequest {
+        ApprovalRequest {
+            record: self.record().clone(),
+            deadline,
+        }
+    }
+}
+
 /// Everything an adapter's `run_helper` takes besides the command and the
 /// cancel signal: limits, the shared retention pool and the call's identity.
 #[derive(Debug, Clone, Default)]
