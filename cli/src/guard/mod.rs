@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use mcp_stdio_core::audit::{AuditChain, AuditKey};
 use mcp_stdio_core::capture::OutputCapture;
 use mcp_stdio_core::process::{
-    ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
+    ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor,
 };
 use mcp_stdio_core::CommandSpec;
 use serde::Serialize;
@@ -171,13 +171,10 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         }
         None => None,
     };
-    let mut cmd = tokio::process::Command::new(spec.get_program());
-    cmd.args(spec.get_args())
-        .stdin(std::process::Stdio::piped())
+    let mut cmd = tokio::process::Command::from(mcp_stdio_sys::command(&spec));
+    cmd.stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    #[cfg(unix)]
-    cmd.process_group(0);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -473,42 +470,7 @@ impl Session {
     }
 }
 
-fn exit_status(status: std::process::ExitStatus) -> ExitStatus {
-    if let Some(code) = status.code() {
-        return ExitStatus::Code(code);
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(sig) = status.signal() {
-            return ExitStatus::Signal(sig);
-        }
-    }
-    ExitStatus::Code(-1)
-}
-
-#[cfg(unix)]
-fn signal_group(pgid: u32, signal: Signal) {
-    use rustix::process::{kill_process_group, Pid, Signal as Sig};
-    let Some(pid) = i32::try_from(pgid).ok().and_then(Pid::from_raw) else {
-        return;
-    };
-    if rustix::process::getpgrp() == pid {
-        return;
-    }
-    let sig = match signal {
-        Signal::Term => Sig::TERM,
-        Signal::Kill => Sig::KILL,
-    };
-    if let Err(e) = kill_process_group(pid, sig) {
-        if e != rustix::io::Errno::SRCH {
-            tracing::warn!(pgid, error = %e, "signalling the server's group failed");
-        }
-    }
-}
-
-#[cfg(not(unix))]
-fn signal_group(_pgid: u32, _signal: Signal) {}
+use mcp_stdio_sys::{exit_status, signal_group};
 
 /// SIGTERM, SIGINT or SIGHUP sent to the guard.
 struct Terminate {

@@ -1,0 +1,112 @@
+//! # mcp-stdio-sys
+//!
+//! The few system calls every mcp-stdio adapter (and the CLI) makes besides
+//! pipe I/O, written once: turning a [`CommandSpec`] into a command in its own
+//! process group, signalling that group, and reading an exit status in the
+//! core's terms. The core decides when; this crate does it. No async runtime
+//! and no unsafe code.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+use mcp_stdio_core::process::Signal;
+use mcp_stdio_core::{CommandSpec, ExitStatus};
+
+/// A `std` command for `spec`: argv, environment and working directory, in a
+/// process group of its own (so a group signal reaches its grandchildren).
+/// No shell is ever involved. tokio and async-process convert it with `From`,
+/// keeping every setting.
+pub fn command(spec: &CommandSpec) -> std::process::Command {
+    let mut cmd = std::process::Command::new(spec.get_program());
+    cmd.args(spec.get_args());
+    if spec.get_env_clear() {
+        cmd.env_clear();
+    }
+    for (k, v) in spec.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    if let Some(dir) = spec.get_current_dir() {
+        cmd.current_dir(dir);
+    }
+    // Safe: std calls `setpgid` in the child (or uses posix_spawn attributes).
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    cmd
+}
+
+/// Sends `signal` to process group `pgid`. A group that is already gone
+/// (`ESRCH`) is not an error: that is the goal. Our own group is never
+/// signalled: a pgid equal to ours means the child was not put in a group of
+/// its own, and killing it would kill us.
+#[cfg(unix)]
+pub fn signal_group(pgid: u32, signal: Signal) {
+    use rustix::process::{kill_process_group, Pid, Signal as Sig};
+    let Some(pid) = i32::try_from(pgid).ok().and_then(Pid::from_raw) else {
+        return;
+    };
+    if rustix::process::getpgrp() == pid {
+        tracing::error!(pgid, "refusing to signal our own process group");
+        return;
+    }
+    let sig = match signal {
+        Signal::Term => Sig::TERM,
+        Signal::Kill => Sig::KILL,
+    };
+    match kill_process_group(pid, sig) {
+        Ok(()) => tracing::debug!(pgid, ?signal, "signalled process group"),
+        Err(rustix::io::Errno::SRCH) => {}
+        Err(e) => tracing::warn!(pgid, ?signal, error = %e, "signalling process group failed"),
+    }
+}
+
+/// Without process groups there is nothing to signal here; the adapters kill
+/// the child itself.
+#[cfg(not(unix))]
+pub fn signal_group(_pgid: u32, _signal: Signal) {}
+
+/// The observed exit status in the core's terms.
+pub fn exit_status(status: std::process::ExitStatus) -> ExitStatus {
+    if let Some(code) = status.code() {
+        return ExitStatus::Code(code);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return ExitStatus::Signal(sig);
+        }
+    }
+    // Neither a code nor a signal (not on Unix): report what std could tell.
+    ExitStatus::Code(-1)
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn g11_spawned_child_leads_its_own_group_and_its_status_is_observed() {
+        let mut spec = CommandSpec::new("sh");
+        spec.args(["-c", "exit 3"]);
+        let mut child = command(&spec).spawn().expect("sh runs");
+        let pgid = rustix::process::getpgid(rustix::process::Pid::from_raw(child.id() as i32))
+            .map(|p| p.as_raw_nonzero().get() as u32);
+        let status = child.wait().expect("waited");
+        assert_eq!(exit_status(status), ExitStatus::Code(3));
+        // Either we saw the group before the exit, or the child was already gone.
+        if let Ok(g) = pgid {
+            assert_eq!(g, child.id());
+        }
+        let mut spec = CommandSpec::new("sleep");
+        spec.arg("30");
+        let mut child = command(&spec).spawn().expect("sleep runs");
+        signal_group(child.id(), Signal::Kill);
+        assert_eq!(
+            exit_status(child.wait().expect("waited")),
+            ExitStatus::Signal(9)
+        );
+    }
+}
