@@ -35,6 +35,7 @@ pub mod async_std_adapter;
 pub mod blocking_adapter;
 pub mod helper_adapter;
 pub mod interop;
+pub mod serve_tools;
 pub mod suite;
 pub mod tokio_adapter;
 pub mod tokio_helper;

@@ -28,11 +28,13 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::handshake::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
 use mcp_stdio_core::message::{
-    to_raw, ErrorObject, Id, Notification, Request, INVALID_PARAMS, METHOD_NOT_FOUND,
+    to_raw, ErrorObject, Notification, Request, INVALID_PARAMS, METHOD_NOT_FOUND,
 };
-use mcp_stdio_tokio::{serve, CancelToken, Handler, HandlerResult, RequestContext, ServeOptions};
+use mcp_stdio_tests::serve_tools::{
+    cancelled, initialize, parse_tool_call, text_result, tools_list, CancelWatch, ToolCall,
+};
+use mcp_stdio_tokio::{serve, Handler, HandlerResult, RequestContext, ServeOptions};
 use serde_json::{json, Value};
 
 /// The prefix of every stderr line.
@@ -49,7 +51,7 @@ impl Handler for InteropServer {
             None => Value::Null,
         };
         let result = match request.method.as_str() {
-            "initialize" => initialize(&params),
+            "initialize" => initialize(&params, LOG, "mcp-stdio-serve-tokio"),
             "ping" => json!({}),
             "tools/list" => tools_list(),
             "tools/call" => tools_call(&params, &ctx).await?,
@@ -68,111 +70,21 @@ impl Handler for InteropServer {
     }
 }
 
-fn initialize(params: &Value) -> Value {
-    let asked = params["protocolVersion"].as_str().unwrap_or_default();
-    let version = if SUPPORTED_PROTOCOL_VERSIONS.contains(&asked) {
-        asked
-    } else {
-        LATEST_PROTOCOL_VERSION
-    };
-    eprintln!("{LOG} initialize: client asked {asked:?}, answering {version}");
-    json!({
-        "protocolVersion": version,
-        "capabilities": { "tools": {} },
-        "serverInfo": { "name": "mcp-stdio-serve-tokio", "version": env!("CARGO_PKG_VERSION") },
-    })
-}
-
-fn tools_list() -> Value {
-    json!({ "tools": [
-        {
-            "name": "echo",
-            "description": "Returns `text` unchanged.",
-            "inputSchema": {
-                "type": "object",
-                "properties": { "text": { "type": "string" } },
-                "required": ["text"],
-            },
-        },
-        {
-            "name": "slow",
-            "description": "Waits `seconds`, or until the request is cancelled.",
-            "inputSchema": {
-                "type": "object",
-                "properties": { "seconds": { "type": "number" } },
-                "required": ["seconds"],
-            },
-        },
-    ]})
-}
-
-fn text_result(text: &str) -> Value {
-    json!({ "content": [{ "type": "text", "text": text }], "isError": false })
-}
-
-fn bad_arguments(what: &str) -> ErrorObject {
-    ErrorObject::new(INVALID_PARAMS, format!("invalid arguments: {what}"))
-}
-
 async fn tools_call(params: &Value, ctx: &RequestContext) -> Result<Value, ErrorObject> {
-    let args = &params["arguments"];
-    match params["name"].as_str() {
-        Some("echo") => {
-            let text = args["text"].as_str().ok_or_else(|| bad_arguments("text"))?;
-            Ok(text_result(text))
-        }
-        Some("slow") => {
-            let seconds = args["seconds"]
-                .as_f64()
-                .filter(|s| (0.0..=3600.0).contains(s))
-                .ok_or_else(|| bad_arguments("seconds (0..=3600)"))?;
-            eprintln!("{LOG} slow {} started", ctx.id());
-            let watch = CancelWatch::new(ctx.id().clone(), ctx.cancel_token().clone());
+    match parse_tool_call(params)? {
+        ToolCall::Echo(text) => Ok(text_result(&text)),
+        ToolCall::Slow(seconds) => {
+            let token = ctx.cancel_token().clone();
+            let watch = CancelWatch::start(LOG, ctx.id().clone(), move || token.is_cancelled());
             tokio::select! {
                 () = ctx.cancel_token().cancelled() => {
                     drop(watch);
-                    // The core suppresses the response of a cancelled request (G7).
-                    Err(ErrorObject::new(INVALID_PARAMS, "cancelled"))
+                    Err(cancelled())
                 }
                 () = tokio::time::sleep(Duration::from_secs_f64(seconds)) => {
                     Ok(text_result(&format!("slept {seconds} s")))
                 }
             }
-        }
-        Some(other) => Err(ErrorObject::new(
-            INVALID_PARAMS,
-            format!("unknown tool: {other}"),
-        )),
-        None => Err(bad_arguments("name")),
-    }
-}
-
-/// Logs `cancelled ID` once the handler ends, by return or by abort, with its
-/// token fired.
-struct CancelWatch {
-    id: Id,
-    token: CancelToken,
-    started: Instant,
-}
-
-impl CancelWatch {
-    fn new(id: Id, token: CancelToken) -> Self {
-        Self {
-            id,
-            token,
-            started: Instant::now(),
-        }
-    }
-}
-
-impl Drop for CancelWatch {
-    fn drop(&mut self) {
-        if self.token.is_cancelled() {
-            eprintln!(
-                "{LOG} cancelled {} after {:?}",
-                self.id,
-                self.started.elapsed()
-            );
         }
     }
 }
