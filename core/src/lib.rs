@@ -46,6 +46,7 @@
 //! | [`helper`] | one run of a command-line helper inside a tool: approval, spawn, budgeted captures, cancel, outcome |
 //! | [`handshake`] | the MCP initialize request and protocol version negotiation |
 //! | [`command`] | what to spawn: a program and its arguments, never a shell line |
+//! | [`serve`] | the serve loop's lifecycle: handler start/cancel/abort, the write in progress, drain after EOF, write-error policy |
 //! | [`server`] | server side: in-flight registry, cancel → abort, response suppression, outgoing limit |
 //! | [`capture`] | bounded head/tail capture of a byte stream and the process-wide retention pool |
 //! | [`process`] | the shutdown/cancel supervisor of one child process |
@@ -67,6 +68,7 @@ pub mod helper;
 pub mod host;
 pub mod message;
 pub mod process;
+pub mod serve;
 pub mod server;
 
 #[cfg(feature = "fuzzing")]
@@ -86,4 +88,5 @@ pub use message::{
     DecodeError, EncodeError, ErrorObject, Id, Message, Notification, Request, Response,
 };
 pub use process::{ExitStatus, ProcessOutcome, ProcessSupervisor, StreamEnd, SupervisorConfig};
+pub use serve::{ServeAction, ServeLifecycle, ServeOptions, ServeReport};
 pub use server::{ServerConfig, ServerEvent, ServerSession};

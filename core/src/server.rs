@@ -168,6 +168,9 @@ pub enum NotifyError {
     /// The message would pass the wire limit.
     #[error(transparent)]
     Encode(#[from] EncodeError),
+    /// The session is over: nothing more is written.
+    #[error("the session is closed")]
+    Closed,
 }
 
 /// What became of a response handed to [`ServerSession::respond`].
@@ -293,6 +296,8 @@ struct ServerState {
     outgoing: VecDeque<Outgoing>,
     /// Bytes of notifications and session-written replies in `outgoing`.
     control_bytes: usize,
+    /// Bytes of every message in `outgoing`.
+    outgoing_bytes: usize,
     input_closed: bool,
     metrics: ServerMetrics,
 }
@@ -311,6 +316,7 @@ impl ServerSession {
                 queued_notifications: 0,
                 outgoing: VecDeque::new(),
                 control_bytes: 0,
+                outgoing_bytes: 0,
                 input_closed: false,
                 metrics: ServerMetrics::default(),
             },
@@ -343,6 +349,12 @@ impl ServerSession {
     /// Where request `id` stands, if it is in the registry.
     pub fn state_of(&self, id: &Id) -> Option<RequestState> {
         self.state.registry.get(id).map(|e| e.state)
+    }
+
+    /// Bytes queued for stdout, not yet handed out by
+    /// [`poll_transmit`](Self::poll_transmit).
+    pub fn outgoing_bytes(&self) -> usize {
+        self.state.outgoing_bytes
     }
 
     /// Whether stdin has reached end-of-file.
@@ -421,6 +433,7 @@ impl ServerSession {
                 }
             }
         };
+        s.outgoing_bytes += bytes.len();
         s.outgoing.push_back(Outgoing {
             bytes,
             answers: Some(id.clone()),
@@ -457,6 +470,7 @@ impl ServerSession {
             });
         }
         s.control_bytes += bytes.len();
+        s.outgoing_bytes += bytes.len();
         s.outgoing.push_back(Outgoing {
             bytes,
             answers: None,
@@ -473,6 +487,7 @@ impl ServerSession {
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         let s = &mut self.state;
         let out = s.outgoing.pop_front()?;
+        s.outgoing_bytes -= out.bytes.len();
         s.metrics.stdout_bytes += out.bytes.len() as u64;
         match out.answers {
             Some(id) => {
@@ -636,8 +651,15 @@ impl ServerState {
             RequestState::Queued => {
                 // The handler is done but no byte has left: drop the response.
                 self.registry.remove(&request_id);
-                self.outgoing
-                    .retain(|o| o.answers.as_ref() != Some(&request_id));
+                let mut removed = 0;
+                self.outgoing.retain(|o| {
+                    let keep = o.answers.as_ref() != Some(&request_id);
+                    if !keep {
+                        removed += o.bytes.len();
+                    }
+                    keep
+                });
+                self.outgoing_bytes -= removed;
                 self.metrics.cancels_before_response += 1;
                 self.metrics.responses_suppressed += 1;
             }
@@ -657,6 +679,7 @@ impl ServerState {
             return;
         }
         self.control_bytes += bytes.len();
+        self.outgoing_bytes += bytes.len();
         self.outgoing.push_back(Outgoing {
             bytes,
             answers: None,

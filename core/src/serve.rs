@@ -1,0 +1,658 @@
+//! The lifecycle of `serve`: a [`ServerSession`] plus every decision the
+//! three adapters' serve loops used to make on their own.
+//!
+//! [`ServeLifecycle`] decides when a handler starts, is cancelled or is
+//! abandoned; which message is being written and how far it got; what a
+//! write error means; how long in-flight work may drain after stdin closes;
+//! and when the loop is over. The adapters only wait — for input, for a
+//! handler's end, for the pipe to accept bytes, for [`poll_timeout`] — and
+//! make the system calls. So all three behave the same on a write error, at
+//! the drain deadline and with a client that stops reading (G1).
+//!
+//! # The loop every adapter runs
+//!
+//! 1. Feed one input: [`handle_input`], [`handle_input_eof`],
+//!    [`handle_written`], [`handle_flushed`], [`handle_write_failed`],
+//!    [`handle_timeout`], or a handler's [`handler_finished`] /
+//!    [`handler_aborted`] / [`notify`].
+//! 2. Poll until nothing is left: [`poll_action`] until `None` (start,
+//!    cancel or abort handlers), then read [`pending_write`] /
+//!    [`flush_due`] for the output side, [`wants_input`] for the input side,
+//!    [`poll_timeout`] for the next timer, and [`is_finished`].
+//! 3. Wait for whichever comes first — never for the write alone: a client
+//!    that stops reading stdout must not stop us reading stdin (G1).
+//!
+//! [`poll_timeout`]: ServeLifecycle::poll_timeout
+//! [`handle_input`]: ServeLifecycle::handle_input
+//! [`handle_input_eof`]: ServeLifecycle::handle_input_eof
+//! [`handle_written`]: ServeLifecycle::handle_written
+//! [`handle_flushed`]: ServeLifecycle::handle_flushed
+//! [`handle_write_failed`]: ServeLifecycle::handle_write_failed
+//! [`handle_timeout`]: ServeLifecycle::handle_timeout
+//! [`handler_finished`]: ServeLifecycle::handler_finished
+//! [`handler_aborted`]: ServeLifecycle::handler_aborted
+//! [`notify`]: ServeLifecycle::notify
+//! [`poll_action`]: ServeLifecycle::poll_action
+//! [`pending_write`]: ServeLifecycle::pending_write
+//! [`flush_due`]: ServeLifecycle::flush_due
+//! [`wants_input`]: ServeLifecycle::wants_input
+//! [`is_finished`]: ServeLifecycle::is_finished
+//!
+//! # Worst-case memory
+//!
+//! That of the [`ServerSession`] (see [`crate::server`]), plus one message
+//! being written (at most `max_frame` bytes; it was taken from the session's
+//! queue, so it is not counted twice), plus one id per running handler (at
+//! most `max_concurrent`).
+
+use std::collections::{HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::budget::ResultBudget;
+use crate::message::{ErrorObject, Id, Notification, RawValue, Request};
+use crate::server::{NotifyError, ServerConfig, ServerEvent, ServerMetrics, ServerSession};
+
+/// How long in-flight handlers may run after stdin closes (default of
+/// [`ServeOptions::drain_timeout`]).
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// After the drain deadline, how long output still queued (the answers of
+/// the handlers just abandoned among it) may wait for a client that does not
+/// read before it is given up and counted in
+/// [`ServeReport::unwritten_at_exit`].
+pub const EXIT_WRITE_GRACE: Duration = Duration::from_secs(1);
+
+/// Room left under the wire limit for the JSON-RPC envelope of a result
+/// (`{"jsonrpc":"2.0","id":…,"result":…}`, a long string id included): a
+/// handler's [`ResultBudget`] is `max_frame` minus this.
+pub const RESULT_ENVELOPE_HEADROOM: usize = 1024;
+
+/// Limits of `serve`, the same for every adapter.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The session's limits (wire limit, concurrency, queues).
+    pub config: ServerConfig,
+    /// After stdin closes, how long in-flight handlers may run before they
+    /// are aborted (default [`DEFAULT_DRAIN_TIMEOUT`], 5 s). Output still
+    /// queued then gets [`EXIT_WRITE_GRACE`] more.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            config: ServerConfig::default(),
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+        }
+    }
+}
+
+/// How a `serve` loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ServeEnd {
+    /// Not over yet.
+    Running,
+    /// Stdin closed and everything drained (or was abandoned at the deadline).
+    InputClosed,
+    /// Writing stdout failed (the client went away): every handler was
+    /// aborted at once and stdin is no longer read. The adapter returns the
+    /// write error.
+    WriteFailed,
+}
+
+/// What a finished `serve` observed.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct ServeReport {
+    /// The session's counters.
+    pub metrics: ServerMetrics,
+    /// How the loop ended.
+    pub end: ServeEnd,
+    /// Handlers still running when the drain deadline passed (or when a
+    /// write failed): their cancel tokens were fired and they were aborted
+    /// (a thread that cannot be aborted is left to finish on its own).
+    pub aborted_at_exit: u64,
+    /// Notifications from handlers refused because the outgoing queue was
+    /// full (the client was not reading stdout) or they passed the wire limit.
+    pub notifications_refused: u64,
+    /// Bytes of output given up at exit: the client did not read them within
+    /// the drain deadline plus [`EXIT_WRITE_GRACE`], or the write failed.
+    pub unwritten_at_exit: u64,
+    /// Peak bytes waiting for stdout: the message being written plus the
+    /// session's queue.
+    pub outgoing_peak: u64,
+}
+
+/// What the adapter must do for the application's handlers.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServeAction {
+    /// Start a handler for this request, with a fresh cancel token. Report
+    /// its end with [`ServeLifecycle::handler_finished`] or
+    /// [`ServeLifecycle::handler_aborted`].
+    Start(Request),
+    /// The client cancelled this request (G7): fire its token and abort the
+    /// handler with everything it owns. Still report its end; the response
+    /// is suppressed.
+    Cancel {
+        /// The request.
+        id: Id,
+        /// The reason the client gave, if any.
+        reason: Option<String>,
+    },
+    /// The loop is ending without this handler (drain deadline passed, or
+    /// stdout failed): fire its token and abort it. Its request was answered
+    /// with an error; an end reported later is ignored.
+    Abort(Id),
+    /// A notification for the application's notification handler.
+    Notification(Notification),
+}
+
+/// The serve loop's decisions, without I/O (see the module docs).
+#[derive(Debug)]
+pub struct ServeLifecycle {
+    session: ServerSession,
+    drain_timeout: Duration,
+    /// Handlers started whose end was not reported and that were not
+    /// abandoned. At most `max_concurrent`: the session admits no more.
+    running: HashSet<Id>,
+    actions: VecDeque<ServeAction>,
+    /// The message being written and how many of its bytes are out.
+    writing: Option<(Vec<u8>, usize)>,
+    flush_due: bool,
+    input_open: bool,
+    drain_deadline: Option<Instant>,
+    exit_deadline: Option<Instant>,
+    end: ServeEnd,
+    aborted_at_exit: u64,
+    notifications_refused: u64,
+    unwritten_at_exit: u64,
+    outgoing_peak: u64,
+}
+
+impl ServeLifecycle {
+    /// A new serve loop with `options`.
+    pub fn new(options: &ServeOptions) -> Self {
+        Self {
+            session: ServerSession::new(options.config.clone()),
+            drain_timeout: options.drain_timeout,
+            running: HashSet::new(),
+            actions: VecDeque::new(),
+            writing: None,
+            flush_due: false,
+            input_open: true,
+            drain_deadline: None,
+            exit_deadline: None,
+            end: ServeEnd::Running,
+            aborted_at_exit: 0,
+            notifications_refused: 0,
+            unwritten_at_exit: 0,
+            outgoing_peak: 0,
+        }
+    }
+
+    // ---- getters ----
+
+    /// The session inside (its registry and counters).
+    pub fn session(&self) -> &ServerSession {
+        &self.session
+    }
+
+    /// The wire limit, both directions.
+    pub fn max_frame(&self) -> usize {
+        self.session.config().get_max_frame()
+    }
+
+    /// The content budget for one handler's result: the wire limit less
+    /// [`RESULT_ENVELOPE_HEADROOM`] (G9); `None` when the limit leaves no room.
+    pub fn result_budget(&self) -> Option<ResultBudget> {
+        result_budget(self.max_frame())
+    }
+
+    /// Whether the adapter should read stdin now.
+    pub fn wants_input(&self) -> bool {
+        self.input_open && self.end == ServeEnd::Running
+    }
+
+    /// The bytes to write next: the rest of the message being written.
+    /// Write as many as the pipe accepts, report them with
+    /// [`handle_written`](Self::handle_written), and go on waiting for
+    /// everything else meanwhile.
+    pub fn pending_write(&self) -> Option<&[u8]> {
+        if self.end != ServeEnd::Running {
+            return None;
+        }
+        self.writing.as_ref().map(|(b, off)| &b[*off..])
+    }
+
+    /// Whether a whole message went out and the writer should be flushed
+    /// (a buffered writer would hold it back). Report with
+    /// [`handle_flushed`](Self::handle_flushed). Writers that do not buffer
+    /// report it at once.
+    pub fn flush_due(&self) -> bool {
+        self.flush_due && self.writing.is_none() && self.end == ServeEnd::Running
+    }
+
+    /// Handlers running now.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Bytes waiting for stdout: the rest of the message being written plus
+    /// the session's queue.
+    pub fn outgoing_bytes(&self) -> usize {
+        self.pending_write().map_or(0, <[u8]>::len) + self.session.outgoing_bytes()
+    }
+
+    /// Whether the loop is over: return [`report`](Self::report) (or the
+    /// write error, after [`ServeEnd::WriteFailed`]).
+    pub fn is_finished(&self) -> bool {
+        self.actions.is_empty() && self.end != ServeEnd::Running
+    }
+
+    /// What the loop observed so far.
+    pub fn report(&self) -> ServeReport {
+        ServeReport {
+            metrics: self.session.metrics(),
+            end: self.end,
+            aborted_at_exit: self.aborted_at_exit,
+            notifications_refused: self.notifications_refused,
+            unwritten_at_exit: self.unwritten_at_exit,
+            outgoing_peak: self.outgoing_peak,
+        }
+    }
+
+    // ---- inputs from the system ----
+
+    /// Bytes read from stdin.
+    pub fn handle_input(&mut self, now: Instant, chunk: &[u8]) {
+        if !self.wants_input() {
+            return;
+        }
+        self.session.handle_stdin(now, chunk);
+        self.advance(now);
+    }
+
+    /// Stdin reached end-of-file, or reading it failed with anything but
+    /// `Interrupted` (which the adapter retries): no more requests come.
+    pub fn handle_input_eof(&mut self, now: Instant) {
+        if self.input_open {
+            self.session.handle_stdin_eof(now);
+        }
+        self.advance(now);
+    }
+
+    /// `n` bytes of [`pending_write`](Self::pending_write) reached the pipe.
+    pub fn handle_written(&mut self, now: Instant, n: usize) {
+        if let Some((bytes, off)) = &mut self.writing {
+            *off = (*off + n).min(bytes.len());
+            if *off == bytes.len() {
+                self.writing = None;
+                self.flush_due = true;
+            }
+        }
+        self.advance(now);
+    }
+
+    /// The writer was flushed.
+    pub fn handle_flushed(&mut self, now: Instant) {
+        self.flush_due = false;
+        self.advance(now);
+    }
+
+    /// Writing or flushing stdout failed: the client is gone. Every running
+    /// handler is aborted at once, stdin is no longer read, and the loop
+    /// ends ([`ServeEnd::WriteFailed`]); the adapter returns its error.
+    pub fn handle_write_failed(&mut self, now: Instant) {
+        if self.end != ServeEnd::Running {
+            return;
+        }
+        self.abandon_all();
+        self.give_up_output();
+        self.end = ServeEnd::WriteFailed;
+        self.advance(now);
+    }
+
+    /// Time passed: at the drain deadline running handlers are aborted; at
+    /// the exit deadline unwritten output is given up. A spurious call does
+    /// nothing.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.advance(now);
+    }
+
+    // ---- commands from handlers ----
+
+    /// The handler of `id` returned `result`. A cancelled request's response
+    /// is suppressed (G7); a result above the wire limit becomes an error
+    /// (G9); an end for a handler already abandoned is ignored.
+    pub fn handler_finished(
+        &mut self,
+        now: Instant,
+        id: &Id,
+        result: Result<&RawValue, &ErrorObject>,
+    ) {
+        if self.running.remove(id) {
+            // Cannot fail for a running id: the session registered it.
+            let _ = self.session.respond(id, result);
+        }
+        self.advance(now);
+    }
+
+    /// The handler of `id` ended without a result (aborted after a cancel,
+    /// panicked, or could not start): a running request is answered with an
+    /// error so the client is not left waiting.
+    pub fn handler_aborted(&mut self, now: Instant, id: &Id) {
+        if self.running.remove(id) {
+            self.session.handler_ended(id);
+        }
+        self.advance(now);
+    }
+
+    /// A handler's notification for the client (progress, logging). Refused
+    /// (and counted) when the outgoing queue is full — the client is not
+    /// reading stdout — or when it would pass the wire limit.
+    pub fn notify(
+        &mut self,
+        now: Instant,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(), NotifyError> {
+        if self.end != ServeEnd::Running {
+            self.notifications_refused += 1;
+            return Err(NotifyError::Closed);
+        }
+        let r = self.session.notify(method, params);
+        if r.is_err() {
+            self.notifications_refused += 1;
+        }
+        self.advance(now);
+        r
+    }
+
+    // ---- outputs ----
+
+    /// The next thing to do for the handlers.
+    #[must_use]
+    pub fn poll_action(&mut self) -> Option<ServeAction> {
+        self.actions.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.end != ServeEnd::Running {
+            return None;
+        }
+        match (self.drain_deadline, self.exit_deadline) {
+            (Some(d), _) if !self.running.is_empty() => Some(d),
+            (_, Some(e)) if self.output_pending() => Some(e),
+            _ => None,
+        }
+    }
+
+    // ---- internals ----
+
+    fn output_pending(&self) -> bool {
+        self.writing.is_some() || self.flush_due || self.session.outgoing_bytes() > 0
+    }
+
+    /// Moves every session output on and applies the deadlines.
+    fn advance(&mut self, now: Instant) {
+        while let Some(ev) = self.session.poll_event() {
+            match ev {
+                ServerEvent::Request(r) => {
+                    if self.end == ServeEnd::Running {
+                        self.running.insert(r.id.clone());
+                        self.actions.push_back(ServeAction::Start(r));
+                    } else {
+                        self.session.handler_ended(&r.id);
+                    }
+                }
+                ServerEvent::Cancelled { id, reason } => {
+                    if self.running.contains(&id) {
+                        self.actions.push_back(ServeAction::Cancel { id, reason });
+                    }
+                }
+                ServerEvent::Notification(n) => {
+                    self.actions.push_back(ServeAction::Notification(n));
+                }
+                ServerEvent::InputClosed => {
+                    self.input_open = false;
+                    // Checked: a huge drain timeout means "no deadline", never a panic.
+                    self.drain_deadline = now.checked_add(self.drain_timeout);
+                    self.exit_deadline = self
+                        .drain_deadline
+                        .and_then(|d| d.checked_add(EXIT_WRITE_GRACE));
+                }
+                _ => {}
+            }
+        }
+        if self.end == ServeEnd::Running {
+            if self.drain_deadline.is_some_and(|d| d <= now) && !self.running.is_empty() {
+                tracing::debug!(
+                    handlers = self.running.len(),
+                    "drain deadline passed; aborting the handlers still running"
+                );
+                self.abandon_all();
+            }
+            if self.writing.is_none() && !self.flush_due {
+                self.writing = self.session.poll_transmit().map(|b| (b, 0));
+            }
+            let queued = self.outgoing_bytes() as u64;
+            self.outgoing_peak = self.outgoing_peak.max(queued);
+            if !self.input_open && self.running.is_empty() {
+                if !self.output_pending() {
+                    self.end = ServeEnd::InputClosed;
+                } else if self.exit_deadline.is_some_and(|d| d <= now) {
+                    tracing::debug!(
+                        bytes = queued,
+                        "stdout not read within the drain deadline; giving up the rest"
+                    );
+                    self.give_up_output();
+                    self.end = ServeEnd::InputClosed;
+                }
+            }
+        }
+    }
+
+    /// Aborts every running handler; their requests get an error answer.
+    fn abandon_all(&mut self) {
+        let mut ids: Vec<Id> = self.running.drain().collect();
+        ids.sort_by(|a, b| a.to_string().cmp(&b.to_string()));
+        for id in ids {
+            self.session.handler_ended(&id);
+            self.aborted_at_exit += 1;
+            self.actions.push_back(ServeAction::Abort(id));
+        }
+    }
+
+    fn give_up_output(&mut self) {
+        let mut lost = self.writing.take().map_or(0, |(b, off)| b.len() - off);
+        while let Some(b) = self.session.poll_transmit() {
+            lost += b.len();
+        }
+        self.flush_due = false;
+        self.unwritten_at_exit += lost as u64;
+    }
+}
+
+/// The content budget for a result under wire limit `max_frame`: the limit
+/// less [`RESULT_ENVELOPE_HEADROOM`] (G9).
+pub fn result_budget(max_frame: usize) -> Option<ResultBudget> {
+    ResultBudget::new(max_frame.saturating_sub(RESULT_ENVELOPE_HEADROOM)).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::to_raw;
+
+    fn req(id: u64, method: &str) -> Vec<u8> {
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\"}}\n").into_bytes()
+    }
+
+    fn cancel(id: u64) -> Vec<u8> {
+        format!("{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{{\"requestId\":{id}}}}}\n").into_bytes()
+    }
+
+    fn actions(s: &mut ServeLifecycle) -> Vec<ServeAction> {
+        std::iter::from_fn(|| s.poll_action()).collect()
+    }
+
+    /// Writes everything pending, as a client that reads would.
+    fn drain_output(s: &mut ServeLifecycle, now: Instant) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            if let Some(b) = s.pending_write() {
+                let n = b.len();
+                out.push(String::from_utf8(b.to_vec()).unwrap());
+                s.handle_written(now, n);
+            } else if s.flush_due() {
+                s.handle_flushed(now);
+            } else {
+                return out;
+            }
+        }
+    }
+
+    #[test]
+    fn g7_request_cancel_and_suppressed_response() {
+        let t = Instant::now();
+        let mut s = ServeLifecycle::new(&ServeOptions::default());
+        s.handle_input(t, &req(1, "slow"));
+        let a = actions(&mut s);
+        assert!(matches!(&a[..], [ServeAction::Start(r)] if r.id == Id::Number(1)));
+        s.handle_input(t, &cancel(1));
+        let a = actions(&mut s);
+        assert!(matches!(&a[..], [ServeAction::Cancel { id, .. }] if *id == Id::Number(1)));
+        s.handler_aborted(t, &Id::Number(1));
+        assert!(drain_output(&mut s, t).is_empty());
+        assert_eq!(s.running(), 0);
+    }
+
+    #[test]
+    fn g1_input_keeps_flowing_while_a_write_is_stuck() {
+        let t = Instant::now();
+        let mut s = ServeLifecycle::new(&ServeOptions::default());
+        s.handle_input(t, &req(1, "a"));
+        let _ = actions(&mut s);
+        let big = to_raw(&"x".repeat(100_000)).unwrap();
+        s.handler_finished(t, &Id::Number(1), Ok(&big));
+        // The client reads nothing: the write stays pending, part written.
+        s.handle_written(t, 10);
+        assert!(s.pending_write().is_some());
+        assert!(s.wants_input());
+        s.handle_input(t, &req(2, "slow"));
+        s.handle_input(t, &cancel(2));
+        let a = actions(&mut s);
+        assert!(matches!(&a[..], [ServeAction::Start(_), ServeAction::Cancel { .. }]));
+    }
+
+    #[test]
+    fn g1_drain_deadline_aborts_handlers_then_gives_up_unread_output() {
+        let t = Instant::now();
+        let opts = ServeOptions {
+            drain_timeout: Duration::from_millis(100),
+            ..ServeOptions::default()
+        };
+        let mut s = ServeLifecycle::new(&opts);
+        s.handle_input(t, &req(1, "a"));
+        s.handle_input(t, &req(2, "b"));
+        s.handle_input_eof(t);
+        assert_eq!(actions(&mut s).len(), 2);
+        assert!(!s.wants_input());
+        let d = s.poll_timeout().expect("drain deadline");
+        assert_eq!(d, t + Duration::from_millis(100));
+        s.handle_timeout(t + Duration::from_millis(50));
+        assert!(actions(&mut s).is_empty(), "spurious timeout does nothing");
+        s.handle_timeout(d);
+        let a = actions(&mut s);
+        assert!(a.iter().all(|a| matches!(a, ServeAction::Abort(_))) && a.len() == 2);
+        // Both answered with an error, but the client reads nothing.
+        assert!(s.pending_write().is_some());
+        assert!(!s.is_finished());
+        let e = s.poll_timeout().expect("exit deadline");
+        assert_eq!(e, d + EXIT_WRITE_GRACE);
+        s.handle_timeout(e);
+        assert!(s.is_finished());
+        let r = s.report();
+        assert_eq!(r.aborted_at_exit, 2);
+        assert_eq!(r.end, ServeEnd::InputClosed);
+        assert!(r.unwritten_at_exit > 0);
+        // A late end from an abandoned handler is ignored.
+        s.handler_finished(e, &Id::Number(1), Ok(&to_raw(&1).unwrap()));
+        assert!(s.is_finished());
+    }
+
+    #[test]
+    fn eof_with_nothing_running_finishes_after_output_drains() {
+        let t = Instant::now();
+        let mut s = ServeLifecycle::new(&ServeOptions::default());
+        s.handle_input(t, &req(1, "a"));
+        let _ = actions(&mut s);
+        s.handle_input_eof(t);
+        assert!(!s.is_finished());
+        s.handler_finished(t, &Id::Number(1), Ok(&to_raw(&"ok").unwrap()));
+        let out = drain_output(&mut s, t);
+        assert_eq!(out.len(), 1);
+        assert!(s.is_finished());
+        assert_eq!(s.report().end, ServeEnd::InputClosed);
+        assert_eq!(s.report().unwritten_at_exit, 0);
+    }
+
+    #[test]
+    fn write_failure_aborts_every_handler_and_ends() {
+        let t = Instant::now();
+        let mut s = ServeLifecycle::new(&ServeOptions::default());
+        s.handle_input(t, &req(1, "a"));
+        s.handle_input(t, &req(2, "b"));
+        let _ = actions(&mut s);
+        s.handle_write_failed(t);
+        let a = actions(&mut s);
+        assert_eq!(a.len(), 2);
+        assert!(a.iter().all(|a| matches!(a, ServeAction::Abort(_))));
+        assert!(s.is_finished());
+        assert!(!s.wants_input());
+        assert_eq!(s.report().end, ServeEnd::WriteFailed);
+        assert!(s.notify(t, "n", None).is_err());
+    }
+
+    #[test]
+    fn huge_drain_timeout_does_not_overflow() {
+        let t = Instant::now();
+        let opts = ServeOptions {
+            drain_timeout: Duration::MAX,
+            ..ServeOptions::default()
+        };
+        let mut s = ServeLifecycle::new(&opts);
+        s.handle_input(t, &req(1, "a"));
+        s.handle_input_eof(t);
+        let _ = actions(&mut s);
+        assert_eq!(s.poll_timeout(), None);
+        s.handler_finished(t, &Id::Number(1), Ok(&to_raw(&1).unwrap()));
+        drain_output(&mut s, t);
+        assert!(s.is_finished());
+    }
+
+    #[test]
+    fn g1_refused_notifications_are_counted_when_the_client_stops_reading() {
+        let t = Instant::now();
+        let mut opts = ServeOptions::default();
+        opts.config.max_outgoing_bytes(1000);
+        let mut s = ServeLifecycle::new(&opts);
+        let params = to_raw(&"y".repeat(200)).unwrap();
+        let mut refused = 0;
+        for _ in 0..20 {
+            if s.notify(t, "notifications/message", Some(&params)).is_err() {
+                refused += 1;
+            }
+        }
+        assert!(refused > 0);
+        assert_eq!(s.report().notifications_refused, refused);
+        assert!(s.outgoing_bytes() < 1000 + 300, "{}", s.outgoing_bytes());
+    }
+}
