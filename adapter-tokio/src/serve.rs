@@ -1,15 +1,17 @@
 //! `serve`: an MCP server on this process's stdin and stdout.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mcp_stdio_core::budget::ResultBudget;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
-use mcp_stdio_core::server::{ServerConfig, ServerEvent, ServerMetrics, ServerSession};
+use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::stdio;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::AbortHandle;
 
@@ -78,7 +80,9 @@ impl RequestContext {
     }
 
     /// Sends a notification to the client (progress, logging), waiting while
-    /// the outgoing queue is full.
+    /// the handlers' notification queue is full. Past the session's outgoing
+    /// limit (the client is not reading stdout) it is refused and counted in
+    /// [`ServeReport::notifications_refused`].
     pub async fn notify(&self, method: &str, params: Option<Box<RawValue>>) {
         let _ = self.notify.send((method.to_owned(), params)).await;
     }
@@ -86,8 +90,7 @@ impl RequestContext {
     /// A content budget for this request's result: its size leaves room for
     /// the JSON-RPC envelope under the wire limit (G9).
     pub fn result_budget(&self) -> Option<ResultBudget> {
-        // Room for `{"jsonrpc":"2.0","id":…,"result":…}` and a long string id.
-        ResultBudget::new(self.max_frame.saturating_sub(1024)).ok()
+        mcp_stdio_core::serve::result_budget(self.max_frame)
     }
 }
 
@@ -118,40 +121,25 @@ where
     }
 }
 
-/// Limits of [`serve`].
-#[derive(Debug, Clone)]
-pub struct ServeOptions {
-    /// The session's limits (wire limit, concurrency, queues).
-    pub config: ServerConfig,
-    /// After stdin closes, how long in-flight handlers may run before they
-    /// are aborted (default 5 s).
-    pub drain_timeout: Duration,
-}
-
-impl Default for ServeOptions {
-    fn default() -> Self {
-        Self {
-            config: ServerConfig::default(),
-            drain_timeout: Duration::from_secs(5),
-        }
-    }
-}
-
-/// What a finished [`serve`] observed.
-#[derive(Debug, Clone, serde::Serialize)]
-#[non_exhaustive]
-pub struct ServeReport {
-    /// The session's counters.
-    pub metrics: ServerMetrics,
-    /// Handlers aborted because the drain timeout passed.
-    pub aborted_at_exit: u64,
-}
+pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
 
 /// Serves MCP on this process's stdin and stdout until stdin closes and
 /// in-flight work drains (bounded by `drain_timeout`). Only protocol messages
 /// go to stdout (G13); log with `tracing` to stderr.
+///
+/// When stdin and stdout are pipes or sockets (as under every MCP host) they
+/// are read and written non-blocking, through tokio's reactor: a client that
+/// stops reading stdout never stops this loop from reading stdin, serving
+/// cancels, or ending at the drain deadline (G1). Their original flags come
+/// back when `serve` returns. A terminal or a file is served through tokio's
+/// blocking `stdin()`/`stdout()` instead.
+///
+/// # Errors
+/// Writing stdout failed (the client went away): every handler was aborted.
 pub async fn serve<H: Handler>(options: ServeOptions, handler: H) -> std::io::Result<ServeReport> {
-    serve_io(tokio::io::stdin(), tokio::io::stdout(), options, handler).await
+    let input = stdio::Input::stdin()?;
+    let output = stdio::Output::stdout()?;
+    serve_io(input, output, options, handler).await
 }
 
 enum Done {
@@ -159,7 +147,20 @@ enum Done {
     Aborted(Id),
 }
 
+/// What the output side did.
+enum Wrote {
+    Bytes(usize),
+    Flushed,
+}
+
 /// [`serve`] over any reader and writer (a pipe, a socket, a test harness).
+///
+/// The loop never waits for a write or a flush alone: while the writer is
+/// busy it keeps reading input, serving cancels and handlers, and the drain
+/// deadline (G1). Every decision comes from the core's [`ServeLifecycle`].
+///
+/// # Errors
+/// Writing or flushing `output` failed: every handler was aborted.
 pub async fn serve_io<R, W, H>(
     mut input: R,
     mut output: W,
@@ -172,22 +173,21 @@ where
     H: Handler,
 {
     let handler = Arc::new(handler);
-    let max_frame = options.config.get_max_frame();
-    let mut session = ServerSession::new(options.config.clone());
+    let mut life = ServeLifecycle::new(&options);
+    let max_frame = life.max_frame();
+    // At most `max_concurrent` handlers exist (the core refuses more), each
+    // sending one `Done`: their sends never wait.
     let (done_tx, mut done_rx) = mpsc::channel::<Done>(options.config.get_max_concurrent().max(1));
     let (notify_tx, mut notify_rx) = mpsc::channel(HANDLER_NOTIFY_QUEUE);
+    // One entry per running handler: at most `max_concurrent`.
     let mut tasks: HashMap<Id, (AbortHandle, CancelToken)> = HashMap::new();
     let mut buf = vec![0u8; STDIN_READ];
-    let mut write: VecDeque<Vec<u8>> = VecDeque::new();
-    let mut write_offset = 0usize;
-    let mut input_open = true;
-    let mut drain_deadline: Option<tokio::time::Instant> = None;
-    let mut aborted_at_exit = 0u64;
+    let mut write_error: Option<std::io::Error> = None;
 
     loop {
-        while let Some(ev) = session.poll_event() {
-            match ev {
-                ServerEvent::Request(request) => {
+        while let Some(action) = life.poll_action() {
+            match action {
+                ServeAction::Start(request) => {
                     let id = request.id.clone();
                     let cancel = CancelToken::new();
                     let ctx = RequestContext {
@@ -216,101 +216,96 @@ where
                     });
                     tasks.insert(id, (abort, cancel));
                 }
-                ServerEvent::Cancelled { id, reason } => {
+                ServeAction::Cancel { id, reason } => {
                     tracing::debug!(%id, ?reason, "request cancelled by the client");
                     if let Some((abort, cancel)) = tasks.get(&id) {
                         cancel.cancel();
                         abort.abort();
                     }
                 }
-                ServerEvent::Notification(n) => handler.notification(n),
-                ServerEvent::InputClosed => {
-                    input_open = false;
-                    drain_deadline = Some(tokio::time::Instant::now() + options.drain_timeout);
+                ServeAction::Abort(id) => {
+                    if let Some((abort, cancel)) = tasks.remove(&id) {
+                        cancel.cancel();
+                        abort.abort();
+                    }
                 }
+                ServeAction::Notification(n) => handler.notification(n),
                 _ => {}
             }
         }
-        if write.is_empty() {
-            if let Some(bytes) = session.poll_transmit() {
-                write.push_back(bytes);
-                write_offset = 0;
-            }
-        }
-        if !input_open && tasks.is_empty() && write.is_empty() {
+        if life.is_finished() {
             break;
         }
-        let draining_done = drain_deadline.is_some_and(|d| d <= tokio::time::Instant::now());
-        if draining_done && !tasks.is_empty() {
-            for (id, (abort, cancel)) in tasks.drain() {
-                cancel.cancel();
-                abort.abort();
-                session.handler_ended(&id);
-                aborted_at_exit += 1;
-            }
-            continue;
-        }
+        let output_busy = life.pending_write().is_some() || life.flush_due();
+        let deadline = life.poll_timeout().map(tokio::time::Instant::from_std);
         tokio::select! {
-            r = input.read(&mut buf), if input_open => {
+            r = input.read(&mut buf), if life.wants_input() => {
                 let now = Instant::now();
                 match r {
-                    Ok(n) if n > 0 => session.handle_stdin(now, &buf[..n]),
-                    _ => session.handle_stdin_eof(now),
+                    Ok(0) => life.handle_input_eof(now),
+                    Ok(n) => life.handle_input(now, &buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::debug!(error = %e, "reading stdin failed; treating it as EOF");
+                        life.handle_input_eof(now);
+                    }
                 }
             }
-            done = done_rx.recv() => {
+            Some(done) = done_rx.recv() => {
+                let now = Instant::now();
                 match done {
-                    Some(Done::Finished(id, result)) => {
+                    Done::Finished(id, result) => {
                         tasks.remove(&id);
-                        let _ = session.respond(&id, result.as_deref());
+                        life.handler_finished(now, &id, result.as_deref());
                     }
-                    Some(Done::Aborted(id)) => {
+                    Done::Aborted(id) => {
                         tasks.remove(&id);
-                        session.handler_ended(&id);
+                        life.handler_aborted(now, &id);
                     }
-                    None => {}
                 }
             }
             Some((method, params)) = notify_rx.recv() => {
-                if let Err(e) = session.notify(&method, params.as_deref()) {
-                    tracing::debug!(error = %e, "notification from handler dropped");
+                if let Err(e) = life.notify(Instant::now(), &method, params.as_deref()) {
+                    tracing::debug!(error = %e, "notification from handler refused");
                 }
             }
-            r = write_front(&mut output, &write, write_offset), if !write.is_empty() => {
-                let n = r?;
-                write_offset += n;
-                if write.front().is_some_and(|b| write_offset >= b.len()) {
-                    write.pop_front();
-                    write_offset = 0;
-                    if write.is_empty() {
-                        output.flush().await?;
+            r = write_or_flush(&mut output, life.pending_write()), if output_busy => {
+                let now = Instant::now();
+                match r {
+                    Ok(Wrote::Bytes(n)) => life.handle_written(now, n),
+                    Ok(Wrote::Flushed) => life.handle_flushed(now),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "writing stdout failed; aborting every handler");
+                        write_error = Some(e);
+                        life.handle_write_failed(now);
                     }
                 }
             }
-            () = sleep_until_opt(drain_deadline) => {}
+            () = sleep_until_opt(deadline) => life.handle_timeout(Instant::now()),
         }
     }
-    output.flush().await?;
-    Ok(ServeReport {
-        metrics: session.metrics(),
-        aborted_at_exit,
-    })
+    match write_error {
+        Some(e) if life.report().end == ServeEnd::WriteFailed => Err(e),
+        _ => Ok(life.report()),
+    }
 }
 
-async fn write_front<W: AsyncWrite + Unpin>(
+/// Writes some of `pending`, or flushes when nothing is pending. Cancel-safe:
+/// dropped unfinished, it has moved no bytes.
+async fn write_or_flush<W: AsyncWrite + Unpin>(
     output: &mut W,
-    queue: &VecDeque<Vec<u8>>,
-    offset: usize,
-) -> std::io::Result<usize> {
-    match queue.front() {
-        Some(bytes) => {
-            let n = output.write(&bytes[offset..]).await?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::WriteZero.into());
+    pending: Option<&[u8]>,
+) -> std::io::Result<Wrote> {
+    match pending {
+        Some(bytes) => loop {
+            match output.write(bytes).await {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => return Ok(Wrote::Bytes(n)),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
-            Ok(n)
-        }
-        None => std::future::pending().await,
+        },
+        None => output.flush().await.map(|()| Wrote::Flushed),
     }
 }
 

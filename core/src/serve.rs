@@ -152,6 +152,21 @@ pub enum ServeAction {
     Notification(Notification),
 }
 
+/// The message being written: its bytes (empty once handed out whole by
+/// [`ServeLifecycle::take_write`]), its length and how much of it is out.
+#[derive(Debug)]
+struct Writing {
+    bytes: Vec<u8>,
+    len: usize,
+    written: usize,
+}
+
+impl Writing {
+    fn rest(&self) -> usize {
+        self.len - self.written
+    }
+}
+
 /// The serve loop's decisions, without I/O (see the module docs).
 #[derive(Debug)]
 pub struct ServeLifecycle {
@@ -161,8 +176,8 @@ pub struct ServeLifecycle {
     /// abandoned. At most `max_concurrent`: the session admits no more.
     running: HashSet<Id>,
     actions: VecDeque<ServeAction>,
-    /// The message being written and how many of its bytes are out.
-    writing: Option<(Vec<u8>, usize)>,
+    /// The message being written.
+    writing: Option<Writing>,
     flush_due: bool,
     input_open: bool,
     drain_deadline: Option<Instant>,
@@ -226,7 +241,26 @@ impl ServeLifecycle {
         if self.end != ServeEnd::Running {
             return None;
         }
-        self.writing.as_ref().map(|(b, off)| &b[*off..])
+        self.writing
+            .as_ref()
+            .filter(|w| w.bytes.len() == w.len)
+            .map(|w| &w.bytes[w.written..])
+    }
+
+    /// The rest of the message being written, handed over whole, for an
+    /// adapter whose writer thread owns the blocking write. It stays counted
+    /// here until [`handle_written`](Self::handle_written) reports it;
+    /// [`pending_write`](Self::pending_write) answers `None` meanwhile.
+    pub fn take_write(&mut self) -> Option<Vec<u8>> {
+        if self.end != ServeEnd::Running {
+            return None;
+        }
+        let w = self.writing.as_mut().filter(|w| w.bytes.len() == w.len)?;
+        let mut bytes = std::mem::take(&mut w.bytes);
+        if w.written > 0 {
+            bytes.drain(..w.written);
+        }
+        Some(bytes)
     }
 
     /// Whether a whole message went out and the writer should be flushed
@@ -245,7 +279,7 @@ impl ServeLifecycle {
     /// Bytes waiting for stdout: the rest of the message being written plus
     /// the session's queue.
     pub fn outgoing_bytes(&self) -> usize {
-        self.pending_write().map_or(0, <[u8]>::len) + self.session.outgoing_bytes()
+        self.writing.as_ref().map_or(0, Writing::rest) + self.session.outgoing_bytes()
     }
 
     /// Whether the loop is over: return [`report`](Self::report) (or the
@@ -288,9 +322,9 @@ impl ServeLifecycle {
 
     /// `n` bytes of [`pending_write`](Self::pending_write) reached the pipe.
     pub fn handle_written(&mut self, now: Instant, n: usize) {
-        if let Some((bytes, off)) = &mut self.writing {
-            *off = (*off + n).min(bytes.len());
-            if *off == bytes.len() {
+        if let Some(w) = &mut self.writing {
+            w.written = (w.written + n).min(w.len);
+            if w.written == w.len {
                 self.writing = None;
                 self.flush_due = true;
             }
@@ -428,7 +462,6 @@ impl ServeLifecycle {
                         .drain_deadline
                         .and_then(|d| d.checked_add(EXIT_WRITE_GRACE));
                 }
-                _ => {}
             }
         }
         if self.end == ServeEnd::Running {
@@ -440,7 +473,11 @@ impl ServeLifecycle {
                 self.abandon_all();
             }
             if self.writing.is_none() && !self.flush_due {
-                self.writing = self.session.poll_transmit().map(|b| (b, 0));
+                self.writing = self.session.poll_transmit().map(|bytes| Writing {
+                    len: bytes.len(),
+                    bytes,
+                    written: 0,
+                });
             }
             let queued = self.outgoing_bytes() as u64;
             self.outgoing_peak = self.outgoing_peak.max(queued);
@@ -471,7 +508,7 @@ impl ServeLifecycle {
     }
 
     fn give_up_output(&mut self) {
-        let mut lost = self.writing.take().map_or(0, |(b, off)| b.len() - off);
+        let mut lost = self.writing.take().map_or(0, |w| w.rest());
         while let Some(b) = self.session.poll_transmit() {
             lost += b.len();
         }
@@ -549,7 +586,10 @@ mod tests {
         s.handle_input(t, &req(2, "slow"));
         s.handle_input(t, &cancel(2));
         let a = actions(&mut s);
-        assert!(matches!(&a[..], [ServeAction::Start(_), ServeAction::Cancel { .. }]));
+        assert!(matches!(
+            &a[..],
+            [ServeAction::Start(_), ServeAction::Cancel { .. }]
+        ));
     }
 
     #[test]
@@ -619,6 +659,24 @@ mod tests {
         assert!(!s.wants_input());
         assert_eq!(s.report().end, ServeEnd::WriteFailed);
         assert!(s.notify(t, "n", None).is_err());
+    }
+
+    #[test]
+    fn a_message_handed_out_whole_stays_counted_until_written() {
+        let t = Instant::now();
+        let mut s = ServeLifecycle::new(&ServeOptions::default());
+        s.handle_input(t, &req(1, "ping"));
+        let _ = actions(&mut s);
+        s.handler_finished(t, &Id::Number(1), Ok(&to_raw(&"pong").unwrap()));
+        let bytes = s.take_write().expect("a message");
+        assert!(s.pending_write().is_none() && s.take_write().is_none());
+        assert_eq!(s.outgoing_bytes(), bytes.len());
+        s.handle_written(t, bytes.len());
+        assert_eq!(s.outgoing_bytes(), 0);
+        assert!(s.flush_due());
+        s.handle_flushed(t);
+        s.handle_input_eof(t);
+        assert!(s.is_finished());
     }
 
     #[test]

@@ -9,6 +9,10 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod stdio;
+
+pub use stdio::{NonBlockingStdio, StdioKind};
+
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::{CommandSpec, ExitStatus};
 

@@ -1,0 +1,149 @@
+//! This process's stdin and stdout for [`serve`](crate::serve): pipes and
+//! sockets non-blocking through tokio's reactor (a write never waits for the
+//! client to read, G1); anything else (a terminal, a file) through tokio's
+//! blocking `stdin()`/`stdout()`.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use mcp_stdio_sys::NonBlockingStdio;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Stdin, as `serve` reads it.
+#[derive(Debug)]
+pub(crate) struct Input {
+    kind: InputKind,
+    /// Restores the descriptor's flags on drop, after `kind` is gone.
+    _flags: Option<NonBlockingStdio>,
+}
+
+#[derive(Debug)]
+enum InputKind {
+    #[cfg(unix)]
+    Pipe(tokio::net::unix::pipe::Receiver),
+    #[cfg(unix)]
+    Socket(tokio::net::UnixStream),
+    Blocking(tokio::io::Stdin),
+}
+
+/// Stdout, as `serve` writes it.
+#[derive(Debug)]
+pub(crate) struct Output {
+    kind: OutputKind,
+    /// Restores the descriptor's flags on drop, after `kind` is gone.
+    _flags: Option<NonBlockingStdio>,
+}
+
+#[derive(Debug)]
+enum OutputKind {
+    #[cfg(unix)]
+    Pipe(tokio::net::unix::pipe::Sender),
+    #[cfg(unix)]
+    Socket(tokio::net::UnixStream),
+    Blocking(tokio::io::Stdout),
+}
+
+#[cfg(unix)]
+fn socket(fd: std::os::fd::OwnedFd) -> io::Result<tokio::net::UnixStream> {
+    tokio::net::UnixStream::from_std(std::os::unix::net::UnixStream::from(fd))
+}
+
+impl Input {
+    pub(crate) fn stdin() -> io::Result<Self> {
+        #[cfg(unix)]
+        if let Some(flags) = NonBlockingStdio::stdin()? {
+            use mcp_stdio_sys::StdioKind;
+            let fd = flags.try_clone_fd()?;
+            let kind = match flags.kind() {
+                StdioKind::Socket => InputKind::Socket(socket(fd)?),
+                _ => InputKind::Pipe(tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(
+                    fd,
+                )?),
+            };
+            return Ok(Self {
+                kind,
+                _flags: Some(flags),
+            });
+        }
+        Ok(Self {
+            kind: InputKind::Blocking(tokio::io::stdin()),
+            _flags: None,
+        })
+    }
+}
+
+impl Output {
+    pub(crate) fn stdout() -> io::Result<Self> {
+        #[cfg(unix)]
+        if let Some(flags) = NonBlockingStdio::stdout()? {
+            use mcp_stdio_sys::StdioKind;
+            let fd = flags.try_clone_fd()?;
+            let kind = match flags.kind() {
+                StdioKind::Socket => OutputKind::Socket(socket(fd)?),
+                _ => OutputKind::Pipe(tokio::net::unix::pipe::Sender::from_owned_fd_unchecked(fd)?),
+            };
+            return Ok(Self {
+                kind,
+                _flags: Some(flags),
+            });
+        }
+        Ok(Self {
+            kind: OutputKind::Blocking(tokio::io::stdout()),
+            _flags: None,
+        })
+    }
+}
+
+impl AsyncRead for Input {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().kind {
+            #[cfg(unix)]
+            InputKind::Pipe(p) => Pin::new(p).poll_read(cx, buf),
+            #[cfg(unix)]
+            InputKind::Socket(s) => Pin::new(s).poll_read(cx, buf),
+            InputKind::Blocking(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Output {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.get_mut().kind {
+            #[cfg(unix)]
+            OutputKind::Pipe(p) => Pin::new(p).poll_write(cx, bytes),
+            #[cfg(unix)]
+            OutputKind::Socket(s) => Pin::new(s).poll_write(cx, bytes),
+            OutputKind::Blocking(s) => Pin::new(s).poll_write(cx, bytes),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().kind {
+            #[cfg(unix)]
+            OutputKind::Pipe(p) => Pin::new(p).poll_flush(cx),
+            #[cfg(unix)]
+            OutputKind::Socket(s) => Pin::new(s).poll_flush(cx),
+            OutputKind::Blocking(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().kind {
+            #[cfg(unix)]
+            OutputKind::Pipe(p) => Pin::new(p).poll_shutdown(cx),
+            // Shutting down a socket's write half would end the client's input too early.
+            #[cfg(unix)]
+            OutputKind::Socket(_) => Poll::Ready(Ok(())),
+            OutputKind::Blocking(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
