@@ -1,16 +1,17 @@
 //! `serve`: an MCP server on this process's stdin and stdout.
 //!
-//! One loop owns the [`ServerSession`] and the reader and writer (which need
-//! not be `Send` or `'static`), racing "input, a finished handler, a
-//! handler's notification, output progress, the drain deadline"; each request
-//! runs in its own task on async-std's executor, with a [`CancelToken`].
+//! One loop owns the core's [`ServeLifecycle`] and the reader and writer
+//! (which need not be `Send` or `'static`), racing "input, a finished
+//! handler, a handler's notification, output progress, the next deadline";
+//! each request runs in its own task on async-std's executor, with a
+//! [`CancelToken`].
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_channel::Sender;
 use async_io::Timer;
@@ -19,7 +20,9 @@ use futures_lite::future::{or, race};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, FutureExt};
 use mcp_stdio_core::budget::ResultBudget;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
-use mcp_stdio_core::server::{ServerConfig, ServerEvent, ServerMetrics, ServerSession};
+use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
+
+use crate::stdio;
 
 /// Bytes read from stdin per read call.
 const STDIN_READ: usize = 64 * 1024;
@@ -96,7 +99,9 @@ impl RequestContext {
     }
 
     /// Sends a notification to the client (progress, logging), waiting while
-    /// the outgoing queue is full.
+    /// the handlers' notification queue is full. Past the session's outgoing
+    /// limit (the client is not reading stdout) it is refused and counted in
+    /// [`ServeReport::notifications_refused`].
     pub async fn notify(&self, method: &str, params: Option<Box<RawValue>>) {
         let _ = self.notify.send((method.to_owned(), params)).await;
     }
@@ -104,8 +109,7 @@ impl RequestContext {
     /// A content budget for this request's result: its size leaves room for
     /// the JSON-RPC envelope under the wire limit (G9).
     pub fn result_budget(&self) -> Option<ResultBudget> {
-        // Room for `{"jsonrpc":"2.0","id":…,"result":…}` and a long string id.
-        ResultBudget::new(self.max_frame.saturating_sub(1024)).ok()
+        mcp_stdio_core::serve::result_budget(self.max_frame)
     }
 }
 
@@ -136,50 +140,26 @@ where
     }
 }
 
-/// Limits of [`serve`].
-#[derive(Debug, Clone)]
-pub struct ServeOptions {
-    /// The session's limits (wire limit, concurrency, queues).
-    pub config: ServerConfig,
-    /// After stdin closes, how long in-flight handlers may run before they
-    /// are aborted (default 5 s).
-    pub drain_timeout: Duration,
-}
-
-impl Default for ServeOptions {
-    fn default() -> Self {
-        Self {
-            config: ServerConfig::default(),
-            drain_timeout: Duration::from_secs(5),
-        }
-    }
-}
-
-/// What a finished [`serve`] observed.
-#[derive(Debug, Clone, serde::Serialize)]
-#[non_exhaustive]
-pub struct ServeReport {
-    /// The session's counters.
-    pub metrics: ServerMetrics,
-    /// Handlers aborted because the drain timeout passed.
-    pub aborted_at_exit: u64,
-}
+pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
 
 /// Serves MCP on this process's stdin and stdout until stdin closes and
 /// in-flight work drains (bounded by `drain_timeout`). Only protocol messages
 /// go to stdout (G13); log with `tracing` to stderr.
 ///
-/// Uses async-std's `stdin()` and `stdout()`, which do the blocking reads and
-/// writes on async-std's blocking thread pool: stdin may be a file or a
-/// terminal, which cannot always be polled for readiness.
+/// When stdin and stdout are pipes or sockets (as under every MCP host) they
+/// are read and written non-blocking through async-io's reactor: a client
+/// that stops reading stdout never stops this loop from reading stdin,
+/// serving cancels, or ending at the drain deadline (G1). Their original
+/// flags come back when `serve` returns. A terminal or a file is served
+/// through async-std's `stdin()`/`stdout()` (blocking calls on its thread
+/// pool) instead.
+///
+/// # Errors
+/// Writing stdout failed (the client went away): every handler was aborted.
 pub async fn serve<H: Handler>(options: ServeOptions, handler: H) -> std::io::Result<ServeReport> {
-    serve_io(
-        async_std::io::stdin(),
-        async_std::io::stdout(),
-        options,
-        handler,
-    )
-    .await
+    let input = stdio::Input::stdin()?;
+    let output = stdio::Output::stdout()?;
+    serve_io(input, output, options, handler).await
 }
 
 /// How a handler's task ended.
@@ -188,16 +168,29 @@ enum Done {
     Aborted(Id),
 }
 
+/// What the output side did.
+enum Wrote {
+    Bytes(usize),
+    Flushed,
+}
+
 /// What woke the serve loop.
 enum Wake {
     Read(std::io::Result<usize>),
     Done(Option<Done>),
     Notify(Option<(String, Option<Box<RawValue>>)>),
-    Wrote(std::io::Result<usize>),
+    Wrote(std::io::Result<Wrote>),
     Timer,
 }
 
 /// [`serve`] over any reader and writer (a pipe, a socket, a test harness).
+///
+/// The loop never waits for a write or a flush alone: while the writer is
+/// busy it keeps reading input, serving cancels and handlers, and the drain
+/// deadline (G1). Every decision comes from the core's [`ServeLifecycle`].
+///
+/// # Errors
+/// Writing or flushing `output` failed: every handler was aborted.
 pub async fn serve_io<R, W, H>(
     mut input: R,
     mut output: W,
@@ -210,27 +203,22 @@ where
     H: Handler,
 {
     let handler = Arc::new(handler);
-    let max_frame = options.config.get_max_frame();
-    let mut session = ServerSession::new(options.config.clone());
+    let mut life = ServeLifecycle::new(&options);
+    let max_frame = life.max_frame();
     // At most `max_concurrent` handlers exist (the core refuses more), each
     // sending one `Done`: their sends never wait.
     let (done_tx, done_rx) =
         async_channel::bounded::<Done>(options.config.get_max_concurrent().max(1));
     let (notify_tx, notify_rx) = async_channel::bounded(HANDLER_NOTIFY_QUEUE);
+    // One token per running handler: at most `max_concurrent`.
     let mut tasks: HashMap<Id, CancelToken> = HashMap::new();
     let mut buf = vec![0u8; STDIN_READ];
-    // At most one message taken from the core waits here, so the core's
-    // outgoing limit stays the bound.
-    let mut write: Option<Vec<u8>> = None;
-    let mut write_offset = 0usize;
-    let mut input_open = true;
-    let mut drain_deadline: Option<Instant> = None;
-    let mut aborted_at_exit = 0u64;
+    let mut write_error: Option<std::io::Error> = None;
 
     loop {
-        while let Some(ev) = session.poll_event() {
-            match ev {
-                ServerEvent::Request(request) => {
+        while let Some(action) = life.poll_action() {
+            match action {
+                ServeAction::Start(request) => {
                     let id = request.id.clone();
                     let cancel = CancelToken::new();
                     let ctx = RequestContext {
@@ -248,7 +236,7 @@ where
                     )));
                     tasks.insert(id, cancel);
                 }
-                ServerEvent::Cancelled { id, reason } => {
+                ServeAction::Cancel { id, reason } => {
                     tracing::debug!(%id, ?reason, "request cancelled by the client");
                     if let Some(cancel) = tasks.get(&id) {
                         // The token reaches the handler, and its task drops
@@ -256,33 +244,24 @@ where
                         cancel.cancel();
                     }
                 }
-                ServerEvent::Notification(n) => handler.notification(n),
-                ServerEvent::InputClosed => {
-                    input_open = false;
-                    drain_deadline = Some(Instant::now() + options.drain_timeout);
+                ServeAction::Abort(id) => {
+                    if let Some(cancel) = tasks.remove(&id) {
+                        cancel.cancel();
+                    }
                 }
+                ServeAction::Notification(n) => handler.notification(n),
                 _ => {}
             }
         }
-        if write.is_none() {
-            write = session.poll_transmit();
-            write_offset = 0;
-        }
-        if !input_open && tasks.is_empty() && write.is_none() {
+        if life.is_finished() {
             break;
         }
-        let draining_done = drain_deadline.is_some_and(|d| d <= Instant::now());
-        if draining_done && !tasks.is_empty() {
-            for (id, cancel) in tasks.drain() {
-                cancel.cancel();
-                session.handler_ended(&id);
-                aborted_at_exit += 1;
-            }
-            continue;
-        }
+        let wants_input = life.wants_input();
+        let output_busy = life.pending_write().is_some() || life.flush_due();
+        let deadline = life.poll_timeout();
 
         let read = async {
-            if input_open {
+            if wants_input {
                 Wake::Read(input.read(&mut buf).await)
             } else {
                 std::future::pending().await
@@ -290,14 +269,16 @@ where
         };
         let done = async { Wake::Done(done_rx.recv().await.ok()) };
         let notified = async { Wake::Notify(notify_rx.recv().await.ok()) };
+        let pending = life.pending_write();
         let wrote = async {
-            match &write {
-                Some(bytes) => Wake::Wrote(write_some(&mut output, &bytes[write_offset..]).await),
-                None => std::future::pending().await,
+            if output_busy {
+                Wake::Wrote(write_or_flush(&mut output, pending).await)
+            } else {
+                std::future::pending().await
             }
         };
         let timer = async {
-            match drain_deadline {
+            match deadline {
                 Some(d) => Timer::at(d).await,
                 None => Timer::never().await,
             };
@@ -307,47 +288,62 @@ where
         // moved no bytes, a `recv` dropped unfinished has taken no message.
         let wake = race(read, race(done, race(notified, or(wrote, timer)))).await;
 
+        let now = Instant::now();
         match wake {
-            Wake::Read(r) => {
-                let now = Instant::now();
-                match r {
-                    Ok(n) if n > 0 => session.handle_stdin(now, &buf[..n]),
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    _ => session.handle_stdin_eof(now),
-                }
+            Wake::Read(Ok(0)) => life.handle_input_eof(now),
+            Wake::Read(Ok(n)) => life.handle_input(now, &buf[..n]),
+            Wake::Read(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Wake::Read(Err(e)) => {
+                tracing::debug!(error = %e, "reading stdin failed; treating it as EOF");
+                life.handle_input_eof(now);
             }
             Wake::Done(Some(Done::Finished(id, result))) => {
                 tasks.remove(&id);
-                let _ = session.respond(&id, result.as_deref());
+                life.handler_finished(now, &id, result.as_deref());
             }
             Wake::Done(Some(Done::Aborted(id))) => {
                 tasks.remove(&id);
-                session.handler_ended(&id);
+                life.handler_aborted(now, &id);
             }
-            Wake::Done(None) => {}
+            Wake::Done(None) | Wake::Notify(None) => {}
             Wake::Notify(Some((method, params))) => {
-                if let Err(e) = session.notify(&method, params.as_deref()) {
-                    tracing::debug!(error = %e, "notification from handler dropped");
+                if let Err(e) = life.notify(now, &method, params.as_deref()) {
+                    tracing::debug!(error = %e, "notification from handler refused");
                 }
             }
-            Wake::Notify(None) => {}
-            Wake::Wrote(r) => {
-                write_offset += r?;
-                if write.as_ref().is_some_and(|b| write_offset >= b.len()) {
-                    // One whole message written: flush it, so a buffered
-                    // writer never holds a response back.
-                    write = None;
-                    output.flush().await?;
-                }
+            Wake::Wrote(Ok(Wrote::Bytes(n))) => life.handle_written(now, n),
+            Wake::Wrote(Ok(Wrote::Flushed)) => life.handle_flushed(now),
+            Wake::Wrote(Err(e)) => {
+                tracing::debug!(error = %e, "writing stdout failed; aborting every handler");
+                write_error = Some(e);
+                life.handle_write_failed(now);
             }
-            Wake::Timer => {}
+            Wake::Timer => life.handle_timeout(now),
         }
     }
-    output.flush().await?;
-    Ok(ServeReport {
-        metrics: session.metrics(),
-        aborted_at_exit,
-    })
+    match write_error {
+        Some(e) if life.report().end == ServeEnd::WriteFailed => Err(e),
+        _ => Ok(life.report()),
+    }
+}
+
+/// Writes some of `pending`, or flushes when nothing is pending. Cancel-safe:
+/// dropped unfinished, it has moved no bytes.
+async fn write_or_flush<W: AsyncWrite + Unpin>(
+    output: &mut W,
+    pending: Option<&[u8]>,
+) -> std::io::Result<Wrote> {
+    match pending {
+        Some(bytes) => loop {
+            match output.write(bytes).await {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => return Ok(Wrote::Bytes(n)),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        },
+        None => output.flush().await.map(|()| Wrote::Flushed),
+    }
 }
 
 /// Runs one handler in its own task and reports how it ended: with a result,
@@ -377,15 +373,4 @@ async fn run_handler<H: Handler>(
         ),
     };
     let _ = done.send(msg).await;
-}
-
-async fn write_some<W: AsyncWrite + Unpin>(output: &mut W, bytes: &[u8]) -> std::io::Result<usize> {
-    loop {
-        match output.write(bytes).await {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
 }
