@@ -60,7 +60,8 @@ pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responde
 #[cfg(unix)]
 pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
 pub use serve::{
-    serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeOptions, ServeReport,
+    serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeEnd, ServeOptions,
+    ServeReport,
 };
 
 pub use mcp_stdio_core as core;

@@ -10,10 +10,13 @@
 //!   plain blocking reads of up to 64 KiB, each chunk sent to the
 //!   coordinator. The coordinator never waits on handlers or on the writer,
 //!   so the reader keeps going (G5).
-//! - **The writer thread** (`mcp-stdio-stdout`) writes one message at a time,
-//!   handed over through a queue of capacity 1 only when it has acknowledged
-//!   the previous one; everything else waits, bounded, in the core. A client
-//!   that stops reading stdout blocks the writer, never the reader.
+//! - **The writer thread** (`mcp-stdio-stdout`) owns the blocking write: one
+//!   message at a time, handed over through a queue of capacity 1 only when
+//!   it has acknowledged the previous one; everything else waits, bounded
+//!   and counted, in the core's [`ServeLifecycle`]. A client that stops
+//!   reading stdout blocks the writer, never the reader, the cancels or the
+//!   drain deadline (G1); at exit such a writer is left behind, blocked,
+//!   instead of holding `serve` back.
 //! - **Handler threads** (`mcp-stdio-handler`): a pool that grows on demand
 //!   up to `max_concurrent` threads and reuses idle ones. The core admits at
 //!   most `max_concurrent` requests at a time (more get the overload error),
@@ -42,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_core::budget::ResultBudget;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
-use mcp_stdio_core::server::{ServerConfig, ServerEvent, ServerMetrics, ServerSession};
+use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
 
 /// Bytes read from stdin per read call.
 const STDIN_READ: usize = 64 * 1024;
@@ -144,7 +147,8 @@ impl RequestContext {
 
     /// Sends a notification to the client (progress, logging), blocking
     /// while the coordinator's input queue is full. Past the session's
-    /// outgoing limit the notification is dropped (and logged at debug).
+    /// outgoing limit (the client is not reading stdout) it is refused and
+    /// counted in [`ServeReport::notifications_refused`].
     pub fn notify(&self, method: &str, params: Option<Box<RawValue>>) {
         let _ = self.inputs.send(Input::Notify(method.to_owned(), params));
     }
@@ -152,8 +156,7 @@ impl RequestContext {
     /// A content budget for this request's result: its size leaves room for
     /// the JSON-RPC envelope under the wire limit (G9).
     pub fn result_budget(&self) -> Option<ResultBudget> {
-        // Room for `{"jsonrpc":"2.0","id":…,"result":…}` and a long string id.
-        ResultBudget::new(self.max_frame.saturating_sub(1024)).ok()
+        mcp_stdio_core::serve::result_budget(self.max_frame)
     }
 }
 
@@ -177,40 +180,15 @@ where
     }
 }
 
-/// Limits of [`serve`].
-#[derive(Debug, Clone)]
-pub struct ServeOptions {
-    /// The session's limits (wire limit, concurrency, queues).
-    pub config: ServerConfig,
-    /// After stdin closes, how long in-flight handlers may run before they
-    /// are abandoned with their tokens cancelled (default 5 s).
-    pub drain_timeout: Duration,
-}
-
-impl Default for ServeOptions {
-    fn default() -> Self {
-        Self {
-            config: ServerConfig::default(),
-            drain_timeout: Duration::from_secs(5),
-        }
-    }
-}
-
-/// What a finished [`serve`] observed.
-#[derive(Debug, Clone, serde::Serialize)]
-#[non_exhaustive]
-pub struct ServeReport {
-    /// The session's counters.
-    pub metrics: ServerMetrics,
-    /// Handlers still running when the drain timeout passed: their tokens
-    /// were cancelled, their requests answered with an error, and their
-    /// threads left to finish on their own.
-    pub aborted_at_exit: u64,
-}
+pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
 
 /// Serves MCP on this process's stdin and stdout until stdin closes and
 /// in-flight work drains (bounded by `drain_timeout`). Only protocol messages
 /// go to stdout (G13); log with `tracing` to stderr.
+///
+/// # Errors
+/// Writing stdout failed (the client went away): every handler's token was
+/// cancelled.
 pub fn serve<H: Handler>(options: ServeOptions, handler: H) -> io::Result<ServeReport> {
     serve_io(io::stdin(), io::stdout(), options, handler)
 }
@@ -221,15 +199,20 @@ enum Input {
     StdinEnd,
     Done(Id, HandlerResult),
     Notify(String, Option<Box<RawValue>>),
-    Written(io::Result<()>),
+    /// The writer wrote and flushed this many bytes, or failed.
+    Written(io::Result<usize>),
 }
 
 /// [`serve`] over any reader and writer (a pipe, a socket, a test harness).
 ///
-/// The reader is read by its own thread, which is left behind if `serve_io`
-/// returns early on a write error (it ends at the reader's EOF), hence
-/// `'static`. The writer is written by a scoped thread and is flushed after
-/// every message.
+/// The reader and the writer each get a thread of their own, which outlive
+/// `serve_io` when they are blocked in a call that only the client can end:
+/// the reader until its EOF, the writer until the client reads or goes away
+/// (a client that stops reading stdout for good holds it at most until the
+/// process exits) — hence `'static`. The writer flushes after every message.
+///
+/// # Errors
+/// Writing `output` failed: every handler's token was cancelled.
 pub fn serve_io<R, W, H>(
     input: R,
     output: W,
@@ -238,38 +221,35 @@ pub fn serve_io<R, W, H>(
 ) -> io::Result<ServeReport>
 where
     R: Read + Send + 'static,
-    W: Write + Send,
+    W: Write + Send + 'static,
     H: Handler,
 {
     let handler = Arc::new(handler);
     let (inputs_tx, inputs) = mpsc::sync_channel::<Input>(INPUT_QUEUE);
     spawn_reader(input, inputs_tx.clone())?;
-    std::thread::scope(|scope| {
-        // Capacity 1, and a message is handed over only when the writer is idle.
-        let (write_tx, write_rx) = mpsc::sync_channel::<Vec<u8>>(1);
-        let acks = inputs_tx.clone();
-        std::thread::Builder::new()
-            .name("mcp-stdio-stdout".to_owned())
-            .spawn_scoped(scope, move || write_loop(output, &write_rx, &acks))?;
-        let mut coordinator = Coordinator {
-            session: ServerSession::new(options.config.clone()),
-            pool: Pool::new(
-                options.config.get_max_concurrent(),
-                handler.clone(),
-                inputs_tx.clone(),
-            ),
-            handler,
-            max_frame: options.config.get_max_frame(),
-            inputs_tx,
-            write_tx,
-            writer_busy: false,
-            tasks: HashMap::new(),
-            aborted_at_exit: 0,
-        };
-        // Returning drops `write_tx`: the writer ends after its last message
-        // and the scope joins it.
-        coordinator.run(&inputs, options.drain_timeout)
-    })
+    // Capacity 1, and a message is handed over only when the writer is idle.
+    let (write_tx, write_rx) = mpsc::sync_channel::<Vec<u8>>(1);
+    let acks = inputs_tx.clone();
+    std::thread::Builder::new()
+        .name("mcp-stdio-stdout".to_owned())
+        .spawn(move || write_loop(output, &write_rx, &acks))?;
+    let life = ServeLifecycle::new(&options);
+    let mut coordinator = Coordinator {
+        pool: Pool::new(
+            options.config.get_max_concurrent(),
+            handler.clone(),
+            inputs_tx.clone(),
+        ),
+        handler,
+        max_frame: life.max_frame(),
+        life,
+        inputs_tx,
+        write_tx,
+        writer_busy: false,
+        tasks: HashMap::new(),
+    };
+    // Returning drops `write_tx`: the writer ends after its last message.
+    coordinator.run(&inputs)
 }
 
 fn spawn_reader<R: Read + Send + 'static>(mut input: R, tx: SyncSender<Input>) -> io::Result<()> {
@@ -298,7 +278,10 @@ fn spawn_reader<R: Read + Send + 'static>(mut input: R, tx: SyncSender<Input>) -
 
 fn write_loop<W: Write>(mut output: W, messages: &Receiver<Vec<u8>>, acks: &SyncSender<Input>) {
     while let Ok(bytes) = messages.recv() {
-        let r = output.write_all(&bytes).and_then(|()| output.flush());
+        let r = output
+            .write_all(&bytes)
+            .and_then(|()| output.flush())
+            .map(|()| bytes.len());
         let failed = r.is_err();
         if acks.send(Input::Written(r)).is_err() || failed {
             return;
@@ -307,71 +290,58 @@ fn write_loop<W: Write>(mut output: W, messages: &Receiver<Vec<u8>>, acks: &Sync
 }
 
 struct Coordinator<H: Handler> {
-    session: ServerSession,
+    life: ServeLifecycle,
     pool: Pool<H>,
     handler: Arc<H>,
     max_frame: usize,
     inputs_tx: SyncSender<Input>,
     write_tx: SyncSender<Vec<u8>>,
     writer_busy: bool,
-    /// The cancel token of every request whose handler has not returned.
+    /// The cancel token of every running handler: at most `max_concurrent`.
     tasks: HashMap<Id, CancelToken>,
-    aborted_at_exit: u64,
 }
 
 impl<H: Handler> Coordinator<H> {
-    fn run(
-        &mut self,
-        inputs: &Receiver<Input>,
-        drain_timeout: Duration,
-    ) -> io::Result<ServeReport> {
-        let mut input_open = true;
-        let mut drain_deadline: Option<Instant> = None;
+    fn run(&mut self, inputs: &Receiver<Input>) -> io::Result<ServeReport> {
+        let mut write_error = None;
         loop {
-            while let Some(ev) = self.session.poll_event() {
-                match ev {
-                    ServerEvent::Request(request) => self.start(request),
-                    ServerEvent::Cancelled { id, reason } => {
+            while let Some(action) = self.life.poll_action() {
+                match action {
+                    ServeAction::Start(request) => self.start(request),
+                    ServeAction::Cancel { id, reason } => {
                         tracing::debug!(%id, ?reason, "request cancelled by the client");
                         if let Some(cancel) = self.tasks.get(&id) {
                             cancel.cancel();
                         }
                     }
-                    ServerEvent::Notification(n) => self.handler.notification(n),
-                    ServerEvent::InputClosed => {
-                        input_open = false;
-                        let now = Instant::now();
-                        drain_deadline = Some(now.checked_add(drain_timeout).unwrap_or(now));
+                    ServeAction::Abort(id) => {
+                        // The thread finishes on its own; its result is ignored.
+                        if let Some(cancel) = self.tasks.remove(&id) {
+                            cancel.cancel();
+                        }
                     }
+                    ServeAction::Notification(n) => self.handler.notification(n),
                     _ => {}
                 }
             }
+            if self.life.is_finished() {
+                break;
+            }
             if !self.writer_busy {
-                if let Some(bytes) = self.session.poll_transmit() {
+                if let Some(bytes) = self.life.take_write() {
                     // Never blocks: capacity 1 and the writer is idle. If the
                     // writer is gone its error is already queued for us.
                     let _ = self.write_tx.send(bytes);
                     self.writer_busy = true;
                 }
             }
-            if !input_open && self.tasks.is_empty() && !self.writer_busy {
-                break;
-            }
-            let now = Instant::now();
-            if drain_deadline.is_some_and(|d| d <= now) && !self.tasks.is_empty() {
-                for (id, cancel) in self.tasks.drain() {
-                    cancel.cancel();
-                    // Answers a running request with an error; the handler's
-                    // own result, if it ever comes, is dropped.
-                    self.session.handler_ended(&id);
-                    self.aborted_at_exit += 1;
-                }
-                continue;
-            }
-            let input = match drain_deadline {
-                Some(d) => match inputs.recv_timeout(d.saturating_duration_since(now)) {
+            let input = match self.life.poll_timeout() {
+                Some(d) => match inputs.recv_timeout(d.saturating_duration_since(Instant::now())) {
                     Ok(input) => input,
-                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.life.handle_timeout(Instant::now());
+                        continue;
+                    }
                     Err(RecvTimeoutError::Disconnected) => break,
                 },
                 // Disconnected cannot happen: `self` holds a sender.
@@ -382,34 +352,36 @@ impl<H: Handler> Coordinator<H> {
             };
             let now = Instant::now();
             match input {
-                Input::Stdin(bytes) => self.session.handle_stdin(now, &bytes),
-                Input::StdinEnd => self.session.handle_stdin_eof(now),
+                Input::Stdin(bytes) => self.life.handle_input(now, &bytes),
+                Input::StdinEnd => self.life.handle_input_eof(now),
                 Input::Done(id, result) => {
                     self.pool.finished();
-                    // Absent when abandoned at exit: its request was answered.
-                    if self.tasks.remove(&id).is_some() {
-                        // A cancelled request's response is suppressed (G7).
-                        let _ = self.session.respond(&id, result.as_deref());
-                    }
+                    self.tasks.remove(&id);
+                    // Ignored when abandoned at exit: its request was answered.
+                    self.life.handler_finished(now, &id, result.as_deref());
                 }
                 Input::Notify(method, params) => {
-                    if let Err(e) = self.session.notify(&method, params.as_deref()) {
-                        tracing::debug!(error = %e, "notification from handler dropped");
+                    if let Err(e) = self.life.notify(now, &method, params.as_deref()) {
+                        tracing::debug!(error = %e, "notification from handler refused");
                     }
                 }
-                Input::Written(Ok(())) => self.writer_busy = false,
+                Input::Written(Ok(n)) => {
+                    self.writer_busy = false;
+                    self.life.handle_written(now, n);
+                    // The writer flushes after every message.
+                    self.life.handle_flushed(now);
+                }
                 Input::Written(Err(e)) => {
-                    for cancel in self.tasks.values() {
-                        cancel.cancel();
-                    }
-                    return Err(e);
+                    tracing::debug!(error = %e, "writing stdout failed; cancelling every handler");
+                    write_error = Some(e);
+                    self.life.handle_write_failed(now);
                 }
             }
         }
-        Ok(ServeReport {
-            metrics: self.session.metrics(),
-            aborted_at_exit: self.aborted_at_exit,
-        })
+        match write_error {
+            Some(e) if self.life.report().end == ServeEnd::WriteFailed => Err(e),
+            _ => Ok(self.life.report()),
+        }
     }
 
     fn start(&mut self, request: Request) {
@@ -428,7 +400,7 @@ impl<H: Handler> Coordinator<H> {
             Err(e) => {
                 tracing::error!(%id, error = %e, "no thread for the handler");
                 let err = ErrorObject::new(INTERNAL_ERROR, "server could not start a handler");
-                let _ = self.session.respond(&id, Err(&err));
+                self.life.handler_finished(Instant::now(), &id, Err(&err));
             }
         }
     }
