@@ -499,7 +499,7 @@ impl ServeLifecycle {
     /// Aborts every running handler; their requests get an error answer.
     fn abandon_all(&mut self) {
         let mut ids: Vec<Id> = self.running.drain().collect();
-        ids.sort_by(|a, b| a.to_string().cmp(&b.to_string()));
+        ids.sort_by_key(ToString::to_string);
         for id in ids {
             self.session.handler_ended(&id);
             self.aborted_at_exit += 1;
