@@ -9,8 +9,12 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod stderr;
 mod stdio;
 
+pub use stderr::{
+    drain_stderr, stderr_dropped_bytes, write_stderr, NonBlockingStderr, STDERR_QUEUE_BYTES,
+};
 pub use stdio::{NonBlockingStdio, StdioKind};
 
 use mcp_stdio_core::process::Signal;

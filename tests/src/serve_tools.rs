@@ -3,11 +3,78 @@
 //! the log line that proves a cancel reached a handler. Each binary keeps only
 //! the adapter-specific wait of `slow`.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mcp_stdio_core::handshake::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
 use mcp_stdio_core::message::{ErrorObject, Id, INVALID_PARAMS};
 use serde_json::{json, Value};
+
+/// Writes one diagnostic line to stderr through the non-blocking writer
+/// (`mcp_stdio_sys::NonBlockingStderr`): a client that never reads the
+/// server's stderr cannot stall the serve loop or a handler (G1).
+pub fn log_line(line: &str) {
+    let mut b = Vec::with_capacity(line.len() + 1);
+    b.extend_from_slice(line.as_bytes());
+    b.push(b'\n');
+    mcp_stdio_sys::write_stderr(&b);
+}
+
+/// `log_line(format!(…))`.
+#[macro_export]
+macro_rules! log_line {
+    ($($arg:tt)*) => { $crate::serve_tools::log_line(&format!($($arg)*)) };
+}
+
+/// Installs a `tracing` subscriber on the non-blocking stderr writer when
+/// `MCP_STDIO_TEST_LOG` names a level (`debug`, `trace`, …), so the
+/// library's own diagnostics are part of what a stalled-stderr case emits.
+pub fn init_tracing() {
+    if let Ok(level) = std::env::var("MCP_STDIO_TEST_LOG") {
+        let level = level
+            .parse::<tracing_subscriber::filter::LevelFilter>()
+            .unwrap_or(tracing_subscriber::filter::LevelFilter::DEBUG);
+        tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .with_writer(mcp_stdio_sys::NonBlockingStderr::default)
+            .init();
+    }
+}
+
+/// The start of a serve binary: tracing when asked, then
+/// `<log> pid N serving on stdio`.
+pub fn start(log: &str) -> Instant {
+    init_tracing();
+    log_line!("{log} pid {} serving on stdio", std::process::id());
+    Instant::now()
+}
+
+/// The end of a serve binary: `<log> stdin closed; exiting after D; report
+/// {json}` (or `<log> serve failed after D: E`), then the stderr writer gets
+/// a bounded time to finish, so a client that never reads stderr cannot hold
+/// the exit.
+pub fn finish(
+    log: &str,
+    started: Instant,
+    result: std::io::Result<mcp_stdio_core::serve::ServeReport>,
+) -> std::process::ExitCode {
+    let code = match result {
+        Ok(report) => {
+            let report = serde_json::to_string(&report).unwrap_or_else(|e| e.to_string());
+            log_line!(
+                "{log} stdin closed; exiting after {:?}; report {report}",
+                started.elapsed()
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            log_line!("{log} serve failed after {:?}: {e}", started.elapsed());
+            std::process::ExitCode::FAILURE
+        }
+    };
+    mcp_stdio_sys::drain_stderr(Duration::from_secs(2));
+    code
+}
 
 /// The `initialize` result: the client's protocol version when supported
 /// (else the latest), `capabilities {tools:{}}`, and `server_name`.
@@ -18,7 +85,7 @@ pub fn initialize(params: &Value, log: &str, server_name: &str) -> Value {
     } else {
         LATEST_PROTOCOL_VERSION
     };
-    eprintln!("{log} initialize: client asked {asked:?}, answering {version}");
+    log_line!("{log} initialize: client asked {asked:?}, answering {version}");
     json!({
         "protocolVersion": version,
         "capabilities": { "tools": {} },
@@ -110,7 +177,7 @@ pub struct CancelWatch<F: Fn() -> bool> {
 impl<F: Fn() -> bool> CancelWatch<F> {
     /// Logs `<log> slow ID started` and starts watching.
     pub fn start(log: &'static str, id: Id, is_cancelled: F) -> Self {
-        eprintln!("{log} slow {id} started");
+        log_line!("{log} slow {id} started");
         Self {
             log,
             id,
@@ -123,7 +190,7 @@ impl<F: Fn() -> bool> CancelWatch<F> {
 impl<F: Fn() -> bool> Drop for CancelWatch<F> {
     fn drop(&mut self) {
         if (self.is_cancelled)() {
-            eprintln!(
+            log_line!(
                 "{} cancelled {} after {:?}",
                 self.log,
                 self.id,

@@ -22,6 +22,8 @@ const EXIT_BOUND: Duration = Duration::from_secs(15);
 
 struct Server {
     child: Child,
+    /// Held open and never read, in the stalled-stderr cases.
+    _unread_stderr: Option<std::process::ChildStderr>,
     stdin: Option<ChildStdin>,
     stdout: Option<BufReader<ChildStdout>>,
     log: Receiver<(Instant, String)>,
@@ -30,24 +32,39 @@ struct Server {
 
 impl Server {
     fn start(name: &'static str, path: &str) -> Self {
-        let mut child = Command::new(path)
-            .stdin(Stdio::piped())
+        Self::spawn(name, path, true)
+    }
+
+    fn spawn(name: &'static str, path: &str, read_stderr: bool) -> Self {
+        let mut cmd = Command::new(path);
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::piped());
+        if !read_stderr {
+            // The library's own diagnostics too, through the same stderr.
+            cmd.env("MCP_STDIO_TEST_LOG", "debug");
+        }
+        let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("{name}: spawn {path}: {e}"));
         let stderr = child.stderr.take().expect("piped");
         let (tx, log) = mpsc::channel();
-        // Stderr is read for the whole run: only stdout is stalled.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { return };
-                if tx.send((Instant::now(), line)).is_err() {
-                    return;
+        let mut unread = None;
+        if read_stderr {
+            // Stderr is read for the whole run: only stdout is stalled.
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { return };
+                    if tx.send((Instant::now(), line)).is_err() {
+                        return;
+                    }
                 }
-            }
-        });
+            });
+        } else {
+            unread = Some(stderr);
+        }
         Self {
+            _unread_stderr: unread,
             stdin: child.stdin.take(),
             stdout: Some(BufReader::new(child.stdout.take().expect("piped"))),
             child,
@@ -239,4 +256,63 @@ fn g1_serve_blocking_serves_cancels_and_exits_while_a_large_response_is_stuck() 
         env!("CARGO_BIN_EXE_serve-blocking"),
         1024 * 1024,
     );
+}
+
+/// "Stalled stderr": nobody reads the server's stderr while it logs far more
+/// than the pipe holds — its own lines and the library's `tracing` events at
+/// debug level, all through the non-blocking stderr writer. The serve loop
+/// still answers promptly and still exits on stdin EOF (G1).
+fn stalled_stderr(name: &'static str, path: &str) {
+    let mut s = Server::spawn(name, path, false);
+    s.handshake();
+    let noisy = format!("notifications/{}", "n".repeat(1000));
+    for round in 0..3u64 {
+        for _ in 0..1000 {
+            s.send(&json!({"jsonrpc":"2.0","method":noisy}));
+        }
+        for id in 0..20u64 {
+            let id = 1000 * (round + 1) + id;
+            s.send(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+                "params":{"name":"slow","arguments":{"seconds":60}}}));
+            s.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled",
+                "params":{"requestId":id}}));
+        }
+    }
+    let sent = Instant::now();
+    s.send(&json!({"jsonrpc":"2.0","id":"after-the-noise","method":"ping"}));
+    let answer = loop {
+        let v = s.recv();
+        if v["id"] == "after-the-noise" {
+            break v;
+        }
+        assert!(
+            sent.elapsed() < PROMPT,
+            "{name}: no ping answer within {PROMPT:?}"
+        );
+    };
+    let ping = sent.elapsed();
+    assert!(answer.get("result").is_some(), "{answer}");
+    s.stdin = None;
+    let exit = s.wait_exit(EXIT_BOUND);
+    eprintln!(
+        "{name}: ~3 MB of stderr nobody read; ping answered in {:.2} ms; exited {exit:?} after stdin EOF",
+        ping.as_secs_f64() * 1e3
+    );
+    assert!(ping < PROMPT);
+    assert!(exit.is_some(), "{name}: still running after stdin EOF");
+}
+
+#[test]
+fn g1_serve_tokio_keeps_serving_while_nobody_reads_its_stderr() {
+    stalled_stderr("serve-tokio", env!("CARGO_BIN_EXE_serve-tokio"));
+}
+
+#[test]
+fn g1_serve_async_std_keeps_serving_while_nobody_reads_its_stderr() {
+    stalled_stderr("serve-async-std", env!("CARGO_BIN_EXE_serve-async-std"));
+}
+
+#[test]
+fn g1_serve_blocking_keeps_serving_while_nobody_reads_its_stderr() {
+    stalled_stderr("serve-blocking", env!("CARGO_BIN_EXE_serve-blocking"));
 }

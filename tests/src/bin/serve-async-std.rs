@@ -26,7 +26,7 @@
 //! - `serve-async-std: stdin closed; exiting after D; report {json}` at the end.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mcp_stdio_async_std::{serve, Handler, HandlerResult, RequestContext, ServeOptions};
 use mcp_stdio_core::message::{
@@ -66,7 +66,7 @@ impl Handler for InteropServer {
     }
 
     fn notification(&self, notification: Notification) {
-        eprintln!("{LOG} notification {}", notification.method);
+        mcp_stdio_tests::log_line!("{LOG} notification {}", notification.method);
     }
 }
 
@@ -99,20 +99,7 @@ fn main() -> ExitCode {
 }
 
 async fn run() -> ExitCode {
-    eprintln!("{LOG} pid {} serving on stdio", std::process::id());
-    let started = Instant::now();
-    match serve(ServeOptions::default(), InteropServer).await {
-        Ok(report) => {
-            let report = serde_json::to_string(&report).unwrap_or_else(|e| e.to_string());
-            eprintln!(
-                "{LOG} stdin closed; exiting after {:?}; report {report}",
-                started.elapsed()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("{LOG} serve failed after {:?}: {e}", started.elapsed());
-            ExitCode::FAILURE
-        }
-    }
+    let started = mcp_stdio_tests::serve_tools::start(LOG);
+    let result = serve(ServeOptions::default(), InteropServer).await;
+    mcp_stdio_tests::serve_tools::finish(LOG, started, result)
 }
