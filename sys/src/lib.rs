@@ -2,9 +2,11 @@
 //!
 //! The few system calls every mcp-stdio adapter (and the CLI) makes besides
 //! pipe I/O, written once: turning a [`CommandSpec`] into a command in its own
-//! process group, signalling that group, and reading an exit status in the
-//! core's terms. The core decides when; this crate does it. No async runtime
-//! and no unsafe code.
+//! process group, signalling that group, reading an exit status in the
+//! core's terms, switching this process's stdin/stdout pipes to non-blocking
+//! mode for `serve` ([`NonBlockingStdio`]), and writing this process's
+//! stderr without ever blocking ([`NonBlockingStderr`]). The core decides
+//! when; this crate does it. No async runtime.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
