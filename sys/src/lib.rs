@@ -2,12 +2,19 @@
 //!
 //! The few system calls every mcp-stdio adapter (and the CLI) makes besides
 //! pipe I/O, written once: turning a [`CommandSpec`] into a command in its own
-//! process group, signalling that group, and reading an exit status in the
-//! core's terms. The core decides when; this crate does it. No async runtime
-//! and no unsafe code.
+//! process group, signalling that group, reading an exit status in the
+//! core's terms, and spawning a server tied to this process's life
+//! ([`spawn_tied`]). The core decides when; this crate does it. No async
+//! runtime. One `unsafe` block: the `pre_exec` hook that asks the kernel to
+//! kill the child when we die (Linux).
 
-#![forbid(unsafe_code)]
+// `deny`, not `forbid`: the one `pre_exec` in `tied` allows it locally.
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
+
+mod tied;
+
+pub use tied::spawn_tied;
 
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::{CommandSpec, ExitStatus};
