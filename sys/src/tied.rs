@@ -14,9 +14,13 @@
 //! shutdown signals). The kernel also clears the setting when the child
 //! executes a set-user-ID, set-group-ID or file-capability binary.
 //!
-//! Elsewhere (macOS, the BSDs, Windows) there is no such request: the spawn
-//! runs on the calling thread, and a host killed with `SIGKILL` leaves its
-//! child with only the end-of-file on its stdin.
+//! Elsewhere (macOS, the BSDs, Windows) there is no such request, and a host
+//! killed with `SIGKILL` leaves its child with only the end-of-file on its
+//! stdin. Tied spawns still run on the spawner thread there, one at a time:
+//! where pipes are made close-on-exec only after they are created (macOS has
+//! no `pipe2`), a server forked at the same instant by another thread could
+//! inherit the write end of a sibling's stdin and keep that EOF from coming.
+//! Serialized, our own spawns never leak pipes into each other.
 
 use std::io;
 
@@ -27,38 +31,31 @@ use mcp_stdio_core::CommandSpec;
 /// `SIGKILL` when this process dies, however it dies.
 ///
 /// `spawn` receives the std command, sets what it needs (pipes), converts it
-/// to its runtime's command and spawns it. On Linux it runs on the
-/// process-wide spawner thread, so it must carry whatever runtime context its
-/// spawn needs (tokio: enter the caller's `Handle`); async-process and std
-/// need none. The caller blocks until `spawn` returns, which is as long as
-/// the `fork` and `exec` take. A panic in `spawn` is resumed on the caller.
+/// to its runtime's command and spawns it. It runs on the process-wide
+/// spawner thread, so it must carry whatever runtime context its spawn needs
+/// (tokio: enter the caller's `Handle`); async-process and std need none.
+/// The caller blocks until `spawn` returns, which is as long as the `fork`
+/// and `exec` take. A panic in `spawn` is resumed on the caller.
 ///
 /// # Errors
-/// What `spawn` returns; or, on Linux, an error when the spawner thread cannot
-/// be started or its job queue is gone.
+/// What `spawn` returns; or an error when the spawner thread cannot be
+/// started or its job queue is gone.
 pub fn spawn_tied<T, F>(spec: &CommandSpec, spawn: F) -> io::Result<T>
 where
     T: Send + 'static,
     F: FnOnce(std::process::Command) -> io::Result<T> + Send + 'static,
 {
-    let cmd = crate::command(spec);
+    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+    let mut cmd = crate::command(spec);
     #[cfg(target_os = "linux")]
-    {
-        let mut cmd = cmd;
-        linux::kill_child_when_parent_dies(&mut cmd);
-        linux::on_spawner_thread(move || spawn(cmd))?
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        spawn(cmd)
-    }
+    kill_child_when_parent_dies(&mut cmd);
+    spawner::on_spawner_thread(move || spawn(cmd))?
 }
 
-#[cfg(target_os = "linux")]
-pub(crate) mod linux {
+/// The process-wide spawner thread.
+pub(crate) mod spawner {
     use std::cell::Cell;
     use std::io;
-    use std::os::unix::process::CommandExt;
     use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
     use std::sync::mpsc::{self, Receiver, SyncSender};
     use std::sync::{Mutex, PoisonError};
@@ -142,38 +139,41 @@ pub(crate) mod linux {
             job();
         }
     }
+}
 
-    /// Asks the kernel, in the child before `exec`, to `SIGKILL` it when the
-    /// thread that forks it exits. If this process already died before the
-    /// request took effect (the child was reparented), the child exits at once.
-    pub(crate) fn kill_child_when_parent_dies(cmd: &mut std::process::Command) {
-        let parent = rustix::process::getpid();
-        let in_child = move || -> io::Result<()> {
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
-            // The parent died between `fork` and the request: no signal will
-            // come, so do not exec. std then `_exit`s the child.
-            if rustix::process::getppid() != Some(parent) {
-                return Err(io::Error::from_raw_os_error(
-                    rustix::io::Errno::SRCH.raw_os_error(),
-                ));
-            }
-            Ok(())
-        };
-        // SAFETY: the closure runs in the child between `fork` and `exec`,
-        // where only async-signal-safe calls are allowed. It makes two raw
-        // system calls (`prctl`, `getppid`), compares two integers and builds
-        // an `io::Error` from an OS error code (no allocation); it takes no
-        // lock and touches no state shared with other threads.
-        #[allow(unsafe_code)]
-        unsafe {
-            cmd.pre_exec(in_child);
+/// Asks the kernel, in the child before `exec`, to `SIGKILL` it when the
+/// thread that forks it exits. If this process already died before the
+/// request took effect (the child was reparented), the child exits at once.
+#[cfg(target_os = "linux")]
+pub(crate) fn kill_child_when_parent_dies(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+
+    let parent = rustix::process::getpid();
+    let in_child = move || -> io::Result<()> {
+        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+        // The parent died between `fork` and the request: no signal will
+        // come, so do not exec. std then `_exit`s the child.
+        if rustix::process::getppid() != Some(parent) {
+            return Err(io::Error::from_raw_os_error(
+                rustix::io::Errno::SRCH.raw_os_error(),
+            ));
         }
+        Ok(())
+    };
+    // SAFETY: the closure runs in the child between `fork` and `exec`,
+    // where only async-signal-safe calls are allowed. It makes two raw
+    // system calls (`prctl`, `getppid`), compares two integers and builds
+    // an `io::Error` from an OS error code (no allocation); it takes no
+    // lock and touches no state shared with other threads.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(in_child);
     }
 }
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    use super::linux::on_spawner_thread;
+    use super::spawner::on_spawner_thread;
     use super::*;
     use std::time::{Duration, Instant};
 
@@ -244,7 +244,7 @@ mod tests {
         // request made from a thread that then exits kills the child.
         let mut cmd = crate::command(&CommandSpec::new("sleep"));
         cmd.arg("30");
-        linux::kill_child_when_parent_dies(&mut cmd);
+        kill_child_when_parent_dies(&mut cmd);
         let mut child = std::thread::spawn(move || cmd.spawn().expect("sleep runs"))
             .join()
             .expect("thread joins");
