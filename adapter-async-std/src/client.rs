@@ -259,11 +259,14 @@ impl Client {
     /// executor. Works from any thread, inside or outside an executor
     /// (async-std, smol or none).
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self> {
-        let mut cmd = os::command(command);
-        cmd.stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = cmd.spawn()?;
+        // Tied to this process (G11): forked on the process-wide spawner thread.
+        let mut child = mcp_stdio_sys::spawn_tied(command, |cmd| {
+            async_process::Command::from(cmd)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+        })?;
         let pid = child.id();
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();

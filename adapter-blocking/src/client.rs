@@ -682,11 +682,13 @@ impl Driver {
         command: &CommandSpec,
         options: ClientOptions,
     ) -> io::Result<(Self, Commands, Arc<Shared>)> {
-        let mut cmd = os::command(command);
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn()?;
+        // Tied to this process (G11): forked on the process-wide spawner thread.
+        let mut child = mcp_stdio_sys::spawn_tied(command, |mut cmd| {
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+        })?;
         let pid = child.id();
         tracing::debug!(pid, command = %command.display(), "spawned MCP server");
         let io = match Io::new(&mut child, pid) {

@@ -222,11 +222,16 @@ impl Client {
     /// and stderr piped, and starts the driver task. Must be called inside a
     /// tokio runtime.
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self> {
-        let mut cmd = os::command(command);
-        cmd.stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = cmd.spawn()?;
+        // Tied to this process (G11); forked on the spawner thread, in our runtime.
+        let runtime = tokio::runtime::Handle::current();
+        let mut child = mcp_stdio_sys::spawn_tied(command, move |cmd| {
+            let _entered = runtime.enter();
+            tokio::process::Command::from(cmd)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+        })?;
         let pid = child.id().unwrap_or(0);
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();

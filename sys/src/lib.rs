@@ -3,21 +3,27 @@
 //! The few system calls every mcp-stdio adapter (and the CLI) makes besides
 //! pipe I/O, written once: turning a [`CommandSpec`] into a command in its own
 //! process group, signalling that group, reading an exit status in the
-//! core's terms, switching this process's stdin/stdout pipes to non-blocking
-//! mode for `serve` ([`NonBlockingStdio`]), and writing this process's
-//! stderr without ever blocking ([`NonBlockingStderr`]). The core decides
-//! when; this crate does it. No async runtime.
+//! core's terms, spawning a server tied to this process's life
+//! ([`spawn_tied`]), switching this process's stdin/stdout pipes to
+//! non-blocking mode for `serve` ([`NonBlockingStdio`]), and writing this
+//! process's stderr without ever blocking ([`NonBlockingStderr`]). The core
+//! decides when; this crate does it. No async runtime. One `unsafe` block:
+//! the `pre_exec` hook that asks the kernel to kill the child when we die
+//! (Linux).
 
-#![forbid(unsafe_code)]
+// `deny`, not `forbid`: the one `pre_exec` in `tied` allows it locally.
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod stderr;
 mod stdio;
+mod tied;
 
 pub use stderr::{
     drain_stderr, stderr_dropped_bytes, write_stderr, NonBlockingStderr, STDERR_QUEUE_BYTES,
 };
 pub use stdio::{NonBlockingStdio, StdioKind};
+pub use tied::spawn_tied;
 
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::{CommandSpec, ExitStatus};

@@ -554,7 +554,11 @@ fn server_misbehaviour_flags_do_what_they_say() {
     while s.stderr_len() < 100_000 && waited.elapsed() < LONG {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(s.stderr_len() >= 100_000, "{} bytes of stderr", s.stderr_len());
+    assert!(
+        s.stderr_len() >= 100_000,
+        "{} bytes of stderr",
+        s.stderr_len()
+    );
     s.send_call(
         json!(1),
         "slow",

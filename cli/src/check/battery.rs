@@ -12,7 +12,7 @@ use mcp_stdio_core::client::{ClientMetrics, RequestFailure};
 use mcp_stdio_core::handshake::{Implementation, InitializeResult, LATEST_PROTOCOL_VERSION};
 use mcp_stdio_core::host::{ClientOptions, HostConfig, InitializeError, RequestError};
 use mcp_stdio_core::message::{to_raw, Id, Message, RawValue};
-use mcp_stdio_core::process::EndedBy;
+use mcp_stdio_core::process::{EndedBy, Signal};
 use mcp_stdio_core::{CommandSpec, ExitStatus, SessionRecord};
 use mcp_stdio_tokio::Client;
 use serde_json::{json, Value};
@@ -282,7 +282,7 @@ impl Battery<'_> {
             End::Wait => tokio::time::timeout(bound, client.wait()).await.ok(),
         };
         if record.is_none() {
-            procs::kill_group(pid);
+            mcp_stdio_sys::signal_group(pid, Signal::Kill);
         }
         let leftovers = procs::sweep(pid).await;
         let (stderr_seen, stderr_note) = record.as_ref().map_or((0, None), |r| {
@@ -1109,14 +1109,14 @@ impl Battery<'_> {
         }
         let pid = client.pid();
         let term_at = Instant::now();
-        procs::signal_group(pid, true);
+        mcp_stdio_sys::signal_group(pid, Signal::Term);
         let deadline = term_at + self.s.grace;
         while !client.is_finished() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let needed_kill = !client.is_finished();
         if needed_kill {
-            procs::kill_group(pid);
+            mcp_stdio_sys::signal_group(pid, Signal::Kill);
         }
         let record = self.end("SIGTERM", client, End::Wait).await;
         let exit = record.as_ref().and_then(|r| r.process.exit_status);

@@ -8,6 +8,9 @@
 
 use std::time::{Duration, Instant};
 
+use mcp_stdio_core::process::Signal;
+use mcp_stdio_sys::signal_group;
+
 /// A live process found in a server's group.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct Leftover {
@@ -34,7 +37,7 @@ pub(crate) async fn sweep(pgid: u32) -> Option<Vec<Leftover>> {
             return Some(found);
         }
         if start.elapsed() >= SETTLE {
-            kill_group(pgid);
+            signal_group(pgid, Signal::Kill);
             return Some(found);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -86,34 +89,6 @@ fn parse_stat(line: &str) -> Option<(String, char, u32)> {
     let _ppid = fields.next()?;
     let pgrp = fields.next()?.parse().ok()?;
     Some((name, state, pgrp))
-}
-
-/// Sends a signal to process group `pgid`; never to our own group. A group
-/// that is already gone is not an error.
-#[cfg(unix)]
-pub(crate) fn signal_group(pgid: u32, term: bool) {
-    use rustix::process::{kill_process_group, Pid, Signal};
-    let Some(pid) = i32::try_from(pgid).ok().and_then(Pid::from_raw) else {
-        return;
-    };
-    if rustix::process::getpgrp() == pid {
-        tracing::error!(pgid, "refusing to signal our own process group");
-        return;
-    }
-    let sig = if term { Signal::TERM } else { Signal::KILL };
-    if let Err(e) = kill_process_group(pid, sig) {
-        if e != rustix::io::Errno::SRCH {
-            tracing::warn!(pgid, error = %e, "signalling process group failed");
-        }
-    }
-}
-
-#[cfg(not(unix))]
-pub(crate) fn signal_group(_pgid: u32, _term: bool) {}
-
-/// `SIGKILL` to process group `pgid`.
-pub(crate) fn kill_group(pgid: u32) {
-    signal_group(pgid, false);
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 //! pipes, writes bytes itself and frames stdout with the core's [`Framer`]
 //! (so the wire limit still applies before any parse, G2) — reading only when
 //! the row says so. stderr is always drained by a task of its own, so the
-//! server never blocks on it.
+//! server never blocks on it. Spawning, signalling and the exit status go
+//! through `mcp-stdio-sys`, and the end of a session is the core's
+//! [`ProcessSupervisor`] cancel sequence, as in every adapter.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,8 +18,11 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_core::frame::{FrameError, FrameEvent, Framer, FramerConfig};
 use mcp_stdio_core::message::{Id, Message};
-use mcp_stdio_core::process::EndedBy;
+use mcp_stdio_core::process::{
+    ChildPipes, EndedBy, ProcessAction, ProcessSupervisor, Signal, SupervisorConfig,
+};
 use mcp_stdio_core::{CommandSpec, ExitStatus};
+use mcp_stdio_sys::{exit_status, signal_group};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::task::JoinHandle;
@@ -80,6 +85,7 @@ pub(crate) struct RawEnd {
 pub(crate) struct RawServer {
     child: Child,
     pid: u32,
+    spawned_at: Instant,
     stdin: Option<ChildStdin>,
     stdout: Option<ChildStdout>,
     framer: Framer,
@@ -91,29 +97,20 @@ pub(crate) struct RawServer {
 }
 
 impl RawServer {
-    /// Spawns `spec` (no shell; its own process group) with all three streams
-    /// piped; frames stdout under `max_frame`. Must run inside tokio.
+    /// Spawns `spec` (no shell; its own process group; tied to our life like
+    /// a `Client`'s server) with all three streams piped; frames stdout under
+    /// `max_frame`. Must run inside tokio.
     pub(crate) fn spawn(spec: &CommandSpec, max_frame: usize) -> std::io::Result<Self> {
-        let mut cmd = tokio::process::Command::new(spec.get_program());
-        cmd.args(spec.get_args());
-        if spec.get_env_clear() {
-            cmd.env_clear();
-        }
-        for (k, v) in spec.get_envs() {
-            match v {
-                Some(v) => cmd.env(k, v),
-                None => cmd.env_remove(k),
-            };
-        }
-        if let Some(dir) = spec.get_current_dir() {
-            cmd.current_dir(dir);
-        }
-        #[cfg(unix)]
-        cmd.process_group(0);
-        cmd.stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = cmd.spawn()?;
+        let runtime = tokio::runtime::Handle::current();
+        let mut child = mcp_stdio_sys::spawn_tied(spec, move |cmd| {
+            let _entered = runtime.enter();
+            tokio::process::Command::from(cmd)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+        })?;
+        let spawned_at = Instant::now();
         let pid = child.id().unwrap_or(0);
         let stderr_bytes = Arc::new(AtomicU64::new(0));
         let stderr_task = child.stderr.take().map(|mut err| {
@@ -135,6 +132,7 @@ impl RawServer {
             stdout: child.stdout.take(),
             child,
             pid,
+            spawned_at,
             framer: Framer::new(framer_config),
             events: VecDeque::new(),
             buf: vec![0u8; READ_CHUNK],
@@ -287,25 +285,33 @@ impl RawServer {
         self.exit
     }
 
-    /// Ends the session like `Client::kill`: close stdin and stop reading
-    /// stdout, `SIGTERM` to the group at once, `SIGKILL` after `grace`; the
-    /// observed exit. (These sessions' ends are not what their rows measure.)
+    /// Ends the session like `Client::kill`: the core's cancel sequence (close
+    /// stdin and `SIGTERM` to the group at once, `SIGKILL` after `grace`, the
+    /// exit awaited 1 s more), with stdout no longer read; the observed exit.
+    /// (These sessions' ends are not what their rows measure.)
+    ///
+    /// stderr is drained by its own task and not handed to the supervisor:
+    /// the supervisor would `SIGKILL` the group when a grandchild holds stderr
+    /// after the server's exit, and the leftover-processes row must still see
+    /// what the server left behind.
     pub(crate) async fn finish(mut self, grace: Duration) -> RawEnd {
-        let exited_before = self.try_exit().is_some();
-        self.stdin = None;
+        let mut config = SupervisorConfig::default();
+        config
+            .term_grace(grace)
+            .reader_drain_deadline(Duration::from_secs(1));
+        let mut supervisor = ProcessSupervisor::new(config);
+        let stdin_only = ChildPipes {
+            stdin: true,
+            stdout: false,
+            stderr: false,
+        };
+        supervisor.handle_spawned(self.spawned_at, stdin_only);
         self.stdout = None;
-        let mut ended_by = EndedBy::ExitedByItself;
-        if !exited_before {
-            ended_by = EndedBy::ExitedAfterTerm;
-            super::procs::signal_group(self.pid, true);
-            if self.wait_exit(grace).await.is_none() {
-                ended_by = EndedBy::ExitedAfterKill;
-                super::procs::kill_group(self.pid);
-                if self.wait_exit(Duration::from_secs(1)).await.is_none() {
-                    ended_by = EndedBy::ExitNotObserved;
-                }
-            }
+        if let Some(status) = self.try_exit() {
+            supervisor.handle_exited(Instant::now(), status);
         }
+        supervisor.cancel(Instant::now());
+        let ended_by = self.supervise(&mut supervisor).await;
         if let Some(mut task) = self.stderr_task.take() {
             // An escaped grandchild can hold stderr open: bound the wait.
             if tokio::time::timeout(Duration::from_secs(1), &mut task)
@@ -322,13 +328,55 @@ impl RawServer {
             stderr_bytes: self.stderr_bytes.load(Ordering::Relaxed),
         }
     }
+
+    /// Carries out `supervisor`'s actions until it finishes, feeding it the
+    /// exit and its deadlines; how the server ended.
+    async fn supervise(&mut self, supervisor: &mut ProcessSupervisor) -> EndedBy {
+        let mut can_wait = true;
+        loop {
+            match supervisor.poll_action() {
+                Some(ProcessAction::CloseStdin) => self.stdin = None,
+                Some(ProcessAction::SignalGroup(signal)) => signal_group(self.pid, signal),
+                // No reader is handed to the supervisor (see `finish`).
+                Some(ProcessAction::AbandonReaders) => {}
+                Some(ProcessAction::Finished(outcome)) => return outcome.ended_by,
+                None => {
+                    let deadline = supervisor.poll_timeout();
+                    if deadline.is_none() && !can_wait {
+                        // Nothing left to wait for: the exit cannot be observed.
+                        return EndedBy::ExitNotObserved;
+                    }
+                    let timer = async {
+                        match deadline {
+                            Some(at) => tokio::time::sleep_until(at.into()).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        status = self.child.wait(), if can_wait => match status {
+                            Ok(status) => {
+                                let status = exit_status(status);
+                                self.exit = Some(status);
+                                supervisor.handle_exited(Instant::now(), status);
+                            }
+                            Err(e) => {
+                                tracing::debug!(pid = self.pid, error = %e, "waiting for the server failed");
+                                can_wait = false;
+                            }
+                        },
+                        () = timer => supervisor.handle_timeout(Instant::now()),
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Drop for RawServer {
     fn drop(&mut self) {
         if self.exit.is_none() {
             // One syscall, never a task: a dropped session must not outlive us.
-            super::procs::kill_group(self.pid);
+            signal_group(self.pid, Signal::Kill);
         }
         if let Some(task) = self.stderr_task.take() {
             task.abort();
@@ -367,18 +415,4 @@ fn classify(text: &str) -> RawEvent {
             RawEvent::NotProtocol(e.kind())
         }
     }
-}
-
-fn exit_status(status: std::process::ExitStatus) -> ExitStatus {
-    if let Some(code) = status.code() {
-        return ExitStatus::Code(code);
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(sig) = status.signal() {
-            return ExitStatus::Signal(sig);
-        }
-    }
-    ExitStatus::Code(-1)
 }

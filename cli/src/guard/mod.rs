@@ -171,11 +171,17 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         }
         None => None,
     };
-    let mut cmd = tokio::process::Command::from(mcp_stdio_sys::command(&spec));
-    cmd.stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = match cmd.spawn() {
+    // Tied to the guard (G11): a SIGKILLed guard leaves no server (Linux).
+    let runtime = tokio::runtime::Handle::current();
+    let spawned = mcp_stdio_sys::spawn_tied(&spec, move |cmd| {
+        let _entered = runtime.enter();
+        tokio::process::Command::from(cmd)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+    });
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             eprintln!("mcp-stdio guard: cannot start {}: {e}", spec.display());
