@@ -556,6 +556,10 @@ impl<C: ReplyChannel> ClientDriver<C> {
             return None;
         }
         self.complete_waiters();
+        if !self.stdin_open {
+            // Nobody will write these bytes: drop them rather than hold them.
+            while self.host.poll_transmit().is_some() {}
+        }
         while let Some(line) = self.host.poll_stderr_line() {
             tracing::info!(target: "mcp_stdio::server_stderr", pid = self.pid, "{line}");
         }
@@ -636,7 +640,12 @@ impl<C: ReplyChannel> ClientDriver<C> {
     }
 
     fn refill(&mut self) {
-        if matches!(self.write, WriteSlot::Empty) && self.stdin_open {
+        if !self.stdin_open {
+            // Nobody will write these bytes: drop them rather than hold them.
+            while self.host.poll_transmit().is_some() {}
+            return;
+        }
+        if matches!(self.write, WriteSlot::Empty) {
             if let Some(bytes) = self.host.poll_transmit() {
                 if !bytes.is_empty() {
                     self.write = WriteSlot::Held { bytes, offset: 0 };
