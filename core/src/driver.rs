@@ -688,3 +688,329 @@ impl<C: ReplyChannel> ClientDriver<C> {
         self.options.release_grant(&mut self.host);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
+
+    use super::*;
+    use crate::client::SendError;
+    use crate::process::EndedBy;
+    use crate::server::{ServerConfig, ServerEvent, ServerSession};
+
+    /// `sync_channel(1)`, the blocking adapter's reply channel.
+    struct Std;
+
+    impl ReplyChannel for Std {
+        type Sender<T: Send + 'static> = SyncSender<T>;
+        type Receiver<T: Send + 'static> = Receiver<T>;
+        fn channel<T: Send + 'static>() -> (SyncSender<T>, Receiver<T>) {
+            sync_channel(1)
+        }
+        fn send<T: Send + 'static>(tx: SyncSender<T>, value: T) -> bool {
+            tx.try_send(value).is_ok()
+        }
+    }
+
+    struct Rig {
+        driver: ClientDriver<Std>,
+        wakes: Arc<AtomicUsize>,
+        t0: Instant,
+    }
+
+    fn rig(configure: impl FnOnce(&mut ClientOptions)) -> Rig {
+        let mut options = ClientOptions::default();
+        configure(&mut options);
+        let wakes = Arc::new(AtomicUsize::new(0));
+        let counter = wakes.clone();
+        let cancels = CancelRegistry::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        let t0 = Instant::now();
+        Rig {
+            driver: ClientDriver::new(options, 4242, t0, cancels),
+            wakes,
+            t0,
+        }
+    }
+
+    impl Rig {
+        fn request(&mut self, method: &str, timeout: Option<Duration>) -> StartReply<Std> {
+            let (reply, rx) = Std::channel();
+            let cmd = Command::Request {
+                method: method.to_owned(),
+                params: None,
+                timeout,
+                reply,
+            };
+            self.driver.handle_command(self.t0, cmd);
+            rx.try_recv().expect("answered at once, without blocking")
+        }
+
+        /// Writes everything held, the way a pipe that takes `chunk` bytes at a time would.
+        fn write_all(&mut self, chunk: usize) -> Vec<u8> {
+            let mut wire = Vec::new();
+            while let Some(bytes) = self.driver.poll_write() {
+                let n = bytes.len().min(chunk);
+                wire.extend_from_slice(&bytes[..n]);
+                self.driver.handle_written(n);
+            }
+            wire
+        }
+
+        fn actions(&mut self) -> Vec<DriverAction> {
+            std::iter::from_fn(|| self.driver.poll_action()).collect()
+        }
+    }
+
+    fn lines(wire: &[u8]) -> Vec<serde_json::Value> {
+        wire.split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("JSON"))
+            .collect()
+    }
+
+    fn cancelled_ids(wire: &[u8]) -> Vec<serde_json::Value> {
+        lines(wire)
+            .into_iter()
+            .filter(|m| m["method"] == "notifications/cancelled")
+            .map(|m| m["params"]["requestId"].clone())
+            .collect()
+    }
+
+    /// G1/G9: one message at a time leaves the core, and only once the
+    /// previous one is fully written; the rest waits in the core's bounded
+    /// queue, where backpressure reaches `request`.
+    #[test]
+    fn g9_one_message_held_and_backpressure_reaches_request() {
+        let mut r = rig(|o| {
+            o.config
+                .session_mut()
+                .max_frame(4096)
+                .max_outgoing_bytes(200);
+        });
+        let a = r.request("a", None).expect("sent");
+        let first = r.driver.poll_write().expect("held").to_vec();
+        r.driver.handle_written(3);
+        assert_eq!(r.driver.poll_write().expect("the rest"), &first[3..]);
+        // Nothing written any more: the queue fills to its limit.
+        let mut sent = 1;
+        let err = loop {
+            match r.request("b", None) {
+                Ok(_) => sent += 1,
+                Err(e) => break e,
+            }
+            assert!(sent < 100, "the outgoing limit never applied");
+        };
+        assert!(matches!(
+            err,
+            RequestError::Send(SendError::Backpressure { limit: 200, .. })
+        ));
+        assert!(r.driver.host().session().outgoing_bytes() <= 200);
+        // A cancel still goes out, within the control reserve.
+        a.cancel.cancel("stop");
+        r.driver.handle_cancels(r.t0);
+        assert!(r.actions().is_empty());
+        assert!(matches!(
+            a.outcome.try_recv().expect("completed"),
+            Err(RequestError::Failed(RequestFailure::Cancelled {
+                cancel_sent: true
+            }))
+        ));
+        let mut wire = first[..3].to_vec();
+        wire.extend(r.write_all(1));
+        let Id::Number(n) = a.id else {
+            panic!("numeric ids")
+        };
+        assert_eq!(cancelled_ids(&wire), vec![serde_json::json!(n)]);
+    }
+
+    /// G6: cancels need no queue: as many as requests in flight, issued
+    /// before the driver runs, each wakes it once and each reaches the wire
+    /// once; a second cancel, a cancel by an unknown id and a cancel after
+    /// completion are no-ops that do not even wake the driver.
+    #[test]
+    fn g6_every_cancel_reaches_the_wire_once_without_a_queue() {
+        let max = 128;
+        let mut r = rig(|o| {
+            o.config.session_mut().max_in_flight(max);
+        });
+        let started: Vec<_> = (0..max)
+            .map(|_| r.request("slow", None).expect("sent"))
+            .collect();
+        let _ = r.write_all(usize::MAX);
+        assert_eq!(r.driver.cancels().len(), max);
+        for s in &started {
+            s.cancel.cancel("first");
+            s.cancel.cancel("second");
+        }
+        r.driver
+            .cancels()
+            .cancel(&Id::String("never-sent".into()), "x");
+        assert_eq!(r.wakes.load(Ordering::SeqCst), max);
+        r.driver.handle_cancels(r.t0);
+        assert!(r.actions().is_empty());
+        let wire = r.write_all(7);
+        assert_eq!(cancelled_ids(&wire).len(), max);
+        assert!(lines(&wire)
+            .iter()
+            .all(|m| m["params"]["reason"] == "first"));
+        for s in &started {
+            assert!(s.cancel.is_done());
+            assert!(matches!(
+                s.outcome.try_recv(),
+                Ok(Err(RequestError::Failed(RequestFailure::Cancelled { .. })))
+            ));
+        }
+        assert_eq!((r.driver.waiters(), r.driver.cancels().len()), (0, 0));
+        // After completion: no wake, nothing sent.
+        started[0].cancel.cancel("late");
+        r.driver.cancels().cancel(&started[1].id, "late");
+        assert_eq!(r.wakes.load(Ordering::SeqCst), max);
+        r.driver.handle_cancels(r.t0);
+        assert!(r.driver.poll_write().is_none());
+    }
+
+    /// G6: a caller that gave up before learning its request's id (the
+    /// reply's receiver is gone) still gets the request cancelled.
+    #[test]
+    fn g6_request_abandoned_before_its_id_is_cancelled() {
+        let mut r = rig(|_| {});
+        let (reply, rx) = Std::channel();
+        drop(rx);
+        r.driver.handle_command(
+            r.t0,
+            Command::Request {
+                method: "slow".into(),
+                params: None,
+                timeout: None,
+                reply,
+            },
+        );
+        assert_eq!(r.driver.waiters(), 0);
+        let wire = r.write_all(usize::MAX);
+        let msgs = lines(&wire);
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert_eq!(msgs[1]["params"]["reason"], ABANDONED);
+    }
+
+    /// G6/G8 as a pair: the driver against the core's server session, bytes
+    /// moved in odd chunks, a virtual clock. A timeout and a cancel both
+    /// reach the server; an answered request completes its waiter.
+    #[test]
+    fn g6_pair_timeout_and_cancel_reach_the_server_and_answers_complete() {
+        let mut r = rig(|_| {});
+        let mut server = ServerSession::new(ServerConfig::default());
+        let answered = r.request("tools/call", None).expect("sent");
+        let cancelled = r.request("tools/call", None).expect("sent");
+        let timed = r
+            .request("tools/call", Some(Duration::from_millis(100)))
+            .expect("sent");
+        cancelled.cancel.cancel("user");
+        r.driver.handle_cancels(r.t0);
+        let later = r.t0 + Duration::from_millis(100);
+        assert_eq!(r.driver.poll_timeout(), Some(later));
+        r.driver.handle_timeout(later);
+        assert!(r.actions().is_empty());
+        for chunk in r.write_all(5).chunks(13) {
+            server.handle_stdin(later, chunk);
+        }
+        let mut seen_cancels = Vec::new();
+        let mut requests = Vec::new();
+        while let Some(ev) = server.poll_event() {
+            match ev {
+                ServerEvent::Request(req) => requests.push(req.id),
+                ServerEvent::Cancelled { id, .. } => seen_cancels.push(id),
+                _ => {}
+            }
+        }
+        assert_eq!(requests.len(), 3);
+        seen_cancels.sort();
+        let mut want = vec![cancelled.id.clone(), timed.id.clone()];
+        want.sort();
+        assert_eq!(seen_cancels, want);
+        let result = RawValue::from_string("{\"ok\":1}".into()).expect("JSON");
+        server
+            .respond(&answered.id, Ok(&result))
+            .expect("in flight");
+        while let Some(bytes) = server.poll_transmit() {
+            for chunk in bytes.chunks(3) {
+                r.driver.handle_stdout(later, chunk);
+            }
+        }
+        assert!(r.actions().is_empty());
+        assert_eq!(
+            answered
+                .outcome
+                .try_recv()
+                .expect("completed")
+                .expect("ok")
+                .get(),
+            "{\"ok\":1}"
+        );
+        assert!(timed
+            .outcome
+            .try_recv()
+            .expect("completed")
+            .unwrap_err()
+            .is_timeout());
+    }
+
+    /// G11: at the end every waiter has an outcome, the registry is empty and
+    /// later cancels are no-ops; the driver then polls nothing more.
+    #[test]
+    fn g11_finish_completes_every_waiter_and_closes_the_registry() {
+        let mut r = rig(|o| {
+            o.config
+                .supervisor_mut()
+                .stdin_close_grace(Duration::from_millis(10))
+                .term_grace(Duration::from_millis(10));
+        });
+        let a = r.request("slow", None).expect("sent");
+        let _ = r.write_all(usize::MAX);
+        r.driver.handle_command(r.t0, Command::Shutdown);
+        let mut actions = r.actions();
+        assert!(
+            matches!(actions.as_slice(), [DriverAction::CloseStdin]),
+            "{actions:?}"
+        );
+        assert!(r.driver.poll_write().is_none());
+        r.driver.handle_exited(r.t0, ExitStatus::Code(0));
+        r.driver.handle_stdout_eof(r.t0);
+        r.driver.handle_stderr_eof(r.t0);
+        actions = r.actions();
+        let Some(DriverAction::Finished(record)) = actions.pop() else {
+            panic!("finished: {actions:?}");
+        };
+        assert_eq!(record.process.ended_by, EndedBy::ExitedAfterStdinClose);
+        assert!(r.driver.is_finished());
+        assert!(matches!(
+            a.outcome.try_recv(),
+            Ok(Err(RequestError::Failed(RequestFailure::SessionClosed)))
+        ));
+        assert!(r.driver.cancels().is_empty());
+        a.cancel.cancel("too late");
+        assert_eq!(r.wakes.load(Ordering::SeqCst), 0);
+        assert!(r.driver.poll_action().is_none());
+        assert!(matches!(
+            a.outcome.try_recv(),
+            Err(TryRecvError::Disconnected | TryRecvError::Empty)
+        ));
+    }
+
+    /// A writer task that takes whole messages gets the next one only after
+    /// acknowledging the previous one's length.
+    #[test]
+    fn g9_lent_message_is_acknowledged_before_the_next() {
+        let mut r = rig(|_| {});
+        let _a = r.request("a", None).expect("sent");
+        let _b = r.request("b", None).expect("sent");
+        let first = r.driver.poll_write_owned().expect("lent");
+        assert!(r.driver.poll_write_owned().is_none());
+        assert!(r.driver.is_writing());
+        r.driver.handle_written(first.len());
+        let second = r.driver.poll_write_owned().expect("the next");
+        assert_ne!(first, second);
+    }
+}
