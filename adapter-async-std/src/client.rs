@@ -232,6 +232,13 @@ impl Client {
     /// executor. Works from any thread, inside or outside an executor
     /// (async-std, smol or none).
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self> {
+        let (mut client, driver) = Self::start(command, options)?;
+        client.driver = Some(async_std::task::spawn(driver.run()));
+        Ok(client)
+    }
+
+    /// Spawns the server and its I/O tasks; the driver is returned, not yet running.
+    fn start(command: &CommandSpec, options: ClientOptions) -> std::io::Result<(Self, Driver)> {
         let (mut child, pid) = spawn_server(command)?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
@@ -315,17 +322,18 @@ impl Client {
             incoming_taken: incoming_taken.clone(),
             finished: finished.clone(),
         };
-        Ok(Self {
+        let client = Self {
             commands,
             cancels,
             incoming,
             incoming_taken,
-            driver: Some(async_std::task::spawn(driver.run())),
+            driver: None,
             pid,
             finished,
             client_info,
             request_timeout,
-        })
+        };
+        Ok((client, driver))
     }
 
     /// The server's process id (also its process group id).
@@ -861,5 +869,75 @@ impl Driver {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// G6: a cancel issued while the command queue is full still reaches the
+    /// server. `cat` is the server: whatever reaches its stdin comes back as a
+    /// server→client message. The driver runs on this thread, so while this
+    /// code fills the queue it cannot drain it.
+    #[test]
+    fn g6_cancel_while_the_command_queue_is_full_reaches_the_server() {
+        let (client, driver) =
+            Client::start(&CommandSpec::new("cat"), ClientOptions::default()).expect("spawn cat");
+        let script = async {
+            let pending = client
+                // A deadline, so a lost cancel fails the test instead of hanging it.
+                .start_request("slow", None, Some(Duration::from_secs(20)))
+                .await
+                .expect("sent");
+            let id = pending.id().clone();
+            // No await from here to the cancel: the driver cannot run.
+            let mut filled = 0;
+            while client
+                .commands
+                .try_send(Command::Metrics { reply: oneshot().0 })
+                .is_ok()
+            {
+                filled += 1;
+            }
+            assert_eq!(filled, COMMAND_QUEUE);
+            let t = Instant::now();
+            pending.cancel("queue full");
+            let outcome = pending.await;
+            assert!(
+                matches!(
+                    outcome,
+                    Err(RequestError::Failed(RequestFailure::Cancelled {
+                        cancel_sent: true
+                    }))
+                ),
+                "{outcome:?}"
+            );
+            let echoed = async {
+                loop {
+                    if let Some(IncomingMessage::Notification(n)) = client.next_incoming().await {
+                        let params = n.params.as_ref().map(|p| p.get().to_owned());
+                        if n.method == "notifications/cancelled"
+                            && params.is_some_and(|p| p.contains(&format!("\"requestId\":{id}")))
+                        {
+                            return;
+                        }
+                    }
+                }
+            };
+            let timed_out = async {
+                Timer::after(Duration::from_secs(10)).await;
+                panic!("the cancel never reached the server");
+            };
+            or(echoed, timed_out).await;
+            eprintln!(
+                "async-std: cancel with {filled} commands queued reached the server in {:?}",
+                t.elapsed()
+            );
+            let _ = client.commands.send(Command::Kill).await;
+            std::future::pending::<SessionRecord>().await
+        };
+        let record = async_std::task::block_on(or(driver.run(), script));
+        assert!(record.metrics.cancels_sent >= 1);
     }
 }

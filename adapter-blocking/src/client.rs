@@ -999,6 +999,73 @@ mod tests {
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
     }
 
+    /// G6: a cancel issued while the command queue is full still reaches the
+    /// server. `cat` is the server: whatever reaches its stdin comes back.
+    /// Holding the incoming slot's lock while a message waits in the inbox
+    /// stops the I/O thread, so the queue fills and stays full.
+    #[test]
+    fn g6_cancel_while_the_command_queue_is_full_reaches_the_server() {
+        let client =
+            Client::spawn(&CommandSpec::new("cat"), ClientOptions::default()).expect("cat");
+        let pending = client
+            // A deadline, so a lost cancel fails the test instead of hanging it.
+            .start_request("slow", None, Some(Duration::from_secs(20)))
+            .expect("sent");
+        let id = pending.id().clone();
+        let guard = client.shared.slot();
+        client.notify("notifications/held", None).expect("sent");
+        // The echo arrives and the I/O thread waits for the slot's lock.
+        std::thread::sleep(Duration::from_millis(300));
+        let mut filled = 0;
+        while filled <= COMMAND_QUEUE
+            && client
+                .commands
+                .tx
+                .try_send(Command::Metrics {
+                    reply: reply_channel().0,
+                })
+                .is_ok()
+        {
+            filled += 1;
+        }
+        assert_eq!(filled, COMMAND_QUEUE, "the I/O thread was not held");
+        let t = Instant::now();
+        pending.cancel("queue full");
+        drop(guard);
+        let outcome = pending.wait();
+        assert!(
+            matches!(
+                outcome,
+                Err(RequestError::Failed(RequestFailure::Cancelled {
+                    cancel_sent: true
+                }))
+            ),
+            "{outcome:?}"
+        );
+        let needle = format!("\"requestId\":{id}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let seen = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match client.next_incoming(Some(left)) {
+                Some(IncomingMessage::Notification(n))
+                    if n.method == "notifications/cancelled"
+                        && n.params.as_ref().is_some_and(|p| p.get().contains(&needle)) =>
+                {
+                    break true;
+                }
+                Some(_) => {}
+                None => break false,
+            }
+        };
+        assert!(seen, "the cancel never reached the server");
+        eprintln!(
+            "blocking: cancel with {filled} commands queued reached the server in {:?}",
+            t.elapsed()
+        );
+        let record = client.kill();
+        assert!(record.metrics.cancels_sent >= 1);
+    }
+
     /// `cat` echoes every message back: our request comes back as a request
     /// from the "server", our answer to it comes back as the response.
     #[test]

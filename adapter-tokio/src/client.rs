@@ -585,3 +585,74 @@ async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// G6: a cancel issued while the command queue is full still reaches the
+    /// server. `cat` is the server: whatever reaches its stdin comes back as a
+    /// server→client message. On a current-thread runtime the driver task
+    /// cannot run while this task fills the queue without awaiting.
+    #[test]
+    fn g6_cancel_while_the_command_queue_is_full_reaches_the_server() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async {
+            let client =
+                Client::spawn(&CommandSpec::new("cat"), ClientOptions::default()).expect("cat");
+            let pending = client
+                // A deadline, so a lost cancel fails the test instead of hanging it.
+                .start_request("slow", None, Some(Duration::from_secs(20)))
+                .await
+                .expect("sent");
+            let id = pending.id().clone();
+            // No await from here to the cancel: the driver cannot run.
+            let mut filled = 0;
+            while client
+                .commands
+                .try_send(Command::Metrics {
+                    reply: oneshot::channel().0,
+                })
+                .is_ok()
+            {
+                filled += 1;
+            }
+            assert_eq!(filled, COMMAND_QUEUE);
+            let t = Instant::now();
+            pending.cancel("queue full");
+            let outcome = pending.await;
+            assert!(
+                matches!(
+                    outcome,
+                    Err(RequestError::Failed(RequestFailure::Cancelled {
+                        cancel_sent: true
+                    }))
+                ),
+                "{outcome:?}"
+            );
+            let needle = format!("\"requestId\":{id}");
+            let echoed = tokio::time::timeout(Duration::from_secs(10), async {
+                loop {
+                    if let Some(IncomingMessage::Notification(n)) = client.next_incoming().await {
+                        if n.method == "notifications/cancelled"
+                            && n.params.as_ref().is_some_and(|p| p.get().contains(&needle))
+                        {
+                            return;
+                        }
+                    }
+                }
+            })
+            .await;
+            assert!(echoed.is_ok(), "the cancel never reached the server");
+            eprintln!(
+                "tokio: cancel with {filled} commands queued reached the server in {:?}",
+                t.elapsed()
+            );
+            let record = client.kill().await;
+            assert!(record.metrics.cancels_sent >= 1);
+        });
+    }
+}
