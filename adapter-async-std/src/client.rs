@@ -43,6 +43,8 @@ use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, Session
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request};
 use mcp_stdio_core::CommandSpec;
 
+use mcp_stdio_sys::log_relay::forward_server_stderr;
+
 use crate::os;
 
 /// Commands queued from the application to the driver task. Cancels never
@@ -843,6 +845,7 @@ impl Driver {
                     // be, and it drops stdin: the server sees EOF.
                     self.stdin = None;
                 }
+                DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
                 DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
                 DriverAction::AbandonReaders => {
                     self.stop_readers = None;

@@ -46,6 +46,8 @@ use mio::unix::pipe;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use mcp_stdio_sys::log_relay::forward_server_stderr;
+
 use crate::os;
 
 /// Commands queued from application threads to the I/O thread. Cancels never
@@ -874,6 +876,7 @@ impl Driver {
         while let Some(action) = self.core.poll_action() {
             match action {
                 DriverAction::CloseStdin => self.io.close_stdin(),
+                DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
                 DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
                 DriverAction::AbandonReaders => {
                     self.io.close_stdout();

@@ -20,6 +20,8 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 
+use mcp_stdio_sys::log_relay::forward_server_stderr;
+
 use crate::os;
 
 /// Commands queued from the application to the driver task. Cancels never
@@ -460,6 +462,7 @@ impl Driver {
             while let Some(action) = self.core.poll_action() {
                 match action {
                     DriverAction::CloseStdin => self.stdin = None,
+                    DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
                     DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
                     DriverAction::AbandonReaders => {
                         self.stdout = None;

@@ -286,6 +286,10 @@ enum WriteSlot {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum DriverAction {
+    /// A line of the server's stderr, within the forwarding budget, for the
+    /// logs. Hand it to something that cannot block the loop (the adapters
+    /// use a relay thread): a `tracing` subscriber may block.
+    LogStderrLine(String),
     /// Close (drop) the server's stdin; the driver has dropped what it held.
     CloseStdin,
     /// Send this signal to the server's process group; `ESRCH` is not an error.
@@ -549,7 +553,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
     // ---- outputs ----
 
     /// The next thing to do; call until `None` after every input. Completes
-    /// waiters and forwards the server's stderr lines on the way.
+    /// waiters on the way.
     #[must_use]
     pub fn poll_action(&mut self) -> Option<DriverAction> {
         if self.finished {
@@ -560,8 +564,8 @@ impl<C: ReplyChannel> ClientDriver<C> {
             // Nobody will write these bytes: drop them rather than hold them.
             while self.host.poll_transmit().is_some() {}
         }
-        while let Some(line) = self.host.poll_stderr_line() {
-            tracing::info!(target: "mcp_stdio::server_stderr", pid = self.pid, "{line}");
+        if let Some(line) = self.host.poll_stderr_line() {
+            return Some(DriverAction::LogStderrLine(line));
         }
         let action = self.host.poll_action()?;
         Some(match action {
