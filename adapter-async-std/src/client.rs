@@ -5,9 +5,10 @@
 //! async-std has no `select!`, so instead of one task polling every pipe the
 //! work is split by what each task waits on:
 //!
-//! - the **driver** owns the [`HostSession`] and every decision; it waits for
-//!   "the next I/O event, the next command, room for an incoming message, or
-//!   the core's deadline" and never for anything else;
+//! - the **driver** owns the core's [`ClientDriver`], which makes every
+//!   decision; it waits for "the next I/O event, the next command, a cancel,
+//!   room for an incoming message, or the core's deadline" and never for
+//!   anything else;
 //! - a **stdout reader** and a **stderr reader** each own their pipe and read
 //!   chunks for the whole life of the process, sending them to the driver;
 //! - a **stdin writer** owns stdin and writes one message at a time;
@@ -204,11 +205,12 @@ impl CancelHandle {
 
 /// A spawned MCP server and its session.
 ///
-/// One driver task owns the core [`HostSession`]; reader tasks read the
+/// One driver task owns the core's [`ClientDriver`]; reader tasks read the
 /// server's stdout and stderr continuously, whatever the application does
 /// (G1); a writer task writes stdin without ever blocking those reads; the
 /// driver applies deadlines and runs the shutdown sequence (G11). The
-/// application talks to the driver through a bounded command queue.
+/// application talks to the driver through a bounded command queue; cancels
+/// bypass it and are never lost. The decisions are the core's [`ClientDriver`].
 ///
 /// Dropping a `Client` without [`shutdown`](Self::shutdown) kills the
 /// server's process group at once (a `killpg` system call, never a task

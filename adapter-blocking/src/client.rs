@@ -3,13 +3,15 @@
 //! # Threads and queues
 //!
 //! - **The I/O thread** (one per session, named `mcp-io-<pid>`) owns
-//!   the core [`HostSession`], the [`Child`], the three pipes (non-blocking)
+//!   the core's [`ClientDriver`], the [`Child`], the three pipes (non-blocking)
 //!   and a [`mio::Poll`]. It reads stdout and stderr whenever they are
 //!   readable, whatever the application threads do (G1), writes stdin only
 //!   when it is writable, so a server that does not read never stalls the
 //!   reads, and runs the core's timers as the poll timeout.
 //! - **Application threads** talk to it through a bounded command queue
-//!   ([`COMMAND_QUEUE`] commands) and wake it with a [`mio::Waker`]. Each
+//!   ([`COMMAND_QUEUE`] commands) and wake it with a [`mio::Waker`]. Cancels
+//!   bypass the queue: a flag per request in the core's [`CancelRegistry`]
+//!   and the same waker, so a full queue never loses one. Each
 //!   answer travels back over its own channel of capacity 1, so the I/O
 //!   thread never blocks on an application thread.
 //! - **Incoming messages** (server→client) cross over a slot of capacity 1,
@@ -274,12 +276,13 @@ impl CancelHandle {
 
 /// A spawned MCP server and its session, for threads without an async runtime.
 ///
-/// One I/O thread owns the core [`HostSession`]: it reads the server's
+/// One I/O thread owns the core's [`ClientDriver`]: it reads the server's
 /// stdout and stderr continuously, whatever the application threads do
 /// (G1), writes stdin without ever blocking those reads, applies deadlines
 /// and runs the shutdown sequence (G11). Application threads talk to it
-/// through a bounded command queue; every method may be called from any
-/// thread (`Client` is `Send + Sync`).
+/// through a bounded command queue (cancels bypass it and are never lost);
+/// every method may be called from any thread (`Client` is `Send + Sync`).
+/// The decisions are the core's [`ClientDriver`].
 ///
 /// Dropping a `Client` without [`shutdown`](Self::shutdown) kills the
 /// server's process group at once (one `killpg` system call); the I/O thread

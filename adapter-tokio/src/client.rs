@@ -171,11 +171,12 @@ impl CancelHandle {
 
 /// A spawned MCP server and its session.
 ///
-/// One driver task owns the core [`HostSession`]: it reads the server's
+/// One driver task owns the core's [`ClientDriver`]: it reads the server's
 /// stdout and stderr continuously, whatever the application does (G1),
 /// writes stdin without ever blocking those reads, applies deadlines and
 /// runs the shutdown sequence (G11). The application talks to it through a
-/// bounded command queue.
+/// bounded command queue; cancels bypass it and are never lost. The
+/// decisions are the core's [`ClientDriver`].
 ///
 /// Dropping a `Client` without [`shutdown`](Self::shutdown) kills the
 /// server's process group at once (a `killpg` system call, never a task

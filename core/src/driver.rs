@@ -36,7 +36,7 @@
 //!   replies, see [`ClientConfig`](crate::client::ClientConfig)) plus the one
 //!   message held here (at most `max_frame` bytes). Past the queue's limit
 //!   `request`, `notify` and `respond` fail with
-//!   [`SendError::Backpressure`] while reads, timers and cancels go on.
+//!   [`SendError::Backpressure`](crate::client::SendError::Backpressure) while reads, timers and cancels go on.
 //! - **Cancels**: at most one per request in flight, so at most
 //!   `max_in_flight` (default 128) at once, each a flag and its reason
 //!   (under 100 bytes plus the reason). They never pass through the
