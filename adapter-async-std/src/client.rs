@@ -36,9 +36,8 @@ use event_listener::{Event, EventListener};
 use futures_lite::future::{or, race};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWriteExt, Stream};
 use mcp_stdio_core::client::{ClientMetrics, Incoming, RequestFailure, SendError};
-use mcp_stdio_core::driver::{
-    CancelRegistry, ClientDriver, DriverAction, ReplyChannel, RequestCancel, ABANDONED,
-};
+pub use mcp_stdio_core::driver::CancelHandle;
+use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request};
@@ -134,7 +133,7 @@ pub struct PendingRequest {
     id: Id,
     /// Pinned: a receiver polled as a stream is `!Unpin`.
     rx: Pin<Box<Receiver<Outcome>>>,
-    cancel: RequestCancel,
+    cancel: CancelHandle,
     done: bool,
 }
 
@@ -146,10 +145,7 @@ impl PendingRequest {
 
     /// A handle that cancels this request from elsewhere.
     pub fn cancel_handle(&self) -> CancelHandle {
-        CancelHandle {
-            id: self.id.clone(),
-            cancel: self.cancel.clone(),
-        }
+        self.cancel.clone()
     }
 
     /// Cancels the request: it completes with `Cancelled` and the server is
@@ -180,26 +176,6 @@ impl Drop for PendingRequest {
             // Lossless and non-blocking: a flag and a wake, no queue.
             self.cancel.cancel(ABANDONED);
         }
-    }
-}
-
-/// Cancels one request from any task.
-#[derive(Debug, Clone)]
-pub struct CancelHandle {
-    id: Id,
-    cancel: RequestCancel,
-}
-
-impl CancelHandle {
-    /// The request's id.
-    pub fn id(&self) -> &Id {
-        &self.id
-    }
-
-    /// Cancels the request (no-op if it already completed). Never blocks
-    /// and is never lost: it does not go through the command queue.
-    pub fn cancel(&self, reason: &str) {
-        self.cancel.cancel(reason);
     }
 }
 

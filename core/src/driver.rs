@@ -77,7 +77,7 @@ pub struct Started<C: ReplyChannel> {
     /// Receives the outcome once.
     pub outcome: C::Receiver<Outcome>,
     /// Cancels the request without the command queue.
-    pub cancel: RequestCancel,
+    pub cancel: CancelHandle,
 }
 
 impl<C: ReplyChannel> fmt::Debug for Started<C> {
@@ -170,7 +170,7 @@ struct CancelSlot {
 ///
 /// The id → slot map (for cancels by id) is behind a `std` mutex held only
 /// for one hash-map insert, remove or lookup (O(1), never across a wait);
-/// cancels through a [`RequestCancel`] take no lock at all.
+/// cancels through a [`CancelHandle`] take no lock at all.
 pub struct CancelRegistry {
     by_id: Mutex<HashMap<Id, Arc<CancelSlot>>>,
     requested: AtomicBool,
@@ -240,15 +240,22 @@ impl CancelRegistry {
     }
 }
 
-/// Cancels one request, from any thread or task, without blocking and
-/// without the command queue. Cheap to clone.
+/// Cancels one request from any thread or task: it never blocks and never
+/// goes through the command queue, so it is never lost. Cheap to clone.
+/// Every adapter's `CancelHandle` is this type.
 #[derive(Debug, Clone)]
-pub struct RequestCancel {
+pub struct CancelHandle {
+    id: Id,
     slot: Arc<CancelSlot>,
     registry: Arc<CancelRegistry>,
 }
 
-impl RequestCancel {
+impl CancelHandle {
+    /// The request's id.
+    pub fn id(&self) -> &Id {
+        &self.id
+    }
+
     /// Cancels the request: it completes with `Cancelled` and the server is
     /// sent `notifications/cancelled`. A no-op once it has completed; only
     /// the first reason is kept.
@@ -515,7 +522,8 @@ impl<C: ReplyChannel> ClientDriver<C> {
                     let started = Started {
                         id: id.clone(),
                         outcome: rx,
-                        cancel: RequestCancel {
+                        cancel: CancelHandle {
+                            id: id.clone(),
                             slot,
                             registry: self.cancels.clone(),
                         },
