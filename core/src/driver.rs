@@ -853,8 +853,13 @@ mod tests {
             .collect();
         let _ = r.write_all(usize::MAX);
         assert_eq!(r.driver.cancels().len(), max);
-        for s in &started {
-            s.cancel.cancel("first");
+        // Half through their handles, half by id (`Client::cancel`).
+        for (i, s) in started.iter().enumerate() {
+            if i % 2 == 0 {
+                s.cancel.cancel("first");
+            } else {
+                r.driver.cancels().cancel(&s.id, "first");
+            }
             s.cancel.cancel("second");
         }
         r.driver
