@@ -58,6 +58,7 @@ fn g1_client_keeps_reading_while_the_log_subscriber_is_stuck<A: Adapter>() {
     opts.config.stderr_forward(
         StderrForwardConfig::default()
             .max_total_bytes(4 << 20)
+            .max_queued_lines(4096)
             .clone(),
     );
     let client = start::<A>(&mut leaks, &["--noisy-stderr", "400000"], opts);
