@@ -43,7 +43,7 @@ use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, Session
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request};
 use mcp_stdio_core::CommandSpec;
 
-use mcp_stdio_sys::log_relay::forward_server_stderr;
+use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
 
 use crate::os;
 
@@ -801,7 +801,12 @@ impl Driver {
             IoEvent::Written(Err(e)) => {
                 // The server closed its stdin or died: stop writing; stdout
                 // EOF and the exit will follow.
-                tracing::debug!(pid = self.pid, error = %e, "writing to server stdin failed");
+                log_relay::event(
+                    self.pid,
+                    Level::Debug,
+                    "writing to server stdin failed",
+                    Some(e.to_string()),
+                );
                 self.core.handle_write_failed();
                 self.stdin = None;
             }
@@ -809,7 +814,12 @@ impl Driver {
             // wait() failing means no status can ever be observed: the
             // supervisor's deadlines end the session.
             IoEvent::Exited(Err(e)) => {
-                tracing::warn!(pid = self.pid, error = %e, "waiting for the server failed");
+                log_relay::event(
+                    self.pid,
+                    Level::Warn,
+                    "waiting for the server failed",
+                    Some(e.to_string()),
+                );
             }
         }
     }
@@ -826,6 +836,12 @@ impl Driver {
                 DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
                 DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
                 DriverAction::AbandonReaders => {
+                    log_relay::event(
+                        self.pid,
+                        Level::Warn,
+                        "server pipes still open past the drain deadline; abandoning readers",
+                        None,
+                    );
                     self.stop_readers = None;
                     self.stdout_open = false;
                     self.stderr_open = false;

@@ -47,7 +47,7 @@ use mio::unix::pipe;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use mcp_stdio_sys::log_relay::forward_server_stderr;
+use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
 
 use crate::os;
 
@@ -592,7 +592,12 @@ enum Read1 {
     Idle,
 }
 
-fn read_once(pipe: &mut Option<pipe::Receiver>, ready: &mut bool, buf: &mut [u8]) -> Read1 {
+fn read_once(
+    pid: u32,
+    pipe: &mut Option<pipe::Receiver>,
+    ready: &mut bool,
+    buf: &mut [u8],
+) -> Read1 {
     let Some(r) = pipe.as_mut() else {
         *ready = false;
         return Read1::Idle;
@@ -607,7 +612,12 @@ fn read_once(pipe: &mut Option<pipe::Receiver>, ready: &mut bool, buf: &mut [u8]
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                tracing::debug!(error = %e, "reading a server pipe failed; treating it as EOF");
+                log_relay::event(
+                    pid,
+                    Level::Debug,
+                    "reading a server pipe failed; treating it as EOF",
+                    Some(e.to_string()),
+                );
                 Read1::End
             }
         };
@@ -724,7 +734,12 @@ impl Driver {
             let timeout = self.poll_timeout(now);
             if let Err(e) = self.io.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
-                    tracing::error!(pid = self.pid, error = %e, "polling the server's pipes failed");
+                    log_relay::event(
+                        self.pid,
+                        Level::Error,
+                        "polling the server's pipes failed",
+                        Some(e.to_string()),
+                    );
                     // Do not spin on a persistent error; deadlines still run.
                     std::thread::sleep(EXIT_POLL_TICK);
                 }
@@ -762,6 +777,7 @@ impl Driver {
                 return;
             }
             match read_once(
+                self.pid,
                 &mut self.io.stdout,
                 &mut self.io.stdout_ready,
                 &mut self.out_buf,
@@ -782,6 +798,7 @@ impl Driver {
                 return;
             }
             match read_once(
+                self.pid,
                 &mut self.io.stderr,
                 &mut self.io.stderr_ready,
                 &mut self.err_buf,
@@ -813,7 +830,12 @@ impl Driver {
                 // end the session.
                 self.exited = true;
                 self.io.close_exit_fd();
-                tracing::warn!(pid = self.pid, error = %e, "waiting for the server failed");
+                log_relay::event(
+                    self.pid,
+                    Level::Warn,
+                    "waiting for the server failed",
+                    Some(e.to_string()),
+                );
             }
         }
     }
@@ -840,7 +862,12 @@ impl Driver {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 r => {
                     let error = r.err().unwrap_or_else(|| io::ErrorKind::WriteZero.into());
-                    tracing::debug!(pid = self.pid, %error, "writing to server stdin failed");
+                    log_relay::event(
+                        self.pid,
+                        Level::Debug,
+                        "writing to server stdin failed",
+                        Some(error.to_string()),
+                    );
                     // The server closed its stdin: stdout EOF and the exit will follow.
                     self.io.close_stdin();
                     self.core.handle_write_failed();
@@ -858,6 +885,12 @@ impl Driver {
                 DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
                 DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
                 DriverAction::AbandonReaders => {
+                    log_relay::event(
+                        self.pid,
+                        Level::Warn,
+                        "server pipes still open past the drain deadline; abandoning readers",
+                        None,
+                    );
                     self.io.close_stdout();
                     self.io.close_stderr();
                 }
@@ -941,7 +974,12 @@ impl Driver {
                     let _ = child.wait();
                 });
             if let Err(e) = reaper {
-                tracing::warn!(pid, error = %e, "no thread to reap the server; it stays a zombie");
+                log_relay::event(
+                    pid,
+                    Level::Warn,
+                    "no thread to reap the server; it stays a zombie",
+                    Some(e.to_string()),
+                );
             }
         }
         let mut slot = self.shared.slot();

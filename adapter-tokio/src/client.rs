@@ -19,7 +19,7 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 
-use mcp_stdio_sys::log_relay::forward_server_stderr;
+use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
 
 use crate::os;
 
@@ -442,6 +442,12 @@ impl Driver {
                     DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
                     DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
                     DriverAction::AbandonReaders => {
+                        log_relay::event(
+                            self.pid,
+                            Level::Warn,
+                            "server pipes still open past the drain deadline; abandoning readers",
+                            None,
+                        );
                         self.stdout = None;
                         self.stderr = None;
                     }
@@ -490,16 +496,24 @@ impl Driver {
                         Ok(s) => self.core.handle_exited(now, os::exit_status(s)),
                         // wait() failing means no status can ever be observed:
                         // the supervisor's deadlines end the session.
-                        Err(e) => {
-                            tracing::warn!(pid = self.pid, error = %e, "waiting for the server failed")
-                        }
+                        Err(e) => log_relay::event(
+                            self.pid,
+                            Level::Warn,
+                            "waiting for the server failed",
+                            Some(e.to_string()),
+                        ),
                     }
                 }
                 Wake::Written(Ok(n)) => self.core.handle_written(n),
                 Wake::Written(Err(e)) => {
                     // The server closed its stdin or died: stop writing; stdout
                     // EOF and the exit will follow.
-                    tracing::debug!(pid = self.pid, error = %e, "writing to server stdin failed");
+                    log_relay::event(
+                        self.pid,
+                        Level::Debug,
+                        "writing to server stdin failed",
+                        Some(e.to_string()),
+                    );
                     self.stdin = None;
                     self.core.handle_write_failed();
                 }

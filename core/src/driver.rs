@@ -301,7 +301,8 @@ pub enum DriverAction {
     CloseStdin,
     /// Send this signal to the server's process group; `ESRCH` is not an error.
     SignalGroup(Signal),
-    /// Stop reading the streams still open.
+    /// Stop reading the streams still open (they passed the drain deadline:
+    /// worth a warning in the logs).
     AbandonReaders,
     /// The session is over: every waiter has its outcome, the stderr grant
     /// is back in its pool. Nothing more is polled.
@@ -583,13 +584,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
                 DriverAction::CloseStdin
             }
             HostAction::SignalGroup(sig) => DriverAction::SignalGroup(sig),
-            HostAction::AbandonReaders => {
-                tracing::warn!(
-                    pid = self.pid,
-                    "server pipes still open past the drain deadline; abandoning readers"
-                );
-                DriverAction::AbandonReaders
-            }
+            HostAction::AbandonReaders => DriverAction::AbandonReaders,
             HostAction::Finished(record) => {
                 self.finish();
                 DriverAction::Finished(record)
