@@ -35,13 +35,15 @@
 //!   max_frame)` plus `control_reserve_bytes` for cancels and overload
 //!   replies, see [`ClientConfig`](crate::client::ClientConfig)) plus the one
 //!   message held here (at most `max_frame` bytes). Past the queue's limit
-//!   `request`, `notify` and `respond` fail with
-//!   [`SendError::Backpressure`](crate::client::SendError::Backpressure) while reads, timers and cancels go on.
+//!   `request`, `notify` and `respond` fail with [`SendError::Backpressure`]
+//!   while reads, timers and cancels go on.
 //! - **Cancels**: at most one per request in flight, so at most
 //!   `max_in_flight` (default 128) at once, each a flag and its reason
 //!   (under 100 bytes plus the reason). They never pass through the
 //!   adapter's bounded command queue, so a full queue cannot lose one.
 //! - **Waiters**: one per request in flight, at most `max_in_flight`.
+//!
+//! [`SendError::Backpressure`]: crate::client::SendError::Backpressure
 
 use std::collections::HashMap;
 use std::fmt;
@@ -202,7 +204,7 @@ impl CancelRegistry {
     }
 
     /// Cancels the request `id` if it is in flight; a no-op otherwise.
-    pub fn cancel(self: &Arc<Self>, id: &Id, reason: &str) {
+    pub fn cancel(&self, id: &Id, reason: &str) {
         let slot = self.map().get(id).cloned();
         if let Some(slot) = slot {
             self.request(&slot, reason);
