@@ -5,9 +5,10 @@
 //! async-std has no `select!`, so instead of one task polling every pipe the
 //! work is split by what each task waits on:
 //!
-//! - the **driver** owns the [`HostSession`] and every decision; it waits for
-//!   "the next I/O event, the next command, room for an incoming message, or
-//!   the core's deadline" and never for anything else;
+//! - the **driver** owns the core's [`ClientDriver`], which makes every
+//!   decision; it waits for "the next I/O event, the next command, a cancel,
+//!   room for an incoming message, or the core's deadline" and never for
+//!   anything else;
 //! - a **stdout reader** and a **stderr reader** each own their pipe and read
 //!   chunks for the whole life of the process, sending them to the driver;
 //! - a **stdin writer** owns stdin and writes one message at a time;
@@ -20,7 +21,6 @@
 //! capacity-1 channel has room), so the readers are never starved, whatever
 //! the application does (G1).
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,17 +35,20 @@ use async_std::task::JoinHandle;
 use event_listener::{Event, EventListener};
 use futures_lite::future::{or, race};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWriteExt, Stream};
-use mcp_stdio_core::client::{ClientEvent, ClientMetrics, Incoming, RequestFailure, SendError};
+use mcp_stdio_core::client::{ClientMetrics, Incoming, RequestFailure, SendError};
+pub use mcp_stdio_core::driver::CancelHandle;
+use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
-use mcp_stdio_core::host::{
-    ClientOptions, HostAction, HostSession, InitializeError, RequestError, SessionRecord,
-};
+use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request};
 use mcp_stdio_core::CommandSpec;
 
+use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
+
 use crate::os;
 
-/// Commands queued from the application to the driver task.
+/// Commands queued from the application to the driver task. Cancels never
+/// pass through it (see [`CancelRegistry`]), so a full queue loses none.
 const COMMAND_QUEUE: usize = 256;
 /// Events from the I/O tasks (chunks, write acknowledgements, the exit)
 /// waiting for the driver. Worst case: this many stdout chunks in flight.
@@ -62,47 +65,24 @@ fn oneshot<T>() -> (Sender<T>, Receiver<T>) {
     async_channel::bounded(1)
 }
 
-enum Command {
-    Request {
-        method: String,
-        params: Option<Box<RawValue>>,
-        timeout: Option<Duration>,
-        reply: Sender<Result<(Id, Receiver<Outcome>), RequestError>>,
-    },
-    Notify {
-        method: String,
-        params: Option<Box<RawValue>>,
-        reply: Sender<Result<(), RequestError>>,
-    },
-    Cancel {
-        id: Id,
-        reason: String,
-    },
-    Respond {
-        id: Id,
-        result: Result<Box<RawValue>, ErrorObject>,
-        reply: Sender<Result<(), RequestError>>,
-    },
-    Metrics {
-        reply: Sender<ClientMetrics>,
-    },
-    Shutdown,
-    Kill,
-}
+/// Capacity-1 channels carry the driver's replies.
+#[derive(Debug)]
+struct OneShot;
 
-impl std::fmt::Debug for Command {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Request { .. } => "Request",
-            Self::Notify { .. } => "Notify",
-            Self::Cancel { .. } => "Cancel",
-            Self::Respond { .. } => "Respond",
-            Self::Metrics { .. } => "Metrics",
-            Self::Shutdown => "Shutdown",
-            Self::Kill => "Kill",
-        })
+impl ReplyChannel for OneShot {
+    type Sender<T: Send + 'static> = Sender<T>;
+    type Receiver<T: Send + 'static> = Receiver<T>;
+
+    fn channel<T: Send + 'static>() -> (Self::Sender<T>, Self::Receiver<T>) {
+        oneshot()
+    }
+
+    fn send<T: Send + 'static>(tx: Self::Sender<T>, value: T) -> bool {
+        tx.try_send(value).is_ok()
     }
 }
+
+type Command = mcp_stdio_core::driver::Command<OneShot>;
 
 /// A server→client message.
 #[derive(Debug)]
@@ -153,7 +133,7 @@ pub struct PendingRequest {
     id: Id,
     /// Pinned: a receiver polled as a stream is `!Unpin`.
     rx: Pin<Box<Receiver<Outcome>>>,
-    commands: Sender<Command>,
+    cancel: CancelHandle,
     done: bool,
 }
 
@@ -165,10 +145,7 @@ impl PendingRequest {
 
     /// A handle that cancels this request from elsewhere.
     pub fn cancel_handle(&self) -> CancelHandle {
-        CancelHandle {
-            id: self.id.clone(),
-            commands: self.commands.clone(),
-        }
+        self.cancel.clone()
     }
 
     /// Cancels the request: it completes with `Cancelled` and the server is
@@ -196,45 +173,20 @@ impl Future for PendingRequest {
 impl Drop for PendingRequest {
     fn drop(&mut self) {
         if !self.done {
-            // Best effort without blocking: if the command queue is full the
-            // request still ends at its deadline, where a cancel is sent.
-            let _ = self.commands.try_send(Command::Cancel {
-                id: self.id.clone(),
-                reason: "request abandoned by the client".to_owned(),
-            });
+            // Lossless and non-blocking: a flag and a wake, no queue.
+            self.cancel.cancel(ABANDONED);
         }
-    }
-}
-
-/// Cancels one request from any task.
-#[derive(Debug, Clone)]
-pub struct CancelHandle {
-    id: Id,
-    commands: Sender<Command>,
-}
-
-impl CancelHandle {
-    /// The request's id.
-    pub fn id(&self) -> &Id {
-        &self.id
-    }
-
-    /// Cancels the request (no-op if it already completed).
-    pub fn cancel(&self, reason: &str) {
-        let _ = self.commands.try_send(Command::Cancel {
-            id: self.id.clone(),
-            reason: reason.to_owned(),
-        });
     }
 }
 
 /// A spawned MCP server and its session.
 ///
-/// One driver task owns the core [`HostSession`]; reader tasks read the
+/// One driver task owns the core's [`ClientDriver`]; reader tasks read the
 /// server's stdout and stderr continuously, whatever the application does
 /// (G1); a writer task writes stdin without ever blocking those reads; the
 /// driver applies deadlines and runs the shutdown sequence (G11). The
-/// application talks to the driver through a bounded command queue.
+/// application talks to the driver through a bounded command queue; cancels
+/// bypass it and are never lost. The decisions are the core's [`ClientDriver`].
 ///
 /// Dropping a `Client` without [`shutdown`](Self::shutdown) kills the
 /// server's process group at once (a `killpg` system call, never a task
@@ -242,6 +194,7 @@ impl CancelHandle {
 #[derive(Debug)]
 pub struct Client {
     commands: Sender<Command>,
+    cancels: Arc<CancelRegistry>,
     incoming: Receiver<IncomingMessage>,
     /// Notified each time the application takes an incoming message, so the
     /// driver can move the next one out of the core's inbox.
@@ -259,15 +212,14 @@ impl Client {
     /// executor. Works from any thread, inside or outside an executor
     /// (async-std, smol or none).
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self> {
-        // Tied to this process (G11): forked on the process-wide spawner thread.
-        let mut child = mcp_stdio_sys::spawn_tied(command, |cmd| {
-            async_process::Command::from(cmd)
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-        })?;
-        let pid = child.id();
+        let (mut client, driver) = Self::start(command, options)?;
+        client.driver = Some(async_std::task::spawn(driver.run()));
+        Ok(client)
+    }
+
+    /// Spawns the server and its I/O tasks; the driver is returned, not yet running.
+    fn start(command: &CommandSpec, options: ClientOptions) -> std::io::Result<(Self, Driver)> {
+        let (mut child, pid) = spawn_server(command)?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
@@ -280,11 +232,16 @@ impl Client {
         // Capacity 1, and the driver sends only after the previous message's
         // acknowledgement: the core's outgoing limit stays the bound.
         let (stdin_tx, stdin_rx) = async_channel::bounded::<Vec<u8>>(1);
+        // Capacity 1 and `try_send`: a stored wake, never a wait, never lost.
+        let (wake_tx, wake) = async_channel::bounded::<()>(1);
+        let cancels = CancelRegistry::new(move || {
+            let _ = wake_tx.try_send(());
+        });
 
-        let mut host = options.new_host_session();
-        host.handle_spawned(Instant::now());
-        tracing::debug!(pid, command = %command.display(), "spawned MCP server");
+        let request_timeout = options.config.get_session().get_default_timeout();
+        let client_info = options.client_info.clone();
         let now = Instant::now();
+        let mut core = ClientDriver::new(options, pid, now, cancels.clone());
         match stdout {
             Some(pipe) => drop(async_std::task::spawn(read_pipe(
                 pipe,
@@ -293,7 +250,7 @@ impl Client {
                 events_tx.clone(),
                 readers_stopped.clone(),
             ))),
-            None => host.handle_stdout_eof(now),
+            None => core.handle_stdout_eof(now),
         }
         match stderr {
             Some(pipe) => drop(async_std::task::spawn(read_pipe(
@@ -303,7 +260,7 @@ impl Client {
                 events_tx.clone(),
                 readers_stopped,
             ))),
-            None => host.handle_stderr_eof(now),
+            None => core.handle_stderr_eof(now),
         }
         let stdin_tx = match stdin {
             Some(pipe) => {
@@ -328,36 +285,35 @@ impl Client {
         let incoming_taken = Arc::new(Event::new());
         let finished = Arc::new(AtomicBool::new(false));
         let driver = Driver {
-            host,
-            options: options.clone(),
+            core,
             pid,
             events,
             events_open: true,
             stdout_open: true,
             stderr_open: true,
             stdin: stdin_tx,
-            writing: false,
             stop_readers: Some(stop_readers),
             _driver_alive: driver_alive,
             commands: command_rx,
             commands_tx: commands.downgrade(),
             commands_open: true,
+            wake,
             incoming: incoming_tx,
             incoming_taken: incoming_taken.clone(),
-            waiters: HashMap::new(),
             finished: finished.clone(),
         };
-        let request_timeout = options.config.get_session().get_default_timeout();
-        Ok(Self {
+        let client = Self {
             commands,
+            cancels,
             incoming,
             incoming_taken,
-            driver: Some(async_std::task::spawn(driver.run())),
+            driver: None,
             pid,
             finished,
-            client_info: options.client_info,
+            client_info,
             request_timeout,
-        })
+        };
+        Ok((client, driver))
     }
 
     /// The server's process id (also its process group id).
@@ -414,11 +370,11 @@ impl Client {
             .send(cmd)
             .await
             .map_err(|_| RequestError::from(SendError::Closed))?;
-        let (id, done) = rx.recv().await.unwrap_or(Err(SendError::Closed.into()))?;
+        let started = rx.recv().await.unwrap_or(Err(SendError::Closed.into()))?;
         Ok(PendingRequest {
-            id,
-            rx: Box::pin(done),
-            commands: self.commands.clone(),
+            id: started.id,
+            rx: Box::pin(started.outcome),
+            cancel: started.cancel,
             done: false,
         })
     }
@@ -442,12 +398,10 @@ impl Client {
         rx.recv().await.unwrap_or(Err(SendError::Closed.into()))
     }
 
-    /// Cancels a request by id (see [`PendingRequest::cancel`]).
+    /// Cancels a request by id (see [`PendingRequest::cancel`]); a no-op for
+    /// an id not in flight. Never blocks and is never lost.
     pub fn cancel(&self, id: &Id, reason: &str) {
-        let _ = self.commands.try_send(Command::Cancel {
-            id: id.clone(),
-            reason: reason.to_owned(),
-        });
+        self.cancels.cancel(id, reason);
     }
 
     /// The next server→client request or notification; `None` once the
@@ -517,6 +471,21 @@ impl Drop for Client {
     }
 }
 
+/// Spawns the server with its three pipes, in its own process group.
+fn spawn_server(command: &CommandSpec) -> std::io::Result<(Child, u32)> {
+    // Tied to this process (G11): forked on the process-wide spawner thread.
+    let child = mcp_stdio_sys::spawn_tied(command, |cmd| {
+        async_process::Command::from(cmd)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+    })?;
+    let pid = child.id();
+    tracing::debug!(pid, command = %command.display(), "spawned MCP server");
+    Ok((child, pid))
+}
+
 /// Which pipe a reader task reads.
 #[derive(Debug, Clone, Copy)]
 enum Pipe {
@@ -530,8 +499,8 @@ enum IoEvent {
     Chunk(Pipe, Chunk),
     /// A pipe reached end-of-file or failed.
     End(Pipe),
-    /// The stdin writer finished one message (or failed and stopped).
-    Written(std::io::Result<()>),
+    /// The stdin writer finished one message of this length (or failed and stopped).
+    Written(std::io::Result<usize>),
     /// The child's exit, as `wait` saw it.
     Exited(std::io::Result<std::process::ExitStatus>),
 }
@@ -606,8 +575,11 @@ async fn write_stdin(mut stdin: ChildStdin, messages: Receiver<Vec<u8>>, events:
     while let Ok(bytes) = messages.recv().await {
         let write = async {
             let r = async {
+                // `Async` pipes: the write progresses as the pipe accepts
+                // bytes; only this task waits for it, never the driver.
                 stdin.write_all(&bytes).await?;
-                stdin.flush().await
+                stdin.flush().await?;
+                Ok(bytes.len())
             };
             Some(r.await)
         };
@@ -659,12 +631,14 @@ enum Wake {
     Io(Option<IoEvent>),
     Command(Option<Command>),
     IncomingTaken,
+    /// A cancel was flagged: every wake handles cancels.
+    Cancel,
     Timer,
 }
 
+/// The driver task: the core's [`ClientDriver`] and the channels to the I/O tasks.
 struct Driver {
-    host: HostSession,
-    options: ClientOptions,
+    core: ClientDriver<OneShot>,
     pid: u32,
     events: Receiver<IoEvent>,
     events_open: bool,
@@ -672,8 +646,6 @@ struct Driver {
     stderr_open: bool,
     /// The stdin writer's queue; `None` once stdin is closed or broken.
     stdin: Option<Sender<Vec<u8>>>,
-    /// A message is with the writer and not yet acknowledged.
-    writing: bool,
     /// Dropped to stop the reader tasks.
     stop_readers: Option<Sender<()>>,
     /// Dropped with the driver: tells the exit watcher to stop waiting.
@@ -683,49 +655,53 @@ struct Driver {
     /// closes once the application dropped every handle.
     commands_tx: WeakSender<Command>,
     commands_open: bool,
+    /// Woken by cancels (see [`CancelRegistry`]).
+    wake: Receiver<()>,
     incoming: Sender<IncomingMessage>,
     incoming_taken: Arc<Event>,
-    waiters: HashMap<Id, Sender<Outcome>>,
     finished: Arc<AtomicBool>,
 }
 
 impl Driver {
     async fn run(mut self) -> SessionRecord {
+        // The clock read of the turn that produced the outputs below.
+        let mut now = Instant::now();
         loop {
             if let Some(record) = self.pump() {
                 self.finished.store(true, Ordering::Release);
-                self.options.release_grant(&mut self.host);
                 return record;
             }
-            let taken = match self.deliver_incoming() {
+            let taken = match self.deliver_incoming(now) {
                 Delivery::Idle => None,
                 // Pump again: the next message may go out, or wait for room.
                 Delivery::Again => continue,
                 Delivery::WaitForRoom(listener) => Some(listener),
             };
             let wake = self.next_wake(taken).await;
-            let now = Instant::now();
+            // The one clock read of this turn.
+            now = Instant::now();
             match wake {
                 Wake::Io(Some(event)) => self.io_event(now, event),
                 Wake::Io(None) => self.events_open = false,
-                Wake::Command(Some(cmd)) => self.command(cmd),
+                Wake::Command(Some(cmd)) => self.core.handle_command(now, cmd),
                 Wake::Command(None) => {
                     // Every handle is gone: the Client was dropped (and its
                     // `Drop` already sent SIGKILL); run the kill path so the
                     // record says so.
                     self.commands_open = false;
-                    self.host.kill(now);
+                    self.core.handle_client_gone(now);
                 }
-                Wake::IncomingTaken => {}
-                Wake::Timer => self.host.handle_timeout(now),
+                Wake::IncomingTaken | Wake::Cancel => {}
+                Wake::Timer => self.core.handle_timeout(now),
             }
+            self.core.handle_cancels(now);
         }
     }
 
     /// Moves one message from the core's inbox to the capacity-1 channel if it
     /// has room (G5: the inbox is the queue; the channel only hands over).
-    fn deliver_incoming(&mut self) -> Delivery {
-        if self.host.session().inbox_len() == 0 {
+    fn deliver_incoming(&mut self, now: Instant) -> Delivery {
+        if !self.core.has_incoming() {
             return Delivery::Idle;
         }
         if self.incoming.is_full() {
@@ -737,7 +713,7 @@ impl Driver {
                 Delivery::Again
             };
         }
-        let msg = match self.host.poll_incoming(Instant::now()) {
+        let msg = match self.core.poll_incoming(now) {
             Some(Incoming::Request(r)) => {
                 // No sender left: the application is gone and nobody could answer.
                 let Some(commands) = self.commands_tx.upgrade() else {
@@ -760,9 +736,9 @@ impl Driver {
     }
 
     /// Waits for the next thing the driver must act on: an I/O event, a
-    /// command, room for an incoming message, or the core's deadline.
+    /// command, a cancel, room for an incoming message, or the core's deadline.
     async fn next_wake(&self, taken: Option<EventListener>) -> Wake {
-        let deadline = self.host.poll_timeout();
+        let deadline = self.core.poll_timeout();
         let events = async {
             if self.events_open {
                 Wake::Io(self.events.recv().await.ok())
@@ -775,6 +751,13 @@ impl Driver {
                 Wake::Command(self.commands.recv().await.ok())
             } else {
                 std::future::pending().await
+            }
+        };
+        let cancels = async {
+            // The registry holds a sender for the whole session.
+            match self.wake.recv().await {
+                Ok(()) => Wake::Cancel,
+                Err(_) => std::future::pending().await,
             }
         };
         let taken = async {
@@ -795,154 +778,166 @@ impl Driver {
         };
         // `race` picks at random among ready branches, so a flood of stdout
         // cannot starve the application's commands, nor the reverse.
-        race(events, race(commands, or(timer, taken))).await
+        race(events, race(commands, race(cancels, or(timer, taken)))).await
     }
 
     fn io_event(&mut self, now: Instant, event: IoEvent) {
         match event {
             // After `AbandonReaders`, chunks already queued are ignored.
             IoEvent::Chunk(Pipe::Stdout, bytes) if self.stdout_open => {
-                self.host.handle_stdout(now, &bytes);
+                self.core.handle_stdout(now, &bytes);
             }
             IoEvent::Chunk(Pipe::Stderr, bytes) if self.stderr_open => {
-                self.host.handle_stderr(now, &bytes);
+                self.core.handle_stderr(now, &bytes);
             }
             IoEvent::Chunk(..) => {}
             IoEvent::End(Pipe::Stdout) if self.stdout_open => {
                 self.stdout_open = false;
-                self.host.handle_stdout_eof(now);
+                self.core.handle_stdout_eof(now);
             }
             IoEvent::End(Pipe::Stderr) if self.stderr_open => {
                 self.stderr_open = false;
-                self.host.handle_stderr_eof(now);
+                self.core.handle_stderr_eof(now);
             }
             IoEvent::End(_) => {}
-            IoEvent::Written(Ok(())) => self.writing = false,
+            IoEvent::Written(Ok(n)) => self.core.handle_written(n),
             IoEvent::Written(Err(e)) => {
                 // The server closed its stdin or died: stop writing; stdout
                 // EOF and the exit will follow.
-                tracing::debug!(pid = self.pid, error = %e, "writing to server stdin failed");
-                self.writing = false;
+                log_relay::event(
+                    self.pid,
+                    Level::Debug,
+                    "writing to server stdin failed",
+                    Some(e.to_string()),
+                );
+                self.core.handle_write_failed();
                 self.stdin = None;
             }
-            IoEvent::Exited(Ok(status)) => self.host.handle_exited(now, os::exit_status(status)),
+            IoEvent::Exited(Ok(status)) => self.core.handle_exited(now, os::exit_status(status)),
             // wait() failing means no status can ever be observed: the
             // supervisor's deadlines end the session.
             IoEvent::Exited(Err(e)) => {
-                tracing::warn!(pid = self.pid, error = %e, "waiting for the server failed");
+                log_relay::event(
+                    self.pid,
+                    Level::Warn,
+                    "waiting for the server failed",
+                    Some(e.to_string()),
+                );
             }
-        }
-    }
-
-    fn command(&mut self, cmd: Command) {
-        let now = Instant::now();
-        match cmd {
-            Command::Request {
-                method,
-                params,
-                timeout,
-                reply,
-            } => {
-                let r = self.host.request(now, &method, params.as_deref(), timeout);
-                match r {
-                    Ok(id) => {
-                        let (tx, rx) = oneshot();
-                        self.waiters.insert(id.clone(), tx);
-                        if reply.try_send(Ok((id.clone(), rx))).is_err() {
-                            // The caller gave up before learning the id: cancel.
-                            self.waiters.remove(&id);
-                            let _ = self
-                                .host
-                                .cancel(&id, Some("request abandoned by the client"));
-                        }
-                    }
-                    Err(e) => {
-                        let _ = reply.try_send(Err(e.into()));
-                    }
-                }
-            }
-            Command::Notify {
-                method,
-                params,
-                reply,
-            } => {
-                let r = self.host.notify(&method, params.as_deref());
-                let _ = reply.try_send(r.map_err(Into::into));
-            }
-            Command::Cancel { id, reason } => {
-                let _ = self.host.cancel(&id, Some(&reason));
-            }
-            Command::Respond { id, result, reply } => {
-                let r = self.host.respond(&id, result.as_deref());
-                let _ = reply.try_send(r.map_err(Into::into));
-            }
-            Command::Metrics { reply } => {
-                let _ = reply.try_send(self.host.metrics());
-            }
-            Command::Shutdown => self.host.shutdown(now),
-            Command::Kill => self.host.kill(now),
         }
     }
 
     /// Drains every core output; returns the record once the session is over.
     fn pump(&mut self) -> Option<SessionRecord> {
-        if !self.writing {
-            if let Some(stdin) = &self.stdin {
-                if let Some(bytes) = self.host.poll_transmit() {
-                    // Capacity 1 and nothing with the writer: only fails if
-                    // the writer is gone, which it reports as `Written(Err)`.
-                    self.writing = stdin.try_send(bytes).is_ok();
-                }
-            }
-        }
-        self.complete_waiters();
-        while let Some(line) = self.host.poll_stderr_line() {
-            tracing::info!(target: "mcp_stdio::server_stderr", pid = self.pid, "{line}");
-        }
-        let mut record = None;
-        while let Some(action) = self.host.poll_action() {
+        while let Some(action) = self.core.poll_action() {
             match action {
-                HostAction::CloseStdin => {
+                DriverAction::CloseStdin => {
                     // Closing the writer's queue stops it, mid-write if need
                     // be, and it drops stdin: the server sees EOF.
                     self.stdin = None;
-                    self.writing = false;
                 }
-                HostAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
-                HostAction::AbandonReaders => {
-                    tracing::warn!(
-                        pid = self.pid,
-                        "server pipes still open past the drain deadline; abandoning readers"
+                DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
+                DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
+                DriverAction::AbandonReaders => {
+                    log_relay::event(
+                        self.pid,
+                        Level::Warn,
+                        "server pipes still open past the drain deadline; abandoning readers",
+                        None,
                     );
                     self.stop_readers = None;
                     self.stdout_open = false;
                     self.stderr_open = false;
                 }
-                HostAction::Finished(r) => record = Some(*r),
+                DriverAction::Finished(record) => {
+                    // Stop the readers too: the record is built, nothing more is read.
+                    self.stop_readers = None;
+                    self.stdin = None;
+                    return Some(*record);
+                }
                 _ => {}
             }
         }
-        if record.is_some() {
-            // Completions for everything still waiting were emitted by the
-            // session's close; anything left gets SessionClosed.
-            self.complete_waiters();
-            for (_, w) in self.waiters.drain() {
-                let _ = w.try_send(Err(RequestFailure::SessionClosed.into()));
-            }
-            // Stop the readers too: the record is built, nothing more is read.
-            self.stop_readers = None;
-            self.stdin = None;
-        }
-        record
-    }
-
-    fn complete_waiters(&mut self) {
-        while let Some(ev) = self.host.poll_event() {
-            if let ClientEvent::Completed { id, outcome } = ev {
-                if let Some(w) = self.waiters.remove(&id) {
-                    let _ = w.try_send(outcome.map_err(Into::into));
+        if let Some(stdin) = &self.stdin {
+            // Lent whole to the writer task; the next only after its acknowledgement.
+            if let Some(bytes) = self.core.poll_write_owned() {
+                // Capacity 1 and nothing with the writer: only fails if
+                // the writer is gone, which it reports as `Written(Err)`.
+                if stdin.try_send(bytes).is_err() {
+                    self.core.handle_write_failed();
                 }
             }
         }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// G6: a cancel issued while the command queue is full still reaches the
+    /// server. `cat` is the server: whatever reaches its stdin comes back as a
+    /// server→client message. The driver runs on this thread, so while this
+    /// code fills the queue it cannot drain it.
+    #[test]
+    fn g6_cancel_while_the_command_queue_is_full_reaches_the_server() {
+        let (client, driver) =
+            Client::start(&CommandSpec::new("cat"), ClientOptions::default()).expect("spawn cat");
+        let script = async {
+            let pending = client
+                // A deadline, so a lost cancel fails the test instead of hanging it.
+                .start_request("slow", None, Some(Duration::from_secs(20)))
+                .await
+                .expect("sent");
+            let id = pending.id().clone();
+            // No await from here to the cancel: the driver cannot run.
+            let mut filled = 0;
+            while client
+                .commands
+                .try_send(Command::Metrics { reply: oneshot().0 })
+                .is_ok()
+            {
+                filled += 1;
+            }
+            assert_eq!(filled, COMMAND_QUEUE);
+            let t = Instant::now();
+            pending.cancel("queue full");
+            let outcome = pending.await;
+            assert!(
+                matches!(
+                    outcome,
+                    Err(RequestError::Failed(RequestFailure::Cancelled {
+                        cancel_sent: true
+                    }))
+                ),
+                "{outcome:?}"
+            );
+            let echoed = async {
+                loop {
+                    if let Some(IncomingMessage::Notification(n)) = client.next_incoming().await {
+                        let params = n.params.as_ref().map(|p| p.get().to_owned());
+                        if n.method == "notifications/cancelled"
+                            && params.is_some_and(|p| p.contains(&format!("\"requestId\":{id}")))
+                        {
+                            return;
+                        }
+                    }
+                }
+            };
+            let timed_out = async {
+                Timer::after(Duration::from_secs(10)).await;
+                panic!("the cancel never reached the server");
+            };
+            or(echoed, timed_out).await;
+            eprintln!(
+                "async-std: cancel with {filled} commands queued reached the server in {:?}",
+                t.elapsed()
+            );
+            let _ = client.commands.send(Command::Kill).await;
+            std::future::pending::<SessionRecord>().await
+        };
+        let record = async_std::task::block_on(or(driver.run(), script));
+        assert!(record.metrics.cancels_sent >= 1);
     }
 }

@@ -3,13 +3,15 @@
 //! # Threads and queues
 //!
 //! - **The I/O thread** (one per session, named `mcp-io-<pid>`) owns
-//!   the core [`HostSession`], the [`Child`], the three pipes (non-blocking)
+//!   the core's [`ClientDriver`], the [`Child`], the three pipes (non-blocking)
 //!   and a [`mio::Poll`]. It reads stdout and stderr whenever they are
 //!   readable, whatever the application threads do (G1), writes stdin only
 //!   when it is writable, so a server that does not read never stalls the
 //!   reads, and runs the core's timers as the poll timeout.
 //! - **Application threads** talk to it through a bounded command queue
-//!   ([`COMMAND_QUEUE`] commands) and wake it with a [`mio::Waker`]. Each
+//!   ([`COMMAND_QUEUE`] commands) and wake it with a [`mio::Waker`]. Cancels
+//!   bypass the queue: a flag per request in the core's [`CancelRegistry`]
+//!   and the same waker, so a full queue never loses one. Each
 //!   answer travels back over its own channel of capacity 1, so the I/O
 //!   thread never blocks on an application thread.
 //! - **Incoming messages** (server→client) cross over a slot of capacity 1,
@@ -24,7 +26,6 @@
 //! the poll); elsewhere `try_wait` runs after every wake-up and on a
 //! [`EXIT_POLL_TICK`] while the process is alive.
 
-use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, Stdio};
@@ -34,11 +35,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::{ClientEvent, ClientMetrics, Incoming, RequestFailure, SendError};
+use mcp_stdio_core::client::{ClientMetrics, Incoming, RequestFailure, SendError};
+pub use mcp_stdio_core::driver::CancelHandle;
+use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
-use mcp_stdio_core::host::{
-    ClientOptions, HostAction, HostSession, InitializeError, RequestError, SessionRecord,
-};
+use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request};
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
@@ -46,9 +47,12 @@ use mio::unix::pipe;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
+
 use crate::os;
 
-/// Commands queued from application threads to the I/O thread.
+/// Commands queued from application threads to the I/O thread. Cancels never
+/// pass through it (see [`CancelRegistry`]), so a full queue loses none.
 const COMMAND_QUEUE: usize = 256;
 /// Commands the I/O thread takes per turn before it reads and writes again.
 const COMMANDS_PER_TURN: usize = 64;
@@ -71,33 +75,25 @@ const WAKER: Token = Token(4);
 
 type Outcome = Result<Box<RawValue>, RequestError>;
 
-enum Command {
-    Request {
-        method: String,
-        params: Option<Box<RawValue>>,
-        timeout: Option<Duration>,
-        reply: SyncSender<Result<(Id, Receiver<Outcome>), RequestError>>,
-    },
-    Notify {
-        method: String,
-        params: Option<Box<RawValue>>,
-        reply: SyncSender<Result<(), RequestError>>,
-    },
-    Cancel {
-        id: Id,
-        reason: String,
-    },
-    Respond {
-        id: Id,
-        result: Result<Box<RawValue>, ErrorObject>,
-        reply: SyncSender<Result<(), RequestError>>,
-    },
-    Metrics {
-        reply: SyncSender<ClientMetrics>,
-    },
-    Shutdown,
-    Kill,
+/// Capacity-1 `sync_channel`s carry the I/O thread's replies.
+#[derive(Debug)]
+struct OneShot;
+
+impl ReplyChannel for OneShot {
+    type Sender<T: Send + 'static> = SyncSender<T>;
+    type Receiver<T: Send + 'static> = Receiver<T>;
+
+    fn channel<T: Send + 'static>() -> (Self::Sender<T>, Self::Receiver<T>) {
+        reply_channel()
+    }
+
+    fn send<T: Send + 'static>(tx: Self::Sender<T>, value: T) -> bool {
+        // Capacity 1, one message: `try_send` only fails if the receiver is gone.
+        tx.try_send(value).is_ok()
+    }
 }
+
+type Command = mcp_stdio_core::driver::Command<OneShot>;
 
 /// The application's end of the command queue: every send wakes the I/O thread.
 #[derive(Debug, Clone)]
@@ -115,13 +111,6 @@ impl Commands {
             .map_err(|_| RequestError::from(SendError::Closed))?;
         self.wake();
         Ok(())
-    }
-
-    /// Queues `cmd` if there is room, without waiting.
-    fn try_send(&self, cmd: Command) {
-        if self.tx.try_send(cmd).is_ok() {
-            self.wake();
-        }
     }
 
     fn wake(&self) {
@@ -205,7 +194,7 @@ impl Responder {
 pub struct PendingRequest {
     id: Id,
     rx: Receiver<Outcome>,
-    commands: Commands,
+    cancel: CancelHandle,
     done: bool,
 }
 
@@ -217,10 +206,7 @@ impl PendingRequest {
 
     /// A handle that cancels this request from another thread.
     pub fn cancel_handle(&self) -> CancelHandle {
-        CancelHandle {
-            id: self.id.clone(),
-            commands: self.commands.clone(),
-        }
+        self.cancel.clone()
     }
 
     /// Cancels the request: it completes with `Cancelled` and the server is
@@ -258,47 +244,21 @@ impl PendingRequest {
 impl Drop for PendingRequest {
     fn drop(&mut self) {
         if !self.done {
-            // Best effort without blocking: if the command queue is full the
-            // request still ends at its deadline, where a cancel is sent.
-            self.commands.try_send(Command::Cancel {
-                id: self.id.clone(),
-                reason: "request abandoned by the client".to_owned(),
-            });
+            // Lossless and non-blocking: a flag and a wake, no queue.
+            self.cancel.cancel(ABANDONED);
         }
-    }
-}
-
-/// Cancels one request from any thread.
-#[derive(Debug, Clone)]
-pub struct CancelHandle {
-    id: Id,
-    commands: Commands,
-}
-
-impl CancelHandle {
-    /// The request's id.
-    pub fn id(&self) -> &Id {
-        &self.id
-    }
-
-    /// Cancels the request (no-op if it already completed). Never blocks: if
-    /// the command queue is full the request still ends at its deadline.
-    pub fn cancel(&self, reason: &str) {
-        self.commands.try_send(Command::Cancel {
-            id: self.id.clone(),
-            reason: reason.to_owned(),
-        });
     }
 }
 
 /// A spawned MCP server and its session, for threads without an async runtime.
 ///
-/// One I/O thread owns the core [`HostSession`]: it reads the server's
+/// One I/O thread owns the core's [`ClientDriver`]: it reads the server's
 /// stdout and stderr continuously, whatever the application threads do
 /// (G1), writes stdin without ever blocking those reads, applies deadlines
 /// and runs the shutdown sequence (G11). Application threads talk to it
-/// through a bounded command queue; every method may be called from any
-/// thread (`Client` is `Send + Sync`).
+/// through a bounded command queue (cancels bypass it and are never lost);
+/// every method may be called from any thread (`Client` is `Send + Sync`).
+/// The decisions are the core's [`ClientDriver`].
 ///
 /// Dropping a `Client` without [`shutdown`](Self::shutdown) kills the
 /// server's process group at once (one `killpg` system call); the I/O thread
@@ -307,6 +267,7 @@ impl CancelHandle {
 #[derive(Debug)]
 pub struct Client {
     commands: Commands,
+    cancels: Arc<CancelRegistry>,
     shared: Arc<Shared>,
     io_thread: Option<JoinHandle<Option<SessionRecord>>>,
     pid: u32,
@@ -322,6 +283,7 @@ impl Client {
         let request_timeout = options.config.get_session().get_default_timeout();
         let (driver, commands, shared) = Driver::spawn(command, options)?;
         let pid = driver.pid;
+        let cancels = driver.core.cancels().clone();
         // The driver is handed over after the thread exists, so a failed
         // thread spawn leaves the child with us to kill and reap.
         let (handoff, handed) = mpsc::sync_channel::<Driver>(1);
@@ -343,6 +305,7 @@ impl Client {
         }
         Ok(Self {
             commands,
+            cancels,
             shared,
             io_thread: Some(io_thread),
             pid,
@@ -401,11 +364,11 @@ impl Client {
             timeout,
             reply,
         })?;
-        let (id, done) = rx.recv().unwrap_or(Err(SendError::Closed.into()))?;
+        let started = rx.recv().unwrap_or(Err(SendError::Closed.into()))?;
         Ok(PendingRequest {
-            id,
-            rx: done,
-            commands: self.commands.clone(),
+            id: started.id,
+            rx: started.outcome,
+            cancel: started.cancel,
             done: false,
         })
     }
@@ -421,12 +384,10 @@ impl Client {
         rx.recv().unwrap_or(Err(SendError::Closed.into()))
     }
 
-    /// Cancels a request by id (see [`PendingRequest::cancel`]). Never blocks.
+    /// Cancels a request by id (see [`PendingRequest::cancel`]); a no-op for
+    /// an id not in flight. Never blocks and is never lost.
     pub fn cancel(&self, id: &Id, reason: &str) {
-        self.commands.try_send(Command::Cancel {
-            id: id.clone(),
-            reason: reason.to_owned(),
-        });
+        self.cancels.cancel(id, reason);
     }
 
     /// The next server→client request or notification, waiting at most
@@ -631,7 +592,12 @@ enum Read1 {
     Idle,
 }
 
-fn read_once(pipe: &mut Option<pipe::Receiver>, ready: &mut bool, buf: &mut [u8]) -> Read1 {
+fn read_once(
+    pid: u32,
+    pipe: &mut Option<pipe::Receiver>,
+    ready: &mut bool,
+    buf: &mut [u8],
+) -> Read1 {
     let Some(r) = pipe.as_mut() else {
         *ready = false;
         return Read1::Idle;
@@ -646,17 +612,21 @@ fn read_once(pipe: &mut Option<pipe::Receiver>, ready: &mut bool, buf: &mut [u8]
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                tracing::debug!(error = %e, "reading a server pipe failed; treating it as EOF");
+                log_relay::event(
+                    pid,
+                    Level::Debug,
+                    "reading a server pipe failed; treating it as EOF",
+                    Some(e.to_string()),
+                );
                 Read1::End
             }
         };
     }
 }
 
-/// The I/O thread's state: it owns the session, the child and the pipes.
+/// The I/O thread's state: the core's [`ClientDriver`], the child and the pipes.
 struct Driver {
-    host: HostSession,
-    options: ClientOptions,
+    core: ClientDriver<OneShot>,
     child: Child,
     pid: u32,
     io: Io,
@@ -665,15 +635,23 @@ struct Driver {
     commands_more: bool,
     commands_tx: Commands,
     shared: Arc<Shared>,
-    waiters: HashMap<Id, SyncSender<Outcome>>,
-    /// At most one message taken from the core waits here, so the core's
-    /// outgoing limit stays the bound (backpressure reaches `request`).
-    write: Option<Vec<u8>>,
-    write_offset: usize,
     exited: bool,
     kill_requested: bool,
     out_buf: Vec<u8>,
     err_buf: Vec<u8>,
+}
+
+/// Spawns the server with its three pipes, in its own process group.
+fn spawn_server(command: &CommandSpec) -> io::Result<Child> {
+    // Tied to this process (G11): forked on the process-wide spawner thread.
+    let child = mcp_stdio_sys::spawn_tied(command, |mut cmd| {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+    })?;
+    tracing::debug!(pid = child.id(), command = %command.display(), "spawned MCP server");
+    Ok(child)
 }
 
 impl Driver {
@@ -682,15 +660,8 @@ impl Driver {
         command: &CommandSpec,
         options: ClientOptions,
     ) -> io::Result<(Self, Commands, Arc<Shared>)> {
-        // Tied to this process (G11): forked on the process-wide spawner thread.
-        let mut child = mcp_stdio_sys::spawn_tied(command, |mut cmd| {
-            cmd.stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-        })?;
+        let mut child = spawn_server(command)?;
         let pid = child.id();
-        tracing::debug!(pid, command = %command.display(), "spawned MCP server");
         let io = match Io::new(&mut child, pid) {
             Ok(io) => io,
             Err(e) => {
@@ -712,11 +683,14 @@ impl Driver {
             finished: AtomicBool::new(false),
             dropped: AtomicBool::new(false),
         });
-        let mut host = options.new_host_session();
-        host.handle_spawned(Instant::now());
+        let cancels = CancelRegistry::new({
+            let commands = commands.clone();
+            // An eventfd write: stored until the next poll, never lost, never blocks.
+            move || commands.wake()
+        });
+        let core = ClientDriver::new(options, pid, Instant::now(), cancels);
         let driver = Self {
-            host,
-            options,
+            core,
             child,
             pid,
             io,
@@ -724,9 +698,6 @@ impl Driver {
             commands_more: false,
             commands_tx: commands.clone(),
             shared: shared.clone(),
-            waiters: HashMap::new(),
-            write: None,
-            write_offset: 0,
             exited: false,
             kill_requested: false,
             out_buf: vec![0; STDOUT_READ],
@@ -738,32 +709,39 @@ impl Driver {
     fn run(mut self) -> SessionRecord {
         let mut events = Events::with_capacity(16);
         loop {
-            // Inputs: commands, the exit, stdout, stderr, the clock.
-            self.take_commands();
+            // The one clock read of this turn.
+            let now = Instant::now();
+            // Inputs: commands, cancels, the exit, stdout, stderr, the clock.
+            self.take_commands(now);
             if !self.kill_requested && self.shared.dropped.load(Ordering::Acquire) {
                 // The Client was dropped and its group killed: fail what waits.
                 self.kill_requested = true;
-                self.host.kill(Instant::now());
+                self.core.handle_client_gone(now);
             }
+            self.core.handle_cancels(now);
             // The exit first: when it and stdout's EOF arrive together, the
             // record then says the server exited by itself, which it did.
-            self.observe_exit();
-            self.read_stdout();
-            self.read_stderr();
-            let now = Instant::now();
-            if self.host.poll_timeout().is_some_and(|d| d <= now) {
-                self.host.handle_timeout(now);
+            self.observe_exit(now);
+            self.read_stdout(now);
+            self.read_stderr(now);
+            if self.core.poll_timeout().is_some_and(|d| d <= now) {
+                self.core.handle_timeout(now);
             }
             // Outputs, in the core's order.
             if let Some(record) = self.pump() {
                 return self.finish(record);
             }
-            self.deliver_incoming();
-            // Wait for readiness, a command, the exit or a deadline.
-            let timeout = self.poll_timeout();
+            self.deliver_incoming(now);
+            // Wait for readiness, a command, a cancel, the exit or a deadline.
+            let timeout = self.poll_timeout(now);
             if let Err(e) = self.io.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
-                    tracing::error!(pid = self.pid, error = %e, "polling the server's pipes failed");
+                    log_relay::event(
+                        self.pid,
+                        Level::Error,
+                        "polling the server's pipes failed",
+                        Some(e.to_string()),
+                    );
                     // Do not spin on a persistent error; deadlines still run.
                     std::thread::sleep(EXIT_POLL_TICK);
                 }
@@ -776,18 +754,18 @@ impl Driver {
                     STDIN => self.io.stdin_ready = true,
                     STDOUT => self.io.stdout_ready = true,
                     STDERR => self.io.stderr_ready = true,
-                    // The exit and commands are checked every turn.
+                    // The exit, commands and cancels are checked every turn.
                     _ => {}
                 }
             }
         }
     }
 
-    fn take_commands(&mut self) {
+    fn take_commands(&mut self, now: Instant) {
         self.commands_more = false;
         for _ in 0..COMMANDS_PER_TURN {
             match self.commands.try_recv() {
-                Ok(cmd) => self.command(cmd),
+                Ok(cmd) => self.core.handle_command(now, cmd),
                 // Disconnected cannot happen: this thread holds a sender.
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => return,
             }
@@ -795,87 +773,42 @@ impl Driver {
         self.commands_more = true;
     }
 
-    fn command(&mut self, cmd: Command) {
-        let now = Instant::now();
-        match cmd {
-            Command::Request {
-                method,
-                params,
-                timeout,
-                reply,
-            } => match self.host.request(now, &method, params.as_deref(), timeout) {
-                Ok(id) => {
-                    let (tx, rx) = reply_channel();
-                    self.waiters.insert(id.clone(), tx);
-                    if reply.send(Ok((id.clone(), rx))).is_err() {
-                        // The caller gave up before learning the id: cancel.
-                        self.waiters.remove(&id);
-                        let _ = self
-                            .host
-                            .cancel(&id, Some("request abandoned by the client"));
-                    }
-                }
-                Err(e) => {
-                    let _ = reply.send(Err(e.into()));
-                }
-            },
-            Command::Notify {
-                method,
-                params,
-                reply,
-            } => {
-                let r = self.host.notify(&method, params.as_deref());
-                let _ = reply.send(r.map_err(Into::into));
-            }
-            Command::Cancel { id, reason } => {
-                let _ = self.host.cancel(&id, Some(&reason));
-            }
-            Command::Respond { id, result, reply } => {
-                let r = self.host.respond(&id, result.as_deref());
-                let _ = reply.send(r.map_err(Into::into));
-            }
-            Command::Metrics { reply } => {
-                let _ = reply.send(self.host.metrics());
-            }
-            Command::Shutdown => self.host.shutdown(now),
-            Command::Kill => self.host.kill(now),
-        }
-    }
-
-    fn read_stdout(&mut self) {
+    fn read_stdout(&mut self, now: Instant) {
         for _ in 0..READS_PER_TURN {
             if !self.io.stdout_ready {
                 return;
             }
             match read_once(
+                self.pid,
                 &mut self.io.stdout,
                 &mut self.io.stdout_ready,
                 &mut self.out_buf,
             ) {
-                Read1::Data(n) => self.host.handle_stdout(Instant::now(), &self.out_buf[..n]),
+                Read1::Data(n) => self.core.handle_stdout(now, &self.out_buf[..n]),
                 Read1::End => {
                     self.io.close_stdout();
-                    self.host.handle_stdout_eof(Instant::now());
+                    self.core.handle_stdout_eof(now);
                 }
                 Read1::Idle => return,
             }
         }
     }
 
-    fn read_stderr(&mut self) {
+    fn read_stderr(&mut self, now: Instant) {
         for _ in 0..READS_PER_TURN {
             if !self.io.stderr_ready {
                 return;
             }
             match read_once(
+                self.pid,
                 &mut self.io.stderr,
                 &mut self.io.stderr_ready,
                 &mut self.err_buf,
             ) {
-                Read1::Data(n) => self.host.handle_stderr(Instant::now(), &self.err_buf[..n]),
+                Read1::Data(n) => self.core.handle_stderr(now, &self.err_buf[..n]),
                 Read1::End => {
                     self.io.close_stderr();
-                    self.host.handle_stderr_eof(Instant::now());
+                    self.core.handle_stderr_eof(now);
                 }
                 Read1::Idle => return,
             }
@@ -883,7 +816,7 @@ impl Driver {
     }
 
     /// `try_wait` after every wake-up: one `waitpid(WNOHANG)`.
-    fn observe_exit(&mut self) {
+    fn observe_exit(&mut self, now: Instant) {
         if self.exited {
             return;
         }
@@ -891,8 +824,7 @@ impl Driver {
             Ok(Some(status)) => {
                 self.exited = true;
                 self.io.close_exit_fd();
-                self.host
-                    .handle_exited(Instant::now(), os::exit_status(status));
+                self.core.handle_exited(now, os::exit_status(status));
             }
             Ok(None) => {}
             Err(e) => {
@@ -900,40 +832,31 @@ impl Driver {
                 // end the session.
                 self.exited = true;
                 self.io.close_exit_fd();
-                tracing::warn!(pid = self.pid, error = %e, "waiting for the server failed");
+                log_relay::event(
+                    self.pid,
+                    Level::Warn,
+                    "waiting for the server failed",
+                    Some(e.to_string()),
+                );
             }
         }
     }
 
-    /// Writes the waiting message until `WouldBlock`, taking the next one from
-    /// the core only when it is fully written.
+    /// Writes the held message until `WouldBlock`; the core hands over the
+    /// next one only when it is fully written.
     fn write_stdin(&mut self) {
         loop {
-            if self.write.is_none() {
-                match self.host.poll_transmit() {
-                    Some(bytes) => {
-                        self.write = Some(bytes);
-                        self.write_offset = 0;
-                    }
-                    None => return,
-                }
-            }
-            let (Some(stdin), Some(bytes)) = (self.io.stdin.as_mut(), self.write.as_ref()) else {
-                // The pipe is gone (the server closed its stdin): nobody will
-                // write these bytes; stdout EOF and the exit will follow.
-                self.write = None;
-                continue;
+            let Some(stdin) = self.io.stdin.as_mut() else {
+                return;
             };
             if !self.io.stdin_ready {
                 return;
             }
-            match stdin.write(&bytes[self.write_offset..]) {
-                Ok(n) if n > 0 => {
-                    self.write_offset += n;
-                    if self.write_offset >= bytes.len() {
-                        self.write = None;
-                    }
-                }
+            let Some(bytes) = self.core.poll_write() else {
+                return;
+            };
+            match stdin.write(bytes) {
+                Ok(n) if n > 0 => self.core.handle_written(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.io.stdin_ready = false;
                     return;
@@ -941,9 +864,16 @@ impl Driver {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 r => {
                     let error = r.err().unwrap_or_else(|| io::ErrorKind::WriteZero.into());
-                    tracing::debug!(pid = self.pid, %error, "writing to server stdin failed");
+                    log_relay::event(
+                        self.pid,
+                        Level::Debug,
+                        "writing to server stdin failed",
+                        Some(error.to_string()),
+                    );
+                    // The server closed its stdin: stdout EOF and the exit will follow.
                     self.io.close_stdin();
-                    self.write = None;
+                    self.core.handle_write_failed();
+                    return;
                 }
             }
         }
@@ -951,63 +881,39 @@ impl Driver {
 
     /// Drains every core output; returns the record once the session is over.
     fn pump(&mut self) -> Option<SessionRecord> {
-        self.write_stdin();
-        self.complete_waiters();
-        while let Some(line) = self.host.poll_stderr_line() {
-            tracing::info!(target: "mcp_stdio::server_stderr", pid = self.pid, "{line}");
-        }
-        let mut record = None;
-        while let Some(action) = self.host.poll_action() {
+        while let Some(action) = self.core.poll_action() {
             match action {
-                HostAction::CloseStdin => {
-                    self.io.close_stdin();
-                    self.write = None;
-                }
-                HostAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
-                HostAction::AbandonReaders => {
-                    tracing::warn!(
-                        pid = self.pid,
-                        "server pipes still open past the drain deadline; abandoning readers"
+                DriverAction::CloseStdin => self.io.close_stdin(),
+                DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
+                DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
+                DriverAction::AbandonReaders => {
+                    log_relay::event(
+                        self.pid,
+                        Level::Warn,
+                        "server pipes still open past the drain deadline; abandoning readers",
+                        None,
                     );
                     self.io.close_stdout();
                     self.io.close_stderr();
                 }
-                HostAction::Finished(r) => record = Some(*r),
+                DriverAction::Finished(record) => return Some(*record),
                 _ => {}
             }
         }
-        if record.is_some() {
-            // Completions for everything still waiting were emitted by the
-            // session's close; anything left gets SessionClosed.
-            self.complete_waiters();
-            for (_, w) in self.waiters.drain() {
-                let _ = w.send(Err(RequestFailure::SessionClosed.into()));
-            }
-        }
-        record
-    }
-
-    fn complete_waiters(&mut self) {
-        while let Some(ev) = self.host.poll_event() {
-            if let ClientEvent::Completed { id, outcome } = ev {
-                if let Some(w) = self.waiters.remove(&id) {
-                    // Capacity 1, one message: never blocks.
-                    let _ = w.send(outcome.map_err(Into::into));
-                }
-            }
-        }
+        self.write_stdin();
+        None
     }
 
     /// Moves one message from the core's inbox to the slot, if the slot is free.
-    fn deliver_incoming(&mut self) {
-        if self.host.session().inbox_len() == 0 {
+    fn deliver_incoming(&mut self, now: Instant) {
+        if !self.core.has_incoming() {
             return;
         }
         let mut slot = self.shared.slot();
         if slot.message.is_some() {
             return;
         }
-        slot.message = match self.host.poll_incoming(Instant::now()) {
+        slot.message = match self.core.poll_incoming(now) {
             Some(Incoming::Request(r)) => {
                 let responder = Responder {
                     id: r.id.clone(),
@@ -1023,17 +929,16 @@ impl Driver {
     }
 
     /// How long the next `Poll::poll` may sleep.
-    fn poll_timeout(&self) -> Option<Duration> {
+    fn poll_timeout(&self, now: Instant) -> Option<Duration> {
         let busy = self.commands_more
             || self.io.stdout_ready
             || self.io.stderr_ready
-            || (self.io.stdin_ready && self.write.is_some());
+            || (self.io.stdin_ready && self.io.stdin.is_some() && self.core.is_writing());
         if busy {
             return Some(Duration::ZERO);
         }
-        let now = Instant::now();
         let mut timeout = self
-            .host
+            .core
             .poll_timeout()
             .map(|d| d.saturating_duration_since(now));
         if !self.exited && self.io.exit_fd.is_none() {
@@ -1046,36 +951,37 @@ impl Driver {
     /// and end the session so the stderr grant goes back to its pool.
     fn abandon(mut self) {
         let now = Instant::now();
-        self.host.kill(now);
+        self.core.handle_client_gone(now);
         os::signal_group(self.pid, Signal::Kill);
         // SIGKILL was sent, so this returns promptly.
         if let Ok(status) = self.child.wait() {
-            self.host.handle_exited(now, os::exit_status(status));
+            self.core.handle_exited(now, os::exit_status(status));
         }
-        self.host.handle_stdout_eof(now);
-        self.host.handle_stderr_eof(now);
-        while let Some(action) = self.host.poll_action() {
-            if matches!(action, HostAction::Finished(_)) {
-                self.options.release_grant(&mut self.host);
-            }
-        }
+        self.core.handle_stdout_eof(now);
+        self.core.handle_stderr_eof(now);
+        // `Finished` gives the grant back; the signals asked for are moot.
+        while self.core.poll_action().is_some() {}
     }
 
-    fn finish(mut self, record: SessionRecord) -> SessionRecord {
-        self.options.release_grant(&mut self.host);
+    fn finish(self, record: SessionRecord) -> SessionRecord {
         // Supervision gave up without an exit (no exit within the drain
         // deadline after SIGKILL: uninterruptible sleep). Reap it whenever it
         // dies, so it does not stay a zombie.
-        if !self.exited && !matches!(self.child.try_wait(), Ok(Some(_))) {
+        let mut child = self.child;
+        if !self.exited && !matches!(child.try_wait(), Ok(Some(_))) {
             let pid = self.pid;
-            let mut child = self.child;
             let reaper = std::thread::Builder::new()
                 .name(format!("mcp-reap-{pid}"))
                 .spawn(move || {
                     let _ = child.wait();
                 });
             if let Err(e) = reaper {
-                tracing::warn!(pid, error = %e, "no thread to reap the server; it stays a zombie");
+                log_relay::event(
+                    pid,
+                    Level::Warn,
+                    "no thread to reap the server; it stays a zombie",
+                    Some(e.to_string()),
+                );
             }
         }
         let mut slot = self.shared.slot();
@@ -1113,6 +1019,73 @@ mod tests {
         assert_eq!((pool.stats().outstanding, pool.stats().in_use), (0, 0));
         // Reaped: no zombie left behind.
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    /// G6: a cancel issued while the command queue is full still reaches the
+    /// server. `cat` is the server: whatever reaches its stdin comes back.
+    /// Holding the incoming slot's lock while a message waits in the inbox
+    /// stops the I/O thread, so the queue fills and stays full.
+    #[test]
+    fn g6_cancel_while_the_command_queue_is_full_reaches_the_server() {
+        let client =
+            Client::spawn(&CommandSpec::new("cat"), ClientOptions::default()).expect("cat");
+        let pending = client
+            // A deadline, so a lost cancel fails the test instead of hanging it.
+            .start_request("slow", None, Some(Duration::from_secs(20)))
+            .expect("sent");
+        let id = pending.id().clone();
+        let guard = client.shared.slot();
+        client.notify("notifications/held", None).expect("sent");
+        // The echo arrives and the I/O thread waits for the slot's lock.
+        std::thread::sleep(Duration::from_millis(300));
+        let mut filled = 0;
+        while filled <= COMMAND_QUEUE
+            && client
+                .commands
+                .tx
+                .try_send(Command::Metrics {
+                    reply: reply_channel().0,
+                })
+                .is_ok()
+        {
+            filled += 1;
+        }
+        assert_eq!(filled, COMMAND_QUEUE, "the I/O thread was not held");
+        let t = Instant::now();
+        pending.cancel("queue full");
+        drop(guard);
+        let outcome = pending.wait();
+        assert!(
+            matches!(
+                outcome,
+                Err(RequestError::Failed(RequestFailure::Cancelled {
+                    cancel_sent: true
+                }))
+            ),
+            "{outcome:?}"
+        );
+        let needle = format!("\"requestId\":{id}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let seen = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match client.next_incoming(Some(left)) {
+                Some(IncomingMessage::Notification(n))
+                    if n.method == "notifications/cancelled"
+                        && n.params.as_ref().is_some_and(|p| p.get().contains(&needle)) =>
+                {
+                    break true;
+                }
+                Some(_) => {}
+                None => break false,
+            }
+        };
+        assert!(seen, "the cancel never reached the server");
+        eprintln!(
+            "blocking: cancel with {filled} commands queued reached the server in {:?}",
+            t.elapsed()
+        );
+        let record = client.kill();
+        assert!(record.metrics.cancels_sent >= 1);
     }
 
     /// `cat` echoes every message back: our request comes back as a request

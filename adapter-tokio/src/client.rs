@@ -1,6 +1,5 @@
 //! `Client`: spawn an MCP server and drive its session on tokio.
 
-use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,21 +7,24 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::{ClientEvent, ClientMetrics, Incoming, RequestFailure, SendError};
+use mcp_stdio_core::client::{ClientMetrics, Incoming, RequestFailure, SendError};
+pub use mcp_stdio_core::driver::CancelHandle;
+use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
-use mcp_stdio_core::host::{
-    ClientOptions, HostAction, HostSession, InitializeError, RequestError, SessionRecord,
-};
+use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request};
 use mcp_stdio_core::CommandSpec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
+
+use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
 
 use crate::os;
 
-/// Commands queued from the application to the driver task.
+/// Commands queued from the application to the driver task. Cancels never
+/// pass through it (see [`CancelRegistry`]), so a full queue loses none.
 const COMMAND_QUEUE: usize = 256;
 /// Bytes read from stdout per read call.
 const STDOUT_READ: usize = 64 * 1024;
@@ -31,33 +33,24 @@ const STDERR_READ: usize = 16 * 1024;
 
 type Outcome = Result<Box<RawValue>, RequestError>;
 
-enum Command {
-    Request {
-        method: String,
-        params: Option<Box<RawValue>>,
-        timeout: Option<Duration>,
-        reply: oneshot::Sender<Result<(Id, oneshot::Receiver<Outcome>), RequestError>>,
-    },
-    Notify {
-        method: String,
-        params: Option<Box<RawValue>>,
-        reply: oneshot::Sender<Result<(), RequestError>>,
-    },
-    Cancel {
-        id: Id,
-        reason: String,
-    },
-    Respond {
-        id: Id,
-        result: Result<Box<RawValue>, ErrorObject>,
-        reply: oneshot::Sender<Result<(), RequestError>>,
-    },
-    Metrics {
-        reply: oneshot::Sender<ClientMetrics>,
-    },
-    Shutdown,
-    Kill,
+/// tokio's one-shot channels carry the driver's replies.
+#[derive(Debug)]
+struct OneShot;
+
+impl ReplyChannel for OneShot {
+    type Sender<T: Send + 'static> = oneshot::Sender<T>;
+    type Receiver<T: Send + 'static> = oneshot::Receiver<T>;
+
+    fn channel<T: Send + 'static>() -> (Self::Sender<T>, Self::Receiver<T>) {
+        oneshot::channel()
+    }
+
+    fn send<T: Send + 'static>(tx: Self::Sender<T>, value: T) -> bool {
+        tx.send(value).is_ok()
+    }
 }
+
+type Command = mcp_stdio_core::driver::Command<OneShot>;
 
 /// A server→client message.
 #[derive(Debug)]
@@ -107,7 +100,7 @@ impl Responder {
 pub struct PendingRequest {
     id: Id,
     rx: oneshot::Receiver<Outcome>,
-    commands: mpsc::Sender<Command>,
+    cancel: CancelHandle,
     done: bool,
 }
 
@@ -119,10 +112,7 @@ impl PendingRequest {
 
     /// A handle that cancels this request from elsewhere.
     pub fn cancel_handle(&self) -> CancelHandle {
-        CancelHandle {
-            id: self.id.clone(),
-            commands: self.commands.clone(),
-        }
+        self.cancel.clone()
     }
 
     /// Cancels the request: it completes with `Cancelled` and the server is
@@ -149,59 +139,20 @@ impl Future for PendingRequest {
 impl Drop for PendingRequest {
     fn drop(&mut self) {
         if !self.done {
-            // Best effort without blocking: if the command queue is full the
-            // request still ends at its deadline, where a cancel is sent.
-            let _ = self.commands.try_send(Command::Cancel {
-                id: self.id.clone(),
-                reason: "request abandoned by the client".to_owned(),
-            });
+            // Lossless and non-blocking: a flag and a wake, no queue.
+            self.cancel.cancel(ABANDONED);
         }
-    }
-}
-
-/// Cancels one request from any task.
-#[derive(Debug, Clone)]
-pub struct CancelHandle {
-    id: Id,
-    commands: mpsc::Sender<Command>,
-}
-
-impl CancelHandle {
-    /// The request's id.
-    pub fn id(&self) -> &Id {
-        &self.id
-    }
-
-    /// Cancels the request (no-op if it already completed).
-    pub fn cancel(&self, reason: &str) {
-        let _ = self.commands.try_send(Command::Cancel {
-            id: self.id.clone(),
-            reason: reason.to_owned(),
-        });
-    }
-}
-
-impl std::fmt::Debug for Command {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Request { .. } => "Request",
-            Self::Notify { .. } => "Notify",
-            Self::Cancel { .. } => "Cancel",
-            Self::Respond { .. } => "Respond",
-            Self::Metrics { .. } => "Metrics",
-            Self::Shutdown => "Shutdown",
-            Self::Kill => "Kill",
-        })
     }
 }
 
 /// A spawned MCP server and its session.
 ///
-/// One driver task owns the core [`HostSession`]: it reads the server's
+/// One driver task owns the core's [`ClientDriver`]: it reads the server's
 /// stdout and stderr continuously, whatever the application does (G1),
 /// writes stdin without ever blocking those reads, applies deadlines and
 /// runs the shutdown sequence (G11). The application talks to it through a
-/// bounded command queue.
+/// bounded command queue; cancels bypass it and are never lost. The
+/// decisions are the core's [`ClientDriver`].
 ///
 /// Dropping a `Client` without [`shutdown`](Self::shutdown) kills the
 /// server's process group at once (a `killpg` system call, never a task
@@ -209,6 +160,7 @@ impl std::fmt::Debug for Command {
 #[derive(Debug)]
 pub struct Client {
     commands: mpsc::Sender<Command>,
+    cancels: Arc<CancelRegistry>,
     incoming: tokio::sync::Mutex<mpsc::Receiver<IncomingMessage>>,
     driver: Option<JoinHandle<SessionRecord>>,
     pid: u32,
@@ -222,52 +174,36 @@ impl Client {
     /// and stderr piped, and starts the driver task. Must be called inside a
     /// tokio runtime.
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self> {
-        // Tied to this process (G11); forked on the spawner thread, in our runtime.
-        let runtime = tokio::runtime::Handle::current();
-        let mut child = mcp_stdio_sys::spawn_tied(command, move |cmd| {
-            let _entered = runtime.enter();
-            tokio::process::Command::from(cmd)
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-        })?;
-        let pid = child.id().unwrap_or(0);
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
+        let (child, pid) = spawn_server(command)?;
         let (commands, command_rx) = mpsc::channel(COMMAND_QUEUE);
         // Capacity 1: the core's bounded inbox is the real queue (G5).
         let (incoming_tx, incoming) = mpsc::channel(1);
         let finished = Arc::new(AtomicBool::new(false));
-        let mut host = options.new_host_session();
-        host.handle_spawned(Instant::now());
-        tracing::debug!(pid, command = %command.display(), "spawned MCP server");
-        let driver = Driver {
-            host,
-            options: options.clone(),
-            child,
-            pid,
-            stdin,
-            stdout,
-            stderr,
-            commands: command_rx,
-            commands_tx: commands.clone(),
-            incoming: incoming_tx,
-            waiters: HashMap::new(),
-            write: VecDeque::new(),
-            write_offset: 0,
-            exited: false,
-            finished: finished.clone(),
-        };
+        let wake = Arc::new(Notify::new());
+        let cancels = CancelRegistry::new({
+            let wake = wake.clone();
+            // `notify_one` stores a permit: a wake while the driver is busy is not lost.
+            move || wake.notify_one()
+        });
         let request_timeout = options.config.get_session().get_default_timeout();
+        let client_info = options.client_info.clone();
+        let driver = Driver::new(
+            ClientDriver::new(options, pid, Instant::now(), cancels.clone()),
+            child,
+            command_rx,
+            commands.clone(),
+            incoming_tx,
+            wake,
+            finished.clone(),
+        );
         Ok(Self {
             commands,
+            cancels,
             incoming: tokio::sync::Mutex::new(incoming),
             driver: Some(tokio::spawn(driver.run())),
             pid,
             finished,
-            client_info: options.client_info,
+            client_info,
             request_timeout,
         })
     }
@@ -326,11 +262,11 @@ impl Client {
             .send(cmd)
             .await
             .map_err(|_| RequestError::from(SendError::Closed))?;
-        let (id, done) = rx.await.unwrap_or(Err(SendError::Closed.into()))?;
+        let started = rx.await.unwrap_or(Err(SendError::Closed.into()))?;
         Ok(PendingRequest {
-            id,
-            rx: done,
-            commands: self.commands.clone(),
+            id: started.id,
+            rx: started.outcome,
+            cancel: started.cancel,
             done: false,
         })
     }
@@ -354,12 +290,10 @@ impl Client {
         rx.await.unwrap_or(Err(SendError::Closed.into()))
     }
 
-    /// Cancels a request by id (see [`PendingRequest::cancel`]).
+    /// Cancels a request by id (see [`PendingRequest::cancel`]); a no-op for
+    /// an id not in flight. Never blocks and is never lost.
     pub fn cancel(&self, id: &Id, reason: &str) {
-        let _ = self.commands.try_send(Command::Cancel {
-            id: id.clone(),
-            reason: reason.to_owned(),
-        });
+        self.cancels.cancel(id, reason);
     }
 
     /// The next server→client request or notification; `None` once the
@@ -428,20 +362,39 @@ impl Drop for Client {
     }
 }
 
+/// Spawns the server with its three pipes, in its own process group.
+fn spawn_server(command: &CommandSpec) -> std::io::Result<(Child, u32)> {
+    // Tied to this process (G11); forked on the spawner thread, in our runtime.
+    let runtime = tokio::runtime::Handle::current();
+    let child = mcp_stdio_sys::spawn_tied(command, move |cmd| {
+        let _entered = runtime.enter();
+        tokio::process::Command::from(cmd)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+    })?;
+    let pid = child.id().unwrap_or(0);
+    tracing::debug!(pid, command = %command.display(), "spawned MCP server");
+    Ok((child, pid))
+}
+
 /// What woke the driver.
-enum Wake {
+enum Wake<'a> {
     Stdout(std::io::Result<usize>),
     Stderr(std::io::Result<usize>),
     Exited(std::io::Result<std::process::ExitStatus>),
     Written(std::io::Result<usize>),
     Command(Option<Command>),
+    IncomingRoom(Result<mpsc::Permit<'a, IncomingMessage>, mpsc::error::SendError<()>>),
+    /// A cancel was flagged, or nothing in particular: every wake handles cancels.
+    Cancel,
     Timer,
-    Nothing,
 }
 
+/// The driver task: the core's [`ClientDriver`] and the system calls.
 struct Driver {
-    host: HostSession,
-    options: ClientOptions,
+    core: ClientDriver<OneShot>,
     child: Child,
     pid: u32,
     stdin: Option<ChildStdin>,
@@ -449,208 +402,152 @@ struct Driver {
     stderr: Option<ChildStderr>,
     commands: mpsc::Receiver<Command>,
     commands_tx: mpsc::Sender<Command>,
+    commands_open: bool,
     incoming: mpsc::Sender<IncomingMessage>,
-    waiters: HashMap<Id, oneshot::Sender<Outcome>>,
-    /// At most one message taken from the core waits here, so the core's
-    /// outgoing limit stays the bound (backpressure reaches `request`).
-    write: VecDeque<Vec<u8>>,
-    write_offset: usize,
+    wake: Arc<Notify>,
     exited: bool,
     finished: Arc<AtomicBool>,
 }
 
 impl Driver {
+    fn new(
+        core: ClientDriver<OneShot>,
+        mut child: Child,
+        commands: mpsc::Receiver<Command>,
+        commands_tx: mpsc::Sender<Command>,
+        incoming: mpsc::Sender<IncomingMessage>,
+        wake: Arc<Notify>,
+        finished: Arc<AtomicBool>,
+    ) -> Self {
+        let pid = child.id().unwrap_or(0);
+        Self {
+            core,
+            pid,
+            stdin: child.stdin.take(),
+            stdout: child.stdout.take(),
+            stderr: child.stderr.take(),
+            child,
+            commands,
+            commands_tx,
+            commands_open: true,
+            incoming,
+            wake,
+            exited: false,
+            finished,
+        }
+    }
+
     async fn run(mut self) -> SessionRecord {
         let mut out_buf = vec![0u8; STDOUT_READ];
         let mut err_buf = vec![0u8; STDERR_READ];
-        let mut commands_open = true;
         loop {
-            if let Some(record) = self.pump() {
-                self.finished.store(true, Ordering::Release);
-                self.options.release_grant(&mut self.host);
-                return record;
+            while let Some(action) = self.core.poll_action() {
+                match action {
+                    DriverAction::CloseStdin => self.stdin = None,
+                    DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
+                    DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
+                    DriverAction::AbandonReaders => {
+                        log_relay::event(
+                            self.pid,
+                            Level::Warn,
+                            "server pipes still open past the drain deadline; abandoning readers",
+                            None,
+                        );
+                        self.stdout = None;
+                        self.stderr = None;
+                    }
+                    DriverAction::Finished(record) => {
+                        self.finished.store(true, Ordering::Release);
+                        return *record;
+                    }
+                    _ => {}
+                }
             }
-            let deadline = self.host.poll_timeout().map(tokio::time::Instant::from_std);
-            let has_incoming = self.host.session().inbox_len() > 0;
-            let stdin_ready = self.stdin.is_some() && !self.write.is_empty();
+            let deadline = self.core.poll_timeout().map(tokio::time::Instant::from_std);
+            let has_incoming = self.core.has_incoming();
+            // The held message's rest; written only as the pipe accepts it
+            // (tokio's pipes are readiness-based), never awaited whole.
+            let pending_write = match self.stdin {
+                Some(_) => self.core.poll_write(),
+                None => None,
+            };
             let wake = tokio::select! {
                 // Readers first: nothing the application does pauses them (G1).
                 r = read_opt(&mut self.stdout, &mut out_buf) => Wake::Stdout(r),
                 r = read_opt(&mut self.stderr, &mut err_buf) => Wake::Stderr(r),
                 status = self.child.wait(), if !self.exited => Wake::Exited(status),
-                r = write_front(&mut self.stdin, &self.write, self.write_offset), if stdin_ready => Wake::Written(r),
-                permit = self.incoming.reserve(), if has_incoming => {
-                    if let Ok(permit) = permit {
-                        match self.host.poll_incoming(Instant::now()) {
-                            Some(Incoming::Request(r)) => {
-                                let responder = Responder { id: r.id.clone(), commands: self.commands_tx.clone() };
-                                permit.send(IncomingMessage::Request(r, responder));
-                            }
-                            Some(Incoming::Notification(n)) => permit.send(IncomingMessage::Notification(n)),
-                            None => {}
-                        }
-                    }
-                    Wake::Nothing
-                }
-                cmd = self.commands.recv(), if commands_open => Wake::Command(cmd),
+                r = write_some(&mut self.stdin, pending_write), if pending_write.is_some() => Wake::Written(r),
+                permit = self.incoming.reserve(), if has_incoming => Wake::IncomingRoom(permit),
+                cmd = self.commands.recv(), if self.commands_open => Wake::Command(cmd),
+                () = self.wake.notified() => Wake::Cancel,
                 () = sleep_until_opt(deadline) => Wake::Timer,
             };
+            // The one clock read of this turn.
             let now = Instant::now();
             match wake {
-                Wake::Stdout(Ok(n)) if n > 0 => self.host.handle_stdout(now, &out_buf[..n]),
+                Wake::Stdout(Ok(n)) if n > 0 => self.core.handle_stdout(now, &out_buf[..n]),
                 Wake::Stdout(_) => {
                     self.stdout = None;
-                    self.host.handle_stdout_eof(now);
+                    self.core.handle_stdout_eof(now);
                 }
-                Wake::Stderr(Ok(n)) if n > 0 => self.host.handle_stderr(now, &err_buf[..n]),
+                Wake::Stderr(Ok(n)) if n > 0 => self.core.handle_stderr(now, &err_buf[..n]),
                 Wake::Stderr(_) => {
                     self.stderr = None;
-                    self.host.handle_stderr_eof(now);
+                    self.core.handle_stderr_eof(now);
                 }
                 Wake::Exited(status) => {
                     self.exited = true;
                     match status {
-                        Ok(s) => self.host.handle_exited(now, os::exit_status(s)),
+                        Ok(s) => self.core.handle_exited(now, os::exit_status(s)),
                         // wait() failing means no status can ever be observed:
                         // the supervisor's deadlines end the session.
-                        Err(e) => {
-                            tracing::warn!(pid = self.pid, error = %e, "waiting for the server failed")
-                        }
+                        Err(e) => log_relay::event(
+                            self.pid,
+                            Level::Warn,
+                            "waiting for the server failed",
+                            Some(e.to_string()),
+                        ),
                     }
                 }
-                Wake::Written(Ok(n)) => {
-                    self.write_offset += n;
-                    if self
-                        .write
-                        .front()
-                        .is_some_and(|b| self.write_offset >= b.len())
-                    {
-                        self.write.pop_front();
-                        self.write_offset = 0;
-                    }
-                }
+                Wake::Written(Ok(n)) => self.core.handle_written(n),
                 Wake::Written(Err(e)) => {
                     // The server closed its stdin or died: stop writing; stdout
                     // EOF and the exit will follow.
-                    tracing::debug!(pid = self.pid, error = %e, "writing to server stdin failed");
+                    log_relay::event(
+                        self.pid,
+                        Level::Debug,
+                        "writing to server stdin failed",
+                        Some(e.to_string()),
+                    );
                     self.stdin = None;
-                    self.write.clear();
+                    self.core.handle_write_failed();
                 }
-                Wake::Command(Some(cmd)) => self.command(cmd),
+                Wake::IncomingRoom(Ok(permit)) => match self.core.poll_incoming(now) {
+                    Some(Incoming::Request(r)) => {
+                        let responder = Responder {
+                            id: r.id.clone(),
+                            commands: self.commands_tx.clone(),
+                        };
+                        permit.send(IncomingMessage::Request(r, responder));
+                    }
+                    Some(Incoming::Notification(n)) => {
+                        permit.send(IncomingMessage::Notification(n));
+                    }
+                    None => {}
+                },
+                // The application dropped its receiver with the Client.
+                Wake::IncomingRoom(Err(_)) => {}
+                Wake::Command(Some(cmd)) => self.core.handle_command(now, cmd),
                 Wake::Command(None) => {
                     // Every handle is gone: the Client was dropped.
-                    commands_open = false;
-                    self.host.kill(now);
+                    self.commands_open = false;
+                    self.core.handle_client_gone(now);
                 }
-                Wake::Timer => self.host.handle_timeout(now),
-                Wake::Nothing => {}
+                Wake::Cancel => {}
+                Wake::Timer => self.core.handle_timeout(now),
             }
+            self.core.handle_cancels(now);
         }
-    }
-
-    fn command(&mut self, cmd: Command) {
-        let now = Instant::now();
-        match cmd {
-            Command::Request {
-                method,
-                params,
-                timeout,
-                reply,
-            } => {
-                let r = self.host.request(now, &method, params.as_deref(), timeout);
-                match r {
-                    Ok(id) => {
-                        let (tx, rx) = oneshot::channel();
-                        self.waiters.insert(id.clone(), tx);
-                        if reply.send(Ok((id.clone(), rx))).is_err() {
-                            // The caller gave up before learning the id: cancel.
-                            self.waiters.remove(&id);
-                            let _ = self
-                                .host
-                                .cancel(&id, Some("request abandoned by the client"));
-                        }
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e.into()));
-                    }
-                }
-            }
-            Command::Notify {
-                method,
-                params,
-                reply,
-            } => {
-                let r = self.host.notify(&method, params.as_deref());
-                let _ = reply.send(r.map_err(Into::into));
-            }
-            Command::Cancel { id, reason } => {
-                let _ = self.host.cancel(&id, Some(&reason));
-            }
-            Command::Respond { id, result, reply } => {
-                let r = self.host.respond(&id, result.as_deref());
-                let _ = reply.send(r.map_err(Into::into));
-            }
-            Command::Metrics { reply } => {
-                let _ = reply.send(self.host.metrics());
-            }
-            Command::Shutdown => self.host.shutdown(now),
-            Command::Kill => self.host.kill(now),
-        }
-    }
-
-    /// Drains every core output; returns the record once the session is over.
-    fn pump(&mut self) -> Option<SessionRecord> {
-        if self.write.is_empty() {
-            if let Some(bytes) = self.host.poll_transmit() {
-                self.write.push_back(bytes);
-                self.write_offset = 0;
-            }
-        }
-        while let Some(ev) = self.host.poll_event() {
-            if let ClientEvent::Completed { id, outcome } = ev {
-                if let Some(w) = self.waiters.remove(&id) {
-                    let _ = w.send(outcome.map_err(Into::into));
-                }
-            }
-        }
-        while let Some(line) = self.host.poll_stderr_line() {
-            tracing::info!(target: "mcp_stdio::server_stderr", pid = self.pid, "{line}");
-        }
-        let mut record = None;
-        while let Some(action) = self.host.poll_action() {
-            match action {
-                HostAction::CloseStdin => {
-                    self.stdin = None;
-                    self.write.clear();
-                }
-                HostAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
-                HostAction::AbandonReaders => {
-                    tracing::warn!(
-                        pid = self.pid,
-                        "server pipes still open past the drain deadline; abandoning readers"
-                    );
-                    self.stdout = None;
-                    self.stderr = None;
-                }
-                HostAction::Finished(r) => record = Some(*r),
-                _ => {}
-            }
-        }
-        if record.is_some() {
-            // Completions for everything still waiting were emitted by the
-            // session's close; anything left gets SessionClosed.
-            while let Some(ev) = self.host.poll_event() {
-                if let ClientEvent::Completed { id, outcome } = ev {
-                    if let Some(w) = self.waiters.remove(&id) {
-                        let _ = w.send(outcome.map_err(Into::into));
-                    }
-                }
-            }
-            for (_, w) in self.waiters.drain() {
-                let _ = w.send(Err(RequestFailure::SessionClosed.into()));
-            }
-        }
-        record
     }
 }
 
@@ -664,14 +561,14 @@ async fn read_opt<R: tokio::io::AsyncRead + Unpin>(
     }
 }
 
-async fn write_front(
+/// One `write` of what the pipe accepts now (readiness, never the whole message).
+async fn write_some(
     stdin: &mut Option<ChildStdin>,
-    queue: &VecDeque<Vec<u8>>,
-    offset: usize,
+    bytes: Option<&[u8]>,
 ) -> std::io::Result<usize> {
-    match (stdin, queue.front()) {
+    match (stdin, bytes) {
         (Some(w), Some(bytes)) => {
-            let n = w.write(&bytes[offset..]).await?;
+            let n = w.write(bytes).await?;
             if n == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }
@@ -685,5 +582,76 @@ async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// G6: a cancel issued while the command queue is full still reaches the
+    /// server. `cat` is the server: whatever reaches its stdin comes back as a
+    /// server→client message. On a current-thread runtime the driver task
+    /// cannot run while this task fills the queue without awaiting.
+    #[test]
+    fn g6_cancel_while_the_command_queue_is_full_reaches_the_server() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async {
+            let client =
+                Client::spawn(&CommandSpec::new("cat"), ClientOptions::default()).expect("cat");
+            let pending = client
+                // A deadline, so a lost cancel fails the test instead of hanging it.
+                .start_request("slow", None, Some(Duration::from_secs(20)))
+                .await
+                .expect("sent");
+            let id = pending.id().clone();
+            // No await from here to the cancel: the driver cannot run.
+            let mut filled = 0;
+            while client
+                .commands
+                .try_send(Command::Metrics {
+                    reply: oneshot::channel().0,
+                })
+                .is_ok()
+            {
+                filled += 1;
+            }
+            assert_eq!(filled, COMMAND_QUEUE);
+            let t = Instant::now();
+            pending.cancel("queue full");
+            let outcome = pending.await;
+            assert!(
+                matches!(
+                    outcome,
+                    Err(RequestError::Failed(RequestFailure::Cancelled {
+                        cancel_sent: true
+                    }))
+                ),
+                "{outcome:?}"
+            );
+            let needle = format!("\"requestId\":{id}");
+            let echoed = tokio::time::timeout(Duration::from_secs(10), async {
+                loop {
+                    if let Some(IncomingMessage::Notification(n)) = client.next_incoming().await {
+                        if n.method == "notifications/cancelled"
+                            && n.params.as_ref().is_some_and(|p| p.get().contains(&needle))
+                        {
+                            return;
+                        }
+                    }
+                }
+            })
+            .await;
+            assert!(echoed.is_ok(), "the cancel never reached the server");
+            eprintln!(
+                "tokio: cancel with {filled} commands queued reached the server in {:?}",
+                t.elapsed()
+            );
+            let record = client.kill().await;
+            assert!(record.metrics.cancels_sent >= 1);
+        });
     }
 }

@@ -43,6 +43,7 @@
 //! | [`message`] | JSON-RPC 2.0 messages with raw payloads; encoding under the wire limit |
 //! | [`client`] | host side of a session: ids, pending map, deadlines, cancel, inbox, overload |
 //! | [`host`] | a session with a spawned server: protocol, process and stderr as one machine |
+//! | [`driver`] | the client driver around a host session: commands, waiters, the write slot, lossless cancels |
 //! | [`helper`] | one run of a command-line helper inside a tool: approval, spawn, budgeted captures, cancel, outcome |
 //! | [`handshake`] | the MCP initialize request and protocol version negotiation |
 //! | [`command`] | what to spawn: a program and its arguments, never a shell line |
@@ -62,6 +63,7 @@ pub mod call;
 pub mod capture;
 pub mod client;
 pub mod command;
+pub mod driver;
 pub mod frame;
 pub mod handshake;
 pub mod helper;

@@ -38,6 +38,11 @@
 //!     notify_then_result {count}           sends `count` notifications/message, then the result
 //!     server_request {}                    sends a `ping` request to the client (id
 //!                                          "fixture-srv-N") and returns once the client answers
+//!     stop_reading {ms, every_ms}          answered at once from the READ LOOP, which then stops
+//!                                          reading stdin for `ms` (a stalled peer: the client's
+//!                                          writes fill the pipe), while a thread writes
+//!                                          notifications/message "chatter N" to stdout and
+//!                                          `fixture: chatter N` to stderr every `every_ms`
 //!   notifications/cancelled {requestId, reason}
 //!                              sets the cancel flag of that in-flight request; the request then
 //!                              gets NO response. A cancel after the response began writing is
@@ -80,6 +85,9 @@
 //!   fixture: request <id> late response after cancel
 //!   fixture: response <id> writing <bytes> bytes
 //!   fixture: response <id> written
+//!   fixture: stopped reading stdin for <ms> ms                  (stop_reading)
+//!   fixture: chatter <n>                                       (stop_reading)
+//!   fixture: resumed reading stdin                             (stop_reading)
 //!   fixture: stdin EOF ...
 //! `<id>` is the request id as JSON: `5`, or `"abc"` with the quotes.
 //! ```
@@ -117,7 +125,7 @@ USAGE: fixture-server [FLAGS]   (an MCP server over stdio that misbehaves on dem
   --ignore-sigterm             SIGTERM is blocked and consumed (logged), SIGKILL still works
   --exit-code N                exit status on stdin EOF (default 0)
   --eof-grace-ms MS            bound on in-flight work at stdin EOF (default 5000)
-Tools: echo big big_exact huge_field many_blocks slow slow_io subprocess
+Tools: echo big big_exact huge_field many_blocks slow slow_io subprocess stop_reading
        stream_then_result stderr_flood notify_then_result server_request
 See the doc comment of tests/src/bin/fixture-server.rs for details.
 ";
@@ -518,6 +526,11 @@ fn handle_request(server: &Arc<Server>, method: String, id: Value, msg: Value) {
         initialize(server, &id, &msg);
         return;
     }
+    if method == "tools/call" && tool == Some("stop_reading") {
+        // Inline: the read loop itself stops reading.
+        stop_reading(server, &id, &msg);
+        return;
+    }
     let entry = Arc::new(Inflight::new());
     {
         let mut inflight = lock(&server.inflight);
@@ -570,6 +583,37 @@ fn initialize(server: &Server, id: &Value, msg: &Value) {
         out.write_line(&line);
         log(&format!("oversized line written ({} bytes)", line.len()));
     }
+}
+
+/// `stop_reading`: answers, then blocks the read loop for `ms` while a thread keeps writing
+/// a notification to stdout and a line to stderr every `every_ms`.
+fn stop_reading(server: &Arc<Server>, id: &Value, msg: &Value) {
+    let empty = json!({});
+    let args = msg.pointer("/params/arguments").unwrap_or(&empty);
+    let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(60_000);
+    let every = args
+        .get("every_ms")
+        .and_then(Value::as_u64)
+        .unwrap_or(20)
+        .max(1);
+    let result = text_result(format!("not reading stdin for {ms} ms"));
+    lock(&server.out).write_line(&to_line(&json!({"jsonrpc":"2.0","id":id,"result":result})));
+    log(&format!("stopped reading stdin for {ms} ms"));
+    let until = Instant::now() + Duration::from_millis(ms);
+    let chatter = Arc::clone(server);
+    thread::spawn(move || {
+        let mut n = 0_u64;
+        while Instant::now() < until {
+            let note = json!({"jsonrpc":"2.0","method":"notifications/message",
+                "params":{"level":"info","data":format!("chatter {n}")}});
+            lock(&chatter.out).write_line(&to_line(&note));
+            log(&format!("chatter {n}"));
+            n += 1;
+            thread::sleep(Duration::from_millis(every));
+        }
+    });
+    thread::sleep(until.saturating_duration_since(Instant::now()));
+    log("resumed reading stdin");
 }
 
 /// Sends the response (or nothing) for a finished request, honouring the registry state.
@@ -684,6 +728,8 @@ fn tools_list() -> Value {
         tool("stderr_flood", "writes N bytes to stderr", json!({"bytes":int})),
         tool("notify_then_result", "notifications then a result", json!({"count":int})),
         tool("server_request", "pings the client and waits for its answer", json!({})),
+        tool("stop_reading", "stops reading stdin for ms while writing stdout and stderr",
+            json!({"ms":int,"every_ms":int})),
     ]})
 }
 

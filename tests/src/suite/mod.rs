@@ -29,6 +29,7 @@ mod incoming;
 mod leak_check;
 mod payloads;
 mod shutdown;
+mod stalled_peer;
 mod stderr;
 mod unread_stdout_host;
 
@@ -38,6 +39,7 @@ pub use incoming::*;
 pub use leak_check::{cmdline, LeakCheck, TAG_VAR};
 pub use payloads::*;
 pub use shutdown::*;
+pub use stalled_peer::*;
 pub use stderr::*;
 pub use unread_stdout_host::UnreadStdoutHost;
 
@@ -268,6 +270,9 @@ macro_rules! conformance_suite {
             g1_handshake_ping_echo_and_shutdown_record,
             g1_8_mib_response_completes_while_the_application_is_busy,
             g1_g3_8_mib_response_over_a_1_mib_limit_fails_while_the_application_is_busy,
+            // G1/G6/G9/G11 with a stalled peer (it stops reading our writes)
+            g1_client_keeps_reading_when_the_server_stops_reading_after_a_small_message,
+            g1_client_keeps_reading_when_the_server_stops_reading_after_a_large_message,
             // G2/G3/G4: payload shapes, limits and garbage on stdout
             g2_g3_response_just_under_the_limit_passes_just_over_fails_at_once,
             g2_huge_single_field_with_escapes_round_trips_exactly,

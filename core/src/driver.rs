@@ -1,0 +1,1030 @@
+//! The client driver: everything an adapter's `Client` decides, written once.
+//!
+//! A [`ClientDriver`] wraps a [`HostSession`] with what sits between it and
+//! the application: the commands the application sends ([`Command`]), the
+//! waiters of requests in flight and their completion, the one message taken
+//! from the core for the server's stdin ([`ClientDriver::poll_write`]), the
+//! lossless cancels ([`CancelRegistry`]) and the final `SessionClosed` for
+//! whatever still waits when the session ends. It does no I/O and reads no
+//! clock: the adapter reads the clock once per wake and passes `now` in.
+//!
+//! The adapters keep only waiting and system calls. Their loop is:
+//!
+//! 1. wait for the next input (a pipe's bytes or end, room to write, the
+//!    child's exit, a command, a cancel wake, room for an incoming message,
+//!    or [`poll_timeout`](ClientDriver::poll_timeout));
+//! 2. read the clock once and feed the input: `handle_*(now, …)`;
+//! 3. [`handle_cancels`](ClientDriver::handle_cancels)`(now)` (one atomic
+//!    swap when there is nothing to do);
+//! 4. drain [`poll_action`](ClientDriver::poll_action) until `None`,
+//!    write what [`poll_write`](ClientDriver::poll_write) holds as far as the
+//!    pipe takes it, hand [`poll_incoming`](ClientDriver::poll_incoming) on when
+//!    the application has room.
+//!
+//! # The rule
+//!
+//! A loop built this way never waits for a write while it could read: the
+//! driver holds at most one outgoing message, the adapter writes it only as
+//! the pipe accepts it (readiness), and every other input is served
+//! meanwhile. Every reply to the application goes through a
+//! [`ReplyChannel`] whose `send` never blocks.
+//!
+//! # Limits
+//!
+//! - **Outgoing bytes**: the core's queue (`max(max_outgoing_bytes,
+//!   max_frame)` plus `control_reserve_bytes` for cancels and overload
+//!   replies, see [`ClientConfig`](crate::client::ClientConfig)) plus the one
+//!   message held here (at most `max_frame` bytes). Past the queue's limit
+//!   `request`, `notify` and `respond` fail with [`SendError::Backpressure`]
+//!   while reads, timers and cancels go on.
+//! - **Cancels**: at most one per request in flight, so at most
+//!   `max_in_flight` (default 128) at once, each a flag and its reason
+//!   (under 100 bytes plus the reason). They never pass through the
+//!   adapter's bounded command queue, so a full queue cannot lose one.
+//! - **Waiters**: one per request in flight, at most `max_in_flight`.
+//!
+//! [`SendError::Backpressure`]: crate::client::SendError::Backpressure
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::client::{ClientEvent, ClientMetrics, Incoming, RequestFailure};
+use crate::host::{ClientOptions, HostAction, HostSession, RequestError, SessionRecord};
+use crate::message::{ErrorObject, Id, RawValue};
+use crate::process::{ExitStatus, Signal};
+
+/// A request's outcome as the application sees it.
+pub type Outcome = Result<Box<RawValue>, RequestError>;
+
+/// The one-shot reply channels of an adapter (tokio's `oneshot`, a
+/// capacity-1 `async_channel`, a capacity-1 `sync_channel`).
+pub trait ReplyChannel: 'static {
+    /// The driver's end.
+    type Sender<T: Send + 'static>: Send;
+    /// The application's end.
+    type Receiver<T: Send + 'static>: Send;
+    /// A new channel for one value.
+    fn channel<T: Send + 'static>() -> (Self::Sender<T>, Self::Receiver<T>);
+    /// Sends the one value without ever blocking; `false` if the receiver is gone.
+    fn send<T: Send + 'static>(tx: Self::Sender<T>, value: T) -> bool;
+}
+
+/// What a `Request` command is answered with.
+pub struct Started<C: ReplyChannel> {
+    /// The request's id.
+    pub id: Id,
+    /// Receives the outcome once.
+    pub outcome: C::Receiver<Outcome>,
+    /// Cancels the request without the command queue.
+    pub cancel: CancelHandle,
+}
+
+impl<C: ReplyChannel> fmt::Debug for Started<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Started").field("id", &self.id).finish()
+    }
+}
+
+/// The answer to a `Request` command.
+pub type StartReply<C> = Result<Started<C>, RequestError>;
+
+/// A command from the application to the driver. Cancels are not commands:
+/// they go through the [`CancelRegistry`], so they cannot be lost to a full
+/// queue.
+#[non_exhaustive]
+pub enum Command<C: ReplyChannel> {
+    /// Send a request; answered with its id, its outcome's receiver and its cancel.
+    Request {
+        /// The method.
+        method: String,
+        /// The raw params.
+        params: Option<Box<RawValue>>,
+        /// The deadline from now (`None`: none).
+        timeout: Option<Duration>,
+        /// Where the answer goes.
+        reply: C::Sender<StartReply<C>>,
+    },
+    /// Send a notification.
+    Notify {
+        /// The method.
+        method: String,
+        /// The raw params.
+        params: Option<Box<RawValue>>,
+        /// Where the answer goes.
+        reply: C::Sender<Result<(), RequestError>>,
+    },
+    /// Answer a server→client request.
+    Respond {
+        /// The request's id.
+        id: Id,
+        /// A raw result or an error object.
+        result: Result<Box<RawValue>, ErrorObject>,
+        /// Where the answer goes.
+        reply: C::Sender<Result<(), RequestError>>,
+    },
+    /// The session's counters.
+    Metrics {
+        /// Where they go.
+        reply: C::Sender<ClientMetrics>,
+    },
+    /// Graceful shutdown (G11).
+    Shutdown,
+    /// `SIGTERM` at once, then the rest of the shutdown sequence.
+    Kill,
+}
+
+impl<C: ReplyChannel> fmt::Debug for Command<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Request { .. } => "Request",
+            Self::Notify { .. } => "Notify",
+            Self::Respond { .. } => "Respond",
+            Self::Metrics { .. } => "Metrics",
+            Self::Shutdown => "Shutdown",
+            Self::Kill => "Kill",
+        })
+    }
+}
+
+/// The reason sent with the cancel of a request whose handle was dropped.
+pub const ABANDONED: &str = "request abandoned by the client";
+
+const LIVE: u8 = 0;
+const REQUESTED: u8 = 1;
+const DONE: u8 = 2;
+
+/// One request's cancel: a state and the reason, set once.
+#[derive(Debug)]
+struct CancelSlot {
+    state: AtomicU8,
+    reason: OnceLock<String>,
+}
+
+/// The cancels of one session, shared by the driver and every handle.
+///
+/// Lossless: a cancel sets its request's flag (first reason wins), sets the
+/// registry's "something to do" flag and wakes the driver, which cancels
+/// every flagged request on its next turn. Nothing is queued, so nothing can
+/// overflow; a cancel of a finished or unknown request is a no-op.
+///
+/// The id → slot map (for cancels by id) is behind a `std` mutex held only
+/// for one hash-map insert, remove or lookup (O(1), never across a wait);
+/// cancels through a [`CancelHandle`] take no lock at all.
+pub struct CancelRegistry {
+    by_id: Mutex<HashMap<Id, Arc<CancelSlot>>>,
+    requested: AtomicBool,
+    closed: AtomicBool,
+    wake: Box<dyn Fn() + Send + Sync>,
+}
+
+impl fmt::Debug for CancelRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CancelRegistry")
+            .field("requested", &self.requested)
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CancelRegistry {
+    /// A registry whose cancels call `wake` to wake the driver. `wake` must
+    /// not block and must not be lost if the driver is busy (a stored permit:
+    /// tokio's `Notify::notify_one`, a capacity-1 channel's `try_send`, a
+    /// `mio::Waker`).
+    pub fn new(wake: impl Fn() + Send + Sync + 'static) -> Arc<Self> {
+        Arc::new(Self {
+            by_id: Mutex::new(HashMap::new()),
+            requested: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            wake: Box::new(wake),
+        })
+    }
+
+    /// Cancels the request `id` if it is in flight; a no-op otherwise.
+    pub fn cancel(&self, id: &Id, reason: &str) {
+        let slot = self.map().get(id).cloned();
+        if let Some(slot) = slot {
+            self.request(&slot, reason);
+        }
+    }
+
+    /// Requests in flight with a cancel slot.
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    /// Whether no request is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn request(&self, slot: &CancelSlot, reason: &str) {
+        if slot.state.load(Ordering::Acquire) != LIVE || self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let _ = slot.reason.set(reason.to_owned());
+        if slot
+            .state
+            .compare_exchange(LIVE, REQUESTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.requested.store(true, Ordering::Release);
+            (self.wake)();
+        }
+    }
+
+    fn map(&self) -> MutexGuard<'_, HashMap<Id, Arc<CancelSlot>>> {
+        // O(1) work under the lock and nothing there panics; a poisoned map is still consistent.
+        self.by_id.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Cancels one request from any thread or task: it never blocks and never
+/// goes through the command queue, so it is never lost. Cheap to clone.
+/// Every adapter's `CancelHandle` is this type.
+#[derive(Debug, Clone)]
+pub struct CancelHandle {
+    id: Id,
+    slot: Arc<CancelSlot>,
+    registry: Arc<CancelRegistry>,
+}
+
+impl CancelHandle {
+    /// The request's id.
+    pub fn id(&self) -> &Id {
+        &self.id
+    }
+
+    /// Cancels the request: it completes with `Cancelled` and the server is
+    /// sent `notifications/cancelled`. A no-op once it has completed; only
+    /// the first reason is kept.
+    pub fn cancel(&self, reason: &str) {
+        self.registry.request(&self.slot, reason);
+    }
+
+    /// Whether the request completed or was cancelled already.
+    pub fn is_done(&self) -> bool {
+        self.slot.state.load(Ordering::Acquire) != LIVE
+    }
+}
+
+struct Waiter<C: ReplyChannel> {
+    outcome: C::Sender<Outcome>,
+    cancel: Arc<CancelSlot>,
+}
+
+/// The one message taken from the core for the server's stdin.
+#[derive(Debug)]
+enum WriteSlot {
+    Empty,
+    /// Being written here, `offset` bytes done.
+    Held {
+        bytes: Vec<u8>,
+        offset: usize,
+    },
+    /// Handed whole to a writer task, `len` bytes, not yet acknowledged.
+    Lent {
+        len: usize,
+    },
+}
+
+/// What the adapter must do, from [`ClientDriver::poll_action`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DriverAction {
+    /// A line of the server's stderr, within the forwarding budget, for the
+    /// logs. Hand it to something that cannot block the loop (the adapters
+    /// use a relay thread): a `tracing` subscriber may block.
+    LogStderrLine(String),
+    /// Close (drop) the server's stdin; the driver has dropped what it held.
+    CloseStdin,
+    /// Send this signal to the server's process group; `ESRCH` is not an error.
+    SignalGroup(Signal),
+    /// Stop reading the streams still open (they passed the drain deadline:
+    /// worth a warning in the logs).
+    AbandonReaders,
+    /// The session is over: every waiter has its outcome, the stderr grant
+    /// is back in its pool. Nothing more is polled.
+    Finished(Box<SessionRecord>),
+}
+
+/// The client driver of one spawned server (sans-IO). See the module docs
+/// for the loop every adapter runs around it.
+///
+/// # Methods, by group
+///
+/// - **Getters**: [`host`](Self::host), [`cancels`](Self::cancels),
+///   [`waiters`](Self::waiters), [`has_incoming`](Self::has_incoming),
+///   [`is_finished`](Self::is_finished).
+/// - **Inputs**: [`handle_stdout`](Self::handle_stdout),
+///   [`handle_stdout_eof`](Self::handle_stdout_eof),
+///   [`handle_stderr`](Self::handle_stderr),
+///   [`handle_stderr_eof`](Self::handle_stderr_eof),
+///   [`handle_exited`](Self::handle_exited),
+///   [`handle_written`](Self::handle_written),
+///   [`handle_write_failed`](Self::handle_write_failed),
+///   [`handle_timeout`](Self::handle_timeout),
+///   [`handle_cancels`](Self::handle_cancels),
+///   [`handle_client_gone`](Self::handle_client_gone).
+/// - **Commands**: [`handle_command`](Self::handle_command).
+/// - **Outputs**: [`poll_action`](Self::poll_action),
+///   [`poll_write`](Self::poll_write) or
+///   [`poll_write_owned`](Self::poll_write_owned),
+///   [`poll_incoming`](Self::poll_incoming),
+///   [`poll_timeout`](Self::poll_timeout).
+pub struct ClientDriver<C: ReplyChannel> {
+    host: HostSession,
+    options: ClientOptions,
+    pid: u32,
+    waiters: HashMap<Id, Waiter<C>>,
+    cancels: Arc<CancelRegistry>,
+    write: WriteSlot,
+    stdin_open: bool,
+    client_gone: bool,
+    finished: bool,
+}
+
+impl<C: ReplyChannel> fmt::Debug for ClientDriver<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientDriver")
+            .field("pid", &self.pid)
+            .field("waiters", &self.waiters.len())
+            .field("write", &self.write)
+            .field("finished", &self.finished)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: ReplyChannel> ClientDriver<C> {
+    /// The driver of the server `pid`, spawned at `now` with its three pipes;
+    /// `cancels` wakes the adapter's loop (see [`CancelRegistry::new`]).
+    pub fn new(
+        options: ClientOptions,
+        pid: u32,
+        now: Instant,
+        cancels: Arc<CancelRegistry>,
+    ) -> Self {
+        let mut host = options.new_host_session();
+        host.handle_spawned(now);
+        Self {
+            host,
+            options,
+            pid,
+            waiters: HashMap::new(),
+            cancels,
+            write: WriteSlot::Empty,
+            stdin_open: true,
+            client_gone: false,
+            finished: false,
+        }
+    }
+
+    // ---- getters ----
+
+    /// The session underneath.
+    pub fn host(&self) -> &HostSession {
+        &self.host
+    }
+
+    /// The cancel registry the handles share.
+    pub fn cancels(&self) -> &Arc<CancelRegistry> {
+        &self.cancels
+    }
+
+    /// Requests waiting for their outcome.
+    pub fn waiters(&self) -> usize {
+        self.waiters.len()
+    }
+
+    /// Whether a server→client message waits in the core's inbox.
+    pub fn has_incoming(&self) -> bool {
+        self.host.session().inbox_len() > 0
+    }
+
+    /// Whether `Finished` was returned.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    // ---- inputs ----
+
+    /// Bytes from the server's stdout.
+    pub fn handle_stdout(&mut self, now: Instant, chunk: &[u8]) {
+        self.host.handle_stdout(now, chunk);
+    }
+
+    /// The server's stdout ended (end-of-file or a read error).
+    pub fn handle_stdout_eof(&mut self, now: Instant) {
+        self.host.handle_stdout_eof(now);
+    }
+
+    /// Bytes from the server's stderr.
+    pub fn handle_stderr(&mut self, now: Instant, chunk: &[u8]) {
+        self.host.handle_stderr(now, chunk);
+    }
+
+    /// The server's stderr ended.
+    pub fn handle_stderr_eof(&mut self, now: Instant) {
+        self.host.handle_stderr_eof(now);
+    }
+
+    /// The server's process exited.
+    pub fn handle_exited(&mut self, now: Instant, status: ExitStatus) {
+        self.host.handle_exited(now, status);
+    }
+
+    /// `n` more bytes of the held (or lent) message reached the pipe.
+    pub fn handle_written(&mut self, n: usize) {
+        match &mut self.write {
+            WriteSlot::Held { bytes, offset } => {
+                *offset = offset.saturating_add(n);
+                if *offset >= bytes.len() {
+                    self.write = WriteSlot::Empty;
+                }
+            }
+            WriteSlot::Lent { len } => {
+                *len = len.saturating_sub(n);
+                if *len == 0 {
+                    self.write = WriteSlot::Empty;
+                }
+            }
+            WriteSlot::Empty => {}
+        }
+    }
+
+    /// Writing to the server's stdin failed (it closed its end or died):
+    /// nothing more is written; stdout's end and the exit follow.
+    pub fn handle_write_failed(&mut self) {
+        self.stdin_open = false;
+        self.write = WriteSlot::Empty;
+    }
+
+    /// Time passed: request deadlines and shutdown graces. Early calls do nothing.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.host.handle_timeout(now);
+    }
+
+    /// Cancels every request flagged since the last call (one atomic swap
+    /// when none was). Call it on every wake.
+    pub fn handle_cancels(&mut self, _now: Instant) {
+        if !self.cancels.requested.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let flagged: Vec<Id> = self
+            .waiters
+            .iter()
+            .filter(|(_, w)| w.cancel.state.load(Ordering::Acquire) == REQUESTED)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in flagged {
+            if let Some(w) = self.waiters.get(&id) {
+                let reason = w.cancel.reason.get().map_or(ABANDONED, String::as_str);
+                // `NotPending`: it completed meanwhile; its completion is queued.
+                let _ = self.host.cancel(&id, Some(reason));
+            }
+        }
+    }
+
+    /// Every application handle is gone (the `Client` was dropped, which
+    /// killed the group): fail what waits and run the kill path, once.
+    pub fn handle_client_gone(&mut self, now: Instant) {
+        if !self.client_gone {
+            self.client_gone = true;
+            self.host.kill(now);
+        }
+    }
+
+    // ---- commands ----
+
+    /// A command from the application. Every reply is a non-blocking send.
+    pub fn handle_command(&mut self, now: Instant, cmd: Command<C>) {
+        match cmd {
+            Command::Request {
+                method,
+                params,
+                timeout,
+                reply,
+            } => match self.host.request(now, &method, params.as_deref(), timeout) {
+                Ok(id) => {
+                    let (tx, rx) = C::channel();
+                    let slot = Arc::new(CancelSlot {
+                        state: AtomicU8::new(LIVE),
+                        reason: OnceLock::new(),
+                    });
+                    self.cancels.map().insert(id.clone(), slot.clone());
+                    self.waiters.insert(
+                        id.clone(),
+                        Waiter {
+                            outcome: tx,
+                            cancel: slot.clone(),
+                        },
+                    );
+                    let started = Started {
+                        id: id.clone(),
+                        outcome: rx,
+                        cancel: CancelHandle {
+                            id: id.clone(),
+                            slot,
+                            registry: self.cancels.clone(),
+                        },
+                    };
+                    if !C::send(reply, Ok(started)) {
+                        // The caller gave up before learning the id: cancel.
+                        self.forget(&id);
+                        let _ = self.host.cancel(&id, Some(ABANDONED));
+                    }
+                }
+                Err(e) => {
+                    let _ = C::send(reply, Err(e.into()));
+                }
+            },
+            Command::Notify {
+                method,
+                params,
+                reply,
+            } => {
+                let r = self.host.notify(&method, params.as_deref());
+                let _ = C::send(reply, r.map_err(Into::into));
+            }
+            Command::Respond { id, result, reply } => {
+                let r = self.host.respond(&id, result.as_deref());
+                let _ = C::send(reply, r.map_err(Into::into));
+            }
+            Command::Metrics { reply } => {
+                let _ = C::send(reply, self.host.metrics());
+            }
+            Command::Shutdown => self.host.shutdown(now),
+            Command::Kill => self.host.kill(now),
+        }
+    }
+
+    // ---- outputs ----
+
+    /// The next thing to do; call until `None` after every input. Completes
+    /// waiters on the way.
+    #[must_use]
+    pub fn poll_action(&mut self) -> Option<DriverAction> {
+        if self.finished {
+            return None;
+        }
+        self.complete_waiters();
+        if !self.stdin_open {
+            // Nobody will write these bytes: drop them rather than hold them.
+            while self.host.poll_transmit().is_some() {}
+        }
+        if let Some(line) = self.host.poll_stderr_line() {
+            return Some(DriverAction::LogStderrLine(line));
+        }
+        let action = self.host.poll_action()?;
+        Some(match action {
+            HostAction::CloseStdin => {
+                self.stdin_open = false;
+                self.write = WriteSlot::Empty;
+                DriverAction::CloseStdin
+            }
+            HostAction::SignalGroup(sig) => DriverAction::SignalGroup(sig),
+            HostAction::AbandonReaders => DriverAction::AbandonReaders,
+            HostAction::Finished(record) => {
+                self.finish();
+                DriverAction::Finished(record)
+            }
+        })
+    }
+
+    /// The unwritten rest of the one message held for the server's stdin,
+    /// taking the next one from the core when none is held. Write as much as
+    /// the pipe takes, then [`handle_written`](Self::handle_written). `None`:
+    /// nothing to write (or stdin is closed, or a message is lent).
+    #[must_use]
+    pub fn poll_write(&mut self) -> Option<&[u8]> {
+        self.refill();
+        match &self.write {
+            WriteSlot::Held { bytes, offset } => Some(&bytes[*offset..]),
+            _ => None,
+        }
+    }
+
+    /// For adapters whose writer task takes whole messages: the next message,
+    /// lent until [`handle_written`](Self::handle_written) acknowledges its
+    /// length. `None` while one is lent, or when there is nothing to write.
+    #[must_use]
+    pub fn poll_write_owned(&mut self) -> Option<Vec<u8>> {
+        self.refill();
+        match std::mem::replace(&mut self.write, WriteSlot::Empty) {
+            WriteSlot::Held { bytes, offset } => {
+                let bytes = if offset == 0 {
+                    bytes
+                } else {
+                    bytes[offset..].to_vec()
+                };
+                self.write = WriteSlot::Lent { len: bytes.len() };
+                Some(bytes)
+            }
+            other => {
+                self.write = other;
+                None
+            }
+        }
+    }
+
+    /// Whether bytes wait to be written (held or lent).
+    pub fn is_writing(&self) -> bool {
+        !matches!(self.write, WriteSlot::Empty)
+    }
+
+    /// The next server→client message from the core's bounded inbox (G5);
+    /// take it only when the application has room for it.
+    #[must_use]
+    pub fn poll_incoming(&mut self, now: Instant) -> Option<Incoming> {
+        self.host.poll_incoming(now)
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is due next.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.host.poll_timeout()
+    }
+
+    fn refill(&mut self) {
+        if !self.stdin_open {
+            // Nobody will write these bytes: drop them rather than hold them.
+            while self.host.poll_transmit().is_some() {}
+            return;
+        }
+        if matches!(self.write, WriteSlot::Empty) {
+            if let Some(bytes) = self.host.poll_transmit() {
+                if !bytes.is_empty() {
+                    self.write = WriteSlot::Held { bytes, offset: 0 };
+                }
+            }
+        }
+    }
+
+    fn complete_waiters(&mut self) {
+        while let Some(ev) = self.host.poll_event() {
+            if let ClientEvent::Completed { id, outcome } = ev {
+                if let Some(w) = self.forget(&id) {
+                    // The receiver may be gone (a dropped request): fine.
+                    let _ = C::send(w.outcome, outcome.map_err(Into::into));
+                }
+            }
+        }
+    }
+
+    fn forget(&mut self, id: &Id) -> Option<Waiter<C>> {
+        let w = self.waiters.remove(id)?;
+        w.cancel.state.store(DONE, Ordering::Release);
+        self.cancels.map().remove(id);
+        Some(w)
+    }
+
+    fn finish(&mut self) {
+        self.finished = true;
+        self.stdin_open = false;
+        self.write = WriteSlot::Empty;
+        // Completions for everything pending were emitted by the session's
+        // close; anything left gets SessionClosed.
+        self.complete_waiters();
+        self.cancels.closed.store(true, Ordering::Release);
+        for (_, w) in self.waiters.drain() {
+            w.cancel.state.store(DONE, Ordering::Release);
+            let _ = C::send(w.outcome, Err(RequestFailure::SessionClosed.into()));
+        }
+        self.cancels.map().clear();
+        self.options.release_grant(&mut self.host);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
+
+    use super::*;
+    use crate::client::SendError;
+    use crate::process::EndedBy;
+    use crate::server::{ServerConfig, ServerEvent, ServerSession};
+
+    /// `sync_channel(1)`, the blocking adapter's reply channel.
+    struct Std;
+
+    impl ReplyChannel for Std {
+        type Sender<T: Send + 'static> = SyncSender<T>;
+        type Receiver<T: Send + 'static> = Receiver<T>;
+        fn channel<T: Send + 'static>() -> (SyncSender<T>, Receiver<T>) {
+            sync_channel(1)
+        }
+        fn send<T: Send + 'static>(tx: SyncSender<T>, value: T) -> bool {
+            tx.try_send(value).is_ok()
+        }
+    }
+
+    struct Rig {
+        driver: ClientDriver<Std>,
+        wakes: Arc<AtomicUsize>,
+        t0: Instant,
+    }
+
+    fn rig(configure: impl FnOnce(&mut ClientOptions)) -> Rig {
+        let mut options = ClientOptions::default();
+        configure(&mut options);
+        let wakes = Arc::new(AtomicUsize::new(0));
+        let counter = wakes.clone();
+        let cancels = CancelRegistry::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        let t0 = Instant::now();
+        Rig {
+            driver: ClientDriver::new(options, 4242, t0, cancels),
+            wakes,
+            t0,
+        }
+    }
+
+    impl Rig {
+        fn request(&mut self, method: &str, timeout: Option<Duration>) -> StartReply<Std> {
+            let (reply, rx) = Std::channel();
+            let cmd = Command::Request {
+                method: method.to_owned(),
+                params: None,
+                timeout,
+                reply,
+            };
+            self.driver.handle_command(self.t0, cmd);
+            rx.try_recv().expect("answered at once, without blocking")
+        }
+
+        /// Writes everything held, the way a pipe that takes `chunk` bytes at a time would.
+        fn write_all(&mut self, chunk: usize) -> Vec<u8> {
+            let mut wire = Vec::new();
+            while let Some(bytes) = self.driver.poll_write() {
+                let n = bytes.len().min(chunk);
+                wire.extend_from_slice(&bytes[..n]);
+                self.driver.handle_written(n);
+            }
+            wire
+        }
+
+        fn actions(&mut self) -> Vec<DriverAction> {
+            std::iter::from_fn(|| self.driver.poll_action()).collect()
+        }
+    }
+
+    fn lines(wire: &[u8]) -> Vec<serde_json::Value> {
+        wire.split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("JSON"))
+            .collect()
+    }
+
+    fn cancelled_ids(wire: &[u8]) -> Vec<serde_json::Value> {
+        lines(wire)
+            .into_iter()
+            .filter(|m| m["method"] == "notifications/cancelled")
+            .map(|m| m["params"]["requestId"].clone())
+            .collect()
+    }
+
+    /// G1/G9: one message at a time leaves the core, and only once the
+    /// previous one is fully written; the rest waits in the core's bounded
+    /// queue, where backpressure reaches `request`.
+    #[test]
+    fn g9_one_message_held_and_backpressure_reaches_request() {
+        let mut r = rig(|o| {
+            o.config
+                .session_mut()
+                .max_frame(4096)
+                .max_outgoing_bytes(200);
+        });
+        let a = r.request("a", None).expect("sent");
+        let first = r.driver.poll_write().expect("held").to_vec();
+        r.driver.handle_written(3);
+        assert_eq!(r.driver.poll_write().expect("the rest"), &first[3..]);
+        // Nothing written any more: the queue fills to its limit.
+        let mut sent = 1;
+        let err = loop {
+            match r.request("b", None) {
+                Ok(_) => sent += 1,
+                Err(e) => break e,
+            }
+            assert!(sent < 100, "the outgoing limit never applied");
+        };
+        assert!(matches!(
+            err,
+            RequestError::Send(SendError::Backpressure { limit: 200, .. })
+        ));
+        assert!(r.driver.host().session().outgoing_bytes() <= 200);
+        // A cancel still goes out, within the control reserve.
+        a.cancel.cancel("stop");
+        r.driver.handle_cancels(r.t0);
+        assert!(r.actions().is_empty());
+        assert!(matches!(
+            a.outcome.try_recv().expect("completed"),
+            Err(RequestError::Failed(RequestFailure::Cancelled {
+                cancel_sent: true
+            }))
+        ));
+        let mut wire = first[..3].to_vec();
+        wire.extend(r.write_all(1));
+        let Id::Number(n) = a.id else {
+            panic!("numeric ids")
+        };
+        assert_eq!(cancelled_ids(&wire), vec![serde_json::json!(n)]);
+    }
+
+    /// G6: cancels need no queue: as many as requests in flight, issued
+    /// before the driver runs, each wakes it once and each reaches the wire
+    /// once; a second cancel, a cancel by an unknown id and a cancel after
+    /// completion are no-ops that do not even wake the driver.
+    #[test]
+    fn g6_every_cancel_reaches_the_wire_once_without_a_queue() {
+        let max = 128;
+        let mut r = rig(|o| {
+            o.config.session_mut().max_in_flight(max);
+        });
+        let started: Vec<_> = (0..max)
+            .map(|_| r.request("slow", None).expect("sent"))
+            .collect();
+        let _ = r.write_all(usize::MAX);
+        assert_eq!(r.driver.cancels().len(), max);
+        // Half through their handles, half by id (`Client::cancel`).
+        for (i, s) in started.iter().enumerate() {
+            if i % 2 == 0 {
+                s.cancel.cancel("first");
+            } else {
+                r.driver.cancels().cancel(&s.id, "first");
+            }
+            s.cancel.cancel("second");
+        }
+        r.driver
+            .cancels()
+            .cancel(&Id::String("never-sent".into()), "x");
+        assert_eq!(r.wakes.load(Ordering::SeqCst), max);
+        r.driver.handle_cancels(r.t0);
+        assert!(r.actions().is_empty());
+        let wire = r.write_all(7);
+        assert_eq!(cancelled_ids(&wire).len(), max);
+        assert!(lines(&wire)
+            .iter()
+            .all(|m| m["params"]["reason"] == "first"));
+        for s in &started {
+            assert!(s.cancel.is_done());
+            assert!(matches!(
+                s.outcome.try_recv(),
+                Ok(Err(RequestError::Failed(RequestFailure::Cancelled { .. })))
+            ));
+        }
+        assert_eq!((r.driver.waiters(), r.driver.cancels().len()), (0, 0));
+        // After completion: no wake, nothing sent.
+        started[0].cancel.cancel("late");
+        r.driver.cancels().cancel(&started[1].id, "late");
+        assert_eq!(r.wakes.load(Ordering::SeqCst), max);
+        r.driver.handle_cancels(r.t0);
+        assert!(r.driver.poll_write().is_none());
+    }
+
+    /// G6: a caller that gave up before learning its request's id (the
+    /// reply's receiver is gone) still gets the request cancelled.
+    #[test]
+    fn g6_request_abandoned_before_its_id_is_cancelled() {
+        let mut r = rig(|_| {});
+        let (reply, rx) = Std::channel();
+        drop(rx);
+        r.driver.handle_command(
+            r.t0,
+            Command::Request {
+                method: "slow".into(),
+                params: None,
+                timeout: None,
+                reply,
+            },
+        );
+        assert_eq!(r.driver.waiters(), 0);
+        let wire = r.write_all(usize::MAX);
+        let msgs = lines(&wire);
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert_eq!(msgs[1]["params"]["reason"], ABANDONED);
+    }
+
+    /// G6/G8 as a pair: the driver against the core's server session, bytes
+    /// moved in odd chunks, a virtual clock. A timeout and a cancel both
+    /// reach the server; an answered request completes its waiter.
+    #[test]
+    fn g6_pair_timeout_and_cancel_reach_the_server_and_answers_complete() {
+        let mut r = rig(|_| {});
+        let mut server = ServerSession::new(ServerConfig::default());
+        let answered = r.request("tools/call", None).expect("sent");
+        let cancelled = r.request("tools/call", None).expect("sent");
+        let timed = r
+            .request("tools/call", Some(Duration::from_millis(100)))
+            .expect("sent");
+        cancelled.cancel.cancel("user");
+        r.driver.handle_cancels(r.t0);
+        let later = r.t0 + Duration::from_millis(100);
+        assert_eq!(r.driver.poll_timeout(), Some(later));
+        r.driver.handle_timeout(later);
+        assert!(r.actions().is_empty());
+        for chunk in r.write_all(5).chunks(13) {
+            server.handle_stdin(later, chunk);
+        }
+        let mut seen_cancels = Vec::new();
+        let mut requests = Vec::new();
+        while let Some(ev) = server.poll_event() {
+            match ev {
+                ServerEvent::Request(req) => requests.push(req.id),
+                ServerEvent::Cancelled { id, .. } => seen_cancels.push(id),
+                _ => {}
+            }
+        }
+        assert_eq!(requests.len(), 3);
+        seen_cancels.sort();
+        let mut want = vec![cancelled.id.clone(), timed.id.clone()];
+        want.sort();
+        assert_eq!(seen_cancels, want);
+        let result = RawValue::from_string("{\"ok\":1}".into()).expect("JSON");
+        server
+            .respond(&answered.id, Ok(&result))
+            .expect("in flight");
+        while let Some(bytes) = server.poll_transmit() {
+            for chunk in bytes.chunks(3) {
+                r.driver.handle_stdout(later, chunk);
+            }
+        }
+        assert!(r.actions().is_empty());
+        assert_eq!(
+            answered
+                .outcome
+                .try_recv()
+                .expect("completed")
+                .expect("ok")
+                .get(),
+            "{\"ok\":1}"
+        );
+        assert!(timed
+            .outcome
+            .try_recv()
+            .expect("completed")
+            .unwrap_err()
+            .is_timeout());
+    }
+
+    /// G11: at the end every waiter has an outcome, the registry is empty and
+    /// later cancels are no-ops; the driver then polls nothing more.
+    #[test]
+    fn g11_finish_completes_every_waiter_and_closes_the_registry() {
+        let mut r = rig(|o| {
+            o.config
+                .supervisor_mut()
+                .stdin_close_grace(Duration::from_millis(10))
+                .term_grace(Duration::from_millis(10));
+        });
+        let a = r.request("slow", None).expect("sent");
+        let _ = r.write_all(usize::MAX);
+        r.driver.handle_command(r.t0, Command::Shutdown);
+        let mut actions = r.actions();
+        assert!(
+            matches!(actions.as_slice(), [DriverAction::CloseStdin]),
+            "{actions:?}"
+        );
+        assert!(r.driver.poll_write().is_none());
+        r.driver.handle_exited(r.t0, ExitStatus::Code(0));
+        r.driver.handle_stdout_eof(r.t0);
+        r.driver.handle_stderr_eof(r.t0);
+        actions = r.actions();
+        let Some(DriverAction::Finished(record)) = actions.pop() else {
+            panic!("finished: {actions:?}");
+        };
+        assert_eq!(record.process.ended_by, EndedBy::ExitedAfterStdinClose);
+        assert!(r.driver.is_finished());
+        assert!(matches!(
+            a.outcome.try_recv(),
+            Ok(Err(RequestError::Failed(RequestFailure::SessionClosed)))
+        ));
+        assert!(r.driver.cancels().is_empty());
+        a.cancel.cancel("too late");
+        assert_eq!(r.wakes.load(Ordering::SeqCst), 0);
+        assert!(r.driver.poll_action().is_none());
+        assert!(matches!(
+            a.outcome.try_recv(),
+            Err(TryRecvError::Disconnected | TryRecvError::Empty)
+        ));
+    }
+
+    /// A writer task that takes whole messages gets the next one only after
+    /// acknowledging the previous one's length.
+    #[test]
+    fn g9_lent_message_is_acknowledged_before_the_next() {
+        let mut r = rig(|_| {});
+        let _a = r.request("a", None).expect("sent");
+        let _b = r.request("b", None).expect("sent");
+        let first = r.driver.poll_write_owned().expect("lent");
+        assert!(r.driver.poll_write_owned().is_none());
+        assert!(r.driver.is_writing());
+        r.driver.handle_written(first.len());
+        let second = r.driver.poll_write_owned().expect("the next");
+        assert_ne!(first, second);
+    }
+}
