@@ -52,6 +52,7 @@
 //! | [`call`] | operation lifecycle and its call record |
 //! | [`audit`] | hash-chained JSON-lines audit log and its offline verification |
 //! | [`budget`] | content budget for tool results |
+//! | [`idset`] | the bounded, insertion-ordered set of remembered request ids |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -65,6 +66,7 @@ pub mod frame;
 pub mod handshake;
 pub mod helper;
 pub mod host;
+pub mod idset;
 pub mod message;
 pub mod process;
 pub mod server;
@@ -82,6 +84,7 @@ pub use command::CommandSpec;
 pub use frame::{FrameError, FrameEvent, Framer, FramerConfig, OversizedPolicy};
 pub use helper::{HelperAction, HelperConfig, HelperOutcome, HelperRun};
 pub use host::{HostConfig, HostSession, RequestError, SessionRecord};
+pub use idset::RecentIds;
 pub use message::{
     DecodeError, EncodeError, ErrorObject, Id, Message, Notification, Request, Response,
 };
