@@ -52,6 +52,7 @@
 //! | [`call`] | operation lifecycle and its call record |
 //! | [`audit`] | hash-chained JSON-lines audit log and its offline verification |
 //! | [`budget`] | content budget for tool results |
+//! | [`proxy`] | the guard's decisions: a host session and a server session joined, limits both ways, cancel enforcement, records, the host that stopped reading |
 //! | [`idset`] | the bounded, insertion-ordered set of remembered request ids |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -69,6 +70,7 @@ pub mod host;
 pub mod idset;
 pub mod message;
 pub mod process;
+pub mod proxy;
 pub mod server;
 
 #[cfg(feature = "fuzzing")]
@@ -89,4 +91,5 @@ pub use message::{
     DecodeError, EncodeError, ErrorObject, Id, Message, Notification, Request, Response,
 };
 pub use process::{ExitStatus, ProcessOutcome, ProcessSupervisor, StreamEnd, SupervisorConfig};
+pub use proxy::{Proxy, ProxyConfig, ProxyEvent, ProxyMetrics};
 pub use server::{ServerConfig, ServerEvent, ServerSession};

@@ -9,7 +9,7 @@
 //! keeps its tail (G10), drops anything for a cancelled id (G6), runs the
 //! shutdown sequence (G11), and can write a hash-chained audit log (G12).
 
-mod proxy;
+mod host_io;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -28,7 +28,9 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::{GuardSettings, SettingsArgs};
-pub(crate) use proxy::{Proxy, ProxyLimits, ProxyMetrics};
+use host_io::{HostInput, HostOutput};
+use mcp_stdio_core::call::Stamp;
+use mcp_stdio_core::proxy::{Proxy, ProxyEvent, ProxyMetrics};
 
 /// Exit status when the guard itself closed the session (host stopped
 /// reading, or the guard could not run the server).
@@ -184,7 +186,17 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     };
     let pid = child.id().unwrap_or(0);
     let session = Session {
-        proxy: Proxy::new(settings.proxy.clone()),
+        proxy: Proxy::new({
+            let mut proxy = settings.proxy.clone();
+            proxy
+                .target(&spec.display().to_string())
+                .session_id(&format!(
+                    "{}-{}",
+                    std::process::id(),
+                    stamp(Instant::now()).unix_ms
+                ));
+            proxy
+        }),
         supervisor: ProcessSupervisor::new(settings.supervisor),
         stderr_capture: OutputCapture::new(&settings.stderr_capture),
         stderr_budget: settings.stderr_forward_bytes,
@@ -208,10 +220,11 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         };
         let json = serde_json::to_vec_pretty(&report).unwrap_or_default();
         if let Err(e) = std::fs::write(path, json) {
-            eprintln!(
+            // Through the sink: a blocking eprintln could hang an exit on an unread stderr.
+            crate::stderr_sink::line(&format!(
                 "mcp-stdio guard: writing metrics to {}: {e}",
                 path.display()
-            );
+            ));
         }
     }
     if session.closed_by_guard.is_some() {
@@ -241,12 +254,14 @@ enum Wake {
     ServerErr(std::io::Result<usize>),
     WroteServer(std::io::Result<usize>),
     WroteHost(std::io::Result<usize>),
+    HostProgress(std::io::Result<()>),
     Exited(std::io::Result<std::process::ExitStatus>),
     Timer,
     Terminate,
 }
 
-/// A queue of whole messages being written one after another.
+/// Messages taken from the proxy, written one after another as the pipe
+/// accepts them. Bounded by the proxy, which counts them until written.
 #[derive(Default)]
 struct Outbox {
     queue: VecDeque<Vec<u8>>,
@@ -264,9 +279,28 @@ impl Outbox {
             self.offset = 0;
         }
     }
+    fn clear(&mut self) {
+        self.queue.clear();
+        self.offset = 0;
+    }
 }
 
+/// Both clocks, read once.
+fn stamp(now: Instant) -> Stamp {
+    let unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Stamp::new(now, unix_ms)
+}
+
+/// How long the host may take to read what it is owed once the server is gone.
+const FINAL_FLUSH: Duration = Duration::from_secs(2);
+
 impl Session {
+    /// The I/O loop. It waits on every source at once (server stdout and
+    /// stderr, host stdin, write readiness both ways, child exit, the
+    /// supervisor's timer, signals) and never on a write finishing (G1); every
+    /// decision is the proxy's or the supervisor's.
     async fn drive(
         mut self,
         child: &mut tokio::process::Child,
@@ -275,8 +309,8 @@ impl Session {
         let mut server_in = child.stdin.take();
         let mut server_out = child.stdout.take();
         let mut server_err = child.stderr.take();
-        let mut host_in = Some(tokio::io::stdin());
-        let mut host_out = Some(tokio::io::stdout());
+        let mut host_in = Some(HostInput::open());
+        let mut host_out = Some(HostOutput::open());
         let mut to_server = Outbox::default();
         let mut to_host = Outbox::default();
         let mut exited = false;
@@ -287,21 +321,21 @@ impl Session {
         self.supervisor
             .handle_spawned(Instant::now(), ChildPipes::ALL);
         loop {
-            // Pump every output of the proxy and the supervisor.
-            while to_server.queue.is_empty() {
-                match self.proxy.poll_to_server() {
-                    Some(b) if server_in.is_some() => to_server.queue.push_back(b),
-                    Some(_) => {}
-                    None => break,
+            let now = Instant::now();
+            // Poll the proxy in its documented order, then the supervisor.
+            while let Some(event) = self.proxy.poll_event() {
+                match event {
+                    ProxyEvent::HostStoppedReading { .. } => {
+                        self.closed_by_guard = Some("host_stopped_reading");
+                    }
+                    ProxyEvent::HostOutputClosed => {
+                        tracing::debug!("host stdout closed");
+                    }
+                    _ => {}
                 }
-            }
-            while let Some(b) = self.proxy.poll_to_host() {
-                if host_out.is_some() {
-                    to_host.queue.push_back(b);
-                }
-            }
-            while let Some(note) = self.proxy.poll_note() {
-                crate::stderr_sink::line(&note);
+                host_out = None;
+                to_host.clear();
+                self.supervisor.shutdown(now);
             }
             let mut wrote_audit = false;
             while let Some(record) = self.proxy.poll_record() {
@@ -315,23 +349,25 @@ impl Session {
                     a.sync();
                 }
             }
-            let queued: usize =
-                to_host.queue.iter().map(Vec::len).sum::<usize>() + self.proxy.host_queue_bytes();
-            if queued > self.proxy_limit() && self.closed_by_guard.is_none() {
-                self.closed_by_guard = Some("host_stopped_reading");
-                crate::stderr_sink::line(&format!(
-                    "mcp-stdio guard: the host stopped reading stdout ({queued} bytes waiting, limit {}); closing the session",
-                    self.proxy_limit()
-                ));
-                host_out = None;
-                to_host.queue.clear();
-                self.supervisor.shutdown(Instant::now());
+            while let Some(b) = self.proxy.poll_to_server() {
+                if server_in.is_some() {
+                    to_server.queue.push_back(b);
+                } else {
+                    self.proxy.handle_server_written(b.len());
+                }
+            }
+            while let Some(b) = self.proxy.poll_to_host() {
+                to_host.queue.push_back(b);
+            }
+            while let Some(note) = self.proxy.poll_note() {
+                crate::stderr_sink::line(&note);
             }
             while let Some(action) = self.supervisor.poll_action() {
                 match action {
                     ProcessAction::CloseStdin => {
                         server_in = None;
-                        to_server.queue.clear();
+                        to_server.clear();
+                        self.proxy.handle_server_input_closed();
                     }
                     ProcessAction::SignalGroup(sig) => signal_group(self.pid, sig),
                     ProcessAction::AbandonReaders => {
@@ -340,9 +376,9 @@ impl Session {
                         server_err = None;
                     }
                     ProcessAction::Finished(outcome) => {
-                        let now = Instant::now();
-                        self.proxy.handle_server_eof(now);
-                        self.proxy.finish(now);
+                        let at = stamp(Instant::now());
+                        self.proxy.handle_server_eof(at);
+                        self.proxy.finish(at, outcome.exit_status);
                         while let Some(record) = self.proxy.poll_record() {
                             if let Some(a) = audit.as_deref_mut() {
                                 a.append(&record);
@@ -354,7 +390,11 @@ impl Session {
                             );
                             a.sync();
                         }
-                        // Flush what the host is still owed, within a bound.
+                        while let Some(note) = self.proxy.poll_note() {
+                            crate::stderr_sink::line(&note);
+                        }
+                        // What the host is still owed, within a bound: the
+                        // server is gone, so there is nothing left to read.
                         if let Some(out) = host_out.as_mut() {
                             while let Some(b) = self.proxy.poll_to_host() {
                                 to_host.queue.push_back(b);
@@ -362,14 +402,14 @@ impl Session {
                             let flush = async {
                                 while let Some(front) = to_host.front() {
                                     let n = out.write(front).await?;
-                                    if n == 0 {
-                                        break;
-                                    }
                                     to_host.advance(n);
                                 }
-                                out.flush().await
+                                while out.in_flight() {
+                                    out.progress().await?;
+                                }
+                                Ok::<(), std::io::Error>(())
                             };
-                            let _ = tokio::time::timeout(Duration::from_secs(2), flush).await;
+                            let _ = tokio::time::timeout(FINAL_FLUSH, flush).await;
                         }
                         return (outcome, self);
                     }
@@ -380,29 +420,41 @@ impl Session {
                 .poll_timeout()
                 .map(tokio::time::Instant::from_std);
             let read_host = host_in.is_some() && self.proxy.wants_host_input();
+            let host_front = if host_out.is_some() {
+                to_host.front()
+            } else {
+                None
+            };
+            // An owned future, so it can wait beside a write on the same output.
+            let host_progress = host_out.as_ref().map(HostOutput::progress);
             let wake = tokio::select! {
                 r = read_opt(&mut server_out, &mut out_buf) => Wake::ServerOut(r),
                 r = read_opt(&mut server_err, &mut err_buf) => Wake::ServerErr(r),
-                r = read_opt(&mut host_in, &mut host_buf), if read_host => Wake::Host(r),
+                r = read_host_opt(&mut host_in, &mut host_buf), if read_host => Wake::Host(r),
                 r = write_opt(&mut server_in, to_server.front()), if to_server.front().is_some() => Wake::WroteServer(r),
-                r = write_opt(&mut host_out, to_host.front()), if to_host.front().is_some() => Wake::WroteHost(r),
+                r = write_host_opt(&mut host_out, host_front), if host_front.is_some() => Wake::WroteHost(r),
+                r = opt_future(host_progress) => Wake::HostProgress(r),
                 s = child.wait(), if !exited => Wake::Exited(s),
                 () = sleep_opt(deadline) => Wake::Timer,
                 () = terminate.recv() => Wake::Terminate,
             };
             let now = Instant::now();
+            let at = stamp(now);
             match wake {
-                Wake::Host(Ok(n)) if n > 0 => self.proxy.handle_host(now, &host_buf[..n]),
-                Wake::Host(_) => {
+                Wake::Host(Ok(n)) if n > 0 => self.proxy.handle_host(at, &host_buf[..n]),
+                Wake::Host(r) => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "reading stdin failed");
+                    }
                     // The host closed our stdin: the shutdown sequence starts.
                     host_in = None;
-                    self.proxy.handle_host_eof(now);
+                    self.proxy.handle_host_eof(at);
                     self.supervisor.shutdown(now);
                 }
-                Wake::ServerOut(Ok(n)) if n > 0 => self.proxy.handle_server(now, &out_buf[..n]),
+                Wake::ServerOut(Ok(n)) if n > 0 => self.proxy.handle_server(at, &out_buf[..n]),
                 Wake::ServerOut(_) => {
                     server_out = None;
-                    self.proxy.handle_server_eof(now);
+                    self.proxy.handle_server_eof(at);
                     self.supervisor.handle_stdout_eof(now);
                     self.supervisor.shutdown(now);
                 }
@@ -411,26 +463,22 @@ impl Session {
                     server_err = None;
                     self.supervisor.handle_stderr_eof(now);
                 }
-                Wake::WroteServer(Ok(n)) => to_server.advance(n),
+                Wake::WroteServer(Ok(n)) => {
+                    to_server.advance(n);
+                    self.proxy.handle_server_written(n);
+                }
                 Wake::WroteServer(Err(e)) => {
                     tracing::debug!(error = %e, "server stdin closed");
                     server_in = None;
-                    to_server.queue.clear();
+                    to_server.clear();
+                    self.proxy.handle_server_input_closed();
                 }
-                Wake::WroteHost(Ok(n)) => {
-                    to_host.advance(n);
-                    if to_host.queue.is_empty() {
-                        if let Some(out) = host_out.as_mut() {
-                            let _ = out.flush().await;
-                        }
-                    }
+                Wake::WroteHost(Ok(n)) => to_host.advance(n),
+                Wake::WroteHost(Err(e)) | Wake::HostProgress(Err(e)) => {
+                    tracing::debug!(error = %e, "writing stdout failed");
+                    self.proxy.handle_host_write_error();
                 }
-                Wake::WroteHost(Err(e)) => {
-                    tracing::debug!(error = %e, "host stdout closed");
-                    host_out = None;
-                    to_host.queue.clear();
-                    self.supervisor.shutdown(now);
-                }
+                Wake::HostProgress(Ok(())) => {}
                 Wake::Exited(s) => {
                     exited = true;
                     match s {
@@ -444,11 +492,14 @@ impl Session {
                     self.supervisor.shutdown(now);
                 }
             }
+            // Write progress, whichever wake-up brought it.
+            if let Some(out) = host_out.as_mut() {
+                let n = out.take_written();
+                if n > 0 {
+                    self.proxy.handle_host_written(n);
+                }
+            }
         }
-    }
-
-    fn proxy_limit(&self) -> usize {
-        self.proxy.max_buffered()
     }
 
     /// Forwards server stderr within the budget and keeps its tail (G10).
@@ -548,6 +599,30 @@ async fn write_opt<W: tokio::io::AsyncWrite + Unpin>(
             Ok(n)
         }
         _ => std::future::pending().await,
+    }
+}
+
+async fn read_host_opt(r: &mut Option<HostInput>, buf: &mut [u8]) -> std::io::Result<usize> {
+    match r {
+        Some(r) => r.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn write_host_opt(
+    w: &mut Option<HostOutput>,
+    bytes: Option<&[u8]>,
+) -> std::io::Result<usize> {
+    match (w, bytes) {
+        (Some(w), Some(b)) => w.write(b).await,
+        _ => std::future::pending().await,
+    }
+}
+
+async fn opt_future<F: std::future::Future>(f: Option<F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
     }
 }
 
