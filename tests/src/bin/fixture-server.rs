@@ -38,8 +38,9 @@
 //!     notify_then_result {count}           sends `count` notifications/message, then the result
 //!     server_request {}                    sends a `ping` request to the client (id
 //!                                          "fixture-srv-N") and returns once the client answers
-//!     result_then_flood {bytes, notify_bytes, each}
-//!                                          answers with one text block of `bytes` 'x', then
+//!     result_then_flood {bytes, notify_bytes, each, delay_ms}
+//!                                          answers with one text block of `bytes` 'x', waits
+//!                                          `delay_ms` (default 0), then
 //!                                          sends notifications/message of about `each` bytes
 //!                                          until `notify_bytes` bytes went out, one write per
 //!                                          message; logs `request <id> flood done <n> bytes`
@@ -695,7 +696,7 @@ fn tools_list() -> Value {
         tool("server_request", "pings the client and waits for its answer", json!({})),
         tool("stdout_noise", "N non-JSON lines on stdout", json!({"lines":int})),
         tool("result_then_flood", "a result of N bytes, then M bytes of notifications",
-            json!({"bytes":int,"notify_bytes":int,"each":int})),
+            json!({"bytes":int,"notify_bytes":int,"each":int,"delay_ms":int})),
     ]})
 }
 
@@ -792,6 +793,7 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
                 arg_usize(args, "bytes")?,
                 arg_usize(args, "notify_bytes")?,
                 arg_usize(args, "each")?.max(1),
+                args.get("delay_ms").and_then(Value::as_u64).unwrap_or(0),
             ),
             other => Outcome::Error(-32602, format!("unknown tool: {other}")),
         })
@@ -970,6 +972,7 @@ fn result_then_flood(
     bytes: usize,
     notify_bytes: usize,
     each: usize,
+    delay_ms: u64,
 ) -> Outcome {
     let line = to_line(&json!({"jsonrpc":"2.0","id":id,"result":text_result("x".repeat(bytes))}));
     {
@@ -981,6 +984,7 @@ fn result_then_flood(
         out.write_line(&line);
         log(&format!("response {key} written"));
     }
+    thread::sleep(Duration::from_millis(delay_ms));
     let mut sent = 0;
     let mut n = 0u64;
     while sent < notify_bytes {
