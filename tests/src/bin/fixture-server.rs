@@ -785,16 +785,7 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
                 }
                 Outcome::Result(text_result(format!("wrote {lines} noise lines")))
             }
-            "result_then_flood" => result_then_flood(
-                server,
-                id,
-                key,
-                entry,
-                arg_usize(args, "bytes")?,
-                arg_usize(args, "notify_bytes")?,
-                arg_usize(args, "each")?.max(1),
-                args.get("delay_ms").and_then(Value::as_u64).unwrap_or(0),
-            ),
+            "result_then_flood" => result_then_flood(server, id, key, entry, args)?,
             other => Outcome::Error(-32602, format!("unknown tool: {other}")),
         })
     };
@@ -969,16 +960,17 @@ fn result_then_flood(
     id: &Value,
     key: &str,
     entry: &Inflight,
-    bytes: usize,
-    notify_bytes: usize,
-    each: usize,
-    delay_ms: u64,
-) -> Outcome {
+    args: &Value,
+) -> Result<Outcome, Outcome> {
+    let bytes = arg_usize(args, "bytes")?;
+    let notify_bytes = arg_usize(args, "notify_bytes")?;
+    let each = arg_usize(args, "each")?.max(1);
+    let delay_ms = args.get("delay_ms").and_then(Value::as_u64).unwrap_or(0);
     let line = to_line(&json!({"jsonrpc":"2.0","id":id,"result":text_result("x".repeat(bytes))}));
     {
         let mut out = lock(&server.out);
         if !begin_response(server, key, entry) {
-            return Outcome::Done;
+            return Ok(Outcome::Done);
         }
         log(&format!("response {key} writing {} bytes", line.len()));
         out.write_line(&line);
@@ -995,7 +987,7 @@ fn result_then_flood(
         n += 1;
     }
     log(&format!("request {key} flood done {sent} bytes"));
-    Outcome::Done
+    Ok(Outcome::Done)
 }
 
 fn server_request(server: &Server, key: &str) -> Outcome {
