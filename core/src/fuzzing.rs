@@ -17,6 +17,7 @@ use crate::server::{ServerConfig, ServerEvent, ServerSession};
 pub use crate::capture::fuzz_capture;
 pub use crate::helper::fuzz_helper_run;
 pub use crate::process::fuzz_supervisor;
+pub use crate::proxy::fuzz_proxy;
 
 /// An owned copy of a framer event, for comparing runs.
 #[derive(Debug, PartialEq, Eq)]

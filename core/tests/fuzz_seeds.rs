@@ -51,3 +51,8 @@ fn supervisor_seeds() {
 fn helper_run_seeds() {
     replay("helper_run", fuzzing::fuzz_helper_run);
 }
+
+#[test]
+fn proxy_seeds() {
+    replay("proxy", fuzzing::fuzz_proxy);
+}
