@@ -306,7 +306,9 @@ struct State {
     to_server: VecDeque<Vec<u8>>,
     to_server_bytes: usize,
     server_unwritten: usize,
-    to_host: VecDeque<Vec<u8>>,
+    /// Messages for the host, each with the id of the response it is (so a
+    /// cancel can withdraw one not yet handed out).
+    to_host: VecDeque<(Option<Id>, Vec<u8>)>,
     to_host_bytes: usize,
     host_unwritten: usize,
     host_closed: Option<HostClosed>,
@@ -501,7 +503,7 @@ impl Proxy {
     #[must_use]
     pub fn poll_to_host(&mut self) -> Option<Vec<u8>> {
         let s = &mut self.state;
-        let b = s.to_host.pop_front()?;
+        let (_, b) = s.to_host.pop_front()?;
         s.to_host_bytes -= b.len();
         s.host_unwritten += b.len();
         Some(b)
@@ -581,12 +583,18 @@ impl State {
     }
 
     fn send_host(&mut self, bytes: Vec<u8>) {
+        self.send_host_message(None, bytes);
+    }
+
+    /// Queues a message for the host; `response_to` names the id of a
+    /// response from the server, which a later cancel may withdraw.
+    fn send_host_message(&mut self, response_to: Option<Id>, bytes: Vec<u8>) {
         if self.host_closed.is_some() {
             self.metrics.host_bytes_dropped += bytes.len() as u64;
             return;
         }
         self.to_host_bytes += bytes.len();
-        self.to_host.push_back(bytes);
+        self.to_host.push_back((response_to, bytes));
         let waiting = self.host_backlog();
         self.metrics.host_queue_peak = self.metrics.host_queue_peak.max(waiting as u64);
         if waiting > self.config.max_buffered {
@@ -600,6 +608,22 @@ impl State {
                 limit: self.config.max_buffered,
             });
         }
+    }
+
+    /// A cancel arrived: a server response for `id` that waits here (not
+    /// yet handed to the adapter) never reaches the host (G6).
+    fn withdraw_response(&mut self, id: &Id) {
+        let before = self.to_host.len();
+        let mut freed = 0;
+        self.to_host.retain(|(response_to, bytes)| {
+            let keep = response_to.as_ref() != Some(id);
+            if !keep {
+                freed += bytes.len();
+            }
+            keep
+        });
+        self.to_host_bytes -= freed;
+        self.metrics.dropped_after_cancel += (before - self.to_host.len()) as u64;
     }
 
     fn send_server(&mut self, bytes: Vec<u8>) {
@@ -695,6 +719,7 @@ impl State {
             Ok(Message::Notification(n)) if n.method == "notifications/cancelled" => {
                 self.metrics.cancels += 1;
                 if let Some(id) = cancelled_id(n.params.as_deref()) {
+                    self.withdraw_response(&id);
                     if let Some(mut call) = self.tracked.remove(&id) {
                         // Dispatched, so this is `cancelled_after_dispatch`.
                         let _ = call.cancel(at);
@@ -776,7 +801,7 @@ impl State {
                     };
                     self.complete(at, call, outcome, &note);
                 }
-                self.send_host(line(text));
+                self.send_host_message(Some(r.id), line(text));
             }
             Ok(_) => self.send_host(line(text)),
             Err(_) => {
@@ -1208,6 +1233,32 @@ mod tests {
         assert_eq!(r[1].state(), CallState::CancelledAfterDispatch);
         p.handle_server(at(), b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n");
         assert!(drain_host(&mut p).is_empty());
+        assert_eq!(p.metrics().dropped_after_cancel, 1);
+    }
+
+    #[test]
+    fn g6_a_cancel_withdraws_a_queued_response_for_its_id() {
+        let mut p = Proxy::new(ProxyConfig::default());
+        p.handle_host(
+            at(),
+            b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"slow\"}\n",
+        );
+        p.handle_host(
+            at(),
+            b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"slow\"}\n",
+        );
+        // Both answers wait for the host; the host then cancels 7.
+        p.handle_server(at(), b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n");
+        p.handle_server(at(), b"{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{}}\n");
+        let waiting = p.host_backlog();
+        p.handle_host(
+            at(),
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":7}}\n",
+        );
+        let host = drain_host(&mut p);
+        assert_eq!(host.len(), 1, "{host:?}");
+        assert!(host[0].contains("\"id\":8"));
+        assert!(p.host_backlog() == 0 && waiting > 0);
         assert_eq!(p.metrics().dropped_after_cancel, 1);
     }
 

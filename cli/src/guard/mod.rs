@@ -356,8 +356,12 @@ impl Session {
                     self.proxy.handle_server_written(b.len());
                 }
             }
-            while let Some(b) = self.proxy.poll_to_host() {
-                to_host.queue.push_back(b);
+            // One message at a time: a cancel can still withdraw a response
+            // the proxy holds, but not one the pipe has started to take.
+            if to_host.queue.is_empty() {
+                if let Some(b) = self.proxy.poll_to_host() {
+                    to_host.queue.push_back(b);
+                }
             }
             while let Some(note) = self.proxy.poll_note() {
                 crate::stderr_sink::line(&note);
