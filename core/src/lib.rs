@@ -53,6 +53,7 @@
 //! | [`audit`] | hash-chained JSON-lines audit log and its offline verification |
 //! | [`budget`] | content budget for tool results |
 //! | [`proxy`] | the guard's decisions: a host session and a server session joined, limits both ways, cancel enforcement, records, the host that stopped reading |
+//! | [`guard`] | the guard's whole session: proxy, server supervisor and stderr budget joined; exit status |
 //! | [`idset`] | the bounded, insertion-ordered set of remembered request ids |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -64,6 +65,7 @@ pub mod capture;
 pub mod client;
 pub mod command;
 pub mod frame;
+pub mod guard;
 pub mod handshake;
 pub mod helper;
 pub mod host;
