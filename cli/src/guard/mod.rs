@@ -16,25 +16,19 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mcp_stdio_core::audit::{AuditChain, AuditKey};
-use mcp_stdio_core::capture::OutputCapture;
-use mcp_stdio_core::process::{
-    ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor,
-};
+use mcp_stdio_core::call::Stamp;
+use mcp_stdio_core::guard::{GuardAction, GuardConfig, GuardReport, GuardSession};
 use mcp_stdio_core::CommandSpec;
+use mcp_stdio_sys::{exit_status, signal_group};
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::{GuardSettings, SettingsArgs};
 use host_io::{HostInput, HostOutput};
-use mcp_stdio_core::call::Stamp;
-use mcp_stdio_core::proxy::{Proxy, ProxyEvent, ProxyMetrics};
 
-/// Exit status when the guard itself closed the session (host stopped
-/// reading, or the guard could not run the server).
-pub(crate) const EXIT_GUARD_CLOSED: u8 = 75;
 /// Exit status when the server could not be spawned.
 pub(crate) const EXIT_SPAWN_FAILED: u8 = 127;
 
@@ -65,16 +59,11 @@ pub(crate) struct GuardArgs {
 
 /// What the guard writes to `--metrics` at exit.
 #[derive(Debug, Serialize)]
-struct GuardReport<'a> {
-    proxy: &'a ProxyMetrics,
-    process: &'a ProcessOutcome,
-    stderr: mcp_stdio_core::capture::CaptureSummary,
-    stderr_tail: String,
-    stderr_excerpt: String,
-    stderr_forwarded_bytes: u64,
+struct MetricsFile {
+    #[serde(flatten)]
+    session: GuardReport,
     /// Bytes of our own stderr dropped because nobody read it.
     own_stderr_dropped_bytes: u64,
-    guard_closed_session: Option<&'a str>,
 }
 
 /// The audit log: a chain appended to a file, fsynced after each batch.
@@ -185,38 +174,26 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         }
     };
     let pid = child.id().unwrap_or(0);
-    let session = Session {
-        proxy: Proxy::new({
-            let mut proxy = settings.proxy.clone();
-            proxy
-                .target(&spec.display().to_string())
-                .session_id(&format!(
-                    "{}-{}",
-                    std::process::id(),
-                    stamp(Instant::now()).unix_ms
-                ));
-            proxy
-        }),
-        supervisor: ProcessSupervisor::new(settings.supervisor),
-        stderr_capture: OutputCapture::new(&settings.stderr_capture),
-        stderr_budget: settings.stderr_forward_bytes,
-        stderr_forwarded: 0,
-        stderr_marker_shown: false,
-        pid,
-        closed_by_guard: None,
-    };
-    let (outcome, session) = session.drive(&mut child, audit.as_mut()).await;
-    let captured = session.stderr_capture.finish();
+    let mut proxy = settings.proxy.clone();
+    proxy
+        .target(&spec.display().to_string())
+        .session_id(&format!(
+            "{}-{}",
+            std::process::id(),
+            stamp(Instant::now()).unix_ms
+        ));
+    let mut config = GuardConfig::default();
+    config
+        .proxy(proxy)
+        .supervisor(settings.supervisor)
+        .stderr_capture(settings.stderr_capture.clone())
+        .stderr_forward(settings.stderr_forward_bytes);
+    let mut session = GuardSession::new(config);
+    let code = drive(&mut session, &mut child, pid, audit.as_mut()).await;
     if let Some(path) = &args.metrics {
-        let report = GuardReport {
-            proxy: session.proxy.metrics(),
-            process: &outcome,
-            stderr: captured.summary(),
-            stderr_tail: captured.render("stderr"),
-            stderr_excerpt: captured.excerpt("stderr", settings.stderr_excerpt_bytes),
-            stderr_forwarded_bytes: session.stderr_forwarded,
+        let report = MetricsFile {
+            session: session.report(settings.stderr_excerpt_bytes),
             own_stderr_dropped_bytes: crate::stderr_sink::dropped(),
-            guard_closed_session: session.closed_by_guard,
         };
         let json = serde_json::to_vec_pretty(&report).unwrap_or_default();
         if let Err(e) = std::fs::write(path, json) {
@@ -227,25 +204,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
             ));
         }
     }
-    if session.closed_by_guard.is_some() {
-        return ExitCode::from(EXIT_GUARD_CLOSED);
-    }
-    match outcome.exit_status {
-        Some(ExitStatus::Code(c)) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
-        Some(ExitStatus::Signal(s)) => ExitCode::from(u8::try_from(128 + s).unwrap_or(255)),
-        None => ExitCode::from(1),
-    }
-}
-
-struct Session {
-    proxy: Proxy,
-    supervisor: ProcessSupervisor,
-    stderr_capture: OutputCapture,
-    stderr_budget: u64,
-    stderr_forwarded: u64,
-    stderr_marker_shown: bool,
-    pid: u32,
-    closed_by_guard: Option<&'static str>,
+    ExitCode::from(code)
 }
 
 enum Wake {
@@ -260,7 +219,7 @@ enum Wake {
     Terminate,
 }
 
-/// Messages taken from the proxy, written one after another as the pipe
+/// Messages taken from the session, written one after another as the pipe
 /// accepts them. Bounded by the proxy, which counts them until written.
 #[derive(Default)]
 struct Outbox {
@@ -293,239 +252,186 @@ fn stamp(now: Instant) -> Stamp {
     Stamp::new(now, unix_ms)
 }
 
-/// How long the host may take to read what it is owed once the server is gone.
-const FINAL_FLUSH: Duration = Duration::from_secs(2);
-
-impl Session {
-    /// The I/O loop. It waits on every source at once (server stdout and
-    /// stderr, host stdin, write readiness both ways, child exit, the
-    /// supervisor's timer, signals) and never on a write finishing (G1); every
-    /// decision is the proxy's or the supervisor's.
-    async fn drive(
-        mut self,
-        child: &mut tokio::process::Child,
-        mut audit: Option<&mut AuditLog>,
-    ) -> (ProcessOutcome, Self) {
-        let mut server_in = child.stdin.take();
-        let mut server_out = child.stdout.take();
-        let mut server_err = child.stderr.take();
-        let mut host_in = Some(HostInput::open());
-        let mut host_out = Some(HostOutput::open());
-        let mut to_server = Outbox::default();
-        let mut to_host = Outbox::default();
-        let mut exited = false;
-        let mut host_buf = vec![0u8; 64 * 1024];
-        let mut out_buf = vec![0u8; 64 * 1024];
-        let mut err_buf = vec![0u8; 16 * 1024];
-        let mut terminate = terminate_signal();
-        self.supervisor
-            .handle_spawned(Instant::now(), ChildPipes::ALL);
-        loop {
-            let now = Instant::now();
-            // Poll the proxy in its documented order, then the supervisor.
-            while let Some(event) = self.proxy.poll_event() {
-                match event {
-                    ProxyEvent::HostStoppedReading { .. } => {
-                        self.closed_by_guard = Some("host_stopped_reading");
-                    }
-                    ProxyEvent::HostOutputClosed => {
-                        tracing::debug!("host stdout closed");
-                    }
-                    _ => {}
-                }
-                host_out = None;
-                to_host.clear();
-                self.supervisor.shutdown(now);
-            }
-            let mut wrote_audit = false;
-            while let Some(record) = self.proxy.poll_record() {
-                if let Some(a) = audit.as_deref_mut() {
-                    a.append(&record);
-                    wrote_audit = true;
-                }
-            }
-            if wrote_audit {
-                if let Some(a) = audit.as_deref_mut() {
-                    a.sync();
-                }
-            }
-            while let Some(b) = self.proxy.poll_to_server() {
-                if server_in.is_some() {
-                    to_server.queue.push_back(b);
-                } else {
-                    self.proxy.handle_server_written(b.len());
-                }
-            }
-            // One message at a time: a cancel can still withdraw a response
-            // the proxy holds, but not one the pipe has started to take.
-            if to_host.queue.is_empty() {
-                if let Some(b) = self.proxy.poll_to_host() {
-                    to_host.queue.push_back(b);
-                }
-            }
-            while let Some(note) = self.proxy.poll_note() {
-                crate::stderr_sink::line(&note);
-            }
-            while let Some(action) = self.supervisor.poll_action() {
-                match action {
-                    ProcessAction::CloseStdin => {
-                        server_in = None;
-                        to_server.clear();
-                        self.proxy.handle_server_input_closed();
-                    }
-                    ProcessAction::SignalGroup(sig) => signal_group(self.pid, sig),
-                    ProcessAction::AbandonReaders => {
-                        crate::stderr_sink::line("mcp-stdio guard: server pipes still open past the drain deadline (an escaped grandchild?); abandoning them");
-                        server_out = None;
-                        server_err = None;
-                    }
-                    ProcessAction::Finished(outcome) => {
-                        let at = stamp(Instant::now());
-                        self.proxy.handle_server_eof(at);
-                        self.proxy.finish(at, outcome.exit_status);
-                        while let Some(record) = self.proxy.poll_record() {
-                            if let Some(a) = audit.as_deref_mut() {
-                                a.append(&record);
-                            }
-                        }
-                        if let Some(a) = audit.as_deref_mut() {
-                            a.append(
-                                &serde_json::json!({"phase": "session_end", "process": &outcome}),
-                            );
-                            a.sync();
-                        }
-                        while let Some(note) = self.proxy.poll_note() {
-                            crate::stderr_sink::line(&note);
-                        }
-                        // What the host is still owed, within a bound: the
-                        // server is gone, so there is nothing left to read.
-                        if let Some(out) = host_out.as_mut() {
-                            while let Some(b) = self.proxy.poll_to_host() {
-                                to_host.queue.push_back(b);
-                            }
-                            let flush = async {
-                                while let Some(front) = to_host.front() {
-                                    let n = out.write(front).await?;
-                                    to_host.advance(n);
-                                }
-                                while out.in_flight() {
-                                    out.progress().await?;
-                                }
-                                Ok::<(), std::io::Error>(())
-                            };
-                            let _ = tokio::time::timeout(FINAL_FLUSH, flush).await;
-                        }
-                        return (outcome, self);
-                    }
-                }
-            }
-            let deadline = self
-                .supervisor
-                .poll_timeout()
-                .map(tokio::time::Instant::from_std);
-            let read_host = host_in.is_some() && self.proxy.wants_host_input();
-            let host_front = if host_out.is_some() {
-                to_host.front()
-            } else {
-                None
-            };
-            // An owned future, so it can wait beside a write on the same output.
-            let host_progress = host_out.as_ref().map(HostOutput::progress);
-            let wake = tokio::select! {
-                r = read_opt(&mut server_out, &mut out_buf) => Wake::ServerOut(r),
-                r = read_opt(&mut server_err, &mut err_buf) => Wake::ServerErr(r),
-                r = read_host_opt(&mut host_in, &mut host_buf), if read_host => Wake::Host(r),
-                r = write_opt(&mut server_in, to_server.front()), if to_server.front().is_some() => Wake::WroteServer(r),
-                r = write_host_opt(&mut host_out, host_front), if host_front.is_some() => Wake::WroteHost(r),
-                r = opt_future(host_progress) => Wake::HostProgress(r),
-                s = child.wait(), if !exited => Wake::Exited(s),
-                () = sleep_opt(deadline) => Wake::Timer,
-                () = terminate.recv() => Wake::Terminate,
-            };
-            let now = Instant::now();
-            let at = stamp(now);
-            match wake {
-                Wake::Host(Ok(n)) if n > 0 => self.proxy.handle_host(at, &host_buf[..n]),
-                Wake::Host(r) => {
-                    if let Err(e) = r {
-                        tracing::debug!(error = %e, "reading stdin failed");
-                    }
-                    // The host closed our stdin: the shutdown sequence starts.
-                    host_in = None;
-                    self.proxy.handle_host_eof(at);
-                    self.supervisor.shutdown(now);
-                }
-                Wake::ServerOut(Ok(n)) if n > 0 => self.proxy.handle_server(at, &out_buf[..n]),
-                Wake::ServerOut(_) => {
-                    server_out = None;
-                    self.proxy.handle_server_eof(at);
-                    self.supervisor.handle_stdout_eof(now);
-                    self.supervisor.shutdown(now);
-                }
-                Wake::ServerErr(Ok(n)) if n > 0 => self.on_stderr(&err_buf[..n]),
-                Wake::ServerErr(_) => {
-                    server_err = None;
-                    self.supervisor.handle_stderr_eof(now);
-                }
-                Wake::WroteServer(Ok(n)) => {
-                    to_server.advance(n);
-                    self.proxy.handle_server_written(n);
-                }
-                Wake::WroteServer(Err(e)) => {
-                    tracing::debug!(error = %e, "server stdin closed");
+/// The I/O loop: every decision is the session's. It waits on every source
+/// at once (server stdout and stderr, host stdin, write readiness both ways,
+/// child exit, the session's timer, signals) and never on a write finishing
+/// (G1). Returns the exit status.
+async fn drive(
+    session: &mut GuardSession,
+    child: &mut tokio::process::Child,
+    pid: u32,
+    mut audit: Option<&mut AuditLog>,
+) -> u8 {
+    let mut server_in = child.stdin.take();
+    let mut server_out = child.stdout.take();
+    let mut server_err = child.stderr.take();
+    let mut host_in = Some(HostInput::open());
+    let mut host_out = Some(HostOutput::open());
+    let mut to_server = Outbox::default();
+    let mut to_host = Outbox::default();
+    let mut exited = false;
+    let mut host_buf = vec![0u8; 64 * 1024];
+    let mut out_buf = vec![0u8; 64 * 1024];
+    let mut err_buf = vec![0u8; 16 * 1024];
+    let mut terminate = terminate_signal();
+    session.handle_spawned(stamp(Instant::now()));
+    loop {
+        // Poll the session in its documented order.
+        while let Some(action) = session.poll_action() {
+            match action {
+                GuardAction::CloseServerStdin => {
                     server_in = None;
                     to_server.clear();
-                    self.proxy.handle_server_input_closed();
                 }
-                Wake::WroteHost(Ok(n)) => to_host.advance(n),
-                Wake::WroteHost(Err(e)) | Wake::HostProgress(Err(e)) => {
-                    tracing::debug!(error = %e, "writing stdout failed");
-                    self.proxy.handle_host_write_error();
+                GuardAction::SignalServerGroup(sig) => signal_group(pid, sig),
+                GuardAction::AbandonServerReaders => {
+                    server_out = None;
+                    server_err = None;
                 }
-                Wake::HostProgress(Ok(())) => {}
-                Wake::Exited(s) => {
-                    exited = true;
-                    match s {
-                        Ok(s) => self.supervisor.handle_exited(now, exit_status(s)),
-                        Err(e) => tracing::warn!(error = %e, "waiting for the server failed"),
+                GuardAction::CloseHostOutput => {
+                    host_out = None;
+                    to_host.clear();
+                }
+                GuardAction::Finished {
+                    outcome,
+                    exit_code,
+                    flush_for,
+                } => {
+                    while let Some(record) = session.poll_record() {
+                        if let Some(a) = audit.as_deref_mut() {
+                            a.append(&record);
+                        }
                     }
+                    if let Some(a) = audit.as_deref_mut() {
+                        a.append(&serde_json::json!({"phase": "session_end", "process": &outcome}));
+                        a.sync();
+                    }
+                    while let Some(b) = session.poll_stderr() {
+                        crate::stderr_sink::write(&b);
+                    }
+                    // What the host is still owed, within the session's bound:
+                    // the server is gone, so there is nothing left to read.
+                    if let Some(out) = host_out.as_mut() {
+                        while let Some(b) = session.poll_to_host() {
+                            to_host.queue.push_back(b);
+                        }
+                        let flush = async {
+                            while let Some(front) = to_host.front() {
+                                let n = out.write(front).await?;
+                                to_host.advance(n);
+                            }
+                            while out.in_flight() {
+                                out.progress().await?;
+                            }
+                            Ok::<(), std::io::Error>(())
+                        };
+                        let _ = tokio::time::timeout(flush_for, flush).await;
+                    }
+                    return exit_code;
                 }
-                Wake::Timer => self.supervisor.handle_timeout(now),
-                Wake::Terminate => {
-                    // The host is stopping us: stop the server the same way.
-                    self.supervisor.shutdown(now);
-                }
-            }
-            // Write progress, whichever wake-up brought it.
-            if let Some(out) = host_out.as_mut() {
-                let n = out.take_written();
-                if n > 0 {
-                    self.proxy.handle_host_written(n);
-                }
+                _ => {}
             }
         }
-    }
-
-    /// Forwards server stderr within the budget and keeps its tail (G10).
-    fn on_stderr(&mut self, chunk: &[u8]) {
-        self.stderr_capture.push(chunk);
-        let room = self.stderr_budget.saturating_sub(self.stderr_forwarded);
-        let take = chunk.len().min(usize::try_from(room).unwrap_or(usize::MAX));
-        if take > 0 {
-            crate::stderr_sink::write(&chunk[..take]);
-            self.stderr_forwarded += take as u64;
+        let mut wrote_audit = false;
+        while let Some(record) = session.poll_record() {
+            if let Some(a) = audit.as_deref_mut() {
+                a.append(&record);
+                wrote_audit = true;
+            }
         }
-        if take < chunk.len() && !self.stderr_marker_shown {
-            self.stderr_marker_shown = true;
-            crate::stderr_sink::line(&format!(
-                "\n[mcp-stdio guard: server stderr passed its budget of {} bytes; the rest is counted, its tail kept for the record]",
-                self.stderr_budget
-            ));
+        if wrote_audit {
+            if let Some(a) = audit.as_deref_mut() {
+                a.sync();
+            }
+        }
+        while let Some(b) = session.poll_to_server() {
+            to_server.queue.push_back(b);
+        }
+        // One message at a time: a cancel can still withdraw a response the
+        // session holds, but not one the pipe has started to take.
+        if to_host.queue.is_empty() {
+            if let Some(b) = session.poll_to_host() {
+                to_host.queue.push_back(b);
+            }
+        }
+        while let Some(b) = session.poll_stderr() {
+            crate::stderr_sink::write(&b);
+        }
+        let deadline = session.poll_timeout().map(tokio::time::Instant::from_std);
+        let read_host = host_in.is_some() && session.wants_host_input();
+        let host_front = if host_out.is_some() {
+            to_host.front()
+        } else {
+            None
+        };
+        // An owned future, so it can wait beside a write on the same output.
+        let host_progress = host_out.as_ref().map(HostOutput::progress);
+        let wake = tokio::select! {
+            r = read_opt(&mut server_out, &mut out_buf) => Wake::ServerOut(r),
+            r = read_opt(&mut server_err, &mut err_buf) => Wake::ServerErr(r),
+            r = read_host_opt(&mut host_in, &mut host_buf), if read_host => Wake::Host(r),
+            r = write_opt(&mut server_in, to_server.front()), if to_server.front().is_some() => Wake::WroteServer(r),
+            r = write_host_opt(&mut host_out, host_front), if host_front.is_some() => Wake::WroteHost(r),
+            r = opt_future(host_progress) => Wake::HostProgress(r),
+            s = child.wait(), if !exited => Wake::Exited(s),
+            () = sleep_opt(deadline) => Wake::Timer,
+            () = terminate.recv() => Wake::Terminate,
+        };
+        let at = stamp(Instant::now());
+        match wake {
+            Wake::Host(Ok(n)) if n > 0 => session.handle_host(at, &host_buf[..n]),
+            Wake::Host(r) => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "reading stdin failed");
+                }
+                host_in = None;
+                session.handle_host_eof(at);
+            }
+            Wake::ServerOut(Ok(n)) if n > 0 => session.handle_server_stdout(at, &out_buf[..n]),
+            Wake::ServerOut(_) => {
+                server_out = None;
+                session.handle_server_stdout_eof(at);
+            }
+            Wake::ServerErr(Ok(n)) if n > 0 => session.handle_server_stderr(at, &err_buf[..n]),
+            Wake::ServerErr(_) => {
+                server_err = None;
+                session.handle_server_stderr_eof(at);
+            }
+            Wake::WroteServer(Ok(n)) => {
+                to_server.advance(n);
+                session.handle_server_written(n);
+            }
+            Wake::WroteServer(Err(e)) => {
+                tracing::debug!(error = %e, "server stdin closed");
+                server_in = None;
+                to_server.clear();
+                session.handle_server_stdin_error();
+            }
+            Wake::WroteHost(Ok(n)) => to_host.advance(n),
+            Wake::WroteHost(Err(e)) | Wake::HostProgress(Err(e)) => {
+                tracing::debug!(error = %e, "writing stdout failed");
+                session.handle_host_write_error(at);
+            }
+            Wake::HostProgress(Ok(())) => {}
+            Wake::Exited(s) => {
+                exited = true;
+                match s {
+                    Ok(s) => session.handle_exited(at, exit_status(s)),
+                    Err(e) => tracing::warn!(error = %e, "waiting for the server failed"),
+                }
+            }
+            Wake::Timer => session.handle_timeout(at),
+            Wake::Terminate => session.handle_terminate(at),
+        }
+        // Write progress, whichever wake-up brought it.
+        if let Some(out) = host_out.as_mut() {
+            let n = out.take_written();
+            if n > 0 {
+                session.handle_host_written(n);
+            }
         }
     }
 }
-
-use mcp_stdio_sys::{exit_status, signal_group};
 
 /// SIGTERM, SIGINT or SIGHUP sent to the guard.
 struct Terminate {
