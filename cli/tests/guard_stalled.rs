@@ -379,3 +379,118 @@ fn g1_g10_stalled_stderr_the_session_still_works() {
     );
     eprintln!("exit after stdin close: {:?}", t.elapsed());
 }
+
+/// Where stdout cannot be made non-blocking (a regular file here; a terminal
+/// likewise), a writer thread owns the blocking write; stdin from a file is
+/// read by tokio's stdin. The session is the same.
+#[test]
+fn g1_stdout_and_stdin_as_files_use_the_fallbacks() {
+    let input = tmp("fallback-in.jsonl");
+    let output = tmp("fallback-out.jsonl");
+    let mut lines = String::new();
+    lines.push_str(
+        &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}})
+        .to_string(),
+    );
+    lines.push('\n');
+    lines.push_str(&call(1, "big", json!({"bytes": 3 * MIB})).to_string());
+    lines.push('\n');
+    std::fs::write(&input, lines).expect("write input");
+    let t = Instant::now();
+    let status = Command::new(env!("CARGO_BIN_EXE_mcp-stdio"))
+        .args(["guard", "--"])
+        .arg(fixture_server())
+        .stdin(std::fs::File::open(&input).expect("input"))
+        .stdout(std::fs::File::create(&output).expect("output"))
+        .stderr(Stdio::null())
+        .status()
+        .expect("run the guard");
+    eprintln!(
+        "file stdin/stdout session: {status} after {:?}",
+        t.elapsed()
+    );
+    assert_eq!(status.code(), Some(0));
+    let text = std::fs::read_to_string(&output).expect("output");
+    let ids: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON")["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!(0), json!(1)], "{} bytes", text.len());
+    assert!(text.len() > 3 * MIB);
+}
+
+/// Node-based hosts give their children Unix socket pairs, not pipes: the
+/// guard writes those with readiness too, and the reproduction holds.
+#[test]
+fn g1_guard_exits_75_when_host_stops_reading_a_socket() {
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    let (mut ours, theirs) = UnixStream::pair().expect("socketpair");
+    let theirs_out = theirs.try_clone().expect("clone");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-stdio"))
+        .args(["guard", "--max-buffered", "4000000", "--"])
+        .arg(fixture_server())
+        .stdin(Stdio::from(OwnedFd::from(theirs)))
+        .stdout(Stdio::from(OwnedFd::from(theirs_out)))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the guard");
+    let mut err = child.stderr.take().expect("piped");
+    let stderr = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    writeln!(
+        ours,
+        "{}",
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}})
+    )
+    .expect("write");
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while b[0] != b'\n' {
+        assert_eq!(ours.read(&mut b).expect("read"), 1);
+        line.push(b[0]);
+    }
+    let v: Value = serde_json::from_slice(&line).expect("JSON");
+    assert_eq!(v["id"], 0);
+    writeln!(
+        ours,
+        "{}",
+        call(
+            1,
+            "result_then_flood",
+            json!({"bytes": MIB, "notify_bytes": 20_000_000, "each": 1000, "delay_ms": 500})
+        )
+    )
+    .expect("write");
+    // From here on nothing is read from the socket.
+    let t = Instant::now();
+    let exited = wait_until(Duration::from_secs(20), Duration::from_millis(10), || {
+        child.try_wait().expect("try_wait").is_some()
+    });
+    let took = t.elapsed();
+    let _ = child.kill();
+    let status = child.wait().expect("wait");
+    let text = stderr.join().expect("stderr");
+    eprintln!("socket host stopped reading: guard exited {status} after {took:?}");
+    assert!(exited.is_some(), "the guard did not exit; {}", tail(&text));
+    assert_eq!(status.code(), Some(75), "{}", tail(&text));
+    let pid: u32 = text
+        .split("fixture: started pid ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .expect("server pid");
+    let gone = wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
+        group_members(pid).is_empty()
+    });
+    assert!(
+        gone.is_some(),
+        "server group {pid} left: {:?}",
+        group_members(pid)
+    );
+}

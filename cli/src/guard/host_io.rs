@@ -87,11 +87,24 @@ impl HostInput {
                 StreamKind::Other => Ok(Self::Std(tokio::io::stdin())),
             };
             match opened {
-                Ok(input) => return input,
+                Ok(input) => {
+                    tracing::debug!(kind = input.kind(), "stdin");
+                    return input;
+                }
                 Err(e) => tracing::debug!(error = %e, "stdin: no readiness; using a thread"),
             }
         }
         Self::Std(tokio::io::stdin())
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            #[cfg(unix)]
+            Self::Pipe(_) => "non-blocking pipe",
+            #[cfg(unix)]
+            Self::Socket(_) => "non-blocking unix socket",
+            Self::Std(_) => "blocking, on tokio's stdin thread",
+        }
     }
 
     /// Reads what is there (0 at end of input). Cancel-safe.
@@ -131,6 +144,13 @@ pub(crate) enum ReadyStream {
 
 #[cfg(unix)]
 impl ReadyStream {
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Pipe(_) => "pipe",
+            Self::Socket(_) => "unix socket",
+        }
+    }
+
     /// One write of what the stream accepts now, waiting only for readiness.
     async fn write_some(&self, buf: &[u8]) -> io::Result<usize> {
         loop {
@@ -168,10 +188,14 @@ impl HostOutput {
                 StreamKind::Other => Err(io::ErrorKind::Unsupported.into()),
             };
             match opened {
-                Ok(stream) => return Self::Ready { stream, written: 0 },
+                Ok(stream) => {
+                    tracing::debug!(kind = stream.kind(), "stdout: written with readiness");
+                    return Self::Ready { stream, written: 0 };
+                }
                 Err(e) => tracing::debug!(error = %e, "stdout: no readiness; using a thread"),
             }
         }
+        tracing::debug!("stdout: a writer thread owns the blocking write");
         Self::Thread(ThreadWriter::spawn())
     }
 
