@@ -86,6 +86,7 @@ pub use capture::{CaptureConfig, Captured, OutputCapture, RetentionPool};
 pub use client::{ClientConfig, ClientEvent, ClientSession};
 pub use command::CommandSpec;
 pub use frame::{FrameError, FrameEvent, Framer, FramerConfig, OversizedPolicy};
+pub use guard::{GuardAction, GuardConfig, GuardSession};
 pub use helper::{HelperAction, HelperConfig, HelperOutcome, HelperRun};
 pub use host::{HostConfig, HostSession, RequestError, SessionRecord};
 pub use idset::RecentIds;
