@@ -494,3 +494,23 @@ fn g1_guard_exits_75_when_host_stops_reading_a_socket() {
         group_members(pid)
     );
 }
+
+/// The guard makes its stdout non-blocking while it runs; the file
+/// description may be shared, so it is blocking again once the guard exits.
+#[test]
+fn g1_stdout_is_blocking_again_after_exit() {
+    use rustix::fs::{fcntl_getfl, OFlags};
+    let (_read, write) = rustix::pipe::pipe().expect("pipe");
+    let ours = write.try_clone().expect("dup");
+    let status = Command::new(env!("CARGO_BIN_EXE_mcp-stdio"))
+        .args(["guard", "--"])
+        .arg(fixture_server())
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::null())
+        .status()
+        .expect("run the guard");
+    assert_eq!(status.code(), Some(0));
+    let flags = fcntl_getfl(&ours).expect("F_GETFL");
+    assert!(!flags.contains(OFlags::NONBLOCK), "{flags:?}");
+}

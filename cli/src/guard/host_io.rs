@@ -29,6 +29,27 @@ use tokio::io::AsyncReadExt;
 /// bounded by the proxy's `max_buffered`, which counts them until written.
 const WRITER_QUEUE_CHUNKS: usize = 64;
 
+/// The file status flags of stdin (0) and stdout (1) before we made them
+/// non-blocking: the file description may outlive us in another process.
+#[cfg(unix)]
+static ORIGINAL_FLAGS: [std::sync::OnceLock<rustix::fs::OFlags>; 2] =
+    [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+
+/// Puts stdin and stdout back the way they were (blocking), for whoever
+/// shares their file descriptions after we exit. Call after the runtime is
+/// shut down.
+pub(crate) fn restore_stdio() {
+    #[cfg(unix)]
+    for (i, fd) in [io::stdin().as_fd(), io::stdout().as_fd()]
+        .into_iter()
+        .enumerate()
+    {
+        if let Some(flags) = ORIGINAL_FLAGS[i].get() {
+            let _ = rustix::fs::fcntl_setfl(fd, *flags);
+        }
+    }
+}
+
 /// What kind of stream one of our standard fds is.
 #[cfg(unix)]
 enum StreamKind {
@@ -41,11 +62,14 @@ enum StreamKind {
 /// host gives us), which can be made non-blocking without touching anyone's
 /// terminal; `Other` for a terminal, a file, another socket or a closed fd.
 #[cfg(unix)]
-fn stream_kind(fd: BorrowedFd<'_>) -> StreamKind {
-    use rustix::fs::{fstat, FileType};
+fn stream_kind(which: usize, fd: BorrowedFd<'_>) -> StreamKind {
+    use rustix::fs::{fcntl_getfl, fstat, FileType};
     let Ok(stat) = fstat(fd) else {
         return StreamKind::Other;
     };
+    if let Ok(flags) = fcntl_getfl(fd) {
+        let _ = ORIGINAL_FLAGS[which].set(flags);
+    }
     let Ok(owned) = fd.try_clone_to_owned() else {
         return StreamKind::Other;
     };
@@ -81,7 +105,7 @@ impl HostInput {
     pub(crate) fn open() -> Self {
         #[cfg(unix)]
         {
-            let opened = match stream_kind(io::stdin().as_fd()) {
+            let opened = match stream_kind(0, io::stdin().as_fd()) {
                 StreamKind::Fifo(fd) => pipe::Receiver::from_owned_fd(fd).map(Self::Pipe),
                 StreamKind::UnixSocket(s) => UnixStream::from_std(s).map(Self::Socket),
                 StreamKind::Other => Ok(Self::Std(tokio::io::stdin())),
@@ -182,7 +206,7 @@ impl HostOutput {
     pub(crate) fn open() -> Self {
         #[cfg(unix)]
         {
-            let opened = match stream_kind(io::stdout().as_fd()) {
+            let opened = match stream_kind(1, io::stdout().as_fd()) {
                 StreamKind::Fifo(fd) => pipe::Sender::from_owned_fd(fd).map(ReadyStream::Pipe),
                 StreamKind::UnixSocket(s) => UnixStream::from_std(s).map(ReadyStream::Socket),
                 StreamKind::Other => Err(io::ErrorKind::Unsupported.into()),

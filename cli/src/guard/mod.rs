@@ -29,6 +29,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::config::{GuardSettings, SettingsArgs};
 use host_io::{HostInput, HostOutput};
 
+pub(crate) use host_io::restore_stdio;
+
 /// Exit status when the server could not be spawned.
 pub(crate) const EXIT_SPAWN_FAILED: u8 = 127;
 
