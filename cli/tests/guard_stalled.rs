@@ -514,3 +514,37 @@ fn g1_stdout_is_blocking_again_after_exit() {
     let flags = fcntl_getfl(&ours).expect("F_GETFL");
     assert!(!flags.contains(OFlags::NONBLOCK), "{flags:?}");
 }
+
+/// The audit log is written by a thread so the loop never waits on the disk;
+/// a request still reaches the server only after its `dispatched` record is
+/// on disk (G12).
+#[test]
+fn g12_audit_record_is_on_disk_before_the_server_sees_the_request() {
+    let log = tmp("ordered-audit.jsonl");
+    let _ = std::fs::remove_file(&log);
+    let mut host = Host::start(&["--audit", log.to_str().expect("utf-8")], &[]);
+    host.initialize();
+    for i in 1..=20 {
+        host.send(&call(i, "echo", json!({"text": "x"})));
+        let seen = host.wait_stderr(&format!("request {i} received"), Duration::from_secs(10));
+        assert!(seen.is_some(), "{}", tail(&host.stderr()));
+        let text = std::fs::read_to_string(&log).expect("audit log");
+        let call_id = format!("{}/{i}", i + 1);
+        let on_disk = text.lines().any(|l| {
+            let v: Value = serde_json::from_str(l).expect("JSON line");
+            v["record"]["call_id"] == call_id.as_str() && v["record"]["state"] == "dispatched"
+        });
+        assert!(
+            on_disk,
+            "request {i} reached the server before its record: {text}"
+        );
+        let r = host.read_line();
+        assert_eq!(r["id"], i, "{r}");
+    }
+    host.stdin = None;
+    let (code, _) = host.wait_exit(Duration::from_secs(10));
+    assert_eq!(code, Some(0));
+    let text = std::fs::read_to_string(&log).expect("audit log");
+    // initialize + 20 echo calls, dispatched and completed each, then session_end.
+    assert_eq!(text.lines().count(), 2 * 21 + 1);
+}

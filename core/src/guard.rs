@@ -219,6 +219,8 @@ pub struct GuardSession {
     stderr_marker_shown: bool,
     stderr_out: VecDeque<Vec<u8>>,
     server_stdin_closed: bool,
+    /// Set at host EOF while bytes still wait for the server's stdin.
+    stdin_drain_deadline: Option<Instant>,
     latest: Option<Stamp>,
     finished: Option<ProcessOutcome>,
 }
@@ -234,6 +236,7 @@ impl GuardSession {
             stderr_marker_shown: false,
             stderr_out: VecDeque::new(),
             server_stdin_closed: false,
+            stdin_drain_deadline: None,
             latest: None,
             finished: None,
             config,
@@ -287,11 +290,20 @@ impl GuardSession {
         self.proxy.handle_host(at, chunk);
     }
 
-    /// The host closed our stdin: the shutdown sequence starts.
+    /// The host closed our stdin: the shutdown sequence starts once what the
+    /// host sent has reached the server's stdin, or after the stdin close
+    /// grace if the server does not take it (a host may write its last
+    /// messages and close at once).
     pub fn handle_host_eof(&mut self, at: Stamp) {
         self.see(at);
         self.proxy.handle_host_eof(at);
-        self.supervisor.shutdown(at.instant);
+        let grace = self.config.supervisor.get_stdin_close_grace();
+        match at.instant.checked_add(grace) {
+            Some(deadline) if self.proxy.server_backlog() > 0 && !self.server_stdin_closed => {
+                self.stdin_drain_deadline = Some(deadline);
+            }
+            _ => self.supervisor.shutdown(at.instant),
+        }
     }
 
     /// `n` bytes taken with [`poll_to_host`](Self::poll_to_host) reached the host's pipe.
@@ -381,6 +393,10 @@ impl GuardSession {
     /// spurious call does nothing.
     pub fn handle_timeout(&mut self, at: Stamp) {
         self.see(at);
+        if self.stdin_drain_deadline.is_some_and(|d| at.instant >= d) {
+            self.stdin_drain_deadline = None;
+            self.supervisor.shutdown(at.instant);
+        }
         self.supervisor.handle_timeout(at.instant);
     }
 
@@ -389,6 +405,15 @@ impl GuardSession {
     /// The next thing the adapter must do.
     #[must_use]
     pub fn poll_action(&mut self) -> Option<GuardAction> {
+        // After host EOF: once the server took everything, its stdin closes.
+        if self.stdin_drain_deadline.is_some()
+            && (self.proxy.server_backlog() == 0 || self.server_stdin_closed)
+        {
+            self.stdin_drain_deadline = None;
+            if let Some(at) = self.latest {
+                self.supervisor.shutdown(at.instant);
+            }
+        }
         if let Some(event) = self.proxy.poll_event() {
             // Either way the host side is gone: stop the server too.
             if let ProxyEvent::HostOutputClosed = event {
@@ -471,7 +496,10 @@ impl GuardSession {
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.supervisor.poll_timeout()
+        match (self.supervisor.poll_timeout(), self.stdin_drain_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     // ---- end ----
@@ -580,7 +608,8 @@ mod tests {
             s.poll_record().map(|r| r.state()),
             Some(CallState::Dispatched)
         );
-        assert!(s.poll_to_server().is_some());
+        let b = s.poll_to_server().expect("the request");
+        s.handle_server_written(b.len());
         s.handle_host_eof(clock.at(2));
         assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
         assert!(s.poll_to_server().is_none(), "stdin is closed");
@@ -599,6 +628,36 @@ mod tests {
         let r = s.poll_record().expect("the open call ends");
         assert_eq!(r.state(), CallState::Unknown);
         assert_eq!(r.exit_status(), Some(ExitStatus::Code(3)));
+    }
+
+    #[test]
+    fn g11_host_eof_closes_server_stdin_only_after_the_last_request_went_out() {
+        let (mut s, clock) = session(1 << 20);
+        s.handle_host(
+            clock.at(1),
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n",
+        );
+        s.handle_host_eof(clock.at(1));
+        assert!(
+            actions(&mut s).is_empty(),
+            "stdin stays open while a message waits"
+        );
+        let b = s.poll_to_server().expect("the last message");
+        assert!(actions(&mut s).is_empty(), "taken is not written");
+        s.handle_server_written(b.len());
+        assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+    }
+
+    #[test]
+    fn g11_host_eof_with_a_server_that_never_reads_closes_after_the_grace() {
+        let (mut s, clock) = session(1 << 20);
+        s.handle_host(clock.at(1), b"{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\n");
+        s.handle_host_eof(clock.at(1));
+        let _ = s.poll_to_server();
+        assert!(actions(&mut s).is_empty());
+        assert_eq!(s.poll_timeout(), Some(clock.at(1001).instant));
+        s.handle_timeout(clock.at(1001));
+        assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
     }
 
     #[test]

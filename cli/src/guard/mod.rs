@@ -9,16 +9,14 @@
 //! keeps its tail (G10), drops anything for a cancelled id (G6), runs the
 //! shutdown sequence (G11), and can write a hash-chained audit log (G12).
 
+mod audit_log;
 mod host_io;
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use mcp_stdio_core::audit::{AuditChain, AuditKey};
 use mcp_stdio_core::call::Stamp;
 use mcp_stdio_core::guard::{GuardAction, GuardConfig, GuardReport, GuardSession};
 use mcp_stdio_core::CommandSpec;
@@ -27,6 +25,7 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::{GuardSettings, SettingsArgs};
+use audit_log::{AuditLog, MAX_PENDING_LINES};
 use host_io::{HostInput, HostOutput};
 
 pub(crate) use host_io::restore_stdio;
@@ -66,65 +65,6 @@ struct MetricsFile {
     session: GuardReport,
     /// Bytes of our own stderr dropped because nobody read it.
     own_stderr_dropped_bytes: u64,
-}
-
-/// The audit log: a chain appended to a file, fsynced after each batch.
-struct AuditLog {
-    chain: AuditChain,
-    file: File,
-    path: PathBuf,
-}
-
-impl AuditLog {
-    fn open(path: &Path, key: Option<AuditKey>) -> Result<Self, String> {
-        let mut file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let last = last_line(&mut file).map_err(|e| format!("{}: {e}", path.display()))?;
-        let chain = AuditChain::resume(&last, key.as_ref())
-            .map_err(|e| format!("{}: cannot continue this log: {e}", path.display()))?;
-        Ok(Self {
-            chain,
-            file,
-            path: path.to_owned(),
-        })
-    }
-
-    fn append(&mut self, record: &impl Serialize) {
-        match self.chain.append(record) {
-            Ok(line) => {
-                if let Err(e) = self.file.write_all(&line) {
-                    tracing::error!(path = %self.path.display(), error = %e, "audit write failed");
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "audit record not appended"),
-        }
-    }
-
-    fn sync(&mut self) {
-        if let Err(e) = self.file.sync_data() {
-            tracing::error!(path = %self.path.display(), error = %e, "audit fsync failed");
-        }
-    }
-}
-
-/// The last line of a file (with its newline), read from the end.
-fn last_line(file: &mut File) -> std::io::Result<Vec<u8>> {
-    let len = file.seek(SeekFrom::End(0))?;
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    // Records are small; read a generous tail and take its last line.
-    let start = len.saturating_sub(2 * 1024 * 1024);
-    file.seek(SeekFrom::Start(start))?;
-    let mut tail = Vec::new();
-    file.read_to_end(&mut tail)?;
-    let body = tail.strip_suffix(b"\n").unwrap_or(&tail);
-    let from = body.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    Ok(tail[from..].to_vec())
 }
 
 /// Runs the guard; returns the process exit status.
@@ -191,7 +131,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         .stderr_capture(settings.stderr_capture.clone())
         .stderr_forward(settings.stderr_forward_bytes);
     let mut session = GuardSession::new(config);
-    let code = drive(&mut session, &mut child, pid, audit.as_mut()).await;
+    let code = drive(&mut session, &mut child, pid, audit.take()).await;
     if let Some(path) = &args.metrics {
         let report = MetricsFile {
             session: session.report(settings.stderr_excerpt_bytes),
@@ -216,6 +156,7 @@ enum Wake {
     WroteServer(std::io::Result<usize>),
     WroteHost(std::io::Result<usize>),
     HostProgress(std::io::Result<()>),
+    AuditProgress,
     Exited(std::io::Result<std::process::ExitStatus>),
     Timer,
     Terminate,
@@ -223,19 +164,37 @@ enum Wake {
 
 /// Messages taken from the session, written one after another as the pipe
 /// accepts them. Bounded by the proxy, which counts them until written.
+/// Each message may carry a gate: the audit batch that must be on disk first.
 #[derive(Default)]
 struct Outbox {
-    queue: VecDeque<Vec<u8>>,
+    queue: VecDeque<(u64, Vec<u8>)>,
     offset: usize,
 }
 
 impl Outbox {
+    fn push(&mut self, bytes: Vec<u8>, gate: u64) {
+        self.queue.push_back((gate, bytes));
+    }
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
     fn front(&self) -> Option<&[u8]> {
-        self.queue.front().map(|b| &b[self.offset..])
+        self.queue.front().map(|(_, b)| &b[self.offset..])
+    }
+    /// The front, if its gate is passed (`done` is the last batch on disk).
+    fn front_after(&self, done: u64) -> Option<&[u8]> {
+        match self.queue.front() {
+            Some((gate, b)) if *gate <= done => Some(&b[self.offset..]),
+            _ => None,
+        }
     }
     fn advance(&mut self, n: usize) {
         self.offset += n;
-        if self.queue.front().is_some_and(|b| self.offset >= b.len()) {
+        if self
+            .queue
+            .front()
+            .is_some_and(|(_, b)| self.offset >= b.len())
+        {
             self.queue.pop_front();
             self.offset = 0;
         }
@@ -245,6 +204,9 @@ impl Outbox {
         self.offset = 0;
     }
 }
+
+/// How long the audit log may take to reach the disk at exit.
+const AUDIT_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Both clocks, read once.
 fn stamp(now: Instant) -> Stamp {
@@ -262,7 +224,7 @@ async fn drive(
     session: &mut GuardSession,
     child: &mut tokio::process::Child,
     pid: u32,
-    mut audit: Option<&mut AuditLog>,
+    mut audit: Option<AuditLog>,
 ) -> u8 {
     let mut server_in = child.stdin.take();
     let mut server_out = child.stdout.take();
@@ -299,14 +261,12 @@ async fn drive(
                     exit_code,
                     flush_for,
                 } => {
-                    while let Some(record) = session.poll_record() {
-                        if let Some(a) = audit.as_deref_mut() {
+                    if let Some(mut a) = audit.take() {
+                        while let Some(record) = session.poll_record() {
                             a.append(&record);
                         }
-                    }
-                    if let Some(a) = audit.as_deref_mut() {
                         a.append(&serde_json::json!({"phase": "session_end", "process": &outcome}));
-                        a.sync();
+                        a.close(AUDIT_CLOSE).await;
                     }
                     while let Some(b) = session.poll_stderr() {
                         crate::stderr_sink::write(&b);
@@ -315,7 +275,7 @@ async fn drive(
                     // the server is gone, so there is nothing left to read.
                     if let Some(out) = host_out.as_mut() {
                         while let Some(b) = session.poll_to_host() {
-                            to_host.queue.push_back(b);
+                            to_host.push(b, 0);
                         }
                         let flush = async {
                             while let Some(front) = to_host.front() {
@@ -334,33 +294,34 @@ async fn drive(
                 _ => {}
             }
         }
-        let mut wrote_audit = false;
         while let Some(record) = session.poll_record() {
-            if let Some(a) = audit.as_deref_mut() {
+            if let Some(a) = audit.as_mut() {
                 a.append(&record);
-                wrote_audit = true;
             }
         }
-        if wrote_audit {
-            if let Some(a) = audit.as_deref_mut() {
-                a.sync();
-            }
-        }
+        // A request waits for the batch holding its record to be on disk (G12).
+        let gate = audit.as_mut().map_or(0, AuditLog::commit);
         while let Some(b) = session.poll_to_server() {
-            to_server.queue.push_back(b);
+            to_server.push(b, gate);
         }
         // One message at a time: a cancel can still withdraw a response the
         // session holds, but not one the pipe has started to take.
-        if to_host.queue.is_empty() {
+        if to_host.is_empty() {
             if let Some(b) = session.poll_to_host() {
-                to_host.queue.push_back(b);
+                to_host.push(b, 0);
             }
         }
         while let Some(b) = session.poll_stderr() {
             crate::stderr_sink::write(&b);
         }
         let deadline = session.poll_timeout().map(tokio::time::Instant::from_std);
-        let read_host = host_in.is_some() && session.wants_host_input();
+        let audit_done = audit.as_ref().map_or(u64::MAX, AuditLog::done);
+        let audit_behind = audit
+            .as_ref()
+            .is_some_and(|a| a.pending_lines() >= MAX_PENDING_LINES);
+        let read_host = host_in.is_some() && session.wants_host_input() && !audit_behind;
+        let server_front = to_server.front_after(audit_done);
+        let audit_progress = audit.as_ref().map(AuditLog::progress);
         let host_front = if host_out.is_some() {
             to_host.front()
         } else {
@@ -372,7 +333,8 @@ async fn drive(
             r = read_opt(&mut server_out, &mut out_buf) => Wake::ServerOut(r),
             r = read_opt(&mut server_err, &mut err_buf) => Wake::ServerErr(r),
             r = read_host_opt(&mut host_in, &mut host_buf), if read_host => Wake::Host(r),
-            r = write_opt(&mut server_in, to_server.front()), if to_server.front().is_some() => Wake::WroteServer(r),
+            r = write_opt(&mut server_in, server_front), if server_front.is_some() => Wake::WroteServer(r),
+            () = opt_future(audit_progress) => Wake::AuditProgress,
             r = write_host_opt(&mut host_out, host_front), if host_front.is_some() => Wake::WroteHost(r),
             r = opt_future(host_progress) => Wake::HostProgress(r),
             s = child.wait(), if !exited => Wake::Exited(s),
@@ -414,7 +376,7 @@ async fn drive(
                 tracing::debug!(error = %e, "writing stdout failed");
                 session.handle_host_write_error(at);
             }
-            Wake::HostProgress(Ok(())) => {}
+            Wake::HostProgress(Ok(())) | Wake::AuditProgress => {}
             Wake::Exited(s) => {
                 exited = true;
                 match s {
