@@ -15,6 +15,7 @@ use crate::message::{ErrorObject, Id, Message, RawValue};
 use crate::server::{ServerConfig, ServerEvent, ServerSession};
 
 pub use crate::capture::fuzz_capture;
+pub use crate::guard::fuzz_guard_session;
 pub use crate::helper::fuzz_helper_run;
 pub use crate::process::fuzz_supervisor;
 pub use crate::proxy::fuzz_proxy;
