@@ -15,19 +15,14 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_tests::{group_members, signal_group, signal_pid, wait_until, Signal};
+use mcp_stdio_tests::helper_adapter::assert_group_gone;
+use mcp_stdio_tests::{signal_group, signal_pid, wait_until, Signal};
 use serde_json::{json, Value};
 
 const MIB: usize = 1024 * 1024;
 
 fn fixture_server() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/fixture-server");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build -p mcp-stdio-tests --bins` first",
-        p.display()
-    );
-    p
+    mcp_stdio_tests::fixture_server_path()
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -157,15 +152,7 @@ impl Host {
 
     /// Asserts the server's process group is empty (within a few seconds).
     fn assert_server_gone(&self) {
-        let pgid = self.server_pid.expect("server pid");
-        let gone = wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
-            group_members(pgid).is_empty()
-        });
-        assert!(
-            gone.is_some(),
-            "server group {pgid} still has {:?}",
-            group_members(pgid)
-        );
+        assert_group_gone(self.server_pid.expect("server pid"));
     }
 }
 
@@ -485,14 +472,7 @@ fn g1_guard_exits_75_when_host_stops_reading_a_socket() {
         .and_then(|r| r.split_whitespace().next())
         .and_then(|p| p.parse().ok())
         .expect("server pid");
-    let gone = wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
-        group_members(pid).is_empty()
-    });
-    assert!(
-        gone.is_some(),
-        "server group {pid} left: {:?}",
-        group_members(pid)
-    );
+    assert_group_gone(pid);
 }
 
 /// The guard makes its stdout non-blocking while it runs; the file

@@ -852,20 +852,7 @@ mod tests {
     #[cfg(feature = "fuzzing")]
     #[test]
     fn fuzz_guard_session_random_inputs() {
-        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut next = move || {
-            // xorshift64
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        fuzz_guard_session(&[]);
-        for _ in 0..400 {
-            let len = (next() % 512) as usize;
-            let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-            fuzz_guard_session(&data);
-        }
+        crate::fuzzing::run_random_inputs(0x9E37_79B9_7F4A_7C15, 400, 512, fuzz_guard_session);
     }
 
     #[test]

@@ -1390,20 +1390,7 @@ mod tests {
     #[cfg(feature = "fuzzing")]
     #[test]
     fn fuzz_proxy_random_inputs() {
-        let mut state: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut next = move || {
-            // xorshift64
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        fuzz_proxy(&[]);
-        for _ in 0..400 {
-            let len = (next() % 512) as usize;
-            let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-            fuzz_proxy(&data);
-        }
+        crate::fuzzing::run_random_inputs(0x2545_F491_4F6C_DD1D, 400, 512, fuzz_proxy);
     }
 
     #[test]
