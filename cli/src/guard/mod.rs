@@ -80,7 +80,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         eprintln!("mcp-stdio guard: no server command given (put it after `--`)");
         return ExitCode::from(2);
     };
-    let mut audit = match &args.audit {
+    let audit = match &args.audit {
         Some(path) => {
             let key = match args
                 .audit_key_file
@@ -131,7 +131,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         .stderr_capture(settings.stderr_capture.clone())
         .stderr_forward(settings.stderr_forward_bytes);
     let mut session = GuardSession::new(config);
-    let code = drive(&mut session, &mut child, pid, audit.take()).await;
+    let code = drive(&mut session, &mut child, pid, audit).await;
     if let Some(path) = &args.metrics {
         let report = MetricsFile {
             session: session.report(settings.stderr_excerpt_bytes),
