@@ -528,3 +528,28 @@ fn g12_audit_record_is_on_disk_before_the_server_sees_the_request() {
     // initialize + 20 echo calls, dispatched and completed each, then session_end.
     assert_eq!(text.lines().count(), 2 * 21 + 1);
 }
+
+/// A host that keeps stdin open and idle does not hold the guard: when the
+/// server exits by itself, the guard exits promptly with its status (no
+/// thread sits in a blocking read of stdin).
+#[test]
+fn g1_guard_exits_promptly_while_the_host_keeps_stdin_open() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-stdio"))
+        .args(["guard", "--", "sh", "-c", "sleep 0.2; exit 3"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the guard");
+    let _stdin = child.stdin.take(); // open and idle for the whole test
+    let t = Instant::now();
+    let exited = wait_until(Duration::from_secs(10), Duration::from_millis(10), || {
+        child.try_wait().expect("try_wait").is_some()
+    });
+    let took = t.elapsed();
+    let _ = child.kill();
+    let status = child.wait().expect("wait");
+    eprintln!("server exited by itself, host stdin open: guard exited {status} after {took:?}");
+    assert!(exited.is_some(), "the guard did not exit");
+    assert_eq!(status.code(), Some(3));
+}
