@@ -11,7 +11,9 @@
 //!   error for its id (G2);
 //! - an oversized server response becomes an error for its id, and the
 //!   session goes on (G3);
-//! - nothing for a cancelled id reaches the host after the cancel (G6);
+//! - nothing for a cancelled id reaches the host after the cancel (G6): a
+//!   response still queued here is withdrawn, a late one is dropped (bytes
+//!   already handed to the adapter are out of reach);
 //! - non-protocol server stdout lines become notes for stderr (G13);
 //! - each request gets a [`CallLifecycle`]: its record is emitted when it is
 //!   dispatched (before the adapter writes it to the server) and again when it
@@ -42,6 +44,7 @@
 //!   [`handle_server_written`](Proxy::handle_server_written) (write
 //!   progress: bytes that reached the pipe),
 //!   [`handle_host_write_error`](Proxy::handle_host_write_error),
+//!   [`handle_server_input_closed`](Proxy::handle_server_input_closed),
 //!   [`finish`](Proxy::finish) (the session is over).
 //! - **Outputs** (`poll_*`, `#[must_use]`):
 //!   [`poll_event`](Proxy::poll_event), [`poll_record`](Proxy::poll_record),
