@@ -23,7 +23,7 @@ use mcp_stdio_core::frame::DEFAULT_MAX_FRAME;
 use mcp_stdio_core::process::SupervisorConfig;
 use serde::Deserialize;
 
-use crate::guard::ProxyLimits;
+use mcp_stdio_core::proxy::{ProxyConfig, DEFAULT_MAX_BUFFERED};
 
 /// What to keep of the server's stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -79,7 +79,7 @@ struct FileSettings {
 /// The resolved limits of a guard run.
 #[derive(Debug, Clone)]
 pub(crate) struct GuardSettings {
-    pub(crate) proxy: ProxyLimits,
+    pub(crate) proxy: ProxyConfig,
     pub(crate) supervisor: SupervisorConfig,
     pub(crate) stderr_capture: CaptureConfig,
     pub(crate) stderr_forward_bytes: u64,
@@ -112,14 +112,12 @@ impl GuardSettings {
                 "max frame of {max_frame} bytes is too small (at least 64)"
             ));
         }
-        let proxy = ProxyLimits {
-            max_frame,
-            max_buffered: args
-                .max_buffered
+        let mut proxy = ProxyConfig::default();
+        proxy.max_frame(max_frame).max_buffered(
+            args.max_buffered
                 .or(file.max_buffered_bytes)
-                .unwrap_or(16 * 1024 * 1024),
-            ..ProxyLimits::default()
-        };
+                .unwrap_or(DEFAULT_MAX_BUFFERED),
+        );
         let grace = seconds(
             "shutdown grace",
             args.shutdown_grace
@@ -177,7 +175,7 @@ mod tests {
             ..SettingsArgs::default()
         };
         let s = GuardSettings::resolve(&args).unwrap();
-        assert_eq!(s.proxy.max_frame, 5000);
+        assert_eq!(s.proxy.get_max_frame(), 5000);
         assert_eq!(s.stderr_capture.get_tail(), 2048);
         assert_eq!(s.stderr_capture.get_head(), 100);
         assert_eq!(s.supervisor.get_term_grace(), Duration::from_millis(500));

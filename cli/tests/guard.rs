@@ -387,7 +387,20 @@ fn g12_audit_log_verifies_and_a_changed_byte_is_named() {
     assert!(ok.status.success(), "{out}");
     assert!(out.starts_with("OK: 5 entries"), "{out}");
     let text = std::fs::read_to_string(&log).unwrap();
-    assert!(text.contains("\"tool\":\"echo\""));
+    // Core call records (G12): dispatched before the request, completed after.
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line")["record"].clone())
+        .collect();
+    let echo: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["operation"] == "echo")
+        .collect();
+    assert_eq!(echo.len(), 2, "{text}");
+    assert_eq!(echo[0]["state"], "dispatched");
+    assert_eq!(echo[1]["state"], "completed");
+    assert_eq!(echo[1]["outcome"], "succeeded");
+    assert_eq!(echo[1]["call_id"], "2/1");
     let mut bytes = text.into_bytes();
     let second_line = bytes.iter().position(|&b| b == b'\n').unwrap() + 1;
     let pos = second_line + 40;

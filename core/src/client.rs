@@ -25,12 +25,13 @@
 //! `+ c.max_in_flight × (c.max_frame + 100)` (completed responses not yet polled)
 //! `+ c.max_cancelled_remembered × ~64` (recently cancelled ids).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::frame::{recover_id, FrameError, FrameEvent, Framer, FramerConfig, OversizedPolicy};
+use crate::idset::RecentIds;
 use crate::message::{
     encode_error, encode_notification, encode_request, encode_result, DecodeError, EncodeError,
     ErrorObject, Id, Message, Notification, RawValue, Request, SERVER_ERROR,
@@ -379,8 +380,7 @@ struct SessionState {
     config: ClientConfig,
     next_id: i64,
     pending: HashMap<Id, Pending>,
-    cancelled: HashSet<Id>,
-    cancelled_order: VecDeque<Id>,
+    cancelled: RecentIds,
     inbox: VecDeque<(Instant, Incoming)>,
     events: VecDeque<ClientEvent>,
     outgoing: VecDeque<Vec<u8>>,
@@ -400,8 +400,7 @@ impl ClientSession {
                 config: config.clone(),
                 next_id: 1,
                 pending: HashMap::new(),
-                cancelled: HashSet::new(),
-                cancelled_order: VecDeque::new(),
+                cancelled: RecentIds::new(config.max_cancelled_remembered),
                 inbox: VecDeque::new(),
                 events: VecDeque::new(),
                 outgoing: VecDeque::new(),
@@ -791,17 +790,7 @@ impl SessionState {
     }
 
     fn remember_cancelled(&mut self, id: Id) {
-        if self.config.max_cancelled_remembered == 0 {
-            return;
-        }
-        if self.cancelled.insert(id.clone()) {
-            self.cancelled_order.push_back(id);
-            while self.cancelled_order.len() > self.config.max_cancelled_remembered {
-                if let Some(old) = self.cancelled_order.pop_front() {
-                    self.cancelled.remove(&old);
-                }
-            }
-        }
+        self.cancelled.insert(id);
     }
 
     fn check_room(&self, len: usize) -> Result<(), SendError> {

@@ -15,9 +15,30 @@ use crate::message::{ErrorObject, Id, Message, RawValue};
 use crate::server::{ServerConfig, ServerEvent, ServerSession};
 
 pub use crate::capture::fuzz_capture;
+pub use crate::guard::fuzz_guard_session;
 pub use crate::helper::fuzz_helper_run;
 pub use crate::process::fuzz_supervisor;
+pub use crate::proxy::fuzz_proxy;
 pub use crate::serve::fuzz_serve;
+
+/// Runs `target` on the empty input, then on `runs` pseudo-random inputs of
+/// up to `max_len` bytes (xorshift64 from `seed`): the unit-test form of a
+/// fuzz target, so ordinary `cargo test` exercises its invariants.
+pub fn run_random_inputs(seed: u64, runs: usize, max_len: u64, target: fn(&[u8])) {
+    let mut state = seed.max(1);
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    target(&[]);
+    for _ in 0..runs {
+        let len = usize::try_from(next() % max_len.max(1)).unwrap_or(0);
+        let data: Vec<u8> = (0..len).map(|_| next().to_le_bytes()[0]).collect();
+        target(&data);
+    }
+}
 
 /// An owned copy of a framer event, for comparing runs.
 #[derive(Debug, PartialEq, Eq)]

@@ -54,6 +54,9 @@
 //! | [`call`] | operation lifecycle and its call record |
 //! | [`audit`] | hash-chained JSON-lines audit log and its offline verification |
 //! | [`budget`] | content budget for tool results |
+//! | [`proxy`] | the guard's decisions: a host session and a server session joined, limits both ways, cancel enforcement, records, the host that stopped reading |
+//! | [`guard`] | the guard's whole session: proxy, server supervisor and stderr budget joined; exit status |
+//! | [`idset`] | the bounded, insertion-ordered set of remembered request ids |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -65,11 +68,14 @@ pub mod client;
 pub mod command;
 pub mod driver;
 pub mod frame;
+pub mod guard;
 pub mod handshake;
 pub mod helper;
 pub mod host;
+pub mod idset;
 pub mod message;
 pub mod process;
+pub mod proxy;
 pub mod serve;
 pub mod server;
 
@@ -84,11 +90,14 @@ pub use capture::{CaptureConfig, Captured, OutputCapture, RetentionPool};
 pub use client::{ClientConfig, ClientEvent, ClientSession};
 pub use command::CommandSpec;
 pub use frame::{FrameError, FrameEvent, Framer, FramerConfig, OversizedPolicy};
+pub use guard::{GuardAction, GuardConfig, GuardSession};
 pub use helper::{HelperAction, HelperConfig, HelperOutcome, HelperRun};
 pub use host::{HostConfig, HostSession, RequestError, SessionRecord};
+pub use idset::RecentIds;
 pub use message::{
     DecodeError, EncodeError, ErrorObject, Id, Message, Notification, Request, Response,
 };
 pub use process::{ExitStatus, ProcessOutcome, ProcessSupervisor, StreamEnd, SupervisorConfig};
+pub use proxy::{Proxy, ProxyConfig, ProxyEvent, ProxyMetrics};
 pub use serve::{ServeAction, ServeLifecycle, ServeOptions, ServeReport};
 pub use server::{ServerConfig, ServerEvent, ServerSession};

@@ -26,13 +26,14 @@
 //! by itself) `+ c.max_queued_notifications × c.max_frame` (events not yet
 //! polled) `+ c.max_finished_remembered × ~64` (ids whose response started).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use crate::client::{CANCELLED, INITIALIZE};
 use crate::frame::{recover_id, FrameError, FrameEvent, Framer, FramerConfig};
+use crate::idset::RecentIds;
 use crate::message::{
     encode_error, encode_notification, encode_result, DecodeError, EncodeError, ErrorObject, Id,
     Message, Notification, RawValue, Request, INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR,
@@ -289,8 +290,7 @@ pub struct ServerSession {
 struct ServerState {
     config: ServerConfig,
     registry: HashMap<Id, Entry>,
-    finished: HashSet<Id>,
-    finished_order: VecDeque<Id>,
+    finished: RecentIds,
     events: VecDeque<ServerEvent>,
     queued_notifications: usize,
     outgoing: VecDeque<Outgoing>,
@@ -308,10 +308,9 @@ impl ServerSession {
         Self {
             framer: Framer::new(config.framer.clone()),
             state: ServerState {
+                finished: RecentIds::new(config.max_finished_remembered),
                 config,
                 registry: HashMap::new(),
-                finished: HashSet::new(),
-                finished_order: VecDeque::new(),
                 events: VecDeque::new(),
                 queued_notifications: 0,
                 outgoing: VecDeque::new(),
@@ -687,17 +686,7 @@ impl ServerState {
     }
 
     fn remember_finished(&mut self, id: Id) {
-        if self.config.max_finished_remembered == 0 {
-            return;
-        }
-        if self.finished.insert(id.clone()) {
-            self.finished_order.push_back(id);
-            while self.finished_order.len() > self.config.max_finished_remembered {
-                if let Some(old) = self.finished_order.pop_front() {
-                    self.finished.remove(&old);
-                }
-            }
-        }
+        self.finished.insert(id);
     }
 
     fn end_input(&mut self) {

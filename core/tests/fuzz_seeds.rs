@@ -56,3 +56,13 @@ fn helper_run_seeds() {
 fn serve_seeds() {
     replay("serve", fuzzing::fuzz_serve);
 }
+
+#[test]
+fn proxy_seeds() {
+    replay("proxy", fuzzing::fuzz_proxy);
+}
+
+#[test]
+fn guard_session_seeds() {
+    replay("guard_session", fuzzing::fuzz_guard_session);
+}

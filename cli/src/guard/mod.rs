@@ -9,30 +9,27 @@
 //! keeps its tail (G10), drops anything for a cancelled id (G6), runs the
 //! shutdown sequence (G11), and can write a hash-chained audit log (G12).
 
-mod proxy;
+mod audit_log;
+mod host_io;
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use mcp_stdio_core::audit::{AuditChain, AuditKey};
-use mcp_stdio_core::capture::OutputCapture;
-use mcp_stdio_core::process::{
-    ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor,
-};
+use mcp_stdio_core::call::Stamp;
+use mcp_stdio_core::guard::{GuardAction, GuardConfig, GuardReport, GuardSession};
 use mcp_stdio_core::CommandSpec;
+use mcp_stdio_sys::{exit_status, signal_group};
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::{GuardSettings, SettingsArgs};
-pub(crate) use proxy::{Proxy, ProxyLimits, ProxyMetrics};
+use audit_log::{AuditLog, MAX_PENDING_LINES};
+use host_io::{HostInput, HostOutput};
 
-/// Exit status when the guard itself closed the session (host stopped
-/// reading, or the guard could not run the server).
-pub(crate) const EXIT_GUARD_CLOSED: u8 = 75;
+pub(crate) use host_io::restore_stdio;
+
 /// Exit status when the server could not be spawned.
 pub(crate) const EXIT_SPAWN_FAILED: u8 = 127;
 
@@ -63,75 +60,11 @@ pub(crate) struct GuardArgs {
 
 /// What the guard writes to `--metrics` at exit.
 #[derive(Debug, Serialize)]
-struct GuardReport<'a> {
-    proxy: &'a ProxyMetrics,
-    process: &'a ProcessOutcome,
-    stderr: mcp_stdio_core::capture::CaptureSummary,
-    stderr_tail: String,
-    stderr_excerpt: String,
-    stderr_forwarded_bytes: u64,
+struct MetricsFile {
+    #[serde(flatten)]
+    session: GuardReport,
     /// Bytes of our own stderr dropped because nobody read it.
     own_stderr_dropped_bytes: u64,
-    guard_closed_session: Option<&'a str>,
-}
-
-/// The audit log: a chain appended to a file, fsynced after each batch.
-struct AuditLog {
-    chain: AuditChain,
-    file: File,
-    path: PathBuf,
-}
-
-impl AuditLog {
-    fn open(path: &Path, key: Option<AuditKey>) -> Result<Self, String> {
-        let mut file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let last = last_line(&mut file).map_err(|e| format!("{}: {e}", path.display()))?;
-        let chain = AuditChain::resume(&last, key.as_ref())
-            .map_err(|e| format!("{}: cannot continue this log: {e}", path.display()))?;
-        Ok(Self {
-            chain,
-            file,
-            path: path.to_owned(),
-        })
-    }
-
-    fn append(&mut self, record: &impl Serialize) {
-        match self.chain.append(record) {
-            Ok(line) => {
-                if let Err(e) = self.file.write_all(&line) {
-                    tracing::error!(path = %self.path.display(), error = %e, "audit write failed");
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "audit record not appended"),
-        }
-    }
-
-    fn sync(&mut self) {
-        if let Err(e) = self.file.sync_data() {
-            tracing::error!(path = %self.path.display(), error = %e, "audit fsync failed");
-        }
-    }
-}
-
-/// The last line of a file (with its newline), read from the end.
-fn last_line(file: &mut File) -> std::io::Result<Vec<u8>> {
-    let len = file.seek(SeekFrom::End(0))?;
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    // Records are small; read a generous tail and take its last line.
-    let start = len.saturating_sub(2 * 1024 * 1024);
-    file.seek(SeekFrom::Start(start))?;
-    let mut tail = Vec::new();
-    file.read_to_end(&mut tail)?;
-    let body = tail.strip_suffix(b"\n").unwrap_or(&tail);
-    let from = body.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    Ok(tail[from..].to_vec())
 }
 
 /// Runs the guard; returns the process exit status.
@@ -147,7 +80,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         eprintln!("mcp-stdio guard: no server command given (put it after `--`)");
         return ExitCode::from(2);
     };
-    let mut audit = match &args.audit {
+    let audit = match &args.audit {
         Some(path) => {
             let key = match args
                 .audit_key_file
@@ -189,56 +122,37 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         }
     };
     let pid = child.id().unwrap_or(0);
-    let session = Session {
-        proxy: Proxy::new(settings.proxy.clone()),
-        supervisor: ProcessSupervisor::new(settings.supervisor),
-        stderr_capture: OutputCapture::new(&settings.stderr_capture),
-        stderr_budget: settings.stderr_forward_bytes,
-        stderr_forwarded: 0,
-        stderr_marker_shown: false,
-        pid,
-        closed_by_guard: None,
-    };
-    let (outcome, session) = session.drive(&mut child, audit.as_mut()).await;
-    let captured = session.stderr_capture.finish();
+    let mut proxy = settings.proxy.clone();
+    proxy
+        .target(&spec.display().to_string())
+        .session_id(&format!(
+            "{}-{}",
+            std::process::id(),
+            stamp(Instant::now()).unix_ms
+        ));
+    let mut config = GuardConfig::default();
+    config
+        .proxy(proxy)
+        .supervisor(settings.supervisor)
+        .stderr_capture(settings.stderr_capture.clone())
+        .stderr_forward(settings.stderr_forward_bytes);
+    let mut session = GuardSession::new(config);
+    let code = drive(&mut session, &mut child, pid, audit).await;
     if let Some(path) = &args.metrics {
-        let report = GuardReport {
-            proxy: session.proxy.metrics(),
-            process: &outcome,
-            stderr: captured.summary(),
-            stderr_tail: captured.render("stderr"),
-            stderr_excerpt: captured.excerpt("stderr", settings.stderr_excerpt_bytes),
-            stderr_forwarded_bytes: session.stderr_forwarded,
+        let report = MetricsFile {
+            session: session.report(settings.stderr_excerpt_bytes),
             own_stderr_dropped_bytes: crate::stderr_sink::dropped(),
-            guard_closed_session: session.closed_by_guard,
         };
         let json = serde_json::to_vec_pretty(&report).unwrap_or_default();
         if let Err(e) = std::fs::write(path, json) {
-            eprintln!(
+            // Through the sink: a blocking eprintln could hang an exit on an unread stderr.
+            crate::stderr_sink::line(&format!(
                 "mcp-stdio guard: writing metrics to {}: {e}",
                 path.display()
-            );
+            ));
         }
     }
-    if session.closed_by_guard.is_some() {
-        return ExitCode::from(EXIT_GUARD_CLOSED);
-    }
-    match outcome.exit_status {
-        Some(ExitStatus::Code(c)) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
-        Some(ExitStatus::Signal(s)) => ExitCode::from(u8::try_from(128 + s).unwrap_or(255)),
-        None => ExitCode::from(1),
-    }
-}
-
-struct Session {
-    proxy: Proxy,
-    supervisor: ProcessSupervisor,
-    stderr_capture: OutputCapture,
-    stderr_budget: u64,
-    stderr_forwarded: u64,
-    stderr_marker_shown: bool,
-    pid: u32,
-    closed_by_guard: Option<&'static str>,
+    ExitCode::from(code)
 }
 
 enum Wake {
@@ -247,236 +161,247 @@ enum Wake {
     ServerErr(std::io::Result<usize>),
     WroteServer(std::io::Result<usize>),
     WroteHost(std::io::Result<usize>),
+    HostProgress(std::io::Result<()>),
+    AuditProgress,
     Exited(std::io::Result<std::process::ExitStatus>),
     Timer,
     Terminate,
 }
 
-/// A queue of whole messages being written one after another.
+/// Messages taken from the session, written one after another as the pipe
+/// accepts them. Bounded by the proxy, which counts them until written.
+/// Each message may carry a gate: the audit batch that must be on disk first.
 #[derive(Default)]
 struct Outbox {
-    queue: VecDeque<Vec<u8>>,
+    queue: VecDeque<(u64, Vec<u8>)>,
     offset: usize,
 }
 
 impl Outbox {
+    fn push(&mut self, bytes: Vec<u8>, gate: u64) {
+        self.queue.push_back((gate, bytes));
+    }
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
     fn front(&self) -> Option<&[u8]> {
-        self.queue.front().map(|b| &b[self.offset..])
+        self.queue.front().map(|(_, b)| &b[self.offset..])
+    }
+    /// The front, if its gate is passed (`done` is the last batch on disk).
+    fn front_after(&self, done: u64) -> Option<&[u8]> {
+        match self.queue.front() {
+            Some((gate, b)) if *gate <= done => Some(&b[self.offset..]),
+            _ => None,
+        }
     }
     fn advance(&mut self, n: usize) {
         self.offset += n;
-        if self.queue.front().is_some_and(|b| self.offset >= b.len()) {
+        if self
+            .queue
+            .front()
+            .is_some_and(|(_, b)| self.offset >= b.len())
+        {
             self.queue.pop_front();
             self.offset = 0;
         }
     }
+    fn clear(&mut self) {
+        self.queue.clear();
+        self.offset = 0;
+    }
 }
 
-impl Session {
-    async fn drive(
-        mut self,
-        child: &mut tokio::process::Child,
-        mut audit: Option<&mut AuditLog>,
-    ) -> (ProcessOutcome, Self) {
-        let mut server_in = child.stdin.take();
-        let mut server_out = child.stdout.take();
-        let mut server_err = child.stderr.take();
-        let mut host_in = Some(tokio::io::stdin());
-        let mut host_out = Some(tokio::io::stdout());
-        let mut to_server = Outbox::default();
-        let mut to_host = Outbox::default();
-        let mut exited = false;
-        let mut host_buf = vec![0u8; 64 * 1024];
-        let mut out_buf = vec![0u8; 64 * 1024];
-        let mut err_buf = vec![0u8; 16 * 1024];
-        let mut terminate = terminate_signal();
-        self.supervisor
-            .handle_spawned(Instant::now(), ChildPipes::ALL);
-        loop {
-            // Pump every output of the proxy and the supervisor.
-            while to_server.queue.is_empty() {
-                match self.proxy.poll_to_server() {
-                    Some(b) if server_in.is_some() => to_server.queue.push_back(b),
-                    Some(_) => {}
-                    None => break,
-                }
-            }
-            while let Some(b) = self.proxy.poll_to_host() {
-                if host_out.is_some() {
-                    to_host.queue.push_back(b);
-                }
-            }
-            while let Some(note) = self.proxy.poll_note() {
-                crate::stderr_sink::line(&note);
-            }
-            let mut wrote_audit = false;
-            while let Some(record) = self.proxy.poll_record() {
-                if let Some(a) = audit.as_deref_mut() {
-                    a.append(&record);
-                    wrote_audit = true;
-                }
-            }
-            if wrote_audit {
-                if let Some(a) = audit.as_deref_mut() {
-                    a.sync();
-                }
-            }
-            let queued: usize =
-                to_host.queue.iter().map(Vec::len).sum::<usize>() + self.proxy.host_queue_bytes();
-            if queued > self.proxy_limit() && self.closed_by_guard.is_none() {
-                self.closed_by_guard = Some("host_stopped_reading");
-                crate::stderr_sink::line(&format!(
-                    "mcp-stdio guard: the host stopped reading stdout ({queued} bytes waiting, limit {}); closing the session",
-                    self.proxy_limit()
-                ));
-                host_out = None;
-                to_host.queue.clear();
-                self.supervisor.shutdown(Instant::now());
-            }
-            while let Some(action) = self.supervisor.poll_action() {
-                match action {
-                    ProcessAction::CloseStdin => {
-                        server_in = None;
-                        to_server.queue.clear();
-                    }
-                    ProcessAction::SignalGroup(sig) => signal_group(self.pid, sig),
-                    ProcessAction::AbandonReaders => {
-                        crate::stderr_sink::line("mcp-stdio guard: server pipes still open past the drain deadline (an escaped grandchild?); abandoning them");
-                        server_out = None;
-                        server_err = None;
-                    }
-                    ProcessAction::Finished(outcome) => {
-                        let now = Instant::now();
-                        self.proxy.handle_server_eof(now);
-                        self.proxy.finish(now);
-                        while let Some(record) = self.proxy.poll_record() {
-                            if let Some(a) = audit.as_deref_mut() {
-                                a.append(&record);
-                            }
-                        }
-                        if let Some(a) = audit.as_deref_mut() {
-                            a.append(
-                                &serde_json::json!({"phase": "session_end", "process": &outcome}),
-                            );
-                            a.sync();
-                        }
-                        // Flush what the host is still owed, within a bound.
-                        if let Some(out) = host_out.as_mut() {
-                            while let Some(b) = self.proxy.poll_to_host() {
-                                to_host.queue.push_back(b);
-                            }
-                            let flush = async {
-                                while let Some(front) = to_host.front() {
-                                    let n = out.write(front).await?;
-                                    if n == 0 {
-                                        break;
-                                    }
-                                    to_host.advance(n);
-                                }
-                                out.flush().await
-                            };
-                            let _ = tokio::time::timeout(Duration::from_secs(2), flush).await;
-                        }
-                        return (outcome, self);
-                    }
-                }
-            }
-            let deadline = self
-                .supervisor
-                .poll_timeout()
-                .map(tokio::time::Instant::from_std);
-            let read_host = host_in.is_some() && self.proxy.wants_host_input();
-            let wake = tokio::select! {
-                r = read_opt(&mut server_out, &mut out_buf) => Wake::ServerOut(r),
-                r = read_opt(&mut server_err, &mut err_buf) => Wake::ServerErr(r),
-                r = read_opt(&mut host_in, &mut host_buf), if read_host => Wake::Host(r),
-                r = write_opt(&mut server_in, to_server.front()), if to_server.front().is_some() => Wake::WroteServer(r),
-                r = write_opt(&mut host_out, to_host.front()), if to_host.front().is_some() => Wake::WroteHost(r),
-                s = child.wait(), if !exited => Wake::Exited(s),
-                () = sleep_opt(deadline) => Wake::Timer,
-                () = terminate.recv() => Wake::Terminate,
-            };
-            let now = Instant::now();
-            match wake {
-                Wake::Host(Ok(n)) if n > 0 => self.proxy.handle_host(now, &host_buf[..n]),
-                Wake::Host(_) => {
-                    // The host closed our stdin: the shutdown sequence starts.
-                    host_in = None;
-                    self.proxy.handle_host_eof(now);
-                    self.supervisor.shutdown(now);
-                }
-                Wake::ServerOut(Ok(n)) if n > 0 => self.proxy.handle_server(now, &out_buf[..n]),
-                Wake::ServerOut(_) => {
-                    server_out = None;
-                    self.proxy.handle_server_eof(now);
-                    self.supervisor.handle_stdout_eof(now);
-                    self.supervisor.shutdown(now);
-                }
-                Wake::ServerErr(Ok(n)) if n > 0 => self.on_stderr(&err_buf[..n]),
-                Wake::ServerErr(_) => {
-                    server_err = None;
-                    self.supervisor.handle_stderr_eof(now);
-                }
-                Wake::WroteServer(Ok(n)) => to_server.advance(n),
-                Wake::WroteServer(Err(e)) => {
-                    tracing::debug!(error = %e, "server stdin closed");
+/// How long the audit log may take to reach the disk at exit.
+const AUDIT_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Both clocks, read once.
+fn stamp(now: Instant) -> Stamp {
+    let unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Stamp::new(now, unix_ms)
+}
+
+/// The I/O loop: every decision is the session's. It waits on every source
+/// at once (server stdout and stderr, host stdin, write readiness both ways,
+/// child exit, the session's timer, signals) and never on a write finishing
+/// (G1). Returns the exit status.
+async fn drive(
+    session: &mut GuardSession,
+    child: &mut tokio::process::Child,
+    pid: u32,
+    mut audit: Option<AuditLog>,
+) -> u8 {
+    let mut server_in = child.stdin.take();
+    let mut server_out = child.stdout.take();
+    let mut server_err = child.stderr.take();
+    let mut host_in = Some(HostInput::open());
+    let mut host_out = Some(HostOutput::open());
+    let mut to_server = Outbox::default();
+    let mut to_host = Outbox::default();
+    let mut exited = false;
+    let mut host_buf = vec![0u8; 64 * 1024];
+    let mut out_buf = vec![0u8; 64 * 1024];
+    let mut err_buf = vec![0u8; 16 * 1024];
+    let mut terminate = terminate_signal();
+    session.handle_spawned(stamp(Instant::now()));
+    loop {
+        // Poll the session in its documented order.
+        while let Some(action) = session.poll_action() {
+            match action {
+                GuardAction::CloseServerStdin => {
                     server_in = None;
-                    to_server.queue.clear();
+                    to_server.clear();
                 }
-                Wake::WroteHost(Ok(n)) => {
-                    to_host.advance(n);
-                    if to_host.queue.is_empty() {
-                        if let Some(out) = host_out.as_mut() {
-                            let _ = out.flush().await;
-                        }
-                    }
+                GuardAction::SignalServerGroup(sig) => signal_group(pid, sig),
+                GuardAction::AbandonServerReaders => {
+                    server_out = None;
+                    server_err = None;
                 }
-                Wake::WroteHost(Err(e)) => {
-                    tracing::debug!(error = %e, "host stdout closed");
+                GuardAction::CloseHostOutput => {
                     host_out = None;
-                    to_host.queue.clear();
-                    self.supervisor.shutdown(now);
+                    to_host.clear();
                 }
-                Wake::Exited(s) => {
-                    exited = true;
-                    match s {
-                        Ok(s) => self.supervisor.handle_exited(now, exit_status(s)),
-                        Err(e) => tracing::warn!(error = %e, "waiting for the server failed"),
+                GuardAction::Finished {
+                    outcome,
+                    exit_code,
+                    flush_for,
+                } => {
+                    if let Some(mut a) = audit.take() {
+                        while let Some(record) = session.poll_record() {
+                            a.append(&record);
+                        }
+                        a.append(&serde_json::json!({"phase": "session_end", "process": &outcome}));
+                        a.close(AUDIT_CLOSE).await;
                     }
+                    while let Some(b) = session.poll_stderr() {
+                        crate::stderr_sink::write(&b);
+                    }
+                    // What the host is still owed, within the session's bound:
+                    // the server is gone, so there is nothing left to read.
+                    if let Some(out) = host_out.as_mut() {
+                        while let Some(b) = session.poll_to_host() {
+                            to_host.push(b, 0);
+                        }
+                        let flush = async {
+                            while let Some(front) = to_host.front() {
+                                let n = out.write(front).await?;
+                                to_host.advance(n);
+                            }
+                            while out.in_flight() {
+                                out.progress().await?;
+                            }
+                            Ok::<(), std::io::Error>(())
+                        };
+                        let _ = tokio::time::timeout(flush_for, flush).await;
+                    }
+                    return exit_code;
                 }
-                Wake::Timer => self.supervisor.handle_timeout(now),
-                Wake::Terminate => {
-                    // The host is stopping us: stop the server the same way.
-                    self.supervisor.shutdown(now);
+                _ => {}
+            }
+        }
+        while let Some(record) = session.poll_record() {
+            if let Some(a) = audit.as_mut() {
+                a.append(&record);
+            }
+        }
+        // A request waits for the batch holding its record to be on disk (G12).
+        let gate = audit.as_mut().map_or(0, AuditLog::commit);
+        while let Some(b) = session.poll_to_server() {
+            to_server.push(b, gate);
+        }
+        // One message at a time: a cancel can still withdraw a response the
+        // session holds, but not one the pipe has started to take.
+        if to_host.is_empty() {
+            if let Some(b) = session.poll_to_host() {
+                to_host.push(b, 0);
+            }
+        }
+        while let Some(b) = session.poll_stderr() {
+            crate::stderr_sink::write(&b);
+        }
+        let deadline = session.poll_timeout().map(tokio::time::Instant::from_std);
+        let audit_done = audit.as_ref().map_or(u64::MAX, AuditLog::done);
+        let audit_behind = audit
+            .as_ref()
+            .is_some_and(|a| a.pending_lines() >= MAX_PENDING_LINES);
+        let read_host = host_in.is_some() && session.wants_host_input() && !audit_behind;
+        let server_front = to_server.front_after(audit_done);
+        let audit_progress = audit.as_ref().map(AuditLog::progress);
+        let host_front = if host_out.is_some() {
+            to_host.front()
+        } else {
+            None
+        };
+        // An owned future, so it can wait beside a write on the same output.
+        let host_progress = host_out.as_ref().map(HostOutput::progress);
+        let wake = tokio::select! {
+            r = read_opt(&mut server_out, &mut out_buf) => Wake::ServerOut(r),
+            r = read_opt(&mut server_err, &mut err_buf) => Wake::ServerErr(r),
+            r = read_host_opt(&mut host_in, &mut host_buf), if read_host => Wake::Host(r),
+            r = write_opt(&mut server_in, server_front), if server_front.is_some() => Wake::WroteServer(r),
+            () = opt_future(audit_progress) => Wake::AuditProgress,
+            r = write_host_opt(&mut host_out, host_front), if host_front.is_some() => Wake::WroteHost(r),
+            r = opt_future(host_progress) => Wake::HostProgress(r),
+            s = child.wait(), if !exited => Wake::Exited(s),
+            () = sleep_opt(deadline) => Wake::Timer,
+            () = terminate.recv() => Wake::Terminate,
+        };
+        let at = stamp(Instant::now());
+        match wake {
+            Wake::Host(Ok(n)) if n > 0 => session.handle_host(at, &host_buf[..n]),
+            Wake::Host(r) => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "reading stdin failed");
                 }
+                host_in = None;
+                session.handle_host_eof(at);
+            }
+            Wake::ServerOut(Ok(n)) if n > 0 => session.handle_server_stdout(at, &out_buf[..n]),
+            Wake::ServerOut(_) => {
+                server_out = None;
+                session.handle_server_stdout_eof(at);
+            }
+            Wake::ServerErr(Ok(n)) if n > 0 => session.handle_server_stderr(at, &err_buf[..n]),
+            Wake::ServerErr(_) => {
+                server_err = None;
+                session.handle_server_stderr_eof(at);
+            }
+            Wake::WroteServer(Ok(n)) => {
+                to_server.advance(n);
+                session.handle_server_written(n);
+            }
+            Wake::WroteServer(Err(e)) => {
+                tracing::debug!(error = %e, "server stdin closed");
+                server_in = None;
+                to_server.clear();
+                session.handle_server_stdin_error();
+            }
+            Wake::WroteHost(Ok(n)) => to_host.advance(n),
+            Wake::WroteHost(Err(e)) | Wake::HostProgress(Err(e)) => {
+                tracing::debug!(error = %e, "writing stdout failed");
+                session.handle_host_write_error(at);
+            }
+            Wake::HostProgress(Ok(())) | Wake::AuditProgress => {}
+            Wake::Exited(s) => {
+                exited = true;
+                match s {
+                    Ok(s) => session.handle_exited(at, exit_status(s)),
+                    Err(e) => tracing::warn!(error = %e, "waiting for the server failed"),
+                }
+            }
+            Wake::Timer => session.handle_timeout(at),
+            Wake::Terminate => session.handle_terminate(at),
+        }
+        // Write progress, whichever wake-up brought it.
+        if let Some(out) = host_out.as_mut() {
+            let n = out.take_written();
+            if n > 0 {
+                session.handle_host_written(n);
             }
         }
     }
-
-    fn proxy_limit(&self) -> usize {
-        self.proxy.max_buffered()
-    }
-
-    /// Forwards server stderr within the budget and keeps its tail (G10).
-    fn on_stderr(&mut self, chunk: &[u8]) {
-        self.stderr_capture.push(chunk);
-        let room = self.stderr_budget.saturating_sub(self.stderr_forwarded);
-        let take = chunk.len().min(usize::try_from(room).unwrap_or(usize::MAX));
-        if take > 0 {
-            crate::stderr_sink::write(&chunk[..take]);
-            self.stderr_forwarded += take as u64;
-        }
-        if take < chunk.len() && !self.stderr_marker_shown {
-            self.stderr_marker_shown = true;
-            crate::stderr_sink::line(&format!(
-                "\n[mcp-stdio guard: server stderr passed its budget of {} bytes; the rest is counted, its tail kept for the record]",
-                self.stderr_budget
-            ));
-        }
-    }
 }
-
-use mcp_stdio_sys::{exit_status, signal_group};
 
 /// SIGTERM, SIGINT or SIGHUP sent to the guard.
 struct Terminate {
@@ -554,6 +479,30 @@ async fn write_opt<W: tokio::io::AsyncWrite + Unpin>(
             Ok(n)
         }
         _ => std::future::pending().await,
+    }
+}
+
+async fn read_host_opt(r: &mut Option<HostInput>, buf: &mut [u8]) -> std::io::Result<usize> {
+    match r {
+        Some(r) => r.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn write_host_opt(
+    w: &mut Option<HostOutput>,
+    bytes: Option<&[u8]>,
+) -> std::io::Result<usize> {
+    match (w, bytes) {
+        (Some(w), Some(b)) => w.write(b).await,
+        _ => std::future::pending().await,
+    }
+}
+
+async fn opt_future<F: std::future::Future>(f: Option<F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
     }
 }
 

@@ -43,6 +43,14 @@
 //!                                          writes fill the pipe), while a thread writes
 //!                                          notifications/message "chatter N" to stdout and
 //!                                          `fixture: chatter N` to stderr every `every_ms`
+//!     result_then_flood {bytes, notify_bytes, each, delay_ms}
+//!                                          answers with one text block of `bytes` 'x', waits
+//!                                          `delay_ms` (default 0), then
+//!                                          sends notifications/message of about `each` bytes
+//!                                          until `notify_bytes` bytes went out, one write per
+//!                                          message; logs `request <id> flood done <n> bytes`
+//!     stdout_noise {lines}                 writes `lines` non-JSON lines of about 200 bytes to
+//!                                          stdout, then returns
 //!   notifications/cancelled {requestId, reason}
 //!                              sets the cancel flag of that in-flight request; the request then
 //!                              gets NO response. A cancel after the response began writing is
@@ -83,6 +91,7 @@
 //!   fixture: request <id> cancel observed <us> us after the notification
 //!   fixture: request <id> response suppressed (cancelled)
 //!   fixture: request <id> late response after cancel
+//!   fixture: request <id> flood done <n> bytes                   (result_then_flood)
 //!   fixture: response <id> writing <bytes> bytes
 //!   fixture: response <id> written
 //!   fixture: stopped reading stdin for <ms> ms                  (stop_reading)
@@ -127,6 +136,7 @@ USAGE: fixture-server [FLAGS]   (an MCP server over stdio that misbehaves on dem
   --eof-grace-ms MS            bound on in-flight work at stdin EOF (default 5000)
 Tools: echo big big_exact huge_field many_blocks slow slow_io subprocess stop_reading
        stream_then_result stderr_flood notify_then_result server_request
+       result_then_flood stdout_noise
 See the doc comment of tests/src/bin/fixture-server.rs for details.
 ";
 
@@ -730,6 +740,9 @@ fn tools_list() -> Value {
         tool("server_request", "pings the client and waits for its answer", json!({})),
         tool("stop_reading", "stops reading stdin for ms while writing stdout and stderr",
             json!({"ms":int,"every_ms":int})),
+        tool("stdout_noise", "N non-JSON lines on stdout", json!({"lines":int})),
+        tool("result_then_flood", "a result of N bytes, then M bytes of notifications",
+            json!({"bytes":int,"notify_bytes":int,"each":int,"delay_ms":int})),
     ]})
 }
 
@@ -810,6 +823,15 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
                 Outcome::Result(text_result(format!("sent {count} notifications")))
             }
             "server_request" => server_request(server, key),
+            "stdout_noise" => {
+                let lines = arg_u64(args, "lines")?;
+                for i in 0..lines {
+                    let text = format!("fixture stdout noise {i} {}\n", "n".repeat(180));
+                    lock(&server.out).raw(text.as_bytes());
+                }
+                Outcome::Result(text_result(format!("wrote {lines} noise lines")))
+            }
+            "result_then_flood" => result_then_flood(server, id, key, entry, args)?,
             other => Outcome::Error(-32602, format!("unknown tool: {other}")),
         })
     };
@@ -973,6 +995,44 @@ fn stream_then_result(
     out.raw(b"\n");
     log(&format!("response {key} written"));
     after_response(server, &mut out);
+    Ok(Outcome::Done)
+}
+
+/// A result of `bytes`, then notifications until `notify_bytes` went out. Each message is
+/// written on its own (the writer lock is released between them), so the server blocks in
+/// `write()` exactly when its reader stops draining.
+fn result_then_flood(
+    server: &Server,
+    id: &Value,
+    key: &str,
+    entry: &Inflight,
+    args: &Value,
+) -> Result<Outcome, Outcome> {
+    let bytes = arg_usize(args, "bytes")?;
+    let notify_bytes = arg_usize(args, "notify_bytes")?;
+    let each = arg_usize(args, "each")?.max(1);
+    let delay_ms = args.get("delay_ms").and_then(Value::as_u64).unwrap_or(0);
+    let line = to_line(&json!({"jsonrpc":"2.0","id":id,"result":text_result("x".repeat(bytes))}));
+    {
+        let mut out = lock(&server.out);
+        if !begin_response(server, key, entry) {
+            return Ok(Outcome::Done);
+        }
+        log(&format!("response {key} writing {} bytes", line.len()));
+        out.write_line(&line);
+        log(&format!("response {key} written"));
+    }
+    thread::sleep(Duration::from_millis(delay_ms));
+    let mut sent = 0;
+    let mut n = 0u64;
+    while sent < notify_bytes {
+        let note = to_line(&json!({"jsonrpc":"2.0","method":"notifications/message",
+            "params":{"level":"info","data":format!("flood {n} {}", "f".repeat(each))}}));
+        lock(&server.out).write_line(&note);
+        sent += note.len() + 1;
+        n += 1;
+    }
+    log(&format!("request {key} flood done {sent} bytes"));
     Ok(Outcome::Done)
 }
 

@@ -1,0 +1,180 @@
+//! The `--audit` log, written without the loop ever waiting on the disk (G1).
+//!
+//! The chain (hashes) is computed in the loop; the file writes and the fsync
+//! of each batch happen on one writer thread. A batch is numbered; the loop
+//! holds back a request for the server until the batch holding its
+//! `dispatched` record is on disk (G12), and meanwhile keeps reading. The
+//! lines in flight are bounded: past [`MAX_PENDING_LINES`] the loop stops
+//! reading the host until the disk catches up.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use mcp_stdio_core::audit::{AuditChain, AuditKey};
+use serde::Serialize;
+
+/// Audit lines handed to the writer thread and not yet on disk before the
+/// guard stops reading the host. Records are ≈ 1–2 KiB: ≈ 2 MiB worst case.
+pub(crate) const MAX_PENDING_LINES: u64 = 1024;
+
+/// One numbered batch: its lines, then one fsync.
+struct Batch {
+    seq: u64,
+    lines: Vec<Vec<u8>>,
+}
+
+/// What the writer thread reports.
+#[derive(Default)]
+struct Progress {
+    /// Highest batch number on disk (or failed and reported).
+    batches_done: AtomicU64,
+    /// Lines on disk (or failed and reported).
+    lines_done: AtomicU64,
+    wake: tokio::sync::Notify,
+}
+
+/// The audit log: a chain appended to a file by a writer thread.
+pub(crate) struct AuditLog {
+    chain: AuditChain,
+    batch: Vec<Vec<u8>>,
+    tx: Option<mpsc::Sender<Batch>>,
+    progress: Arc<Progress>,
+    batches_sent: u64,
+    lines_sent: u64,
+}
+
+impl AuditLog {
+    /// Opens (or continues) the log at `path` and starts its writer thread.
+    pub(crate) fn open(path: &Path, key: Option<AuditKey>) -> Result<Self, String> {
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let last = last_line(&mut file).map_err(|e| format!("{}: {e}", path.display()))?;
+        let chain = AuditChain::resume(&last, key.as_ref())
+            .map_err(|e| format!("{}: cannot continue this log: {e}", path.display()))?;
+        // The count of batches is bounded by MAX_PENDING_LINES through the loop.
+        let (tx, rx) = mpsc::channel::<Batch>();
+        let progress = Arc::new(Progress::default());
+        let seen = progress.clone();
+        let path = path.to_owned();
+        std::thread::Builder::new()
+            .name("mcp-stdio-audit".into())
+            .spawn(move || write_batches(&rx, file, &path, &seen))
+            .map_err(|e| format!("cannot start the audit writer: {e}"))?;
+        Ok(Self {
+            chain,
+            batch: Vec::new(),
+            tx: Some(tx),
+            progress,
+            batches_sent: 0,
+            lines_sent: 0,
+        })
+    }
+
+    /// Adds a record to the current batch.
+    pub(crate) fn append(&mut self, record: &impl Serialize) {
+        match self.chain.append(record) {
+            Ok(line) => self.batch.push(line),
+            Err(e) => tracing::error!(error = %e, "audit record not appended"),
+        }
+    }
+
+    /// Hands the current batch to the writer; returns the number of the last
+    /// batch sent (what a message written after these records must wait for).
+    pub(crate) fn commit(&mut self) -> u64 {
+        if !self.batch.is_empty() {
+            let lines = std::mem::take(&mut self.batch);
+            self.batches_sent += 1;
+            self.lines_sent += lines.len() as u64;
+            let batch = Batch {
+                seq: self.batches_sent,
+                lines,
+            };
+            if let Some(tx) = &self.tx {
+                if tx.send(batch).is_err() {
+                    tracing::error!("the audit writer is gone; records lost");
+                }
+            }
+        }
+        self.batches_sent
+    }
+
+    /// The number of the last batch on disk.
+    pub(crate) fn done(&self) -> u64 {
+        self.progress.batches_done.load(Ordering::Acquire)
+    }
+
+    /// Lines handed out and not yet on disk.
+    pub(crate) fn pending_lines(&self) -> u64 {
+        self.lines_sent
+            .saturating_sub(self.progress.lines_done.load(Ordering::Acquire))
+    }
+
+    /// A future that completes when the writer made progress; it never
+    /// completes while nothing is in flight. It owns what it needs.
+    pub(crate) fn progress(&self) -> impl std::future::Future<Output = ()> + 'static {
+        let waiting = (self.done() < self.batches_sent).then(|| self.progress.clone());
+        async move {
+            match waiting {
+                Some(p) => p.wake.notified().await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    /// Commits what is left and waits (at most `within`) until it is on disk.
+    pub(crate) async fn close(mut self, within: std::time::Duration) {
+        let last = self.commit();
+        self.tx = None;
+        let wait = async {
+            while self.done() < last {
+                self.progress().await;
+            }
+        };
+        if tokio::time::timeout(within, wait).await.is_err() {
+            tracing::error!("the audit log did not reach the disk within {within:?}");
+        }
+    }
+}
+
+/// The writer thread: each batch written, then fsynced, then reported.
+fn write_batches(rx: &mpsc::Receiver<Batch>, mut file: File, path: &Path, progress: &Progress) {
+    for batch in rx {
+        for line in &batch.lines {
+            if let Err(e) = file.write_all(line) {
+                tracing::error!(path = %path.display(), error = %e, "audit write failed");
+            }
+        }
+        if let Err(e) = file.sync_data() {
+            tracing::error!(path = %path.display(), error = %e, "audit fsync failed");
+        }
+        progress
+            .lines_done
+            .fetch_add(batch.lines.len() as u64, Ordering::AcqRel);
+        progress.batches_done.store(batch.seq, Ordering::Release);
+        progress.wake.notify_one();
+    }
+}
+
+/// The last line of a file (with its newline), read from the end.
+fn last_line(file: &mut File) -> std::io::Result<Vec<u8>> {
+    let len = file.seek(SeekFrom::End(0))?;
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    // Records are small; read a generous tail and take its last line.
+    let start = len.saturating_sub(2 * 1024 * 1024);
+    file.seek(SeekFrom::Start(start))?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail)?;
+    let body = tail.strip_suffix(b"\n").unwrap_or(&tail);
+    let from = body.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    Ok(tail[from..].to_vec())
+}

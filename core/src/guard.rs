@@ -1,0 +1,868 @@
+//! The guard's whole session as one machine: the [`Proxy`] (host ↔ server
+//! traffic and records), the [`ProcessSupervisor`] (the server process) and
+//! the server's stderr (forwarding budget and retained tail) joined, with the
+//! decisions between them: which event shuts the server down, when the host
+//! side closes, what goes to our stderr, and the exit status.
+//!
+//! The adapter (the `mcp-stdio guard` command) only moves bytes, waits and
+//! makes system calls. Its loop waits on every source at once and never on a
+//! write finishing (G1):
+//!
+//! ```text
+//! loop {
+//!     while let Some(a) = s.poll_action()     { act (close stdin, signal, drop readers, close host, finish) }
+//!     while let Some(r) = s.poll_record()     { append to the audit log }
+//!     while let Some(b) = s.poll_to_server()  { queue for the server's stdin }
+//!     if nothing is being written to the host { s.poll_to_host() }
+//!     while let Some(b) = s.poll_stderr()     { hand to a non-blocking stderr writer }
+//!     wait for: server stdout / stderr, host stdin, write readiness both ways,
+//!               child exit, s.poll_timeout(), SIGTERM/SIGINT/SIGHUP
+//!     feed what happened: s.handle_*(Stamp, …), and s.handle_host_written(n)
+//! }
+//! ```
+//!
+//! # Methods, by group
+//!
+//! - **Getters:** [`proxy`](GuardSession::proxy),
+//!   [`closed_by_guard`](GuardSession::closed_by_guard),
+//!   [`exit_code`](GuardSession::exit_code).
+//! - **Inputs** (each with a [`Stamp`]; a fact that no longer matters is
+//!   ignored): [`handle_spawned`](GuardSession::handle_spawned),
+//!   [`handle_host`](GuardSession::handle_host),
+//!   [`handle_host_eof`](GuardSession::handle_host_eof),
+//!   [`handle_host_written`](GuardSession::handle_host_written),
+//!   [`handle_host_write_error`](GuardSession::handle_host_write_error),
+//!   [`handle_server_stdout`](GuardSession::handle_server_stdout),
+//!   [`handle_server_stdout_eof`](GuardSession::handle_server_stdout_eof),
+//!   [`handle_server_stderr`](GuardSession::handle_server_stderr),
+//!   [`handle_server_stderr_eof`](GuardSession::handle_server_stderr_eof),
+//!   [`handle_server_written`](GuardSession::handle_server_written),
+//!   [`handle_server_stdin_error`](GuardSession::handle_server_stdin_error),
+//!   [`handle_exited`](GuardSession::handle_exited),
+//!   [`handle_terminate`](GuardSession::handle_terminate),
+//!   [`handle_timeout`](GuardSession::handle_timeout).
+//! - **Outputs**, polled in this order after every input until each is
+//!   empty: [`poll_action`](GuardSession::poll_action) (decisions first, so
+//!   nothing is written to a side that is closing),
+//!   [`poll_record`](GuardSession::poll_record) (the audit line before the
+//!   request it names is written), [`poll_to_server`](GuardSession::poll_to_server),
+//!   [`poll_to_host`](GuardSession::poll_to_host),
+//!   [`poll_stderr`](GuardSession::poll_stderr), then
+//!   [`poll_timeout`](GuardSession::poll_timeout).
+//! - **End:** after [`GuardAction::Finished`], [`report`](GuardSession::report).
+//!
+//! # Memory
+//!
+//! The proxy's bound (see [`crate::proxy`]) plus the stderr capture's
+//! (`head + tail` of [`CaptureConfig`]) plus stderr chunks waiting for
+//! `poll_stderr` (at most the chunk just read plus one marker line and the
+//! proxy's notes, when the poll rule is followed).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::call::{CallRecord, Stamp};
+use crate::capture::{CaptureConfig, CaptureSummary, OutputCapture};
+use crate::process::{
+    ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
+    SupervisorConfig,
+};
+use crate::proxy::{HostClosed, Proxy, ProxyConfig, ProxyEvent, ProxyMetrics};
+
+/// Exit status when the guard closed the session itself (the host stopped
+/// reading): `EX_TEMPFAIL`.
+pub const EXIT_GUARD_CLOSED: u8 = 75;
+/// Exit status when no exit of the server was observed.
+pub const EXIT_UNKNOWN: u8 = 1;
+/// Default bytes of the server's stderr passed through to ours: 1 MiB.
+pub const DEFAULT_STDERR_FORWARD: u64 = 1024 * 1024;
+/// Default time the host gets to read what it is owed once the server is gone: 2 s.
+pub const DEFAULT_FINAL_FLUSH: Duration = Duration::from_secs(2);
+
+/// Limits of a guard session.
+#[derive(Debug, Clone)]
+pub struct GuardConfig {
+    proxy: ProxyConfig,
+    supervisor: SupervisorConfig,
+    stderr_capture: CaptureConfig,
+    stderr_forward: u64,
+    final_flush: Duration,
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        Self {
+            proxy: ProxyConfig::default(),
+            supervisor: SupervisorConfig::default(),
+            stderr_capture: CaptureConfig::default(),
+            stderr_forward: DEFAULT_STDERR_FORWARD,
+            final_flush: DEFAULT_FINAL_FLUSH,
+        }
+    }
+}
+
+impl GuardConfig {
+    /// Sets the proxy's limits (see [`ProxyConfig`]; its `max_buffered` is
+    /// the bound on bytes waiting for a host that stopped reading).
+    pub fn proxy(&mut self, proxy: ProxyConfig) -> &mut Self {
+        self.proxy = proxy;
+        self
+    }
+
+    /// Sets the shutdown graces and the reader drain deadline.
+    pub fn supervisor(&mut self, supervisor: SupervisorConfig) -> &mut Self {
+        self.supervisor = supervisor;
+        self
+    }
+
+    /// Sets what of the server's stderr is kept for the report (its worst
+    /// case is the capture's `head + tail`).
+    pub fn stderr_capture(&mut self, capture: CaptureConfig) -> &mut Self {
+        self.stderr_capture = capture;
+        self
+    }
+
+    /// Sets how many bytes of the server's stderr pass through to ours
+    /// (default [`DEFAULT_STDERR_FORWARD`] = 1 MiB); past it one marker line,
+    /// then the rest is only counted and its tail kept.
+    pub fn stderr_forward(&mut self, bytes: u64) -> &mut Self {
+        self.stderr_forward = bytes;
+        self
+    }
+
+    /// Sets how long the host may take to read what it is still owed once
+    /// the server is gone (default [`DEFAULT_FINAL_FLUSH`] = 2 s).
+    pub fn final_flush(&mut self, time: Duration) -> &mut Self {
+        self.final_flush = time;
+        self
+    }
+
+    /// The proxy's limits.
+    pub fn get_proxy(&self) -> &ProxyConfig {
+        &self.proxy
+    }
+    /// The supervisor's config.
+    pub fn get_supervisor(&self) -> &SupervisorConfig {
+        &self.supervisor
+    }
+    /// The stderr capture's config.
+    pub fn get_stderr_capture(&self) -> &CaptureConfig {
+        &self.stderr_capture
+    }
+    /// The stderr forwarding budget.
+    pub fn get_stderr_forward(&self) -> u64 {
+        self.stderr_forward
+    }
+    /// The final flush bound.
+    pub fn get_final_flush(&self) -> Duration {
+        self.final_flush
+    }
+}
+
+/// What the adapter must do, from [`GuardSession::poll_action`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GuardAction {
+    /// Close (drop) the server's stdin; drop what was queued for it.
+    CloseServerStdin,
+    /// Send this signal to the server's process group.
+    SignalServerGroup(Signal),
+    /// Stop reading the server's stdout and stderr (drop them): a
+    /// grandchild holds them past the drain deadline.
+    AbandonServerReaders,
+    /// Stop writing to the host and drop what was taken for it: the host
+    /// stopped reading or its end is closed.
+    CloseHostOutput,
+    /// The server is gone and every record is out. Give the host at most
+    /// `flush_for` to take what [`GuardSession::poll_to_host`] still gives,
+    /// then exit with `exit_code`. Emitted once, last.
+    Finished {
+        /// What was observed of the server process.
+        outcome: ProcessOutcome,
+        /// The guard's exit status (see [`GuardSession::exit_code`]).
+        exit_code: u8,
+        /// The bound on the final write to the host.
+        flush_for: Duration,
+    },
+}
+
+/// The end-of-session report (`--metrics`).
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct GuardReport {
+    /// The proxy's counters.
+    pub proxy: ProxyMetrics,
+    /// What was observed of the server process (`None` if it never finished).
+    pub process: Option<ProcessOutcome>,
+    /// Counters of the server's stderr.
+    pub stderr: CaptureSummary,
+    /// The retained stderr with its truncation marker.
+    pub stderr_tail: String,
+    /// The agent excerpt of stderr.
+    pub stderr_excerpt: String,
+    /// Bytes of the server's stderr passed through to ours.
+    pub stderr_forwarded_bytes: u64,
+    /// `host_stopped_reading` when the guard closed the session itself.
+    pub guard_closed_session: Option<&'static str>,
+}
+
+/// The guard session. See the [module docs](self).
+#[derive(Debug)]
+pub struct GuardSession {
+    config: GuardConfig,
+    proxy: Proxy,
+    supervisor: ProcessSupervisor,
+    stderr: OutputCapture,
+    stderr_forwarded: u64,
+    stderr_marker_shown: bool,
+    stderr_out: VecDeque<Vec<u8>>,
+    server_stdin_closed: bool,
+    /// Set at host EOF while bytes still wait for the server's stdin.
+    stdin_drain_deadline: Option<Instant>,
+    latest: Option<Stamp>,
+    finished: Option<ProcessOutcome>,
+}
+
+impl GuardSession {
+    /// A session for a server about to be spawned.
+    pub fn new(config: GuardConfig) -> Self {
+        Self {
+            proxy: Proxy::new(config.proxy.clone()),
+            supervisor: ProcessSupervisor::new(config.supervisor),
+            stderr: OutputCapture::new(&config.stderr_capture),
+            stderr_forwarded: 0,
+            stderr_marker_shown: false,
+            stderr_out: VecDeque::new(),
+            server_stdin_closed: false,
+            stdin_drain_deadline: None,
+            latest: None,
+            finished: None,
+            config,
+        }
+    }
+
+    // ---- getters ----
+
+    /// The proxy (its metrics, backlogs, whether to read the host).
+    pub fn proxy(&self) -> &Proxy {
+        &self.proxy
+    }
+
+    /// Whether to read more from the host now (the server is keeping up).
+    pub fn wants_host_input(&self) -> bool {
+        self.proxy.wants_host_input()
+    }
+
+    /// `Some("host_stopped_reading")` when the guard closed the session
+    /// because the host stopped reading.
+    pub fn closed_by_guard(&self) -> Option<&'static str> {
+        (self.proxy.host_closed() == Some(HostClosed::StoppedReading))
+            .then_some("host_stopped_reading")
+    }
+
+    /// The exit status: [`EXIT_GUARD_CLOSED`] (75) when the guard closed the
+    /// session; otherwise the server's own code, `128 + N` when it was killed
+    /// by signal N, and [`EXIT_UNKNOWN`] when no exit was observed.
+    pub fn exit_code(&self) -> u8 {
+        if self.closed_by_guard().is_some() {
+            return EXIT_GUARD_CLOSED;
+        }
+        match self.supervisor.exit_status() {
+            Some(ExitStatus::Code(c)) => u8::try_from(c).unwrap_or(EXIT_UNKNOWN),
+            Some(ExitStatus::Signal(s)) => u8::try_from(128 + s).unwrap_or(255),
+            None => EXIT_UNKNOWN,
+        }
+    }
+
+    // ---- inputs ----
+
+    /// The server was spawned with all three streams piped.
+    pub fn handle_spawned(&mut self, at: Stamp) {
+        self.see(at);
+        self.supervisor.handle_spawned(at.instant, ChildPipes::ALL);
+    }
+
+    /// Bytes read from the host.
+    pub fn handle_host(&mut self, at: Stamp, chunk: &[u8]) {
+        self.see(at);
+        self.proxy.handle_host(at, chunk);
+    }
+
+    /// The host closed our stdin: the shutdown sequence starts once what the
+    /// host sent has reached the server's stdin, or after the stdin close
+    /// grace if the server does not take it (a host may write its last
+    /// messages and close at once).
+    pub fn handle_host_eof(&mut self, at: Stamp) {
+        self.see(at);
+        self.proxy.handle_host_eof(at);
+        let grace = self.config.supervisor.get_stdin_close_grace();
+        match at.instant.checked_add(grace) {
+            Some(deadline) if self.proxy.server_backlog() > 0 && !self.server_stdin_closed => {
+                self.stdin_drain_deadline = Some(deadline);
+            }
+            _ => self.supervisor.shutdown(at.instant),
+        }
+    }
+
+    /// `n` bytes taken with [`poll_to_host`](Self::poll_to_host) reached the host's pipe.
+    pub fn handle_host_written(&mut self, n: usize) {
+        self.proxy.handle_host_written(n);
+    }
+
+    /// Writing to the host failed: the host side closes and the server is
+    /// shut down.
+    pub fn handle_host_write_error(&mut self, at: Stamp) {
+        self.see(at);
+        self.proxy.handle_host_write_error();
+    }
+
+    /// Bytes read from the server's stdout.
+    pub fn handle_server_stdout(&mut self, at: Stamp, chunk: &[u8]) {
+        self.see(at);
+        self.proxy.handle_server(at, chunk);
+    }
+
+    /// The server's stdout ended: the shutdown sequence starts.
+    pub fn handle_server_stdout_eof(&mut self, at: Stamp) {
+        self.see(at);
+        self.proxy.handle_server_eof(at);
+        self.supervisor.handle_stdout_eof(at.instant);
+        self.supervisor.shutdown(at.instant);
+    }
+
+    /// Bytes read from the server's stderr: kept within the capture, passed
+    /// through within the forwarding budget (G10).
+    pub fn handle_server_stderr(&mut self, at: Stamp, chunk: &[u8]) {
+        self.see(at);
+        self.stderr.push(chunk);
+        let room = self
+            .config
+            .stderr_forward
+            .saturating_sub(self.stderr_forwarded);
+        let take = chunk.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        if take > 0 {
+            self.stderr_out.push_back(chunk[..take].to_vec());
+            self.stderr_forwarded += take as u64;
+        }
+        if take < chunk.len() && !self.stderr_marker_shown {
+            self.stderr_marker_shown = true;
+            self.stderr_out.push_back(
+                format!(
+                    "\n[mcp-stdio guard: server stderr passed its budget of {} bytes; the rest is counted, its tail kept for the record]\n",
+                    self.config.stderr_forward
+                )
+                .into_bytes(),
+            );
+        }
+    }
+
+    /// The server's stderr ended.
+    pub fn handle_server_stderr_eof(&mut self, at: Stamp) {
+        self.see(at);
+        self.supervisor.handle_stderr_eof(at.instant);
+    }
+
+    /// `n` bytes taken with [`poll_to_server`](Self::poll_to_server) reached the server's pipe.
+    pub fn handle_server_written(&mut self, n: usize) {
+        self.proxy.handle_server_written(n);
+    }
+
+    /// Writing to the server's stdin failed (it closed it): what waits for
+    /// it is dropped.
+    pub fn handle_server_stdin_error(&mut self) {
+        self.server_stdin_closed = true;
+        self.proxy.handle_server_input_closed();
+    }
+
+    /// The server exited with `status`.
+    pub fn handle_exited(&mut self, at: Stamp, status: ExitStatus) {
+        self.see(at);
+        self.supervisor.handle_exited(at.instant, status);
+    }
+
+    /// SIGTERM, SIGINT or SIGHUP reached the guard: stop the server the same
+    /// way the host closing stdin would.
+    pub fn handle_terminate(&mut self, at: Stamp) {
+        self.see(at);
+        self.supervisor.shutdown(at.instant);
+    }
+
+    /// The time from [`poll_timeout`](Self::poll_timeout) was reached. A
+    /// spurious call does nothing.
+    pub fn handle_timeout(&mut self, at: Stamp) {
+        self.see(at);
+        if self.stdin_drain_deadline.is_some_and(|d| at.instant >= d) {
+            self.stdin_drain_deadline = None;
+            self.supervisor.shutdown(at.instant);
+        }
+        self.supervisor.handle_timeout(at.instant);
+    }
+
+    // ---- outputs ----
+
+    /// The next thing the adapter must do.
+    #[must_use]
+    pub fn poll_action(&mut self) -> Option<GuardAction> {
+        // After host EOF: once the server took everything, its stdin closes.
+        if self.stdin_drain_deadline.is_some()
+            && (self.proxy.server_backlog() == 0 || self.server_stdin_closed)
+        {
+            self.stdin_drain_deadline = None;
+            if let Some(at) = self.latest {
+                self.supervisor.shutdown(at.instant);
+            }
+        }
+        if let Some(event) = self.proxy.poll_event() {
+            // Either way the host side is gone: stop the server too.
+            if let ProxyEvent::HostOutputClosed = event {
+                tracing::debug!("host stdout closed; shutting the server down");
+            }
+            // Events only follow inputs, which all carry a time.
+            if let Some(at) = self.latest {
+                self.supervisor.shutdown(at.instant);
+            }
+            return Some(GuardAction::CloseHostOutput);
+        }
+        let action = self.supervisor.poll_action()?;
+        Some(match action {
+            ProcessAction::CloseStdin => {
+                self.server_stdin_closed = true;
+                self.proxy.handle_server_input_closed();
+                GuardAction::CloseServerStdin
+            }
+            ProcessAction::SignalGroup(sig) => GuardAction::SignalServerGroup(sig),
+            ProcessAction::AbandonReaders => {
+                self.stderr_out.push_back(
+                    b"mcp-stdio guard: server pipes still open past the drain deadline (an escaped grandchild?); abandoning them\n"
+                        .to_vec(),
+                );
+                GuardAction::AbandonServerReaders
+            }
+            ProcessAction::Finished(outcome) => {
+                // Finished follows a spawn, which carried a time.
+                if let Some(at) = self.latest {
+                    self.proxy.handle_server_eof(at);
+                    self.proxy.finish(at, outcome.exit_status);
+                }
+                self.finished = Some(outcome.clone());
+                GuardAction::Finished {
+                    outcome,
+                    exit_code: self.exit_code(),
+                    flush_for: self.config.final_flush,
+                }
+            }
+        })
+    }
+
+    /// The next call record for the audit log.
+    #[must_use]
+    pub fn poll_record(&mut self) -> Option<CallRecord> {
+        self.proxy.poll_record()
+    }
+
+    /// The next message for the server's stdin (none once it is closed).
+    #[must_use]
+    pub fn poll_to_server(&mut self) -> Option<Vec<u8>> {
+        if self.server_stdin_closed {
+            self.proxy.handle_server_input_closed();
+            return None;
+        }
+        self.proxy.poll_to_server()
+    }
+
+    /// The next message for the host (none once the host side is closed).
+    /// Take one when nothing is being written, so a cancel can still
+    /// withdraw a response not yet started.
+    #[must_use]
+    pub fn poll_to_host(&mut self) -> Option<Vec<u8>> {
+        self.proxy.poll_to_host()
+    }
+
+    /// The next bytes for our own stderr: the server's stderr within its
+    /// budget, the budget marker, and the proxy's notes (as lines).
+    #[must_use]
+    pub fn poll_stderr(&mut self) -> Option<Vec<u8>> {
+        if let Some(b) = self.stderr_out.pop_front() {
+            return Some(b);
+        }
+        self.proxy.poll_note().map(|mut note| {
+            note.push('\n');
+            note.into_bytes()
+        })
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (self.supervisor.poll_timeout(), self.stdin_drain_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    // ---- end ----
+
+    /// The end-of-session report; `excerpt_bytes` sizes the stderr excerpt.
+    pub fn report(self, excerpt_bytes: usize) -> GuardReport {
+        let guard_closed_session = self.closed_by_guard();
+        let captured = self.stderr.finish();
+        GuardReport {
+            proxy: self.proxy.metrics().clone(),
+            process: self.finished,
+            stderr: captured.summary(),
+            stderr_tail: captured.render("stderr"),
+            stderr_excerpt: captured.excerpt("stderr", excerpt_bytes),
+            stderr_forwarded_bytes: self.stderr_forwarded,
+            guard_closed_session,
+        }
+    }
+
+    fn see(&mut self, at: Stamp) {
+        self.latest = Some(match self.latest {
+            Some(l) if l.instant > at.instant => l,
+            _ => at,
+        });
+    }
+}
+
+/// Fuzz entry point: drives a guard session with arbitrary inputs in any
+/// order (host and server traffic, EOFs, write progress and errors, exit,
+/// signals, timeouts, time moving forward) and checks its invariants.
+/// Panics on a violated invariant.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub fn fuzz_guard_session(data: &[u8]) {
+    fuzzing::run(data);
+}
+
+#[cfg(feature = "fuzzing")]
+mod fuzzing {
+    use super::*;
+    use arbitrary::{Arbitrary, Unstructured};
+
+    #[derive(Arbitrary, Debug)]
+    enum Op {
+        Host(Vec<u8>),
+        HostRequest { id: u8 },
+        HostEof,
+        HostWritten(u16),
+        HostWriteError,
+        ServerStdout(Vec<u8>),
+        ServerNotification { pad: u16 },
+        ServerStdoutEof,
+        ServerStderr(Vec<u8>),
+        ServerStderrEof,
+        ServerWritten(u16),
+        ServerStdinError,
+        Exited(i8),
+        Terminate,
+        Advance(u16),
+        Timeout,
+        TakeHost,
+        TakeServer,
+    }
+
+    pub(super) fn run(data: &[u8]) {
+        let mut u = Unstructured::new(data);
+        let mut proxy = ProxyConfig::default();
+        proxy
+            .max_frame(u.int_in_range(64..=512usize).unwrap_or(128))
+            .max_buffered(u.int_in_range(0..=4096usize).unwrap_or(1024))
+            .max_notes(4);
+        let grace = Duration::from_millis(u.int_in_range(0..=50u64).unwrap_or(10));
+        let mut sup = SupervisorConfig::default();
+        sup.stdin_close_grace(grace)
+            .term_grace(grace)
+            .reader_drain_deadline(grace);
+        let forward = u.int_in_range(0..=64u64).unwrap_or(16);
+        let mut config = GuardConfig::default();
+        config.proxy(proxy).supervisor(sup).stderr_forward(forward);
+        let mut s = GuardSession::new(config);
+        let base = Instant::now();
+        let mut ms = 0u64;
+        let stamp = |ms: u64| Stamp::new(base + Duration::from_millis(ms), ms);
+        s.handle_spawned(stamp(ms));
+        let (mut host_taken, mut server_taken) = (0usize, 0usize);
+        let (mut host_closed, mut stdin_closed, mut finished) = (false, false, false);
+        let mut first_exit: Option<i8> = None;
+        for _ in 0..256 {
+            let Ok(op) = u.arbitrary::<Op>() else { break };
+            let at = stamp(ms);
+            match op {
+                Op::Host(b) => s.handle_host(at, &b),
+                Op::HostRequest { id } => s.handle_host(
+                    at,
+                    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"m\"}}\n").as_bytes(),
+                ),
+                Op::HostEof => s.handle_host_eof(at),
+                Op::HostWritten(n) => {
+                    let n = usize::from(n).min(host_taken);
+                    host_taken -= n;
+                    s.handle_host_written(n);
+                }
+                Op::HostWriteError => s.handle_host_write_error(at),
+                Op::ServerStdout(b) => s.handle_server_stdout(at, &b),
+                Op::ServerNotification { pad } => s.handle_server_stdout(
+                    at,
+                    format!(
+                        "{{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":\"{}\"}}\n",
+                        "n".repeat(usize::from(pad % 400))
+                    )
+                    .as_bytes(),
+                ),
+                Op::ServerStdoutEof => s.handle_server_stdout_eof(at),
+                Op::ServerStderr(b) => s.handle_server_stderr(at, &b),
+                Op::ServerStderrEof => s.handle_server_stderr_eof(at),
+                Op::ServerWritten(n) => {
+                    let n = usize::from(n).min(server_taken);
+                    server_taken -= n;
+                    s.handle_server_written(n);
+                }
+                Op::ServerStdinError => {
+                    server_taken = 0;
+                    s.handle_server_stdin_error();
+                }
+                Op::Exited(code) => {
+                    first_exit.get_or_insert(code);
+                    s.handle_exited(at, ExitStatus::Code(i32::from(code)));
+                }
+                Op::Terminate => s.handle_terminate(at),
+                Op::Advance(d) => ms += u64::from(d),
+                Op::Timeout => {
+                    if let Some(t) = s.poll_timeout() {
+                        let due = u64::try_from(t.saturating_duration_since(base).as_millis())
+                            .unwrap_or(u64::MAX);
+                        ms = ms.max(due);
+                    }
+                    s.handle_timeout(stamp(ms));
+                }
+                Op::TakeHost => {
+                    if let Some(b) = s.poll_to_host() {
+                        assert!(!host_closed, "host bytes after CloseHostOutput");
+                        host_taken += b.len();
+                    }
+                }
+                Op::TakeServer => {
+                    if let Some(b) = s.poll_to_server() {
+                        assert!(!stdin_closed, "server bytes after CloseServerStdin");
+                        server_taken += b.len();
+                    }
+                }
+            }
+            while let Some(action) = s.poll_action() {
+                assert!(!finished, "an action after Finished: {action:?}");
+                match action {
+                    GuardAction::CloseHostOutput => {
+                        assert!(!host_closed, "the host side closes once");
+                        host_closed = true;
+                        host_taken = 0;
+                    }
+                    GuardAction::CloseServerStdin => {
+                        assert!(!stdin_closed, "stdin closes once");
+                        stdin_closed = true;
+                        server_taken = 0;
+                    }
+                    GuardAction::Finished { exit_code, .. } => {
+                        finished = true;
+                        let expected = if s.closed_by_guard().is_some() {
+                            EXIT_GUARD_CLOSED
+                        } else {
+                            first_exit
+                                .map_or(EXIT_UNKNOWN, |c| u8::try_from(c).unwrap_or(EXIT_UNKNOWN))
+                        };
+                        assert_eq!(exit_code, expected);
+                        assert_eq!(s.proxy().tracked(), 0, "every call ended");
+                    }
+                    _ => {}
+                }
+            }
+            while s.poll_record().is_some() {}
+            while s.poll_stderr().is_some() {}
+            // Forwarded server stderr stays within its budget.
+            assert!(s.stderr_forwarded <= forward);
+            if !host_closed && s.proxy().host_closed().is_none() {
+                assert!(s.proxy().host_backlog() <= s.config.proxy.get_max_buffered());
+            }
+            if finished {
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::CallState;
+
+    struct Clock {
+        base: Instant,
+    }
+
+    impl Clock {
+        fn at(&self, ms: u64) -> Stamp {
+            Stamp::new(
+                self.base + Duration::from_millis(ms),
+                1_700_000_000_000 + ms,
+            )
+        }
+    }
+
+    fn session(max_buffered: usize) -> (GuardSession, Clock) {
+        let mut proxy = ProxyConfig::default();
+        proxy.max_buffered(max_buffered);
+        let mut sup = SupervisorConfig::default();
+        sup.stdin_close_grace(Duration::from_secs(1))
+            .term_grace(Duration::from_secs(1));
+        let mut config = GuardConfig::default();
+        config.proxy(proxy).supervisor(sup).stderr_forward(10);
+        let clock = Clock {
+            base: Instant::now(),
+        };
+        let mut s = GuardSession::new(config);
+        s.handle_spawned(clock.at(0));
+        (s, clock)
+    }
+
+    fn actions(s: &mut GuardSession) -> Vec<GuardAction> {
+        std::iter::from_fn(|| s.poll_action()).collect()
+    }
+
+    #[test]
+    fn g1_host_stops_reading_closes_host_then_shuts_the_server_down_exit_75() {
+        let (mut s, clock) = session(100);
+        let note = format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":\"{}\"}}\n",
+            "x".repeat(200)
+        );
+        s.handle_server_stdout(clock.at(1), note.as_bytes());
+        assert_eq!(
+            actions(&mut s),
+            [GuardAction::CloseHostOutput, GuardAction::CloseServerStdin]
+        );
+        assert!(s.poll_to_host().is_none());
+        assert_eq!(s.closed_by_guard(), Some("host_stopped_reading"));
+        // The server ignores stdin EOF: TERM after the grace, then it exits.
+        assert_eq!(s.poll_timeout(), Some(clock.at(1001).instant));
+        s.handle_timeout(clock.at(1001));
+        assert_eq!(
+            actions(&mut s),
+            [GuardAction::SignalServerGroup(Signal::Term)]
+        );
+        s.handle_exited(clock.at(1002), ExitStatus::Signal(15));
+        s.handle_server_stdout_eof(clock.at(1002));
+        s.handle_server_stderr_eof(clock.at(1002));
+        match actions(&mut s).as_slice() {
+            [GuardAction::Finished { exit_code, .. }] => assert_eq!(*exit_code, 75),
+            other => panic!("{other:?}"),
+        }
+        let report = s.report(100);
+        assert_eq!(report.guard_closed_session, Some("host_stopped_reading"));
+    }
+
+    #[test]
+    fn g11_host_eof_runs_the_shutdown_and_exits_with_the_servers_status() {
+        let (mut s, clock) = session(1 << 20);
+        s.handle_host(
+            clock.at(1),
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"t\"}}\n",
+        );
+        assert_eq!(
+            s.poll_record().map(|r| r.state()),
+            Some(CallState::Dispatched)
+        );
+        let b = s.poll_to_server().expect("the request");
+        s.handle_server_written(b.len());
+        s.handle_host_eof(clock.at(2));
+        assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+        assert!(s.poll_to_server().is_none(), "stdin is closed");
+        s.handle_exited(clock.at(3), ExitStatus::Code(3));
+        s.handle_server_stdout_eof(clock.at(3));
+        s.handle_server_stderr_eof(clock.at(3));
+        match actions(&mut s).as_slice() {
+            [GuardAction::Finished {
+                exit_code, outcome, ..
+            }] => {
+                assert_eq!(*exit_code, 3);
+                assert_eq!(outcome.exit_status, Some(ExitStatus::Code(3)));
+            }
+            other => panic!("{other:?}"),
+        }
+        let r = s.poll_record().expect("the open call ends");
+        assert_eq!(r.state(), CallState::Unknown);
+        assert_eq!(r.exit_status(), Some(ExitStatus::Code(3)));
+    }
+
+    #[test]
+    fn g11_host_eof_closes_server_stdin_only_after_the_last_request_went_out() {
+        let (mut s, clock) = session(1 << 20);
+        s.handle_host(
+            clock.at(1),
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n",
+        );
+        s.handle_host_eof(clock.at(1));
+        assert!(
+            actions(&mut s).is_empty(),
+            "stdin stays open while a message waits"
+        );
+        let b = s.poll_to_server().expect("the last message");
+        assert!(actions(&mut s).is_empty(), "taken is not written");
+        s.handle_server_written(b.len());
+        assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+    }
+
+    #[test]
+    fn g11_host_eof_with_a_server_that_never_reads_closes_after_the_grace() {
+        let (mut s, clock) = session(1 << 20);
+        s.handle_host(clock.at(1), b"{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\n");
+        s.handle_host_eof(clock.at(1));
+        let _ = s.poll_to_server();
+        assert!(actions(&mut s).is_empty());
+        assert_eq!(s.poll_timeout(), Some(clock.at(1001).instant));
+        s.handle_timeout(clock.at(1001));
+        assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+    }
+
+    #[test]
+    fn g11_terminate_signal_starts_the_same_sequence() {
+        let (mut s, clock) = session(1 << 20);
+        s.handle_terminate(clock.at(5));
+        assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+        assert_eq!(s.exit_code(), EXIT_UNKNOWN, "no exit observed yet");
+    }
+
+    #[test]
+    fn g10_server_stderr_is_forwarded_within_budget_then_one_marker() {
+        let (mut s, clock) = session(1 << 20);
+        s.handle_server_stderr(clock.at(1), b"0123456");
+        s.handle_server_stderr(clock.at(2), b"789abcdef");
+        s.handle_server_stderr(clock.at(3), b"more");
+        let out: Vec<Vec<u8>> = std::iter::from_fn(|| s.poll_stderr()).collect();
+        assert_eq!(out[0], b"0123456");
+        assert_eq!(out[1], b"789");
+        assert!(String::from_utf8_lossy(&out[2]).contains("passed its budget of 10 bytes"));
+        assert_eq!(out.len(), 3);
+        let report = s.report(100);
+        assert_eq!(report.stderr_forwarded_bytes, 10);
+        assert_eq!(report.stderr.seen, 20);
+    }
+
+    #[cfg(feature = "fuzzing")]
+    #[test]
+    fn fuzz_guard_session_random_inputs() {
+        crate::fuzzing::run_random_inputs(0x9E37_79B9_7F4A_7C15, 400, 512, fuzz_guard_session);
+    }
+
+    #[test]
+    fn a_host_write_error_shuts_the_server_down_without_exit_75() {
+        let (mut s, clock) = session(1 << 20);
+        s.handle_host_write_error(clock.at(1));
+        assert_eq!(
+            actions(&mut s),
+            [GuardAction::CloseHostOutput, GuardAction::CloseServerStdin]
+        );
+        assert_eq!(s.closed_by_guard(), None);
+    }
+}
