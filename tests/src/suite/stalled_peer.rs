@@ -83,7 +83,13 @@ fn stalled_peer<A: Adapter>(case: &str, first_bytes: usize) {
     match &err {
         RequestError::Send(SendError::Backpressure { queued, limit }) => {
             assert_eq!(*limit, OUTGOING_LIMIT);
-            assert!(*queued <= OUTGOING_LIMIT, "{queued} bytes queued");
+            // The documented bound: a message is always admitted into an empty
+            // queue, so a large first message not yet taken by the driver's
+            // write slot may stand alone in it.
+            assert!(
+                *queued <= OUTGOING_LIMIT.max(first_bytes + 1024),
+                "{queued} bytes queued"
+            );
         }
         other => panic!("{}: expected backpressure, got {other:?}", A::NAME),
     }
