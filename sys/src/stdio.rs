@@ -2,7 +2,7 @@
 //! adapters' `serve` loops: written as the pipe accepts bytes, read when it
 //! has some, so a client that stops reading never stalls the loop (G1).
 //!
-//! Only pipes and sockets are switched to non-blocking mode: a terminal or a
+//! Only pipes and Unix sockets are switched to non-blocking mode: a terminal or a
 //! file shares its open file description with other processes (the shell),
 //! and a regular file cannot be polled. For those, [`NonBlockingStdio::stdin`]
 //! and [`NonBlockingStdio::stdout`] answer `None` and the adapter keeps its
@@ -32,7 +32,7 @@ pub struct NonBlockingStdio {
 pub enum StdioKind {
     /// A pipe (anonymous or FIFO).
     Pipe,
-    /// A socket (some hosts use a socket pair).
+    /// A Unix stream socket (some hosts use a socket pair).
     Socket,
 }
 
@@ -56,6 +56,15 @@ impl NonBlockingStdio {
             _ => return Ok(None),
         };
         let fd = fd.try_clone_to_owned()?;
+        if kind == StdioKind::Socket {
+            // A Unix stream socket (Node-based hosts give their children
+            // socket pairs); `getsockname` parses only an AF_UNIX address, so
+            // this also checks the family. Anything else keeps the blocking path.
+            let probe = std::os::unix::net::UnixStream::from(fd.try_clone()?);
+            if probe.local_addr().is_err() {
+                return Ok(None);
+            }
+        }
         let original_flags = fcntl_getfl(&fd)?;
         fcntl_setfl(&fd, original_flags | OFlags::NONBLOCK)?;
         Ok(Some(Self {
@@ -179,6 +188,18 @@ mod tests {
         assert_eq!((&rd).read(&mut buf).expect("data waits"), 1024);
         drop(wr);
         assert_eq!(rustix::fs::fcntl_getfl(&w).expect("flags"), before);
+    }
+
+    #[test]
+    fn a_unix_socket_pair_qualifies() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().expect("pair");
+        let s = NonBlockingStdio::from_borrowed(a.as_fd()).unwrap().unwrap();
+        assert_eq!(s.kind(), StdioKind::Socket);
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            (&s).read(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
     }
 
     #[test]

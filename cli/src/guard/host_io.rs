@@ -19,7 +19,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 #[cfg(unix)]
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
+
+#[cfg(unix)]
+use mcp_stdio_sys::{NonBlockingStdio, StdioKind};
 #[cfg(unix)]
 use tokio::net::{unix::pipe, UnixStream};
 
@@ -29,25 +32,20 @@ use tokio::io::AsyncReadExt;
 /// bounded by the proxy's `max_buffered`, which counts them until written.
 const WRITER_QUEUE_CHUNKS: usize = 64;
 
-/// The file status flags of stdin (0) and stdout (1) before we made them
-/// non-blocking: the file description may outlive us in another process.
+/// Our stdin and stdout switched to non-blocking mode (`mcp_stdio_sys`),
+/// kept until [`restore_stdio`]: dropping them puts the original flags back.
 #[cfg(unix)]
-static ORIGINAL_FLAGS: [std::sync::OnceLock<rustix::fs::OFlags>; 2] =
-    [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+static SWITCHED: std::sync::Mutex<Vec<NonBlockingStdio>> = std::sync::Mutex::new(Vec::new());
 
 /// Puts stdin and stdout back the way they were (blocking), for whoever
 /// shares their file descriptions after we exit. Call after the runtime is
 /// shut down.
 pub(crate) fn restore_stdio() {
     #[cfg(unix)]
-    for (i, fd) in [io::stdin().as_fd(), io::stdout().as_fd()]
-        .into_iter()
-        .enumerate()
-    {
-        if let Some(flags) = ORIGINAL_FLAGS[i].get() {
-            let _ = rustix::fs::fcntl_setfl(fd, *flags);
-        }
-    }
+    SWITCHED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clear();
 }
 
 /// What kind of stream one of our standard fds is.
@@ -58,34 +56,27 @@ enum StreamKind {
     Other,
 }
 
-/// A duplicate of `fd` when it is a pipe or a Unix socket (the fds an MCP
-/// host gives us), which can be made non-blocking without touching anyone's
-/// terminal; `Other` for a terminal, a file, another socket or a closed fd.
+/// A non-blocking duplicate of stdin or stdout when it is a pipe or a Unix
+/// socket (the fds an MCP host gives us), which can be made non-blocking
+/// without touching anyone's terminal; `Other` for a terminal, a file,
+/// another socket or a closed fd.
 #[cfg(unix)]
-fn stream_kind(which: usize, fd: BorrowedFd<'_>) -> StreamKind {
-    use rustix::fs::{fcntl_getfl, fstat, FileType};
-    let Ok(stat) = fstat(fd) else {
+fn stream_kind(switched: io::Result<Option<NonBlockingStdio>>) -> StreamKind {
+    let Ok(Some(stdio)) = switched else {
         return StreamKind::Other;
     };
-    if let Ok(flags) = fcntl_getfl(fd) {
-        let _ = ORIGINAL_FLAGS[which].set(flags);
-    }
-    let Ok(owned) = fd.try_clone_to_owned() else {
+    let Ok(fd) = stdio.try_clone_fd() else {
         return StreamKind::Other;
     };
-    match FileType::from_raw_mode(stat.st_mode) {
-        FileType::Fifo => StreamKind::Fifo(owned),
-        FileType::Socket => {
-            let socket = std::os::unix::net::UnixStream::from(owned);
-            // getsockname parses only an AF_UNIX address, so this also checks the family.
-            if socket.local_addr().is_ok() && socket.set_nonblocking(true).is_ok() {
-                StreamKind::UnixSocket(socket)
-            } else {
-                StreamKind::Other
-            }
-        }
-        _ => StreamKind::Other,
-    }
+    let kind = match stdio.kind() {
+        StdioKind::Pipe => StreamKind::Fifo(fd),
+        _ => StreamKind::UnixSocket(std::os::unix::net::UnixStream::from(fd)),
+    };
+    SWITCHED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(stdio);
+    kind
 }
 
 /// The host's side of our stdin.
@@ -105,7 +96,7 @@ impl HostInput {
     pub(crate) fn open() -> Self {
         #[cfg(unix)]
         {
-            let opened = match stream_kind(0, io::stdin().as_fd()) {
+            let opened = match stream_kind(NonBlockingStdio::stdin()) {
                 StreamKind::Fifo(fd) => pipe::Receiver::from_owned_fd(fd).map(Self::Pipe),
                 StreamKind::UnixSocket(s) => UnixStream::from_std(s).map(Self::Socket),
                 StreamKind::Other => Ok(Self::Std(tokio::io::stdin())),
@@ -206,7 +197,7 @@ impl HostOutput {
     pub(crate) fn open() -> Self {
         #[cfg(unix)]
         {
-            let opened = match stream_kind(1, io::stdout().as_fd()) {
+            let opened = match stream_kind(NonBlockingStdio::stdout()) {
                 StreamKind::Fifo(fd) => pipe::Sender::from_owned_fd(fd).map(ReadyStream::Pipe),
                 StreamKind::UnixSocket(s) => UnixStream::from_std(s).map(ReadyStream::Socket),
                 StreamKind::Other => Err(io::ErrorKind::Unsupported.into()),
