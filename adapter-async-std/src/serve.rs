@@ -21,6 +21,7 @@ use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, FutureExt
 use mcp_stdio_core::budget::ResultBudget;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
 use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
+use mcp_stdio_sys::log_relay::{self, Level};
 
 use crate::stdio;
 
@@ -237,7 +238,11 @@ where
                     tasks.insert(id, cancel);
                 }
                 ServeAction::Cancel { id, reason } => {
-                    tracing::debug!(%id, ?reason, "request cancelled by the client");
+                    log_relay::serve_event(
+                        Level::Debug,
+                        "request cancelled by the client",
+                        Some(format!("id {id}, reason {reason:?}")),
+                    );
                     if let Some(cancel) = tasks.get(&id) {
                         // The token reaches the handler, and its task drops
                         // the handler's future, then reports `Aborted`.
@@ -294,7 +299,11 @@ where
             Wake::Read(Ok(n)) => life.handle_input(now, &buf[..n]),
             Wake::Read(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Wake::Read(Err(e)) => {
-                tracing::debug!(error = %e, "reading stdin failed; treating it as EOF");
+                log_relay::serve_event(
+                    Level::Debug,
+                    "reading stdin failed; treating it as EOF",
+                    Some(e.to_string()),
+                );
                 life.handle_input_eof(now);
             }
             Wake::Done(Some(Done::Finished(id, result))) => {
@@ -308,13 +317,21 @@ where
             Wake::Done(None) | Wake::Notify(None) => {}
             Wake::Notify(Some((method, params))) => {
                 if let Err(e) = life.notify(now, &method, params.as_deref()) {
-                    tracing::debug!(error = %e, "notification from handler refused");
+                    log_relay::serve_event(
+                        Level::Debug,
+                        "notification from handler refused",
+                        Some(e.to_string()),
+                    );
                 }
             }
             Wake::Wrote(Ok(Wrote::Bytes(n))) => life.handle_written(now, n),
             Wake::Wrote(Ok(Wrote::Flushed)) => life.handle_flushed(now),
             Wake::Wrote(Err(e)) => {
-                tracing::debug!(error = %e, "writing stdout failed; aborting every handler");
+                log_relay::serve_event(
+                    Level::Debug,
+                    "writing stdout failed; aborting every handler",
+                    Some(e.to_string()),
+                );
                 write_error = Some(e);
                 life.handle_write_failed(now);
             }

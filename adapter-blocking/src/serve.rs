@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use mcp_stdio_core::budget::ResultBudget;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
 use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
+use mcp_stdio_sys::log_relay::{self, Level};
 
 /// Bytes read from stdin per read call.
 const STDIN_READ: usize = 64 * 1024;
@@ -263,7 +264,11 @@ fn spawn_reader<R: Read + Send + 'static>(mut input: R, tx: SyncSender<Input>) -
                     Ok(n) => Input::Stdin(buf[..n].to_vec()),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
-                        tracing::debug!(error = %e, "reading stdin failed; treating it as EOF");
+                        log_relay::serve_event(
+                            Level::Debug,
+                            "reading stdin failed; treating it as EOF",
+                            Some(e.to_string()),
+                        );
                         Input::StdinEnd
                     }
                 };
@@ -309,7 +314,11 @@ impl<H: Handler> Coordinator<H> {
                 match action {
                     ServeAction::Start(request) => self.start(request),
                     ServeAction::Cancel { id, reason } => {
-                        tracing::debug!(%id, ?reason, "request cancelled by the client");
+                        log_relay::serve_event(
+                            Level::Debug,
+                            "request cancelled by the client",
+                            Some(format!("id {id}, reason {reason:?}")),
+                        );
                         if let Some(cancel) = self.tasks.get(&id) {
                             cancel.cancel();
                         }
@@ -362,7 +371,11 @@ impl<H: Handler> Coordinator<H> {
                 }
                 Input::Notify(method, params) => {
                     if let Err(e) = self.life.notify(now, &method, params.as_deref()) {
-                        tracing::debug!(error = %e, "notification from handler refused");
+                        log_relay::serve_event(
+                            Level::Debug,
+                            "notification from handler refused",
+                            Some(e.to_string()),
+                        );
                     }
                 }
                 Input::Written(Ok(n)) => {
@@ -372,7 +385,11 @@ impl<H: Handler> Coordinator<H> {
                     self.life.handle_flushed(now);
                 }
                 Input::Written(Err(e)) => {
-                    tracing::debug!(error = %e, "writing stdout failed; cancelling every handler");
+                    log_relay::serve_event(
+                        Level::Debug,
+                        "writing stdout failed; cancelling every handler",
+                        Some(e.to_string()),
+                    );
                     write_error = Some(e);
                     self.life.handle_write_failed(now);
                 }
@@ -398,7 +415,11 @@ impl<H: Handler> Coordinator<H> {
                 self.tasks.insert(id, cancel);
             }
             Err(e) => {
-                tracing::error!(%id, error = %e, "no thread for the handler");
+                log_relay::serve_event(
+                    Level::Error,
+                    "no thread for the handler",
+                    Some(format!("id {id}: {e}")),
+                );
                 let err = ErrorObject::new(INTERNAL_ERROR, "server could not start a handler");
                 self.life.handler_finished(Instant::now(), &id, Err(&err));
             }
@@ -451,9 +472,11 @@ impl<H: Handler> Pool<H> {
             match spawned {
                 Ok(_) => self.workers += 1,
                 // With a thread already running, the job waits for it.
-                Err(e) if self.workers > 0 => {
-                    tracing::warn!(error = %e, "handler thread not started; the job waits")
-                }
+                Err(e) if self.workers > 0 => log_relay::serve_event(
+                    Level::Warn,
+                    "handler thread not started; the job waits",
+                    Some(e.to_string()),
+                ),
                 Err(e) => return Err(e),
             }
         }

@@ -9,6 +9,7 @@ use std::time::Instant;
 use mcp_stdio_core::budget::ResultBudget;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
 use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
+use mcp_stdio_sys::log_relay::{self, Level};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::stdio;
@@ -217,7 +218,11 @@ where
                     tasks.insert(id, (abort, cancel));
                 }
                 ServeAction::Cancel { id, reason } => {
-                    tracing::debug!(%id, ?reason, "request cancelled by the client");
+                    log_relay::serve_event(
+                        Level::Debug,
+                        "request cancelled by the client",
+                        Some(format!("id {id}, reason {reason:?}")),
+                    );
                     if let Some((abort, cancel)) = tasks.get(&id) {
                         cancel.cancel();
                         abort.abort();
@@ -246,7 +251,7 @@ where
                     Ok(n) => life.handle_input(now, &buf[..n]),
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => {
-                        tracing::debug!(error = %e, "reading stdin failed; treating it as EOF");
+                        log_relay::serve_event(Level::Debug, "reading stdin failed; treating it as EOF", Some(e.to_string()));
                         life.handle_input_eof(now);
                     }
                 }
@@ -266,7 +271,7 @@ where
             }
             Some((method, params)) = notify_rx.recv() => {
                 if let Err(e) = life.notify(Instant::now(), &method, params.as_deref()) {
-                    tracing::debug!(error = %e, "notification from handler refused");
+                    log_relay::serve_event(Level::Debug, "notification from handler refused", Some(e.to_string()));
                 }
             }
             r = write_or_flush(&mut output, life.pending_write()), if output_busy => {
@@ -275,7 +280,7 @@ where
                     Ok(Wrote::Bytes(n)) => life.handle_written(now, n),
                     Ok(Wrote::Flushed) => life.handle_flushed(now),
                     Err(e) => {
-                        tracing::debug!(error = %e, "writing stdout failed; aborting every handler");
+                        log_relay::serve_event(Level::Debug, "writing stdout failed; aborting every handler", Some(e.to_string()));
                         write_error = Some(e);
                         life.handle_write_failed(now);
                     }

@@ -1,9 +1,10 @@
 //! The I/O loops' diagnostics reach `tracing` from a thread of their own.
 //!
 //! A `tracing` subscriber may block: one that writes to a stderr nobody
-//! reads stops in `write()` once the pipe is full. The I/O loops must never
-//! wait for it (G1), so they hand each forwarded server stderr line, and
-//! each event of their own, to this relay with a non-blocking send. One
+//! reads stops in `write()` once the pipe is full. The I/O loops (the
+//! `Client` drivers and the `serve` loops) must never wait for it (G1), so
+//! they hand each forwarded server stderr line, and each event of their own,
+//! to this relay with a non-blocking send. One
 //! process-wide thread emits them. When its queue is full the note is
 //! dropped and counted, and the count is logged with the next note that
 //! gets through.
@@ -23,6 +24,12 @@ pub const RELAY_QUEUE: usize = 1024;
 enum Note {
     /// A line of server `pid`'s stderr.
     Line(u32, String),
+    /// An event of a `serve` loop (this process is the server).
+    Serve {
+        level: Level,
+        message: &'static str,
+        detail: Option<String>,
+    },
     /// An event of an I/O loop about server `pid`.
     Event {
         pid: u32,
@@ -67,6 +74,16 @@ pub fn event(pid: u32, level: Level, message: &'static str, error: Option<String
     });
 }
 
+/// Logs a `serve` loop's event from the relay thread. Never blocks; dropped
+/// and counted when the relay's queue is full.
+pub fn serve_event(level: Level, message: &'static str, detail: Option<String>) {
+    relay(Note::Serve {
+        level,
+        message,
+        detail,
+    });
+}
+
 fn relay(note: Note) {
     let sent = match RELAY.get_or_init(start) {
         Some(tx) => tx.try_send(note).is_ok(),
@@ -107,6 +124,18 @@ fn emit(note: Note) {
     match note {
         Note::Line(pid, line) => {
             tracing::info!(target: "mcp_stdio::server_stderr", pid, "{line}");
+        }
+        Note::Serve {
+            level,
+            message,
+            detail,
+        } => {
+            let detail = detail.unwrap_or_default();
+            match level {
+                Level::Debug => tracing::debug!(detail, "{message}"),
+                Level::Warn => tracing::warn!(detail, "{message}"),
+                Level::Error => tracing::error!(detail, "{message}"),
+            }
         }
         Note::Event {
             pid,

@@ -25,18 +25,29 @@ macro_rules! log_line {
     ($($arg:tt)*) => { $crate::serve_tools::log_line(&format!($($arg)*)) };
 }
 
-/// Installs a `tracing` subscriber on the non-blocking stderr writer when
-/// `MCP_STDIO_TEST_LOG` names a level (`debug`, `trace`, …), so the
-/// library's own diagnostics are part of what a stalled-stderr case emits.
+/// Installs a `tracing` subscriber when `MCP_STDIO_TEST_LOG` names a level
+/// (`debug`, `trace`, …), so the library's own diagnostics are part of what
+/// a stalled-stderr case emits: on the non-blocking stderr writer, or —
+/// with a `blocking-` prefix (`blocking-debug`) — on plain, blocking
+/// `std::io::stderr`, the subscriber the library must survive.
 pub fn init_tracing() {
-    if let Ok(level) = std::env::var("MCP_STDIO_TEST_LOG") {
-        let level = level
-            .parse::<tracing_subscriber::filter::LevelFilter>()
-            .unwrap_or(tracing_subscriber::filter::LevelFilter::DEBUG);
-        tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_ansi(false)
-            .with_writer(mcp_stdio_sys::NonBlockingStderr::default)
+    let Ok(value) = std::env::var("MCP_STDIO_TEST_LOG") else {
+        return;
+    };
+    let (blocking, level) = match value.strip_prefix("blocking-") {
+        Some(level) => (true, level),
+        None => (false, value.as_str()),
+    };
+    let level = level
+        .parse::<tracing_subscriber::filter::LevelFilter>()
+        .unwrap_or(tracing_subscriber::filter::LevelFilter::DEBUG);
+    let fmt = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_ansi(false);
+    if blocking {
+        fmt.with_writer(std::io::stderr).init();
+    } else {
+        fmt.with_writer(mcp_stdio_sys::NonBlockingStderr::default)
             .init();
     }
 }

@@ -32,17 +32,20 @@ struct Server {
 
 impl Server {
     fn start(name: &'static str, path: &str) -> Self {
-        Self::spawn(name, path, true)
+        Self::spawn(name, path, None)
     }
 
-    fn spawn(name: &'static str, path: &str, read_stderr: bool) -> Self {
+    /// With `unread_stderr_log` (a `MCP_STDIO_TEST_LOG` value) stderr is
+    /// never read and the server logs at that level.
+    fn spawn(name: &'static str, path: &str, unread_stderr_log: Option<&str>) -> Self {
+        let read_stderr = unread_stderr_log.is_none();
         let mut cmd = Command::new(path);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        if !read_stderr {
+        if let Some(log) = unread_stderr_log {
             // The library's own diagnostics too, through the same stderr.
-            cmd.env("MCP_STDIO_TEST_LOG", "debug");
+            cmd.env("MCP_STDIO_TEST_LOG", log);
         }
         let mut child = cmd
             .spawn()
@@ -262,8 +265,25 @@ fn g1_serve_blocking_serves_cancels_and_exits_while_a_large_response_is_stuck() 
 /// than the pipe holds — its own lines and the library's `tracing` events at
 /// debug level, all through the non-blocking stderr writer. The serve loop
 /// still answers promptly and still exits on stdin EOF (G1).
-fn stalled_stderr(name: &'static str, path: &str) {
-    let mut s = Server::spawn(name, path, false);
+fn stalled_stderr(name: &'static str, path: &str, log: &str) {
+    let mut s = Server::spawn(name, path, Some(log));
+    // A stuck serve loop stops reading stdin and our writes block: past the
+    // bound the server is killed, so the case fails instead of hanging.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = {
+        let (done, pid) = (done.clone(), s.child.id());
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while start.elapsed() < 3 * EXIT_BOUND {
+                if done.load(std::sync::atomic::Ordering::Acquire) {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = mcp_stdio_tests::signal_pid(pid, mcp_stdio_tests::Signal::SIGKILL);
+            true
+        })
+    };
     s.handshake();
     let noisy = format!("notifications/{}", "n".repeat(1000));
     for round in 0..3u64 {
@@ -278,41 +298,96 @@ fn stalled_stderr(name: &'static str, path: &str) {
                 "params":{"requestId":id}}));
         }
     }
+    // Stdout is read on a thread of its own, so a stuck server fails the
+    // case at its bound instead of hanging it.
+    let (tx, lines) = mpsc::channel();
+    let stdout = s.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in stdout.lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
     let sent = Instant::now();
     s.send(&json!({"jsonrpc":"2.0","id":"after-the-noise","method":"ping"}));
     let answer = loop {
-        let v = s.recv();
+        let left = PROMPT.saturating_sub(sent.elapsed());
+        let line = lines
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("{name} ({log}): no ping answer within {PROMPT:?}"));
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
         if v["id"] == "after-the-noise" {
             break v;
         }
-        assert!(
-            sent.elapsed() < PROMPT,
-            "{name}: no ping answer within {PROMPT:?}"
-        );
     };
     let ping = sent.elapsed();
     assert!(answer.get("result").is_some(), "{answer}");
     s.stdin = None;
     let exit = s.wait_exit(EXIT_BOUND);
     eprintln!(
-        "{name}: ~3 MB of stderr nobody read; ping answered in {:.2} ms; exited {exit:?} after stdin EOF",
+        "{name} ({log}): ~3 MB of stderr nobody read; ping answered in {:.2} ms; exited {exit:?} after stdin EOF",
         ping.as_secs_f64() * 1e3
     );
+    done.store(true, std::sync::atomic::Ordering::Release);
+    assert!(!watchdog.join().expect("watchdog"), "{name} ({log}): stuck");
     assert!(ping < PROMPT);
     assert!(exit.is_some(), "{name}: still running after stdin EOF");
 }
 
 #[test]
 fn g1_serve_tokio_keeps_serving_while_nobody_reads_its_stderr() {
-    stalled_stderr("serve-tokio", env!("CARGO_BIN_EXE_serve-tokio"));
+    stalled_stderr("serve-tokio", env!("CARGO_BIN_EXE_serve-tokio"), "debug");
+}
+
+/// The same with a `tracing` subscriber that writes plain, blocking stderr:
+/// the serve loop's own events go through the log relay, never inline.
+#[test]
+fn g1_serve_tokio_keeps_serving_with_a_blocking_subscriber_on_an_unread_stderr() {
+    stalled_stderr(
+        "serve-tokio",
+        env!("CARGO_BIN_EXE_serve-tokio"),
+        "blocking-debug",
+    );
 }
 
 #[test]
 fn g1_serve_async_std_keeps_serving_while_nobody_reads_its_stderr() {
-    stalled_stderr("serve-async-std", env!("CARGO_BIN_EXE_serve-async-std"));
+    stalled_stderr(
+        "serve-async-std",
+        env!("CARGO_BIN_EXE_serve-async-std"),
+        "debug",
+    );
+}
+
+/// The same with a `tracing` subscriber that writes plain, blocking stderr:
+/// the serve loop's own events go through the log relay, never inline.
+#[test]
+fn g1_serve_async_std_keeps_serving_with_a_blocking_subscriber_on_an_unread_stderr() {
+    stalled_stderr(
+        "serve-async-std",
+        env!("CARGO_BIN_EXE_serve-async-std"),
+        "blocking-debug",
+    );
 }
 
 #[test]
 fn g1_serve_blocking_keeps_serving_while_nobody_reads_its_stderr() {
-    stalled_stderr("serve-blocking", env!("CARGO_BIN_EXE_serve-blocking"));
+    stalled_stderr(
+        "serve-blocking",
+        env!("CARGO_BIN_EXE_serve-blocking"),
+        "debug",
+    );
+}
+
+/// The same with a `tracing` subscriber that writes plain, blocking stderr:
+/// the serve loop's own events go through the log relay, never inline.
+#[test]
+fn g1_serve_blocking_keeps_serving_with_a_blocking_subscriber_on_an_unread_stderr() {
+    stalled_stderr(
+        "serve-blocking",
+        env!("CARGO_BIN_EXE_serve-blocking"),
+        "blocking-debug",
+    );
 }
