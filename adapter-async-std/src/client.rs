@@ -211,6 +211,12 @@ impl Client {
     /// and stderr piped, and starts the driver and I/O tasks on async-std's
     /// executor. Works from any thread, inside or outside an executor
     /// (async-std, smol or none).
+    ///
+    /// On Linux the server is tied to this process: if this process dies
+    /// without shutting it down (even by `SIGKILL`), the kernel kills the
+    /// server (`PR_SET_PDEATHSIG`, set from one long-lived spawner thread so
+    /// the thread that called `spawn` may exit). Elsewhere the server sees
+    /// its stdin close.
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self> {
         let (mut client, driver) = Self::start(command, options)?;
         client.driver = Some(async_std::task::spawn(driver.run()));

@@ -278,6 +278,12 @@ pub struct Client {
 impl Client {
     /// Spawns `command` (no shell; its own process group) with stdin, stdout
     /// and stderr piped, and starts its I/O thread.
+    ///
+    /// On Linux the server is tied to this process: if this process dies
+    /// without shutting it down (even by `SIGKILL`), the kernel kills the
+    /// server (`PR_SET_PDEATHSIG`, set from one long-lived spawner thread so
+    /// the thread that called `spawn` may exit). Elsewhere the server sees
+    /// its stdin close.
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> io::Result<Self> {
         let client_info = options.client_info.clone();
         let request_timeout = options.config.get_session().get_default_timeout();

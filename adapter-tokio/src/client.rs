@@ -173,6 +173,12 @@ impl Client {
     /// Spawns `command` (no shell; its own process group) with stdin, stdout
     /// and stderr piped, and starts the driver task. Must be called inside a
     /// tokio runtime.
+    ///
+    /// On Linux the server is tied to this process: if this process dies
+    /// without shutting it down (even by `SIGKILL`), the kernel kills the
+    /// server (`PR_SET_PDEATHSIG`, set from one long-lived spawner thread so
+    /// the thread that called `spawn` may exit). Elsewhere the server sees
+    /// its stdin close.
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self> {
         let (child, pid) = spawn_server(command)?;
         let (commands, command_rx) = mpsc::channel(COMMAND_QUEUE);
