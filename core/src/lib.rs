@@ -72,6 +72,7 @@ pub mod guard;
 pub mod handshake;
 pub mod helper;
 pub mod host;
+pub mod id_scan;
 pub mod idset;
 pub mod message;
 pub mod process;
