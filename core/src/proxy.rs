@@ -76,7 +76,9 @@ use std::collections::{HashMap, VecDeque};
 use serde::Serialize;
 
 use crate::call::{CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord, Stamp};
-use crate::frame::{recover_id, FrameError, FrameEvent, Framer, FramerConfig, DEFAULT_MAX_FRAME};
+use crate::frame::{
+    recover_id, FrameError, FrameEvent, Framer, FramerConfig, IdRecovery, DEFAULT_MAX_FRAME,
+};
 use crate::idset::RecentIds;
 use crate::message::{encode_error, ErrorObject, Id, Message, RawValue, PARSE_ERROR, SERVER_ERROR};
 
@@ -672,6 +674,24 @@ impl State {
                     );
                 }
             }
+            FrameEvent::Error(FrameError::OversizedEnded {
+                recovered: IdRecovery::Found(id),
+                hinted: false,
+                ..
+            }) => {
+                // The id came after the scanned prefix: answer it now.
+                self.note(format!(
+                    "mcp-stdio guard: oversized request has id {id}; it gets an error"
+                ));
+                self.reply_error(
+                    Some(&id),
+                    SERVER_ERROR,
+                    format!(
+                        "request exceeded wire limit ({} bytes)",
+                        self.config.max_frame
+                    ),
+                );
+            }
             FrameEvent::Error(FrameError::InvalidUtf8 { .. }) => {
                 self.metrics.host_parse_errors += 1;
                 self.reply_error(None, PARSE_ERROR, "invalid UTF-8".to_owned());
@@ -743,32 +763,19 @@ impl State {
             FrameEvent::Frame(text) => self.on_server_frame(at, text),
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 self.metrics.oversized_responses += 1;
-                let tracked = id_hint.as_ref().and_then(|id| self.tracked.remove(id));
-                match (id_hint, tracked) {
-                    (Some(id), Some(call)) => {
-                        self.note(format!(
-                            "mcp-stdio guard: response to {id} over the wire limit ({limit} bytes); the host gets an error instead"
-                        ));
-                        self.reply_error(
-                            Some(&id),
-                            SERVER_ERROR,
-                            format!("response exceeded wire limit ({limit} bytes)"),
-                        );
-                        self.complete(
-                            at,
-                            call,
-                            CallOutcome::LocalFailure,
-                            &format!("response exceeded wire limit ({limit} bytes); the host got error {SERVER_ERROR}"),
-                        );
-                    }
-                    (Some(id), None) if self.cancelled.contains(&id) => {
-                        self.metrics.dropped_after_cancel += 1;
-                    }
-                    (hint, _) => self.note(format!(
-                        "mcp-stdio guard: server message over the wire limit ({limit} bytes) dropped{}",
-                        hint.map(|i| format!(" (id {i})")).unwrap_or_default()
-                    )),
+                // Without an id in the prefix, wait for the frame's end: the
+                // whole-frame scan may find it.
+                if id_hint.is_some() {
+                    self.on_oversized_response(at, id_hint, limit);
                 }
+            }
+            FrameEvent::Error(FrameError::OversizedEnded {
+                recovered,
+                hinted: false,
+                ..
+            }) => {
+                let limit = self.config.max_frame;
+                self.on_oversized_response(at, recovered.id().cloned(), limit);
             }
             FrameEvent::Error(FrameError::InvalidUtf8 { len, .. }) => {
                 self.metrics.non_protocol_lines += 1;
@@ -777,6 +784,36 @@ impl State {
                 ));
             }
             FrameEvent::Error(_) => {}
+        }
+    }
+
+    /// A server message passed the wire limit; `id` is its id, if known.
+    fn on_oversized_response(&mut self, at: Stamp, id: Option<Id>, limit: usize) {
+        let tracked = id.as_ref().and_then(|id| self.tracked.remove(id));
+        match (id, tracked) {
+            (Some(id), Some(call)) => {
+                self.note(format!(
+                    "mcp-stdio guard: response to {id} over the wire limit ({limit} bytes); the host gets an error instead"
+                ));
+                self.reply_error(
+                    Some(&id),
+                    SERVER_ERROR,
+                    format!("response exceeded wire limit ({limit} bytes)"),
+                );
+                self.complete(
+                    at,
+                    call,
+                    CallOutcome::LocalFailure,
+                    &format!("response exceeded wire limit ({limit} bytes); the host got error {SERVER_ERROR}"),
+                );
+            }
+            (Some(id), None) if self.cancelled.contains(&id) => {
+                self.metrics.dropped_after_cancel += 1;
+            }
+            (hint, _) => self.note(format!(
+                "mcp-stdio guard: server message over the wire limit ({limit} bytes) dropped{}",
+                hint.map(|i| format!(" (id {i})")).unwrap_or_default()
+            )),
         }
     }
 

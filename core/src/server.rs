@@ -32,7 +32,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{CANCELLED, INITIALIZE};
-use crate::frame::{recover_id, FrameError, FrameEvent, Framer, FramerConfig};
+use crate::frame::{recover_id, FrameError, FrameEvent, Framer, FramerConfig, IdRecovery};
 use crate::idset::RecentIds;
 use crate::message::{
     encode_error, encode_notification, encode_result, DecodeError, EncodeError, ErrorObject, Id,
@@ -525,12 +525,16 @@ impl ServerState {
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 tracing::debug!(limit, ?id_hint, "oversized request on stdin");
                 if let Some(id) = id_hint {
-                    let err = ErrorObject::new(
-                        SERVER_ERROR,
-                        format!("request exceeded wire limit ({limit} bytes)"),
-                    );
-                    self.reply_error(Some(&id), &err);
+                    self.reply_oversized(&id, limit);
                 }
+            }
+            FrameEvent::Error(FrameError::OversizedEnded {
+                recovered: IdRecovery::Found(id),
+                hinted: false,
+                ..
+            }) => {
+                // The id came after the scanned prefix: answer it now.
+                self.reply_oversized(&id, self.config.framer.get_max_frame());
             }
             FrameEvent::Error(FrameError::OversizedEnded { .. }) => {}
             FrameEvent::Error(e) => {
@@ -545,6 +549,15 @@ impl ServerState {
                 }
             }
         }
+    }
+
+    /// The request `id` passed the wire limit: it gets an error.
+    fn reply_oversized(&mut self, id: &Id, limit: usize) {
+        let err = ErrorObject::new(
+            SERVER_ERROR,
+            format!("request exceeded wire limit ({limit} bytes)"),
+        );
+        self.reply_error(Some(id), &err);
     }
 
     fn on_frame(&mut self, text: &str) {
