@@ -297,6 +297,10 @@ pub struct ClientMetrics {
     pub largest_frame: u64,
     /// Frames that passed the wire limit.
     pub oversized_frames: u64,
+    /// Oversized frames whose id could not be recovered from the whole frame
+    /// (absent, ambiguous, not an id, too long or not JSON): nothing could be
+    /// failed or answered for them.
+    pub oversized_ids_missing: u64,
     /// Bytes discarded with oversized frames.
     pub oversized_bytes_discarded: u64,
     /// Frames that failed, by kind (`invalid_utf8`, `json`, `shape`, …).
@@ -434,6 +438,7 @@ impl ClientSession {
         m.frames = f.frames;
         m.largest_frame = f.largest_frame;
         m.oversized_frames = f.oversized;
+        m.oversized_ids_missing = f.oversized_ids_missing;
         m.empty_lines = f.empty_lines;
         m
     }

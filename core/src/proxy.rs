@@ -280,6 +280,9 @@ pub struct ProxyMetrics {
     pub oversized_requests: u64,
     /// Server messages over the wire limit.
     pub oversized_responses: u64,
+    /// Oversized server messages whose id could not be recovered from the
+    /// whole frame (absent, ambiguous, not an id, too long or not JSON).
+    pub oversized_response_ids_missing: u64,
     /// Non-protocol lines on the server's stdout (moved to notes).
     pub non_protocol_lines: u64,
     /// Bytes of non-protocol stdout not shown (over the noise budget).
@@ -774,6 +777,9 @@ impl State {
                 hinted: false,
                 ..
             }) => {
+                if recovered.id().is_none() {
+                    self.metrics.oversized_response_ids_missing += 1;
+                }
                 let limit = self.config.max_frame;
                 self.on_oversized_response(at, recovered.id().cloned(), limit);
             }
@@ -1318,6 +1324,42 @@ mod tests {
         assert!(host[1].contains("after"));
         let r = records(&mut p);
         assert_eq!(r[1].outcome(), Some(CallOutcome::LocalFailure));
+    }
+
+    #[test]
+    fn g3_id_last_oversized_response_becomes_an_error_at_its_end() {
+        let mut p = Proxy::new(small_frame(1024));
+        p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"big\"}\n");
+        p.handle_host(
+            at(),
+            b"{\"jsonrpc\":\"2.0\",\"id\":\"q\",\"method\":\"big\"}\n",
+        );
+        let _ = drain_server(&mut p);
+        let mut big = b"{\"result\":{\"id\":\"q\",\"t\":\"".to_vec();
+        big.extend(std::iter::repeat_n(b'x', 5000));
+        big.extend_from_slice(b"\"},\"jsonrpc\":\"2.0\",\"id\":3}");
+        for piece in big.chunks(333) {
+            p.handle_server(at(), piece);
+        }
+        assert!(drain_host(&mut p).is_empty());
+        p.handle_server(at(), b"\n");
+        let host = drain_host(&mut p);
+        assert_eq!(host.len(), 1, "{host:?}");
+        assert!(
+            host[0].contains("\"id\":3") && host[0].contains("exceeded wire limit (1024 bytes)"),
+            "{host:?}"
+        );
+        let r = records(&mut p);
+        assert!(r
+            .iter()
+            .any(|r| r.outcome() == Some(CallOutcome::LocalFailure)));
+        // No id anywhere: dropped with a note, counted, nothing answered.
+        let mut nameless = b"{\"result\":\"".to_vec();
+        nameless.extend(std::iter::repeat_n(b'x', 5000));
+        nameless.extend_from_slice(b"\",\"jsonrpc\":\"2.0\"}\n");
+        p.handle_server(at(), &nameless);
+        assert!(drain_host(&mut p).is_empty());
+        assert_eq!(p.metrics().oversized_response_ids_missing, 1);
     }
 
     #[test]

@@ -211,6 +211,10 @@ pub struct ServerMetrics {
     pub largest_frame: u64,
     /// Frames over the wire limit.
     pub oversized_frames: u64,
+    /// Oversized frames whose id could not be recovered from the whole frame
+    /// (absent, ambiguous, not an id, too long or not JSON): nothing could be
+    /// failed or answered for them.
+    pub oversized_ids_missing: u64,
     /// Frames that failed, by kind.
     pub parse_errors: BTreeMap<&'static str, u64>,
     /// Requests handed to handlers.
@@ -337,6 +341,7 @@ impl ServerSession {
         m.frames = f.frames;
         m.largest_frame = f.largest_frame;
         m.oversized_frames = f.oversized;
+        m.oversized_ids_missing = f.oversized_ids_missing;
         m
     }
 
