@@ -60,6 +60,24 @@
 //! the scanned bytes give `None`. It may miss an id; it never returns a wrong
 //! one.
 //!
+//! Member order is free in JSON, and the TypeScript SDK writes `{result,
+//! jsonrpc, id}`: the id of a large response is usually *last*, far past any
+//! prefix. So, with `Discard` and a non-zero `id_scan_limit`, the whole line
+//! also goes through an [`IdScanner`] as it is discarded (each byte once,
+//! nothing stored but the id), and its outcome rides on
+//! [`FrameError::OversizedEnded`] as `recovered`: [`IdRecovery::Found`] when
+//! the line is one valid JSON object whose top-level `"id"` is an integer or a
+//! string (escapes decoded) of at most `id_scan_limit` bytes, wherever the
+//! member sits; otherwise why not (absent, ambiguous, not an id, too long, not
+//! JSON). `hinted` says the line's `Oversized` already carried an `id_hint`,
+//! so a session acts on one of them only: a request whose id comes first still
+//! fails at once, one whose id comes last fails when its newline arrives. A
+//! line ending without a usable id is counted
+//! ([`FramerStats::oversized_ids_missing`]) and logged at WARN: nothing can be
+//! failed for it, so its request (if any) runs to its deadline. The early hint
+//! and the whole-line scan can disagree only on a line with two top-level
+//! `"id"` members (the hint sees the first, the scan reports `Ambiguous`).
+//!
 //! # End of stream
 //!
 //! [`Framer::finish`] reports an unterminated line as
@@ -99,7 +117,10 @@
 //! Worst-case heap held by a framer: `max_frame + 32 KiB` (momentarily, during
 //! the one large reallocation), plus, only while an oversized line is
 //! reported, [`recover_id`]'s few small allocations (decoded strings, each at
-//! most `id_scan_limit` bytes). Discarded bytes are counted, never stored.
+//! most `id_scan_limit` bytes), and while an oversized line is discarded the
+//! [`IdScanner`]'s one buffer, at most `max(id_scan_limit, 21) + 4` bytes,
+//! held only while the id's value is read. Discarded bytes are counted, never
+//! stored. The scan costs nothing on lines within the limit.
 //! `tests/alloc_bound.rs` measures this bound with a counting allocator.
 //!
 //! ```
@@ -178,9 +199,12 @@ impl FramerConfig {
         self
     }
     /// Sets how many leading bytes of an oversized line [`recover_id`] scans
-    /// for the message id. Default [`DEFAULT_ID_SCAN_LIMIT`] (256); the scan
-    /// never reads past `max_frame` bytes. Memory: at most this many bytes are
-    /// allocated for the recovered id; 0 turns recovery off.
+    /// for the message id at once (never past `max_frame` bytes), and the
+    /// longest string id the whole-line [`IdScanner`] keeps (a longer one
+    /// counts as absent: [`IdRecovery::TooLong`]). Default
+    /// [`DEFAULT_ID_SCAN_LIMIT`] (256). Memory: at most this many bytes (plus
+    /// one character) are allocated for the recovered id; 0 turns both scans
+    /// off.
     pub fn id_scan_limit(&mut self, bytes: usize) -> &mut Self {
         self.id_scan_limit = bytes;
         self

@@ -17,7 +17,7 @@
 //! - **The id's length**: a string id whose decoded text passes `max_id`
 //!   bytes (the framer passes `id_scan_limit`, default 256) is not kept and
 //!   counts as absent ([`IdRecovery::TooLong`]). This is the scanner's only
-//!   buffer: worst case `max_id + 4` bytes, held only while that id is read.
+//!   buffer: worst case `max(max_id, 21) + 4` bytes, held only while that id is read.
 //! - **Nesting**: containers nested deeper than [`MAX_DEPTH`] make the text
 //!   [`IdRecovery::NotJson`] (as `serde_json`'s recursion limit does); the
 //!   depth is a 128-bit stack, so memory stays constant.
