@@ -682,7 +682,7 @@ fn server_answers_parse_errors_with_null_id_and_invalid_requests_with_their_id()
 /// `{result, jsonrpc, id}` (the TypeScript SDK's order) with a result over
 /// the limit and an `"id"` nested in the result.
 fn id_last_response(id: &Id, payload: usize) -> Vec<u8> {
-    let id = serde_json::to_string(id).unwrap();
+    let id = serde_json::to_string(id).expect("an id serializes");
     format!(
         r#"{{"result":{{"content":[{{"type":"text","text":"{}"}}],"id":{{"id":0}}}},"jsonrpc":"2.0","id":{id}}}"#,
         "x".repeat(payload)
