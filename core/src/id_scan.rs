@@ -224,12 +224,22 @@ impl IdScanner {
                 // Fast path over a skipped string's body.
                 let end = memchr::memchr2(b'"', b'\\', chunk).unwrap_or(chunk.len());
                 let body = &chunk[..end];
-                if body.iter().all(|&c| (0x20..0x80).contains(&c)) {
-                    chunk = &chunk[end..];
-                    if let Some((&stop, rest)) = chunk.split_first() {
-                        self.byte(stop);
-                        chunk = rest;
+                if body.iter().all(|&c| c >= 0x20) {
+                    // Whole characters are skipped at once; one cut by the
+                    // chunk's end goes through `byte`, which carries it over.
+                    let valid = match std::str::from_utf8(body) {
+                        Ok(_) => end,
+                        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                        Err(_) => return self.fail(),
+                    };
+                    // The cut character's bytes (at most 3), or the quote
+                    // or backslash that ended the body.
+                    let tail = if valid < end { end - valid } else { 1 };
+                    let (now, rest) = chunk[valid..].split_at(tail.min(chunk.len() - valid));
+                    for &b in now {
+                        self.byte(b);
                     }
+                    chunk = rest;
                     continue;
                 }
             }
