@@ -500,3 +500,35 @@ fn python_sdk_server_passes_the_rows_it_can() {
     }
     assert_eq!(code, 0, "{doc}");
 }
+
+/// Row 4 with a server that writes its id last (`{result, jsonrpc, id}`, the
+/// TypeScript SDK's order) and a result over `--max-frame`: the refusal is
+/// tied to the call when the line ends, never reported as the server's hang.
+#[test]
+fn g3_large_response_row_ties_an_id_last_refusal_to_its_call() {
+    let server = fixture_server().to_string_lossy().into_owned();
+    let t = Instant::now();
+    let (doc, _) = check_json(&[
+        "--quiet",
+        "--timeout",
+        "30",
+        "--max-frame",
+        "1048576",
+        "--large-tool",
+        "big_id_last",
+        "--large-args",
+        r#"{"bytes":8000000}"#,
+        "--",
+        &server,
+    ]);
+    let rows = rows(&doc);
+    let row = &rows["large_response"];
+    assert_eq!(status(&rows, "large_response"), "PASS", "{row:#}");
+    assert_eq!(row["measured"]["oversized_frames"], 1, "{row:#}");
+    let call_ms = row["measured"]["call_ms"].as_f64().expect("call_ms");
+    eprintln!(
+        "row 4, id last: refused after {call_ms:.1} ms (timeout 30 s); check took {:?}",
+        t.elapsed()
+    );
+    assert!(call_ms < 10_000.0, "{row:#}");
+}
