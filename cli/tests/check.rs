@@ -500,3 +500,62 @@ fn python_sdk_server_passes_the_rows_it_can() {
     }
     assert_eq!(code, 0, "{doc}");
 }
+
+/// Row 4 with a server that writes its id last (`{result, jsonrpc, id}`, the
+/// TypeScript SDK's order) and a result over `--max-frame`: the refusal is
+/// tied to the call when the line ends, never reported as the server's hang.
+#[test]
+fn g3_large_response_row_ties_an_id_last_refusal_to_its_call() {
+    let server = fixture_server().to_string_lossy().into_owned();
+    let t = Instant::now();
+    let (doc, _) = check_json(&[
+        "--quiet",
+        "--timeout",
+        "30",
+        "--max-frame",
+        "1048576",
+        "--large-tool",
+        "big_id_last",
+        "--large-args",
+        r#"{"bytes":8000000}"#,
+        "--",
+        &server,
+    ]);
+    let rows = rows(&doc);
+    let row = &rows["large_response"];
+    assert_eq!(status(&rows, "large_response"), "PASS", "{row:#}");
+    assert_eq!(row["measured"]["oversized_frames"], 1, "{row:#}");
+    let call_ms = row["measured"]["call_ms"].as_f64().expect("call_ms");
+    eprintln!(
+        "row 4, id last: refused after {call_ms:.1} ms (timeout 30 s); check took {:?}",
+        t.elapsed()
+    );
+    assert!(call_ms < 10_000.0, "{row:#}");
+}
+
+/// Row 4 when the over-limit answer carries no id at all: the call runs to
+/// its timeout, and the row says what arrived (WARN) instead of blaming the
+/// server for a hang (FAIL).
+#[test]
+fn g3_large_response_row_warns_on_an_over_limit_answer_without_an_id() {
+    let server = fixture_server().to_string_lossy().into_owned();
+    let (doc, _) = check_json(&[
+        "--quiet",
+        "--timeout",
+        "2",
+        "--max-frame",
+        "1048576",
+        "--large-tool",
+        "big_no_id",
+        "--large-args",
+        r#"{"bytes":4000000}"#,
+        "--",
+        &server,
+    ]);
+    let rows = rows(&doc);
+    let row = &rows["large_response"];
+    assert_eq!(status(&rows, "large_response"), "WARN", "{row:#}");
+    let value = row["value"].as_str().unwrap_or_default();
+    assert!(value.contains("without a usable top-level id"), "{row:#}");
+    assert!(value.contains("then ping"), "{row:#}");
+}

@@ -192,6 +192,31 @@ fn g3_oversized_response_becomes_an_error_for_its_id_and_the_session_goes_on() {
 }
 
 #[test]
+fn g3_id_last_oversized_response_becomes_an_error_for_its_id() {
+    let mut g = Guarded::start(&["--max-frame", "65536"], &[]);
+    g.initialize();
+    for id in [1, 2] {
+        let t = Instant::now();
+        // `{result, jsonrpc, id}`: the id only arrives with the line's end.
+        g.send(&call(id, "big_id_last", json!({"bytes": 4_000_000})));
+        let (r, _) = g.response(json!(id), Duration::from_secs(20));
+        assert_eq!(r["error"]["code"], -32000, "{r}");
+        assert!(r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceeded wire limit (65536 bytes)"));
+        eprintln!(
+            "id-last oversized response answered with an error after {:?}",
+            t.elapsed()
+        );
+    }
+    g.send(&json!({"jsonrpc":"2.0","id":3,"method":"ping"}));
+    g.response(json!(3), Duration::from_secs(10));
+    let (code, _, _) = g.finish(Duration::from_secs(10));
+    assert_eq!(code, Some(0));
+}
+
+#[test]
 fn g2_oversized_host_request_never_reaches_the_server() {
     let mut g = Guarded::start(&["--max-frame", "4096"], &[]);
     g.initialize();

@@ -6,8 +6,11 @@
 //!
 //! What it guarantees (see the design's G-numbers):
 //! - **G2/G3**: framing with a wire limit before any parse; an oversized
-//!   response whose id can be recovered fails its request at once with
-//!   [`RequestFailure::ResponseTooLarge`], and the session keeps going.
+//!   response fails its request with [`RequestFailure::ResponseTooLarge`]
+//!   and the session keeps going: at once when its id is in the frame's first
+//!   `id_scan_limit` bytes, else as soon as the frame's newline arrives (the
+//!   framer scans the whole discarded frame for its top-level id). A frame
+//!   with no usable id fails nothing; its request runs to its deadline.
 //! - **G5**: server→client requests and notifications go to a bounded inbox,
 //!   separate from the reader. When it is full the [`OverloadPolicy`] applies;
 //!   responses to our own requests are always admitted (they are bounded by
@@ -30,7 +33,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::frame::{recover_id, FrameError, FrameEvent, Framer, FramerConfig, OversizedPolicy};
+use crate::frame::{
+    recover_id, FrameError, FrameEvent, Framer, FramerConfig, IdRecovery, OversizedPolicy,
+};
 use crate::idset::RecentIds;
 use crate::message::{
     encode_error, encode_notification, encode_request, encode_result, DecodeError, EncodeError,
@@ -191,7 +196,8 @@ pub enum RequestFailure {
     ResponseTooLarge {
         /// The wire limit in bytes.
         limit: usize,
-        /// Bytes of the response seen when it was refused: a lower bound of its size.
+        /// Bytes of the response seen when it was refused: a lower bound of its
+        /// size, or its whole size when the id was found at the frame's end.
         seen: u64,
     },
     /// A frame carrying this request's id was not a valid response.
@@ -291,6 +297,10 @@ pub struct ClientMetrics {
     pub largest_frame: u64,
     /// Frames that passed the wire limit.
     pub oversized_frames: u64,
+    /// Oversized frames whose id could not be recovered from the whole frame
+    /// (absent, ambiguous, not an id, too long or not JSON): nothing could be
+    /// failed or answered for them.
+    pub oversized_ids_missing: u64,
     /// Bytes discarded with oversized frames.
     pub oversized_bytes_discarded: u64,
     /// Frames that failed, by kind (`invalid_utf8`, `json`, `shape`, …).
@@ -428,6 +438,7 @@ impl ClientSession {
         m.frames = f.frames;
         m.largest_frame = f.largest_frame;
         m.oversized_frames = f.oversized;
+        m.oversized_ids_missing = f.oversized_ids_missing;
         m.empty_lines = f.empty_lines;
         m
     }
@@ -645,24 +656,24 @@ impl SessionState {
                 self.oversized_seen = limit as u64 + 1;
                 tracing::debug!(limit, ?id_hint, "oversized frame from server");
                 if let Some(id) = id_hint {
-                    if self.pending.remove(&id).is_some() {
-                        self.events.push_back(ClientEvent::Completed {
-                            id,
-                            outcome: Err(RequestFailure::ResponseTooLarge {
-                                limit,
-                                seen: self.oversized_seen,
-                            }),
-                        });
-                    } else if self.cancelled.contains(&id) {
-                        self.metrics.late_responses += 1;
-                    }
+                    self.fail_oversized(id, limit);
                 }
                 if self.config.framer_policy() == OversizedPolicy::Close {
                     self.close(CloseReason::OversizedFrame);
                 }
             }
-            FrameEvent::Error(FrameError::OversizedEnded { discarded }) => {
+            FrameEvent::Error(FrameError::OversizedEnded {
+                discarded,
+                recovered,
+                hinted,
+            }) => {
                 self.metrics.oversized_bytes_discarded += discarded;
+                self.oversized_seen = discarded;
+                // The id came after the scanned prefix (e.g. `{result, jsonrpc,
+                // id}`): fail its request now rather than at its deadline.
+                if let (IdRecovery::Found(id), false) = (recovered, hinted) {
+                    self.fail_oversized(id, self.config.framer_max_frame());
+                }
             }
             FrameEvent::Error(e) => {
                 let kind = match e {
@@ -673,6 +684,21 @@ impl SessionState {
                 tracing::debug!(error = %e, "framing error on server stdout");
                 *self.metrics.parse_errors.entry(kind).or_default() += 1;
             }
+        }
+    }
+
+    /// The response to `id` passed the wire limit: its request fails.
+    fn fail_oversized(&mut self, id: Id, limit: usize) {
+        if self.pending.remove(&id).is_some() {
+            self.events.push_back(ClientEvent::Completed {
+                id,
+                outcome: Err(RequestFailure::ResponseTooLarge {
+                    limit,
+                    seen: self.oversized_seen,
+                }),
+            });
+        } else if self.cancelled.contains(&id) {
+            self.metrics.late_responses += 1;
         }
     }
 
@@ -847,5 +873,8 @@ impl ClientConfig {
     }
     fn framer_id_scan(&self) -> usize {
         self.framer.get_id_scan_limit()
+    }
+    fn framer_max_frame(&self) -> usize {
+        self.framer.get_max_frame()
     }
 }

@@ -60,6 +60,24 @@
 //! the scanned bytes give `None`. It may miss an id; it never returns a wrong
 //! one.
 //!
+//! Member order is free in JSON, and the TypeScript SDK writes `{result,
+//! jsonrpc, id}`: the id of a large response is usually *last*, far past any
+//! prefix. So, with `Discard` and a non-zero `id_scan_limit`, the whole line
+//! also goes through an [`IdScanner`] as it is discarded (each byte once,
+//! nothing stored but the id), and its outcome rides on
+//! [`FrameError::OversizedEnded`] as `recovered`: [`IdRecovery::Found`] when
+//! the line is one valid JSON object whose top-level `"id"` is an integer or a
+//! string (escapes decoded) of at most `id_scan_limit` bytes, wherever the
+//! member sits; otherwise why not (absent, ambiguous, not an id, too long, not
+//! JSON). `hinted` says the line's `Oversized` already carried an `id_hint`,
+//! so a session acts on one of them only: a request whose id comes first still
+//! fails at once, one whose id comes last fails when its newline arrives. A
+//! line ending without a usable id is counted
+//! ([`FramerStats::oversized_ids_missing`]) and logged at WARN: nothing can be
+//! failed for it, so its request (if any) runs to its deadline. The early hint
+//! and the whole-line scan can disagree only on a line with two top-level
+//! `"id"` members (the hint sees the first, the scan reports `Ambiguous`).
+//!
 //! # End of stream
 //!
 //! [`Framer::finish`] reports an unterminated line as
@@ -99,7 +117,10 @@
 //! Worst-case heap held by a framer: `max_frame + 32 KiB` (momentarily, during
 //! the one large reallocation), plus, only while an oversized line is
 //! reported, [`recover_id`]'s few small allocations (decoded strings, each at
-//! most `id_scan_limit` bytes). Discarded bytes are counted, never stored.
+//! most `id_scan_limit` bytes), and while an oversized line is discarded the
+//! [`IdScanner`]'s one buffer, at most `max(id_scan_limit, 21) + 4` bytes,
+//! held only while the id's value is read. Discarded bytes are counted, never
+//! stored. The scan costs nothing on lines within the limit.
 //! `tests/alloc_bound.rs` measures this bound with a counting allocator.
 //!
 //! ```
@@ -122,6 +143,7 @@ use std::borrow::Cow;
 
 use memchr::memchr;
 
+pub use crate::id_scan::{IdRecovery, IdScanner};
 use crate::message::Id;
 
 /// Default wire limit: 4 MiB.
@@ -177,9 +199,12 @@ impl FramerConfig {
         self
     }
     /// Sets how many leading bytes of an oversized line [`recover_id`] scans
-    /// for the message id. Default [`DEFAULT_ID_SCAN_LIMIT`] (256); the scan
-    /// never reads past `max_frame` bytes. Memory: at most this many bytes are
-    /// allocated for the recovered id; 0 turns recovery off.
+    /// for the message id at once (never past `max_frame` bytes), and the
+    /// longest string id the whole-line [`IdScanner`] keeps (a longer one
+    /// counts as absent: [`IdRecovery::TooLong`]). Default
+    /// [`DEFAULT_ID_SCAN_LIMIT`] (256). Memory: at most this many bytes (plus
+    /// one character) are allocated for the recovered id; 0 turns both scans
+    /// off.
     pub fn id_scan_limit(&mut self, bytes: usize) -> &mut Self {
         self.id_scan_limit = bytes;
         self
@@ -230,11 +255,17 @@ pub enum FrameError {
         id_hint: Option<Id>,
     },
     /// The newline ending an oversized line arrived (policy `Discard`).
-    #[error("oversized frame of {discarded} bytes discarded")]
+    #[error("oversized frame of {discarded} bytes discarded (id {})", recovered.kind())]
     OversizedEnded {
         /// Bytes in the whole oversized line, before its `\n` (a trailing `\r`
         /// included).
         discarded: u64,
+        /// The top-level id found by a streaming scan of the *whole* line
+        /// ([`IdScanner`]), wherever the member sits.
+        recovered: IdRecovery,
+        /// The line's `Oversized` already carried an `id_hint`: whoever acted
+        /// on it must not act on `recovered` again.
+        hinted: bool,
     },
     /// A frame is not valid UTF-8. The frame is dropped.
     #[error("frame of {len} bytes is not valid UTF-8 (valid up to byte {valid_up_to})")]
@@ -275,6 +306,11 @@ pub struct FramerStats {
     pub discarded_bytes: u64,
     /// Lines cut by end of stream ([`FrameError::TruncatedAtEof`]).
     pub truncated: u64,
+    /// Oversized lines whose whole-line scan found their id.
+    pub oversized_ids_found: u64,
+    /// Oversized lines that ended without a usable id (absent, ambiguous,
+    /// not an id, too long or not JSON); each is also a WARN event.
+    pub oversized_ids_missing: u64,
 }
 
 /// The framer: turns byte chunks into newline-delimited frames under a limit.
@@ -288,6 +324,11 @@ pub struct Framer {
     buf: Vec<u8>,
     /// Inside an oversized line (policy `Discard`): its bytes so far.
     discarding: Option<u64>,
+    /// Scanning the oversized line being discarded for its id (`None` when
+    /// `id_scan_limit` is 0).
+    id_scan: Option<IdScanner>,
+    /// The oversized line being discarded had an `id_hint`.
+    hinted: bool,
     /// Stopped by policy `Close`.
     closed: bool,
 }
@@ -301,6 +342,8 @@ impl Framer {
             stats: FramerStats::default(),
             buf: Vec::new(),
             discarding: None,
+            id_scan: None,
+            hinted: false,
             closed: false,
         }
     }
@@ -322,13 +365,38 @@ impl Framer {
                     None => {
                         self.discarding = Some(seen + rest.len() as u64);
                         self.stats.discarded_bytes += rest.len() as u64;
+                        if let Some(scan) = &mut self.id_scan {
+                            scan.push(rest);
+                        }
                         return;
                     }
                     Some(i) => {
                         self.discarding = None;
                         self.stats.discarded_bytes += i as u64;
+                        let discarded = seen + i as u64;
+                        let recovered = match &mut self.id_scan {
+                            Some(scan) => {
+                                scan.push(&rest[..i]);
+                                scan.finish()
+                            }
+                            None => IdRecovery::Off,
+                        };
+                        match &recovered {
+                            IdRecovery::Found(_) => self.stats.oversized_ids_found += 1,
+                            IdRecovery::Off => {}
+                            missing => {
+                                self.stats.oversized_ids_missing += 1;
+                                tracing::warn!(
+                                    discarded,
+                                    outcome = missing.kind(),
+                                    "oversized frame ended without a usable top-level id: no request can be failed for it"
+                                );
+                            }
+                        }
                         on_event(FrameEvent::Error(FrameError::OversizedEnded {
-                            discarded: seen + i as u64,
+                            discarded,
+                            recovered,
+                            hinted: std::mem::take(&mut self.hinted),
                         }));
                         rest = &rest[i + 1..];
                     }
@@ -390,6 +458,10 @@ impl Framer {
     /// buffer) so that it can take a new stream. Counters are kept; a closed
     /// framer reports nothing and stays closed.
     pub fn finish(&mut self, mut on_event: impl FnMut(FrameEvent<'_>)) {
+        self.hinted = false;
+        if let Some(scan) = &mut self.id_scan {
+            let _ = scan.finish();
+        }
         let pending = match self.discarding.take() {
             Some(seen) => seen,
             None => self.buf.len() as u64,
@@ -410,6 +482,10 @@ impl Framer {
     pub fn reset(&mut self) {
         self.buf = Vec::new();
         self.discarding = None;
+        self.hinted = false;
+        if let Some(scan) = &mut self.id_scan {
+            let _ = scan.finish();
+        }
         self.closed = false;
     }
 
@@ -466,6 +542,14 @@ impl Framer {
     /// (`buf.len() + head.len() == max_frame + 1`, no newline in either).
     fn oversized(&mut self, head: &[u8], on_event: &mut impl FnMut(FrameEvent<'_>)) {
         let seen = (self.buf.len() + head.len()) as u64;
+        if self.config.oversized == OversizedPolicy::Discard && self.config.id_scan_limit > 0 {
+            // The whole line goes through the scan: what is held now, then
+            // every discarded chunk up to the newline.
+            let limit = self.config.id_scan_limit;
+            let scan = self.id_scan.get_or_insert_with(|| IdScanner::new(limit));
+            scan.push(&self.buf);
+            scan.push(head);
+        }
         // The scanned prefix is fixed by the stream alone (not by where the
         // chunks were cut), and we have it: the line holds `max_frame + 1`
         // bytes.
@@ -489,6 +573,7 @@ impl Framer {
         }
         self.stats.oversized += 1;
         self.stats.discarded_bytes += seen;
+        self.hinted = id_hint.is_some();
         match self.config.oversized {
             OversizedPolicy::Discard => self.discarding = Some(seen),
             OversizedPolicy::Close => self.closed = true,
@@ -912,8 +997,12 @@ mod tests {
     fn oversized(limit: usize, id_hint: Option<Id>) -> Ev {
         Ev::Error(FrameError::Oversized { limit, id_hint })
     }
-    fn ended(discarded: u64) -> Ev {
-        Ev::Error(FrameError::OversizedEnded { discarded })
+    fn ended(discarded: u64, recovered: IdRecovery, hinted: bool) -> Ev {
+        Ev::Error(FrameError::OversizedEnded {
+            discarded,
+            recovered,
+            hinted,
+        })
     }
 
     #[test]
@@ -935,7 +1024,11 @@ mod tests {
         let over = "x".repeat(max + 1);
         assert_eq!(
             run(&config(max), [format!("{over}\nok\n").as_bytes()]),
-            [oversized(max, None), ended(11), frame("ok")]
+            [
+                oversized(max, None),
+                ended(11, IdRecovery::NotJson, false),
+                frame("ok")
+            ]
         );
         // `\r` counts: 9 bytes + `\r` pass, 10 bytes + `\r` do not.
         let nine = "y".repeat(max - 1);
@@ -945,7 +1038,7 @@ mod tests {
         );
         assert_eq!(
             run(&config(max), [format!("{ok}\r\n").as_bytes()]),
-            [oversized(max, None), ended(11)]
+            [oversized(max, None), ended(11, IdRecovery::NotJson, false)]
         );
     }
 
@@ -1031,7 +1124,7 @@ mod tests {
             frame("{\"id\":1}"),
             // The id scan never reads past `max_frame` bytes.
             oversized(max, Some(Id::Number(7))),
-            ended(long.len() as u64),
+            ended(long.len() as u64, IdRecovery::Found(Id::Number(7)), true),
             frame("{\"id\":2}"),
         ];
         assert_eq!(run(&c, [input.as_bytes()]), want);
@@ -1061,7 +1154,10 @@ mod tests {
             assert!(framer.is_discarding());
             assert_eq!(framer.buffered_len(), 0);
             framer.push(b"\n", own(&mut events));
-            assert_eq!(events[1], ended(line.len() as u64));
+            assert_eq!(
+                events[1],
+                ended(line.len() as u64, IdRecovery::NotJson, true)
+            );
         }
     }
 
@@ -1212,9 +1308,52 @@ mod tests {
     }
 
     #[test]
+    fn g3_id_last_is_recovered_at_the_frame_end() {
+        let max = 64;
+        let line = format!(
+            r#"{{"result":{{"id":1,"t":"{}"}},"jsonrpc":"2.0","id":"a\"b\u00e9"}}"#,
+            "p".repeat(300)
+        );
+        let input = format!("{line}\r\n{{\"id\":2}}\n");
+        let want = [
+            oversized(max, None),
+            ended(
+                line.len() as u64 + 1,
+                IdRecovery::Found(Id::from("a\"bé")),
+                false,
+            ),
+            frame("{\"id\":2}"),
+        ];
+        for chunk in [input.len(), 100, 7, 1] {
+            assert_eq!(
+                run(&config(max), input.as_bytes().chunks(chunk)),
+                want,
+                "chunk {chunk}"
+            );
+        }
+        let mut framer = Framer::new(config(max));
+        framer.push(input.as_bytes(), |_| {});
+        framer.push(b"{\"jsonrpc\":\"2.0\",\"x\":\"", |_| {});
+        framer.push("q".repeat(100).as_bytes(), |_| {});
+        framer.push(b"\"}\n", |_| {});
+        assert_eq!(framer.stats().oversized_ids_found, 1);
+        assert_eq!(framer.stats().oversized_ids_missing, 1);
+        // Off: no scan.
+        let mut c = config(max);
+        c.id_scan_limit(0);
+        assert_eq!(
+            run(&c, [input.as_bytes()])[1],
+            ended(line.len() as u64 + 1, IdRecovery::Off, false)
+        );
+    }
+
+    #[test]
     fn zero_limit() {
         let c = config(0);
-        assert_eq!(run(&c, [&b"\n\nx\n"[..]]), [oversized(0, None), ended(1)]);
+        assert_eq!(
+            run(&c, [&b"\n\nx\n"[..]]),
+            [oversized(0, None), ended(1, IdRecovery::NotJson, false)]
+        );
     }
 
     #[test]
@@ -1238,7 +1377,7 @@ mod tests {
                 run(&c, [&line[..cut], &line[cut..], b"\n"]),
                 [
                     oversized(32, Some(Id::Number(42))),
-                    ended(line.len() as u64)
+                    ended(line.len() as u64, IdRecovery::Found(Id::Number(42)), true)
                 ],
                 "cut at {cut}"
             );
@@ -1379,6 +1518,15 @@ mod tests {
         let mut out = Vec::new();
         let mut lines: Vec<&[u8]> = stream.split(|&b| b == b'\n').collect();
         let last = lines.pop().unwrap_or_default();
+        // The whole-line scan, in one piece.
+        let whole = |line: &[u8]| {
+            if config.get_id_scan_limit() == 0 {
+                return IdRecovery::Off;
+            }
+            let mut scan = IdScanner::new(config.get_id_scan_limit());
+            scan.push(line);
+            scan.finish()
+        };
         let hint = |line: &[u8]| {
             if scan == 0 {
                 None
@@ -1388,11 +1536,12 @@ mod tests {
         };
         for line in lines {
             if line.len() > max {
-                out.push(oversized(max, hint(line)));
+                let hinted = hint(line);
+                out.push(oversized(max, hinted.clone()));
                 if config.get_oversized_policy() == OversizedPolicy::Close {
                     return out;
                 }
-                out.push(ended(line.len() as u64));
+                out.push(ended(line.len() as u64, whole(line), hinted.is_some()));
                 continue;
             }
             let f = line.strip_suffix(b"\r").unwrap_or(line);

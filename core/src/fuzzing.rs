@@ -327,3 +327,47 @@ pub fn fuzz_session_pair(data: &[u8]) {
         }
     }
 }
+
+/// Id scan: for any bytes cut into any chunks, the streaming scan of a whole
+/// frame finds the top-level id a full `serde_json` parse finds, and never an
+/// id in a text that is not one JSON object (G3, G4); the framer reports the
+/// same outcome at the end of that frame when it is oversized.
+pub fn fuzz_id_scan(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let max_id = u.int_in_range(0..=48usize).unwrap_or(16);
+    let count = u.int_in_range(0..=6usize).unwrap_or(0);
+    let mut cuts: Vec<usize> = (0..count)
+        .map(|_| usize::from(u.arbitrary::<u16>().unwrap_or(0)))
+        .collect();
+    cuts.sort_unstable();
+    let frame = u.take_rest();
+    crate::id_scan::check_against_parse(frame, &cuts, max_id);
+    if frame.is_empty() || frame.contains(&b'\n') || max_id == 0 {
+        return;
+    }
+    let mut whole = crate::id_scan::IdScanner::new(max_id);
+    whole.push(frame);
+    let want = whole.finish();
+    let mut config = FramerConfig::default();
+    config.max_frame(frame.len() / 2).id_scan_limit(max_id);
+    let mut framer = Framer::new(config);
+    let mut ended = Vec::new();
+    let mut on_event = |ev: FrameEvent<'_>| {
+        if let FrameEvent::Error(FrameError::OversizedEnded { recovered, .. }) = ev {
+            ended.push(recovered);
+        }
+    };
+    let mut start = 0;
+    for &cut in &cuts {
+        let end = cut.clamp(start, frame.len());
+        framer.push(&frame[start..end], &mut on_event);
+        start = end;
+    }
+    framer.push(&frame[start..], &mut on_event);
+    framer.push(b"\n", &mut on_event);
+    assert_eq!(
+        ended,
+        [want],
+        "framer's whole-line scan differs from one pass"
+    );
+}

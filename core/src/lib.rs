@@ -56,6 +56,7 @@
 //! | [`budget`] | content budget for tool results |
 //! | [`proxy`] | the guard's decisions: a host session and a server session joined, limits both ways, cancel enforcement, records, the host that stopped reading |
 //! | [`guard`] | the guard's whole session: proxy, server supervisor and stderr budget joined; exit status |
+//! | [`id_scan`] | the streaming, constant-memory scan of a whole oversized frame for its top-level id |
 //! | [`idset`] | the bounded, insertion-ordered set of remembered request ids |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -72,6 +73,7 @@ pub mod guard;
 pub mod handshake;
 pub mod helper;
 pub mod host;
+pub mod id_scan;
 pub mod idset;
 pub mod message;
 pub mod process;

@@ -76,7 +76,9 @@ use std::collections::{HashMap, VecDeque};
 use serde::Serialize;
 
 use crate::call::{CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord, Stamp};
-use crate::frame::{recover_id, FrameError, FrameEvent, Framer, FramerConfig, DEFAULT_MAX_FRAME};
+use crate::frame::{
+    recover_id, FrameError, FrameEvent, Framer, FramerConfig, IdRecovery, DEFAULT_MAX_FRAME,
+};
 use crate::idset::RecentIds;
 use crate::message::{encode_error, ErrorObject, Id, Message, RawValue, PARSE_ERROR, SERVER_ERROR};
 
@@ -278,6 +280,9 @@ pub struct ProxyMetrics {
     pub oversized_requests: u64,
     /// Server messages over the wire limit.
     pub oversized_responses: u64,
+    /// Oversized server messages whose id could not be recovered from the
+    /// whole frame (absent, ambiguous, not an id, too long or not JSON).
+    pub oversized_response_ids_missing: u64,
     /// Non-protocol lines on the server's stdout (moved to notes).
     pub non_protocol_lines: u64,
     /// Bytes of non-protocol stdout not shown (over the noise budget).
@@ -672,6 +677,24 @@ impl State {
                     );
                 }
             }
+            FrameEvent::Error(FrameError::OversizedEnded {
+                recovered: IdRecovery::Found(id),
+                hinted: false,
+                ..
+            }) => {
+                // The id came after the scanned prefix: answer it now.
+                self.note(format!(
+                    "mcp-stdio guard: oversized request has id {id}; it gets an error"
+                ));
+                self.reply_error(
+                    Some(&id),
+                    SERVER_ERROR,
+                    format!(
+                        "request exceeded wire limit ({} bytes)",
+                        self.config.max_frame
+                    ),
+                );
+            }
             FrameEvent::Error(FrameError::InvalidUtf8 { .. }) => {
                 self.metrics.host_parse_errors += 1;
                 self.reply_error(None, PARSE_ERROR, "invalid UTF-8".to_owned());
@@ -743,32 +766,22 @@ impl State {
             FrameEvent::Frame(text) => self.on_server_frame(at, text),
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 self.metrics.oversized_responses += 1;
-                let tracked = id_hint.as_ref().and_then(|id| self.tracked.remove(id));
-                match (id_hint, tracked) {
-                    (Some(id), Some(call)) => {
-                        self.note(format!(
-                            "mcp-stdio guard: response to {id} over the wire limit ({limit} bytes); the host gets an error instead"
-                        ));
-                        self.reply_error(
-                            Some(&id),
-                            SERVER_ERROR,
-                            format!("response exceeded wire limit ({limit} bytes)"),
-                        );
-                        self.complete(
-                            at,
-                            call,
-                            CallOutcome::LocalFailure,
-                            &format!("response exceeded wire limit ({limit} bytes); the host got error {SERVER_ERROR}"),
-                        );
-                    }
-                    (Some(id), None) if self.cancelled.contains(&id) => {
-                        self.metrics.dropped_after_cancel += 1;
-                    }
-                    (hint, _) => self.note(format!(
-                        "mcp-stdio guard: server message over the wire limit ({limit} bytes) dropped{}",
-                        hint.map(|i| format!(" (id {i})")).unwrap_or_default()
-                    )),
+                // Without an id in the prefix, wait for the frame's end: the
+                // whole-frame scan may find it.
+                if id_hint.is_some() {
+                    self.on_oversized_response(at, id_hint, limit);
                 }
+            }
+            FrameEvent::Error(FrameError::OversizedEnded {
+                recovered,
+                hinted: false,
+                ..
+            }) => {
+                if recovered.id().is_none() {
+                    self.metrics.oversized_response_ids_missing += 1;
+                }
+                let limit = self.config.max_frame;
+                self.on_oversized_response(at, recovered.id().cloned(), limit);
             }
             FrameEvent::Error(FrameError::InvalidUtf8 { len, .. }) => {
                 self.metrics.non_protocol_lines += 1;
@@ -777,6 +790,36 @@ impl State {
                 ));
             }
             FrameEvent::Error(_) => {}
+        }
+    }
+
+    /// A server message passed the wire limit; `id` is its id, if known.
+    fn on_oversized_response(&mut self, at: Stamp, id: Option<Id>, limit: usize) {
+        let tracked = id.as_ref().and_then(|id| self.tracked.remove(id));
+        match (id, tracked) {
+            (Some(id), Some(call)) => {
+                self.note(format!(
+                    "mcp-stdio guard: response to {id} over the wire limit ({limit} bytes); the host gets an error instead"
+                ));
+                self.reply_error(
+                    Some(&id),
+                    SERVER_ERROR,
+                    format!("response exceeded wire limit ({limit} bytes)"),
+                );
+                self.complete(
+                    at,
+                    call,
+                    CallOutcome::LocalFailure,
+                    &format!("response exceeded wire limit ({limit} bytes); the host got error {SERVER_ERROR}"),
+                );
+            }
+            (Some(id), None) if self.cancelled.contains(&id) => {
+                self.metrics.dropped_after_cancel += 1;
+            }
+            (hint, _) => self.note(format!(
+                "mcp-stdio guard: server message over the wire limit ({limit} bytes) dropped{}",
+                hint.map(|i| format!(" (id {i})")).unwrap_or_default()
+            )),
         }
     }
 
@@ -1281,6 +1324,42 @@ mod tests {
         assert!(host[1].contains("after"));
         let r = records(&mut p);
         assert_eq!(r[1].outcome(), Some(CallOutcome::LocalFailure));
+    }
+
+    #[test]
+    fn g3_id_last_oversized_response_becomes_an_error_at_its_end() {
+        let mut p = Proxy::new(small_frame(1024));
+        p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"big\"}\n");
+        p.handle_host(
+            at(),
+            b"{\"jsonrpc\":\"2.0\",\"id\":\"q\",\"method\":\"big\"}\n",
+        );
+        let _ = drain_server(&mut p);
+        let mut big = b"{\"result\":{\"id\":\"q\",\"t\":\"".to_vec();
+        big.extend(std::iter::repeat_n(b'x', 5000));
+        big.extend_from_slice(b"\"},\"jsonrpc\":\"2.0\",\"id\":3}");
+        for piece in big.chunks(333) {
+            p.handle_server(at(), piece);
+        }
+        assert!(drain_host(&mut p).is_empty());
+        p.handle_server(at(), b"\n");
+        let host = drain_host(&mut p);
+        assert_eq!(host.len(), 1, "{host:?}");
+        assert!(
+            host[0].contains("\"id\":3") && host[0].contains("exceeded wire limit (1024 bytes)"),
+            "{host:?}"
+        );
+        let r = records(&mut p);
+        assert!(r
+            .iter()
+            .any(|r| r.outcome() == Some(CallOutcome::LocalFailure)));
+        // No id anywhere: dropped with a note, counted, nothing answered.
+        let mut nameless = b"{\"result\":\"".to_vec();
+        nameless.extend(std::iter::repeat_n(b'x', 5000));
+        nameless.extend_from_slice(b"\",\"jsonrpc\":\"2.0\"}\n");
+        p.handle_server(at(), &nameless);
+        assert!(drain_host(&mut p).is_empty());
+        assert_eq!(p.metrics().oversized_response_ids_missing, 1);
     }
 
     #[test]

@@ -32,7 +32,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{CANCELLED, INITIALIZE};
-use crate::frame::{recover_id, FrameError, FrameEvent, Framer, FramerConfig};
+use crate::frame::{recover_id, FrameError, FrameEvent, Framer, FramerConfig, IdRecovery};
 use crate::idset::RecentIds;
 use crate::message::{
     encode_error, encode_notification, encode_result, DecodeError, EncodeError, ErrorObject, Id,
@@ -211,6 +211,10 @@ pub struct ServerMetrics {
     pub largest_frame: u64,
     /// Frames over the wire limit.
     pub oversized_frames: u64,
+    /// Oversized frames whose id could not be recovered from the whole frame
+    /// (absent, ambiguous, not an id, too long or not JSON): nothing could be
+    /// failed or answered for them.
+    pub oversized_ids_missing: u64,
     /// Frames that failed, by kind.
     pub parse_errors: BTreeMap<&'static str, u64>,
     /// Requests handed to handlers.
@@ -337,6 +341,7 @@ impl ServerSession {
         m.frames = f.frames;
         m.largest_frame = f.largest_frame;
         m.oversized_frames = f.oversized;
+        m.oversized_ids_missing = f.oversized_ids_missing;
         m
     }
 
@@ -525,12 +530,16 @@ impl ServerState {
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 tracing::debug!(limit, ?id_hint, "oversized request on stdin");
                 if let Some(id) = id_hint {
-                    let err = ErrorObject::new(
-                        SERVER_ERROR,
-                        format!("request exceeded wire limit ({limit} bytes)"),
-                    );
-                    self.reply_error(Some(&id), &err);
+                    self.reply_oversized(&id, limit);
                 }
+            }
+            FrameEvent::Error(FrameError::OversizedEnded {
+                recovered: IdRecovery::Found(id),
+                hinted: false,
+                ..
+            }) => {
+                // The id came after the scanned prefix: answer it now.
+                self.reply_oversized(&id, self.config.framer.get_max_frame());
             }
             FrameEvent::Error(FrameError::OversizedEnded { .. }) => {}
             FrameEvent::Error(e) => {
@@ -545,6 +554,15 @@ impl ServerState {
                 }
             }
         }
+    }
+
+    /// The request `id` passed the wire limit: it gets an error.
+    fn reply_oversized(&mut self, id: &Id, limit: usize) {
+        let err = ErrorObject::new(
+            SERVER_ERROR,
+            format!("request exceeded wire limit ({limit} bytes)"),
+        );
+        self.reply_error(Some(id), &err);
     }
 
     fn on_frame(&mut self, text: &str) {

@@ -28,6 +28,11 @@ fn framer_seeds() {
 }
 
 #[test]
+fn id_scan_seeds() {
+    replay("id_scan", fuzzing::fuzz_id_scan);
+}
+
+#[test]
 fn message_seeds() {
     replay("message", fuzzing::fuzz_message);
 }

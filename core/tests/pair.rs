@@ -678,3 +678,77 @@ fn server_answers_parse_errors_with_null_id_and_invalid_requests_with_their_id()
     let e = ErrorObject::new(1, "x");
     assert!(s.respond(&Id::Number(5), Err(&e)).is_err());
 }
+
+/// `{result, jsonrpc, id}` (the TypeScript SDK's order) with a result over
+/// the limit and an `"id"` nested in the result.
+fn id_last_response(id: &Id, payload: usize) -> Vec<u8> {
+    let id = serde_json::to_string(id).expect("an id serializes");
+    format!(
+        r#"{{"result":{{"content":[{{"type":"text","text":"{}"}}],"id":{{"id":0}}}},"jsonrpc":"2.0","id":{id}}}"#,
+        "x".repeat(payload)
+    )
+    .into_bytes()
+}
+
+#[test]
+fn g3_id_last_oversized_response_fails_its_request_at_the_frame_end() {
+    let mut cfg = ClientConfig::default();
+    cfg.max_frame(64 * 1024);
+    let now = Instant::now();
+    for chunk in [1 << 20, 4096, 7] {
+        let mut c = ClientSession::new(cfg.clone());
+        let other = c.request(now, "ping", None, None).unwrap();
+        let big = c.request(now, "tools/call", None, None).unwrap();
+        let bytes = id_last_response(&big, 256 * 1024);
+        for piece in bytes.chunks(chunk) {
+            c.handle_stdout(now, piece);
+        }
+        // The id is known only once the frame has ended.
+        assert!(c.poll_event().is_none(), "chunk {chunk}");
+        c.handle_stdout(now, b"\n");
+        match c.poll_event() {
+            Some(ClientEvent::Completed {
+                id,
+                outcome: Err(RequestFailure::ResponseTooLarge { limit, seen }),
+            }) => {
+                assert_eq!(id, big);
+                assert_eq!(limit, 64 * 1024);
+                assert_eq!(seen, bytes.len() as u64);
+            }
+            other => panic!("chunk {chunk}: {other:?}"),
+        }
+        assert_eq!(c.pending_len(), 1, "only {other} is still pending");
+        assert_eq!(c.metrics().oversized_ids_missing, 0);
+        // Without a usable id nothing fails, and the miss is counted.
+        let mut nameless = id_last_response(&Id::Number(0), 256 * 1024);
+        nameless.truncate(nameless.len() - r#","id":0}"#.len());
+        nameless.extend_from_slice(b"}\n");
+        c.handle_stdout(now, &nameless);
+        assert!(c.poll_event().is_none());
+        assert_eq!(c.pending_len(), 1);
+        assert_eq!(c.metrics().oversized_ids_missing, 1);
+    }
+}
+
+#[test]
+fn g3_server_answers_an_id_last_oversized_request() {
+    let mut cfg = ServerConfig::default();
+    cfg.max_frame(64 * 1024);
+    let now = Instant::now();
+    let mut s = ServerSession::new(cfg);
+    let line = format!(
+        r#"{{"method":"tools/call","params":{{"id":1,"x":"{}"}},"jsonrpc":"2.0","id":"r\"1"}}"#,
+        "y".repeat(128 * 1024)
+    );
+    for piece in line.as_bytes().chunks(5000) {
+        s.handle_stdin(now, piece);
+    }
+    assert!(s.poll_transmit().is_none());
+    s.handle_stdin(now, b"\n");
+    let reply = String::from_utf8(s.poll_transmit().unwrap()).unwrap();
+    assert!(reply.contains(r#""id":"r\"1""#), "{reply}");
+    assert!(
+        reply.contains("request exceeded wire limit (65536 bytes)"),
+        "{reply}"
+    );
+}

@@ -609,6 +609,10 @@ impl Battery<'_> {
         )
         .await;
         let took = t.elapsed();
+        let timed_out = matches!(
+            result,
+            Err(_) | Ok(Err(RequestError::Failed(RequestFailure::TimedOut { .. })))
+        );
         let mut result_bytes = None;
         let mut refused = false;
         let (mut status, mut value, mut detail) = match result {
@@ -678,6 +682,19 @@ impl Battery<'_> {
             value = format!(
                 "{size}response refused at the {limit} wire limit after {} (discarded unparsed)",
                 fmt_duration(took)
+            );
+        }
+        if timed_out && m.oversized_ids_missing > 0 {
+            // The server did answer, over the limit, in a frame whose id we
+            // could not recover: our blind spot, not the server's fault.
+            status = Status::Warn;
+            value = format!(
+                "the server sent {} over the {limit} wire limit (discarded unparsed) without a usable top-level id, so it could not be tied to the call",
+                fmt_bytes(m.oversized_bytes_discarded)
+            );
+            detail = Some(
+                "raise --max-frame to see the result; the request itself ran to its timeout"
+                    .to_owned(),
             );
         }
         match &ping {

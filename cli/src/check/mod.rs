@@ -115,7 +115,9 @@ Rows (each PASS / WARN / FAIL / SKIP with its measured value):
    4  large response
         tools/call --large-tool with --large-args; reports the response size.
         PASS: completes under --max-frame, or is refused at that limit and the
-        session still answers a ping; WARN: the tool answers with an error;
+        session still answers a ping (the id is found anywhere in the refused
+        line, first or last member); WARN: the tool answers with an error, or
+        an over-limit line without a usable id arrived instead of the answer;
         FAIL: the session dies or hangs. SKIP without --large-tool.
    5  slow reader
         raw pipe: the large call, stdout left unread for --stall seconds,

@@ -18,6 +18,10 @@
 //!     echo {text}                          content [{type:"text", text}]
 //!     big {bytes}                          one text block of `bytes` 'x' (line ≈ bytes + ~70)
 //!     big_exact {line_bytes}               response line EXACTLY line_bytes bytes (excluding \n)
+//!     big_id_last {bytes}                  like `big`, members in the TypeScript SDK's order
+//!                                          {result, jsonrpc, id}: the id comes last
+//!     big_no_id {bytes}                    like `big_id_last` without the id: the call gets
+//!                                          no usable answer (a broken server)
 //!     huge_field {bytes}                   one text field: the unit  a"b\c é€😀<LF><TAB>  repeated,
 //!                                          cut at a char boundary to <= bytes UTF-8 bytes
 //!                                          (same text as `mcp_stdio_tests::huge_field_text`)
@@ -134,7 +138,7 @@ USAGE: fixture-server [FLAGS]   (an MCP server over stdio that misbehaves on dem
   --ignore-sigterm             SIGTERM is blocked and consumed (logged), SIGKILL still works
   --exit-code N                exit status on stdin EOF (default 0)
   --eof-grace-ms MS            bound on in-flight work at stdin EOF (default 5000)
-Tools: echo big big_exact huge_field many_blocks slow slow_io subprocess stop_reading
+Tools: echo big big_exact big_id_last big_no_id huge_field many_blocks slow slow_io subprocess stop_reading
        stream_then_result stderr_flood notify_then_result server_request
        result_then_flood stdout_noise
 See the doc comment of tests/src/bin/fixture-server.rs for details.
@@ -726,6 +730,8 @@ fn tools_list() -> Value {
         tool("echo", "returns its text", json!({"text":{"type":"string"}})),
         tool("big", "one text block of N 'x'", json!({"bytes":int})),
         tool("big_exact", "a response line of exactly N bytes", json!({"line_bytes":int})),
+        tool("big_id_last", "like big, with the id as the last member", json!({"bytes":int})),
+        tool("big_no_id", "like big_id_last, without the id", json!({"bytes":int})),
         tool("huge_field", "one huge string with quotes, backslashes, multi-byte chars",
             json!({"bytes":int})),
         tool("many_blocks", "many small text blocks", json!({"count":int,"size":int})),
@@ -799,6 +805,8 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
                 })?;
                 subprocess(server, key, entry, seconds)
             }
+            "big_id_last" => big_id_last(server, Some(id), key, entry, arg_usize(args, "bytes")?),
+            "big_no_id" => big_id_last(server, None, key, entry, arg_usize(args, "bytes")?),
             "stream_then_result" => stream_then_result(
                 server,
                 id,
@@ -996,6 +1004,32 @@ fn stream_then_result(
     log(&format!("response {key} written"));
     after_response(server, &mut out);
     Ok(Outcome::Done)
+}
+
+/// `big`'s result written as `{result, jsonrpc, id}` (serde_json would sort the keys), or
+/// without its id.
+fn big_id_last(
+    server: &Server,
+    id: Option<&Value>,
+    key: &str,
+    entry: &Inflight,
+    bytes: usize,
+) -> Outcome {
+    let result = text_result("x".repeat(bytes));
+    let line = match id {
+        Some(id) => format!(r#"{{"result":{result},"jsonrpc":"2.0","id":{id}}}"#),
+        None => format!(r#"{{"result":{result},"jsonrpc":"2.0"}}"#),
+    };
+    let mut out = lock(&server.out);
+    if !begin_response(server, key, entry) {
+        return Outcome::Done;
+    }
+    out.before_message();
+    out.raw(line.as_bytes());
+    out.raw(b"\n");
+    log(&format!("response {key} written with its id last"));
+    after_response(server, &mut out);
+    Outcome::Done
 }
 
 /// A result of `bytes`, then notifications until `notify_bytes` went out. Each message is

@@ -163,6 +163,42 @@ pub fn g1_g3_8_mib_response_over_a_1_mib_limit_fails_while_the_application_is_bu
     leaks.assert_none_left();
 }
 
+/// G3: an oversized response whose `"id"` comes last (`{result, jsonrpc, id}`,
+/// the TypeScript SDK's order) fails with `ResponseTooLarge` as soon as its
+/// line ends, not at the request's 60 s timeout; the session goes on.
+pub fn g3_id_last_oversized_response_fails_at_its_end_not_at_the_timeout<A: Adapter>() {
+    let limit = 1 << 20;
+    let timeout = Duration::from_secs(60);
+    let mut leaks = LeakCheck::new::<A>("g3_id_last");
+    let client = start::<A>(&mut leaks, &[], options(limit));
+    for _ in 0..2 {
+        let t = Instant::now();
+        let r = client.request(
+            "tools/call",
+            tool("big_id_last", json!({"bytes": 4 << 20})),
+            Some(timeout),
+        );
+        let failed_in = t.elapsed();
+        assert_too_large(&r, limit);
+        assert!(
+            failed_in < Duration::from_secs(10),
+            "took {failed_in:?} (the timeout is {timeout:?})"
+        );
+        eprintln!(
+            "{}: 4 MiB response with its id last over a 1 MiB limit failed in {failed_in:?} \
+             (request timeout {timeout:?})",
+            A::NAME
+        );
+    }
+    let took = ping_within(&*client, PROMPT);
+    let m = metrics(&*client);
+    assert_eq!(m.oversized_frames, 2);
+    assert_eq!(m.oversized_ids_missing, 0);
+    eprintln!("{}: then ping {took:?}", A::NAME);
+    shutdown_within::<A>(client, LONG);
+    leaks.assert_none_left();
+}
+
 /// G2/G3: a response exactly at the limit passes; one byte over fails at once
 /// (id recovered), and a ping then succeeds.
 pub fn g2_g3_response_just_under_the_limit_passes_just_over_fails_at_once<A: Adapter>() {

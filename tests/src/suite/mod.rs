@@ -275,6 +275,7 @@ macro_rules! conformance_suite {
             g1_client_keeps_reading_when_the_server_stops_reading_after_a_large_message,
             // G2/G3/G4: payload shapes, limits and garbage on stdout
             g2_g3_response_just_under_the_limit_passes_just_over_fails_at_once,
+            g3_id_last_oversized_response_fails_at_its_end_not_at_the_timeout,
             g2_huge_single_field_with_escapes_round_trips_exactly,
             g2_twenty_thousand_small_content_blocks_arrive_whole,
             g2_g4_long_strings_without_separators_round_trip_exactly,
