@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::cases::{
     self, CaseResult, CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES, LARGE_BYTES, LARGE_CALLS,
-    OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_WARMUP,
+    LARGE_LIMIT, OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_WARMUP,
 };
 use crate::stats::{mib, percentile, ratio, Summary};
 
@@ -165,6 +165,9 @@ fn jobs(opts: &Opts, peers: &Peers) -> Vec<Job> {
             });
         }
     }
+    // The guard's overhead: the same tokio client, direct and through `mcp-stdio guard`.
+    jobs.push(own("large-fast", "tokio-guard", n(LARGE_PROCESSES), None));
+    jobs.push(own("ping-quiet", "tokio-guard", n(3), None));
     for scenario in ["ping", "ping-quiet"] {
         for client in [
             "tokio",
@@ -799,6 +802,74 @@ fn ping_section(md: &mut String, results: &Results, verdicts: &mut Verdicts, qui
     }
 }
 
+// ---------------------------------------------------------------- guard
+
+/// The guard's overhead: the tokio client against the quiet `bench-peer`,
+/// direct and through `mcp-stdio guard` (processes of both kinds taking turns
+/// in the same run).
+fn guard_section(md: &mut String, results: &Results, verdicts: &mut Verdicts) {
+    let _ = write!(
+        md,
+        "### 3c. Through `mcp-stdio guard`\n\n\
+         The tokio client against the quiet `bench-peer`, direct and with `mcp-stdio guard \
+         --max-frame {LARGE_LIMIT} -- bench-peer` in between (every byte crosses two more pipes \
+         and the guard's framing both ways). Pings as in 3b; 8 MiB calls as in 2b (warm calls \
+         pooled).\n\n\
+         | path | ping p50, µs | ping p99, µs | 8 MiB warm call, ms | MB/s |\n|---|---|---|---|---|\n"
+    );
+    let ping = |client: &str, p: f64| -> Option<Summary> {
+        let v: Vec<f64> = ok(results, "ping-quiet", client)
+            .iter()
+            .filter_map(|r| {
+                let us: Vec<f64> = r.times_ns.iter().map(|&t| t as f64 / 1e3).collect();
+                percentile(&us, p)
+            })
+            .collect();
+        Summary::of(&v)
+    };
+    let large = |client: &str| -> Option<Summary> {
+        let v: Vec<f64> = ok(results, "large-fast", client)
+            .iter()
+            .flat_map(|r| r.times_ns.iter().skip(1).map(|&t| ms(t)))
+            .collect();
+        Summary::of(&v)
+    };
+    let mb_s = |ms: f64| LARGE_BYTES as f64 / 1e6 / (ms / 1e3);
+    for (client, title) in [("tokio", "direct"), ("tokio-guard", "through the guard")] {
+        let cell = |s: Option<Summary>, digits| s.map_or("–".to_owned(), |s| s.show(digits));
+        let l = large(client);
+        let _ = writeln!(
+            md,
+            "| {title} | {} | {} | {} | {} |",
+            cell(ping(client, 50.0), 0),
+            cell(ping(client, 99.0), 0),
+            cell(l, 2),
+            l.map_or("–".to_owned(), |s| format!("{:.0}", mb_s(s.median))),
+        );
+    }
+    md.push('\n');
+    let p50 = (ping("tokio", 50.0), ping("tokio-guard", 50.0));
+    if let (Some(d), Some(g)) = p50 {
+        let added = g.median - d.median;
+        verdicts.add(
+            "Guard overhead, ping p50 ≤ +30 µs",
+            format!(
+                "+{added:.0} µs ({:.0} vs {:.0} µs direct)",
+                g.median, d.median
+            ),
+            Some(added <= 30.0),
+        );
+    }
+    if let (Some(d), Some(g)) = (large("tokio"), large("tokio-guard")) {
+        let r = d.median / g.median;
+        verdicts.add(
+            "Guard throughput, 8 MiB ≥ 0.8× direct",
+            format!("{r:.2}× ({:.2} vs {:.2} ms per call)", g.median, d.median),
+            Some(r >= 0.8),
+        );
+    }
+}
+
 // ---------------------------------------------------------------- flood
 
 fn flood_section(md: &mut String, results: &Results, verdicts: &mut Verdicts) {
@@ -1119,6 +1190,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     large_section(&mut body, &results, &mut verdicts, true);
     ping_section(&mut body, &results, &mut verdicts, false);
     ping_section(&mut body, &results, &mut verdicts, true);
+    guard_section(&mut body, &results, &mut verdicts);
     flood_section(&mut body, &results, &mut verdicts);
     cancel_section(&mut body, &results, &mut verdicts);
     oversized_section(&mut body, &results, &mut verdicts);

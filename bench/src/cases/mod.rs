@@ -121,6 +121,24 @@ pub(crate) fn bench_peer() -> PathBuf {
 /// The server of a scenario: the fixture, except for `large-fast` and
 /// `ping-quiet`, which use `bench-peer` (it streams `big` from a buffer and
 /// writes nothing to stderr: the server's own cost out of the way).
+/// The `mcp-stdio` binary (for the rows through `mcp-stdio guard`).
+pub(crate) fn guard() -> PathBuf {
+    exe_dir().join("mcp-stdio")
+}
+
+/// The server command of `scenario`, run directly or behind `mcp-stdio guard`
+/// (wire limit [`LARGE_LIMIT`] both ways, so the 8 MiB response passes).
+pub(crate) fn command_for(scenario: &str, guarded: bool) -> mcp_stdio_core::CommandSpec {
+    let server = server_for(scenario);
+    if !guarded {
+        return mcp_stdio_core::CommandSpec::new(server);
+    }
+    let mut spec = mcp_stdio_core::CommandSpec::new(guard());
+    spec.args(["guard", "--max-frame", &LARGE_LIMIT.to_string(), "--"]);
+    spec.arg(server);
+    spec
+}
+
 pub(crate) fn server_for(scenario: &str) -> PathBuf {
     match scenario {
         "large-fast" | "ping-quiet" => bench_peer(),
@@ -146,7 +164,8 @@ pub(crate) fn huge_params(line_bytes: usize) -> serde_json::Value {
 /// Runs `scenario` with `client` in this process and prints its result.
 pub(crate) fn run(scenario: &str, client: &str) -> Result<(), String> {
     let result = match (scenario, client) {
-        (_, "tokio" | "tokio-value") => ours::tokio_case(scenario, client == "tokio-value"),
+        (_, "tokio" | "tokio-value") => ours::tokio_case(scenario, client == "tokio-value", false),
+        (_, "tokio-guard") => ours::tokio_case(scenario, false, true),
         (_, "async-std") => ours::async_std_case(scenario),
         (_, "blocking") => ours::blocking_case(scenario),
         (_, c) if c.starts_with("rmcp") => rmcp_client::case(scenario, c),

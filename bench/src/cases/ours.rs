@@ -2,7 +2,6 @@
 //! (a macro over the adapter crate and its runtime's `sleep`); the blocking
 //! adapter gets the same steps written with plain calls.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use mcp_stdio_core::host::ClientOptions;
@@ -10,9 +9,10 @@ use mcp_stdio_core::message::{to_raw, RawValue};
 use mcp_stdio_core::CommandSpec;
 
 use super::{
-    bench_peer, big_params, fixture, flood_params, huge_params, server_for, CaseResult,
-    CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES, IN_FLIGHT_BYTES, LARGE_BYTES, LARGE_CALLS,
-    LARGE_LIMIT, OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_AFTER, PING_WARMUP, POLL, SETTLE,
+    bench_peer, big_params, command_for, fixture, flood_params, huge_params, server_for,
+    CaseResult, CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES, IN_FLIGHT_BYTES, LARGE_BYTES,
+    LARGE_CALLS, LARGE_LIMIT, OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_AFTER, PING_WARMUP,
+    POLL, SETTLE,
 };
 use crate::mem::Probe;
 
@@ -48,9 +48,8 @@ macro_rules! async_cases {
     ($adapter:ident, $sleep:path) => {
         use $adapter::Client;
 
-        pub(super) async fn large(server: PathBuf, decode: bool) -> CaseResult {
-            let client = Client::spawn(&CommandSpec::new(server), options(LARGE_LIMIT))
-                .expect("spawn the fixture");
+        pub(super) async fn large(server: CommandSpec, decode: bool) -> CaseResult {
+            let client = Client::spawn(&server, options(LARGE_LIMIT)).expect("spawn the fixture");
             client.initialize().await.expect("initialize");
             let params = raw(&big_params(LARGE_BYTES));
             let mut out = CaseResult::default();
@@ -68,9 +67,8 @@ macro_rules! async_cases {
             out
         }
 
-        pub(super) async fn ping(server: PathBuf) -> CaseResult {
-            let client = Client::spawn(&CommandSpec::new(server), options(LARGE_LIMIT))
-                .expect("spawn the fixture");
+        pub(super) async fn ping(server: CommandSpec) -> CaseResult {
+            let client = Client::spawn(&server, options(LARGE_LIMIT)).expect("spawn the fixture");
             client.initialize().await.expect("initialize");
             let mut out = CaseResult::default();
             for i in 0..PING_WARMUP + PINGS {
@@ -192,13 +190,17 @@ mod with_async_std {
     async_cases!(mcp_stdio_async_std, async_std::task::sleep);
 }
 
-/// The tokio adapter on a multi-threaded runtime (`#[tokio::main]`'s default).
-pub(super) fn tokio_case(scenario: &str, decode: bool) -> Option<CaseResult> {
+/// The tokio adapter on a multi-threaded runtime (`#[tokio::main]`'s default);
+/// `guarded`: the server runs behind `mcp-stdio guard` (large and ping only).
+pub(super) fn tokio_case(scenario: &str, decode: bool, guarded: bool) -> Option<CaseResult> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let server = server_for(scenario);
+    let server = command_for(scenario, guarded);
+    if guarded && !matches!(scenario, "large" | "large-fast" | "ping" | "ping-quiet") {
+        return None;
+    }
     Some(match scenario {
         "large" | "large-fast" => rt.block_on(with_tokio::large(server, decode)),
         "ping" | "ping-quiet" if !decode => rt.block_on(with_tokio::ping(server)),
@@ -212,7 +214,7 @@ pub(super) fn tokio_case(scenario: &str, decode: bool) -> Option<CaseResult> {
 
 /// The async-std adapter on async-std's executor.
 pub(super) fn async_std_case(scenario: &str) -> Option<CaseResult> {
-    let server = server_for(scenario);
+    let server = command_for(scenario, false);
     Some(match scenario {
         "large" | "large-fast" => async_std::task::block_on(with_async_std::large(server, false)),
         "ping" | "ping-quiet" => async_std::task::block_on(with_async_std::ping(server)),
