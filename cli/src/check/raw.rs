@@ -43,8 +43,9 @@ pub(crate) enum RawEvent {
     NullIdError(i64),
     /// A line that is not a protocol message, with the decoder's error kind.
     NotProtocol(&'static str),
-    /// A line over the wire limit (discarded unparsed), with the id found in
-    /// its first bytes, if any.
+    /// A line over the wire limit (discarded unparsed), with its id: found in
+    /// its first bytes (reported as the limit is crossed) or by the whole-line
+    /// scan (reported at its end); `None` when it has no usable id.
     Oversized(Option<Id>),
 }
 
@@ -387,11 +388,22 @@ impl Drop for RawServer {
 fn push_event(events: &mut VecDeque<RawEvent>, ev: FrameEvent<'_>) {
     match ev {
         FrameEvent::Frame(text) => events.push_back(classify(text)),
-        FrameEvent::Error(FrameError::Oversized { id_hint, .. }) => {
-            events.push_back(RawEvent::Oversized(id_hint));
+        // An id among the line's first bytes: reported as the limit is crossed.
+        FrameEvent::Error(FrameError::Oversized {
+            id_hint: Some(id), ..
+        }) => {
+            events.push_back(RawEvent::Oversized(Some(id)));
         }
-        // The end of an oversized line: its size is in the framer's stats.
-        FrameEvent::Error(FrameError::OversizedEnded { .. }) => {}
+        // Otherwise at the line's end, with the id the whole-line scan found
+        // wherever it sat (G3), or none; the size is in the framer's stats.
+        FrameEvent::Error(FrameError::Oversized { id_hint: None, .. }) => {}
+        FrameEvent::Error(FrameError::OversizedEnded {
+            recovered, hinted, ..
+        }) => {
+            if !hinted {
+                events.push_back(RawEvent::Oversized(recovered.id().cloned()));
+            }
+        }
         FrameEvent::Error(FrameError::InvalidUtf8 { .. }) => {
             events.push_back(RawEvent::NotProtocol("invalid_utf8"));
         }
