@@ -915,14 +915,6 @@ impl<'a> IdScan<'a> {
     /// The escape after a backslash.
     fn escape(&mut self) -> Scan<char> {
         Ok(match self.bump()? {
-            b'"' => '"',
-            b'\\' => '\\',
-            b'/' => '/',
-            b'b' => '\u{8}',
-            b'f' => '\u{c}',
-            b'n' => '\n',
-            b'r' => '\r',
-            b't' => '\t',
             b'u' => match self.hex4()? {
                 high @ 0xD800..=0xDBFF => {
                     self.expect(b'\\')?;
@@ -936,7 +928,7 @@ impl<'a> IdScan<'a> {
                 }
                 code => char::from_u32(code).ok_or(Stop::Invalid)?,
             },
-            _ => return Err(Stop::Invalid),
+            other => crate::id_scan::short_escape(other).ok_or(Stop::Invalid)?,
         })
     }
     fn hex4(&mut self) -> Scan<u32> {

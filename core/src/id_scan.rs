@@ -457,14 +457,6 @@ impl IdScanner {
             Esc::Backslash => {
                 self.esc = Esc::None;
                 let c = match b {
-                    b'"' => '"',
-                    b'\\' => '\\',
-                    b'/' => '/',
-                    b'b' => '\u{8}',
-                    b'f' => '\u{c}',
-                    b'n' => '\n',
-                    b'r' => '\r',
-                    b't' => '\t',
                     b'u' => {
                         self.esc = Esc::Hex {
                             n: 0,
@@ -473,7 +465,10 @@ impl IdScanner {
                         };
                         return;
                     }
-                    _ => return self.fail(),
+                    other => match short_escape(other) {
+                        Some(c) => c,
+                        None => return self.fail(),
+                    },
                 };
                 return self.char_out(c);
             }
@@ -703,6 +698,22 @@ pub fn check_against_parse(frame: &[u8], cuts: &[usize], max_id: usize) {
         Err(e) if e.to_string().contains("number out of range") => {}
         Err(e) => assert_eq!(got, IdRecovery::NotJson, "{shown:?}: serde says {e}"),
     }
+}
+
+/// The character a one-letter JSON escape (`\n`, `\"`, …) stands for;
+/// `None` for `u` (four hex digits follow) and for anything that is no escape.
+pub(crate) fn short_escape(b: u8) -> Option<char> {
+    Some(match b {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
