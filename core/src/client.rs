@@ -651,7 +651,7 @@ impl ClientSession {
 impl SessionState {
     fn on_frame_event(&mut self, now: Instant, ev: FrameEvent<'_>) {
         match ev {
-            FrameEvent::Frame(text) => self.on_frame(now, text),
+            FrameEvent::Frame(text) => self.on_frame(now, &text),
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 self.oversized_seen = limit as u64 + 1;
                 tracing::debug!(limit, ?id_hint, "oversized frame from server");

@@ -91,31 +91,50 @@
 //!
 //! # Performance
 //!
-//! Each pushed byte is scanned for `\n` once, with `memchr`, and scanning
-//! resumes where it stopped: a partial line is never rescanned. A frame lying
-//! wholly inside one pushed chunk is handed out borrowed from that chunk,
-//! without copying. Only a line split across chunks is copied, once, into the
-//! framer's buffer. The only other per-byte work on the hot path is UTF-8
-//! validation of each frame.
+//! Each byte is scanned for `\n` once, with `memchr`, and scanning resumes
+//! where it stopped: a partial line is never rescanned. The only other
+//! per-byte work on the hot path is UTF-8 validation of each frame.
+//!
+//! Bytes come in one of two ways:
+//!
+//! - [`Framer::push`] takes a chunk the caller read into a buffer of its own.
+//!   A frame lying wholly inside it is handed out borrowed from it, without
+//!   copying; only a line split across chunks is copied, once, into the
+//!   framer's buffer.
+//! - [`Framer::read_room`] lends room in the framer's buffer, right after the
+//!   partial line, and the adapter reads straight into it; [`Framer::filled`]
+//!   then frames what came in (the unbuffered style of rustls and quinn). A
+//!   large frame is gathered where it lands: no copy at all between the pipe
+//!   and the frame. The adapters read the server's stdout this way.
+//!
+//! A frame of at least [`LEND_MIN_FRAME`] (64 KiB) gathered in the buffer is
+//! *lent* ([`FrameText::is_lent`]): whoever wants it owned takes the buffer
+//! itself with [`FrameText::into_string`], and the framer starts a new one
+//! (copying into it only the bytes read after the frame, at most
+//! [`READ_ROOM`]). So one copy of a large frame is live, in its owner's
+//! hands. A lent frame that is not taken goes back to the framer.
 //!
 //! # Memory
 //!
-//! The framer owns one buffer, holding only the partial line at the end of the
-//! last chunk; it never holds more than `max_frame` bytes. Its capacity:
+//! The framer owns one buffer, holding the partial line at the end of the last
+//! chunk or read, and the room lent for the next read: never more than
+//! `max_frame + 1` bytes (the one byte past the limit that shows a line is
+//! oversized). Its capacity:
 //!
 //! - is allocated on first need, at [`SMALL_BUFFER_CAPACITY`] (8 KiB, or
-//!   `max_frame` if smaller) unless the partial line needs more;
-//! - doubles while it stays within [`BUFFER_DOUBLING_LIMIT`] (32 KiB);
-//! - beyond that, is set in one step to exactly `max_frame`, never more.
-//!   Growing in one step from at most 32 KiB means that even while the buffer
+//!   `max_frame + 1` if smaller) unless more is needed at once;
+//! - doubles while it stays within [`BUFFER_DOUBLING_LIMIT`] (64 KiB);
+//! - beyond that, is set in one step to exactly `max_frame + 1`, never more.
+//!   Growing in one step from at most 64 KiB means that even while the buffer
 //!   is being reallocated (old and new block both live) the framer holds at
-//!   most `max_frame + 32 KiB`. The capacity is then kept for later frames;
-//! - is released (back to zero, then at most 8 KiB on next use) after an
-//!   oversized line, by [`Framer::finish`], [`Framer::reset`], and on request
-//!   by [`Framer::shrink_buffer`].
+//!   most `max_frame + 1 + 64 KiB`. The capacity is then kept for later
+//!   frames (only pages written count in a process's RSS);
+//! - is released (back to at most 8 KiB) after an oversized line, by
+//!   [`Framer::finish`], [`Framer::reset`], and on request by
+//!   [`Framer::shrink_buffer`]; a lent frame that is taken takes it along.
 //!
-//! Worst-case heap held by a framer: `max_frame + 32 KiB` (momentarily, during
-//! the one large reallocation), plus, only while an oversized line is
+//! Worst-case heap held by a framer: `max_frame + 1 + 64 KiB` (momentarily,
+//! during the one large reallocation), plus, only while an oversized line is
 //! reported, [`recover_id`]'s few small allocations (decoded strings, each at
 //! most `id_scan_limit` bytes), and while an oversized line is discarded the
 //! [`IdScanner`]'s one buffer, at most `max(id_scan_limit, 21) + 4` bytes,
@@ -130,7 +149,7 @@
 //! let mut frames = Vec::new();
 //! for chunk in [&b"{\"id\":1}\r\n{\"i"[..], b"d\":2}\n\n"] {
 //!     framer.push(chunk, |event| match event {
-//!         FrameEvent::Frame(text) => frames.push(text.to_owned()),
+//!         FrameEvent::Frame(text) => frames.push(text.into_string()),
 //!         FrameEvent::Error(e) => panic!("{e}"),
 //!     });
 //! }
@@ -151,11 +170,18 @@ pub const DEFAULT_MAX_FRAME: usize = 4 * 1024 * 1024;
 /// Default number of leading bytes of an oversized frame scanned for its id.
 pub const DEFAULT_ID_SCAN_LIMIT: usize = 256;
 /// Capacity of the framer's buffer when first allocated, and the most it keeps
-/// after an oversized line: 8 KiB (or `max_frame`, if smaller).
+/// after an oversized line: 8 KiB (or `max_frame + 1`, if smaller).
 pub const SMALL_BUFFER_CAPACITY: usize = 8 * 1024;
-/// The buffer's capacity doubles up to this size (32 KiB); a partial line
-/// longer than this makes it grow, in one step, to exactly `max_frame`.
-pub const BUFFER_DOUBLING_LIMIT: usize = 32 * 1024;
+/// The buffer's capacity doubles up to this size (64 KiB); a partial line
+/// longer than this makes it grow, in one step, to exactly `max_frame + 1`.
+pub const BUFFER_DOUBLING_LIMIT: usize = 64 * 1024;
+/// The most bytes lent for one read by [`Framer::read_room`]: 64 KiB, what a
+/// Linux pipe holds by default.
+pub const READ_ROOM: usize = 64 * 1024;
+/// A frame of at least this many bytes (64 KiB) gathered in the framer's
+/// buffer is lent: [`FrameText::into_string`] takes the buffer itself.
+/// Smaller ones are cheaper to copy than a new buffer is to grow.
+pub const LEND_MIN_FRAME: usize = 64 * 1024;
 
 /// What to do after a frame passes the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -190,9 +216,9 @@ impl FramerConfig {
     /// Sets the wire limit: the most bytes a line may have before its `\n`,
     /// counting a trailing `\r`. Default [`DEFAULT_MAX_FRAME`] (4 MiB).
     ///
-    /// Memory: a framer holds at most `max_frame + 32 KiB` of heap (see the
-    /// [module docs](self)). A partial line longer than 32 KiB makes the
-    /// framer reserve exactly `max_frame` bytes at once, so the value must be a
+    /// Memory: a framer holds at most `max_frame + 1 + 64 KiB` of heap (see the
+    /// [module docs](self)). A partial line longer than 64 KiB makes the
+    /// framer reserve exactly `max_frame + 1` bytes at once, so the value must be a
     /// size the process can allocate.
     pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
         self.max_frame = bytes;
@@ -232,9 +258,10 @@ impl FramerConfig {
 #[derive(Debug, PartialEq, Eq)]
 pub enum FrameEvent<'a> {
     /// A complete frame: never empty, without its line ending. Borrowed from
-    /// the pushed chunk when the whole line lies inside it, else from the
-    /// framer's buffer.
-    Frame(&'a str),
+    /// the pushed chunk (or the read) when the whole line lies inside it,
+    /// else from the framer's buffer; a large frame gathered in the buffer is
+    /// lent, so that it can be taken without a copy ([`FrameText`]).
+    Frame(FrameText<'a>),
     /// A framing error. Framing goes on after it, except after
     /// [`FrameError::Oversized`] under [`OversizedPolicy::Close`].
     Error(FrameError),
@@ -313,15 +340,156 @@ pub struct FramerStats {
     pub oversized_ids_missing: u64,
 }
 
+/// A complete frame handed out by the framer: its text, and for a large frame
+/// that was gathered in the framer's buffer, that buffer itself.
+///
+/// It derefs to `str`. [`FrameText::into_string`] gives an owned `String`:
+/// for a lent frame ([`FrameText::is_lent`]) that is the framer's buffer,
+/// handed over without a copy (the framer starts a new one); otherwise a copy.
+/// A lent frame that is not taken goes back to the framer, which keeps its
+/// buffer for the next large frame.
+pub struct FrameText<'a>(Text<'a>);
+
+enum Text<'a> {
+    /// Borrowed from the pushed chunk or from the framer's buffer.
+    Borrowed(&'a str),
+    /// The framer's buffer, holding exactly this frame.
+    Lent(&'a mut String),
+}
+
+impl<'a> FrameText<'a> {
+    /// The frame's text.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            Text::Borrowed(text) => text,
+            Text::Lent(text) => text.as_str(),
+        }
+    }
+
+    /// True when the frame is the framer's own buffer, so that
+    /// [`FrameText::into_string`] takes it without a copy. That is the case
+    /// for a frame of at least [`LEND_MIN_FRAME`] bytes that was gathered
+    /// across several chunks or reads.
+    pub fn is_lent(&self) -> bool {
+        matches!(self.0, Text::Lent(_))
+    }
+
+    /// The frame as an owned `String`: the framer's buffer when lent (no
+    /// copy), else a copy of the text.
+    pub fn into_string(self) -> String {
+        match self.0 {
+            Text::Borrowed(text) => text.to_owned(),
+            Text::Lent(text) => std::mem::take(text),
+        }
+    }
+}
+
+impl std::ops::Deref for FrameText<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for FrameText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl PartialEq for FrameText<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for FrameText<'_> {}
+
+impl PartialEq<str> for FrameText<'_> {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for FrameText<'_> {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl<'a> From<&'a str> for FrameText<'a> {
+    fn from(text: &'a str) -> Self {
+        Self(Text::Borrowed(text))
+    }
+}
+
+/// Room in the framer's buffer for the next read, lent by
+/// [`Framer::read_room`]; after the read, [`Framer::filled`] frames what
+/// came in.
+///
+/// Two ways to fill it, both without a copy of their own:
+///
+/// - [`ReadRoom::vec`]: the buffer as a `Vec` whose spare capacity holds at
+///   least [`ReadRoom::len`] bytes, for reads that append into spare capacity
+///   (tokio's `AsyncReadExt::read_buf`, `Read::take(n).read_to_end`): no
+///   zeroing at all.
+/// - [`ReadRoom::zeroed`]: the room as initialized bytes for a plain
+///   `read(&mut [u8])`. Bytes are zeroed once, the first time the buffer
+///   grows over them (the core has no `unsafe`, so it cannot lend
+///   uninitialized memory as a slice).
+#[derive(Debug)]
+pub struct ReadRoom<'a> {
+    buf: &'a mut Vec<u8>,
+    start: usize,
+    room: usize,
+}
+
+impl<'a> ReadRoom<'a> {
+    /// The most bytes to read now: at most [`READ_ROOM`], never past one byte
+    /// over the wire limit for the line being gathered. Never 0.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.room
+    }
+
+    /// The buffer, for a read that appends at most [`ReadRoom::len`] bytes
+    /// to it in place. Its spare capacity holds at least that many; then call
+    /// [`Framer::filled`] with the number of bytes appended.
+    pub fn vec(self) -> &'a mut Vec<u8> {
+        self.buf.truncate(self.start);
+        self.buf
+    }
+
+    /// The room as a slice of [`ReadRoom::len`] initialized bytes; read into
+    /// its front, then call [`Framer::filled`] with the number of bytes read.
+    pub fn zeroed(self) -> &'a mut [u8] {
+        let end = self.start + self.room;
+        if self.buf.len() < end {
+            self.buf.resize(end, 0);
+        }
+        &mut self.buf[self.start..end]
+    }
+}
+
 /// The framer: turns byte chunks into newline-delimited frames under a limit.
 ///
 /// See the [module docs](self) for the rules, the limits and the memory bound.
 #[derive(Debug)]
 pub struct Framer {
+    lines: Lines,
+    /// `buf[..data]` is the partial line at the end of what was pushed or
+    /// read (`data <= max_frame`); `buf[data..]`, when present, is room
+    /// zeroed for reads ([`ReadRoom::zeroed`]), not data.
+    buf: Vec<u8>,
+    data: usize,
+}
+
+/// The framer's state apart from its buffer, so that lines borrowed from the
+/// buffer can be framed while the state changes.
+#[derive(Debug)]
+struct Lines {
     config: FramerConfig,
     stats: FramerStats,
-    /// The partial line at the end of the last chunk; `len() <= max_frame`.
-    buf: Vec<u8>,
     /// Inside an oversized line (policy `Discard`): its bytes so far.
     discarding: Option<u64>,
     /// Scanning the oversized line being discarded for its id (`None` when
@@ -335,16 +503,19 @@ pub struct Framer {
 
 impl Framer {
     /// A framer with the given limits. Allocates nothing until a line is split
-    /// across chunks.
+    /// across chunks or a read room is asked for.
     pub fn new(config: FramerConfig) -> Self {
         Self {
-            config,
-            stats: FramerStats::default(),
+            lines: Lines {
+                config,
+                stats: FramerStats::default(),
+                discarding: None,
+                id_scan: None,
+                hinted: false,
+                closed: false,
+            },
             buf: Vec::new(),
-            discarding: None,
-            id_scan: None,
-            hinted: false,
-            closed: false,
+            data: 0,
         }
     }
 
@@ -352,105 +523,157 @@ impl Framer {
     ///
     /// Chunks may be cut anywhere (inside a UTF-8 character, between `\r` and
     /// `\n`): the events are the same as for the whole stream in one chunk.
+    /// Lines wholly inside `chunk` are handed out borrowed from it; the rest
+    /// of a line is copied into the framer's buffer.
     pub fn push(&mut self, chunk: &[u8], mut on_event: impl FnMut(FrameEvent<'_>)) {
-        self.stats.bytes += chunk.len() as u64;
-        let max = self.config.max_frame;
+        self.lines.stats.bytes += chunk.len() as u64;
+        // Room zeroed for reads is not data: appending starts after the data.
+        self.buf.truncate(self.data);
+        let max = self.lines.config.max_frame;
         let mut rest = chunk;
+        let mut oversized = false;
         loop {
-            if self.closed {
-                return;
+            if self.lines.closed || rest.is_empty() {
+                break;
             }
-            if let Some(seen) = self.discarding {
-                match memchr(b'\n', rest) {
-                    None => {
-                        self.discarding = Some(seen + rest.len() as u64);
-                        self.stats.discarded_bytes += rest.len() as u64;
-                        if let Some(scan) = &mut self.id_scan {
-                            scan.push(rest);
-                        }
-                        return;
-                    }
+            if self.lines.discarding.is_some() {
+                match self.lines.discard(rest, &mut on_event) {
+                    None => break,
                     Some(i) => {
-                        self.discarding = None;
-                        self.stats.discarded_bytes += i as u64;
-                        let discarded = seen + i as u64;
-                        let recovered = match &mut self.id_scan {
-                            Some(scan) => {
-                                scan.push(&rest[..i]);
-                                scan.finish()
-                            }
-                            None => IdRecovery::Off,
-                        };
-                        match &recovered {
-                            IdRecovery::Found(_) => self.stats.oversized_ids_found += 1,
-                            IdRecovery::Off => {}
-                            missing => {
-                                self.stats.oversized_ids_missing += 1;
-                                tracing::warn!(
-                                    discarded,
-                                    outcome = missing.kind(),
-                                    "oversized frame ended without a usable top-level id: no request can be failed for it"
-                                );
-                            }
-                        }
-                        on_event(FrameEvent::Error(FrameError::OversizedEnded {
-                            discarded,
-                            recovered,
-                            hinted: std::mem::take(&mut self.hinted),
-                        }));
                         rest = &rest[i + 1..];
-                    }
-                }
-            }
-            if !self.buf.is_empty() {
-                // Complete the buffered line; look no further than one byte
-                // past what the limit still allows.
-                let room = max - self.buf.len();
-                let head = &rest[..rest.len().min(room + 1)];
-                match memchr(b'\n', head) {
-                    Some(i) => {
-                        self.grow(i);
-                        self.buf.extend_from_slice(&head[..i]);
-                        deliver(&self.buf, &mut self.stats, &mut on_event);
-                        self.buf.clear();
-                        rest = &rest[i + 1..];
-                    }
-                    None if head.len() <= room => {
-                        self.grow(head.len());
-                        self.buf.extend_from_slice(head);
-                        return;
-                    }
-                    None => {
-                        self.oversized(head, &mut on_event);
-                        rest = &rest[head.len()..];
                         continue;
                     }
                 }
             }
-            // Nothing buffered: lines wholly inside `rest` are borrowed.
-            loop {
-                let head = &rest[..rest.len().min(max.saturating_add(1))];
+            if self.data > 0 {
+                // Complete the buffered line; look no further than one byte
+                // past what the limit still allows.
+                let room = max - self.data;
+                let head = &rest[..rest.len().min(room + 1)];
                 match memchr(b'\n', head) {
                     Some(i) => {
-                        deliver(&head[..i], &mut self.stats, &mut on_event);
+                        self.append(&head[..i]);
                         rest = &rest[i + 1..];
+                        let end = self.data;
+                        self.data = 0;
+                        self.frame_buffered(end, end, end, &mut on_event);
                     }
-                    None if head.len() <= max => {
-                        // `head` is all of `rest`: keep the partial line.
-                        if !head.is_empty() {
-                            self.grow(head.len());
-                            self.buf.extend_from_slice(head);
-                        }
-                        return;
-                    }
-                    None => {
-                        self.oversized(head, &mut on_event);
-                        rest = &rest[head.len()..];
+                    None if head.len() <= room => {
+                        self.append(head);
                         break;
                     }
+                    None => {
+                        self.lines
+                            .oversized(&self.buf[..self.data], head, &mut on_event);
+                        self.data = 0;
+                        oversized = true;
+                        rest = &rest[head.len()..];
+                    }
+                }
+                continue;
+            }
+            // Nothing buffered: lines wholly inside `rest` are borrowed.
+            let head = &rest[..rest.len().min(max.saturating_add(1))];
+            match memchr(b'\n', head) {
+                Some(i) => {
+                    self.lines.deliver(&head[..i], &mut on_event);
+                    rest = &rest[i + 1..];
+                }
+                None if head.len() <= max => {
+                    // `head` is all of `rest`: keep the partial line.
+                    self.append(head);
+                    break;
+                }
+                None => {
+                    self.lines.oversized(&[], head, &mut on_event);
+                    oversized = true;
+                    rest = &rest[head.len()..];
                 }
             }
         }
+        self.settle(oversized);
+    }
+
+    /// Lends room in the framer's buffer for the next read: the adapter
+    /// reads straight into it (no read buffer of its own, no copy), then
+    /// calls [`Framer::filled`]. The room follows the partial line, so a
+    /// large frame is gathered in place. See [`ReadRoom`] for the two ways
+    /// to fill it; "Memory" in the module docs for how the buffer grows.
+    pub fn read_room(&mut self) -> ReadRoom<'_> {
+        let max = self.lines.config.max_frame;
+        let room = READ_ROOM.min(max.saturating_add(1) - self.data);
+        self.grow(self.data + room);
+        ReadRoom {
+            buf: &mut self.buf,
+            start: self.data,
+            room,
+        }
+    }
+
+    /// Frames the `n` bytes just read into the room from
+    /// [`Framer::read_room`] (appended through [`ReadRoom::vec`], or written
+    /// to the front of [`ReadRoom::zeroed`]); calls `on_event` for each
+    /// event, in stream order. The events are the same as [`Framer::push`]
+    /// would give for those bytes; a large frame gathered across reads is
+    /// handed out lent ([`FrameText::is_lent`]).
+    pub fn filled(&mut self, n: usize, mut on_event: impl FnMut(FrameEvent<'_>)) {
+        let start = self.data;
+        let mut end = start.saturating_add(n).min(self.buf.len());
+        self.lines.stats.bytes += (end - start) as u64;
+        let max = self.lines.config.max_frame;
+        // `buf[..pos]` is searched (the partial line holds no newline);
+        // `buf[line..]` is the line being framed; `gathered`: that line began
+        // in an earlier read and sits at the front of the buffer.
+        let mut pos = start;
+        let mut line = 0;
+        let mut gathered = start > 0;
+        let mut oversized = false;
+        self.data = 0;
+        loop {
+            if self.lines.closed {
+                break;
+            }
+            if self.lines.discarding.is_some() {
+                match self.lines.discard(&self.buf[pos..end], &mut on_event) {
+                    None => break,
+                    Some(i) => {
+                        pos += i + 1;
+                        line = pos;
+                    }
+                }
+            }
+            let limit = end.min(line.saturating_add(max).saturating_add(1));
+            match memchr(b'\n', &self.buf[pos..limit]) {
+                Some(i) if gathered => {
+                    // What follows the newline moves to the front, unsearched.
+                    end = self.frame_buffered(pos + i, pos + i + 1, end, &mut on_event);
+                    pos = 0;
+                    line = 0;
+                    gathered = false;
+                }
+                Some(i) => {
+                    let nl = pos + i;
+                    self.lines.deliver(&self.buf[line..nl], &mut on_event);
+                    pos = nl + 1;
+                    line = pos;
+                }
+                None if end - line <= max => {
+                    self.buf.copy_within(line..end, 0);
+                    self.data = end - line;
+                    break;
+                }
+                None => {
+                    let over = line + max + 1;
+                    self.lines
+                        .oversized(&self.buf[line..over], &[], &mut on_event);
+                    oversized = true;
+                    pos = over;
+                    line = over;
+                    gathered = false;
+                }
+            }
+        }
+        self.settle(oversized);
     }
 
     /// End of stream: reports an unfinished line as
@@ -458,18 +681,20 @@ impl Framer {
     /// buffer) so that it can take a new stream. Counters are kept; a closed
     /// framer reports nothing and stays closed.
     pub fn finish(&mut self, mut on_event: impl FnMut(FrameEvent<'_>)) {
-        self.hinted = false;
-        if let Some(scan) = &mut self.id_scan {
+        let lines = &mut self.lines;
+        lines.hinted = false;
+        if let Some(scan) = &mut lines.id_scan {
             let _ = scan.finish();
         }
-        let pending = match self.discarding.take() {
+        let pending = match lines.discarding.take() {
             Some(seen) => seen,
-            None => self.buf.len() as u64,
+            None => self.data as u64,
         };
-        let report = pending > 0 && !self.closed;
+        let report = pending > 0 && !lines.closed;
         self.buf = Vec::new();
+        self.data = 0;
         if report {
-            self.stats.truncated += 1;
+            lines.stats.truncated += 1;
             on_event(FrameEvent::Error(FrameError::TruncatedAtEof {
                 bytes: pending,
             }));
@@ -481,73 +706,199 @@ impl Framer {
     /// kept.
     pub fn reset(&mut self) {
         self.buf = Vec::new();
-        self.discarding = None;
-        self.hinted = false;
-        if let Some(scan) = &mut self.id_scan {
+        self.data = 0;
+        let lines = &mut self.lines;
+        lines.discarding = None;
+        lines.hinted = false;
+        if let Some(scan) = &mut lines.id_scan {
             let _ = scan.finish();
         }
-        self.closed = false;
+        lines.closed = false;
     }
 
     /// Counters.
     pub fn stats(&self) -> &FramerStats {
-        &self.stats
+        &self.lines.stats
     }
     /// Config.
     pub fn config(&self) -> &FramerConfig {
-        &self.config
+        &self.lines.config
     }
     /// True once the `Close` policy has stopped framing.
     pub fn is_closed(&self) -> bool {
-        self.closed
+        self.lines.closed
     }
     /// True while the rest of an oversized line is being discarded.
     pub fn is_discarding(&self) -> bool {
-        self.discarding.is_some()
+        self.lines.discarding.is_some()
     }
     /// Bytes of the partial line held in the buffer (at most `max_frame`).
     pub fn buffered_len(&self) -> usize {
-        self.buf.len()
+        self.data
     }
-    /// Current capacity of the buffer in bytes (at most `max_frame`).
+    /// Current capacity of the buffer in bytes (at most `max_frame + 1`).
     pub fn buffer_capacity(&self) -> usize {
         self.buf.capacity()
     }
     /// Frees the buffer if it holds no partial line (e.g. when a session goes
     /// idle after a large message); otherwise does nothing.
     pub fn shrink_buffer(&mut self) {
-        if self.buf.is_empty() {
+        if self.data == 0 {
             self.buf = Vec::new();
         }
     }
 
-    /// Makes room for `additional` more bytes; the caller guarantees that
-    /// `buf.len() + additional <= max_frame`. See "Memory" in the module docs.
-    fn grow(&mut self, additional: usize) {
-        let need = self.buf.len() + additional;
+    /// Appends to the partial line; the caller guarantees that
+    /// `data + bytes.len() <= max_frame`.
+    fn append(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.grow(self.data + bytes.len());
+        self.buf.truncate(self.data);
+        self.buf.extend_from_slice(bytes);
+        self.data += bytes.len();
+    }
+
+    /// Makes the capacity at least `need` (`need <= max_frame + 1`). See
+    /// "Memory" in the module docs.
+    fn grow(&mut self, need: usize) {
         if need <= self.buf.capacity() {
             return;
         }
+        let max = self.lines.config.max_frame.saturating_add(1);
         let target = if need <= BUFFER_DOUBLING_LIMIT {
             need.next_power_of_two()
                 .clamp(SMALL_BUFFER_CAPACITY, BUFFER_DOUBLING_LIMIT)
         } else {
-            self.config.max_frame
+            max
         };
-        let target = target.min(self.config.max_frame).max(need);
+        let target = target.min(max).max(need);
         self.buf.reserve_exact(target - self.buf.len());
     }
 
-    /// The line made of `buf` and `head` has just passed the limit
-    /// (`buf.len() + head.len() == max_frame + 1`, no newline in either).
-    fn oversized(&mut self, head: &[u8], on_event: &mut impl FnMut(FrameEvent<'_>)) {
-        let seen = (self.buf.len() + head.len()) as u64;
+    /// After an oversized line the buffer goes back to at most
+    /// [`SMALL_BUFFER_CAPACITY`] (keeping a partial line that follows it).
+    fn settle(&mut self, oversized: bool) {
+        if oversized && self.buf.capacity() > SMALL_BUFFER_CAPACITY.max(self.data) {
+            let mut small = Vec::with_capacity(SMALL_BUFFER_CAPACITY.max(self.data));
+            small.extend_from_slice(&self.buf[..self.data]);
+            self.buf = small;
+        }
+    }
+
+    /// `buf[..nl]` is a line gathered in the buffer (its newline consumed),
+    /// `buf[after..end]` bytes read after it. Hands the line out — one of at
+    /// least [`LEND_MIN_FRAME`] bytes lent: the buffer itself — and leaves
+    /// the bytes after it at the front of the buffer; returns their length.
+    fn frame_buffered(
+        &mut self,
+        nl: usize,
+        after: usize,
+        end: usize,
+        on_event: &mut impl FnMut(FrameEvent<'_>),
+    ) -> usize {
+        if nl < LEND_MIN_FRAME {
+            self.lines.deliver(&self.buf[..nl], on_event);
+            self.buf.copy_within(after..end, 0);
+            return end - after;
+        }
+        let mut next = Vec::with_capacity(SMALL_BUFFER_CAPACITY.max(end - after));
+        next.extend_from_slice(&self.buf[after..end]);
+        let mut line = std::mem::replace(&mut self.buf, next);
+        line.truncate(nl);
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        let back = match String::from_utf8(line) {
+            Ok(mut text) => {
+                self.lines.count_frame(text.len());
+                on_event(FrameEvent::Frame(FrameText(Text::Lent(&mut text))));
+                text.into_bytes()
+            }
+            Err(e) => {
+                let valid_up_to = e.utf8_error().valid_up_to();
+                let bytes = e.into_bytes();
+                self.lines.stats.invalid_utf8 += 1;
+                on_event(FrameEvent::Error(FrameError::InvalidUtf8 {
+                    len: bytes.len(),
+                    valid_up_to,
+                }));
+                bytes
+            }
+        };
+        // Not taken: the large block goes on serving the next large frame.
+        if back.capacity() > self.buf.capacity() {
+            let mut back = back;
+            back.clear();
+            back.extend_from_slice(&self.buf);
+            self.buf = back;
+        }
+        end - after
+    }
+}
+
+impl Lines {
+    /// Discards bytes of an oversized line: returns the index of the newline
+    /// that ends it, if `bytes` holds it (the line's end is then reported).
+    fn discard(
+        &mut self,
+        bytes: &[u8],
+        on_event: &mut impl FnMut(FrameEvent<'_>),
+    ) -> Option<usize> {
+        let seen = self.discarding?;
+        match memchr(b'\n', bytes) {
+            None => {
+                self.discarding = Some(seen + bytes.len() as u64);
+                self.stats.discarded_bytes += bytes.len() as u64;
+                if let Some(scan) = &mut self.id_scan {
+                    scan.push(bytes);
+                }
+                None
+            }
+            Some(i) => {
+                self.discarding = None;
+                self.stats.discarded_bytes += i as u64;
+                let discarded = seen + i as u64;
+                let recovered = match &mut self.id_scan {
+                    Some(scan) => {
+                        scan.push(&bytes[..i]);
+                        scan.finish()
+                    }
+                    None => IdRecovery::Off,
+                };
+                match &recovered {
+                    IdRecovery::Found(_) => self.stats.oversized_ids_found += 1,
+                    IdRecovery::Off => {}
+                    missing => {
+                        self.stats.oversized_ids_missing += 1;
+                        tracing::warn!(
+                            discarded,
+                            outcome = missing.kind(),
+                            "oversized frame ended without a usable top-level id: no request can be failed for it"
+                        );
+                    }
+                }
+                on_event(FrameEvent::Error(FrameError::OversizedEnded {
+                    discarded,
+                    recovered,
+                    hinted: std::mem::take(&mut self.hinted),
+                }));
+                Some(i)
+            }
+        }
+    }
+
+    /// The line made of `held` and `head` has just passed the limit
+    /// (`held.len() + head.len() == max_frame + 1`, no newline in either).
+    fn oversized(&mut self, held: &[u8], head: &[u8], on_event: &mut impl FnMut(FrameEvent<'_>)) {
+        let seen = (held.len() + head.len()) as u64;
         if self.config.oversized == OversizedPolicy::Discard && self.config.id_scan_limit > 0 {
             // The whole line goes through the scan: what is held now, then
             // every discarded chunk up to the newline.
             let limit = self.config.id_scan_limit;
             let scan = self.id_scan.get_or_insert_with(|| IdScanner::new(limit));
-            scan.push(&self.buf);
+            scan.push(held);
             scan.push(head);
         }
         // The scanned prefix is fixed by the stream alone (not by where the
@@ -556,21 +907,17 @@ impl Framer {
         let scan = self.config.id_scan_limit.min(self.config.max_frame);
         let id_hint = if scan == 0 {
             None
-        } else if self.buf.len() >= scan {
-            recover_id(&self.buf[..scan])
-        } else if self.buf.is_empty() {
+        } else if held.len() >= scan {
+            recover_id(&held[..scan])
+        } else if held.is_empty() {
             recover_id(&head[..scan])
         } else {
-            let missing = scan - self.buf.len();
-            self.grow(missing);
-            self.buf.extend_from_slice(&head[..missing]);
-            recover_id(&self.buf)
+            // At most `id_scan_limit` bytes, briefly.
+            let mut prefix = Vec::with_capacity(scan);
+            prefix.extend_from_slice(held);
+            prefix.extend_from_slice(&head[..scan - held.len()]);
+            recover_id(&prefix)
         };
-        if self.buf.capacity() > SMALL_BUFFER_CAPACITY {
-            self.buf = Vec::new();
-        } else {
-            self.buf.clear();
-        }
         self.stats.oversized += 1;
         self.stats.discarded_bytes += seen;
         self.hinted = id_hint.is_some();
@@ -583,30 +930,34 @@ impl Framer {
             id_hint,
         }));
     }
-}
 
-/// Hands out one line (without its `\n`) as a frame, an error or nothing.
-fn deliver(line: &[u8], stats: &mut FramerStats, on_event: &mut impl FnMut(FrameEvent<'_>)) {
-    let frame = match line {
-        [body @ .., b'\r'] => body,
-        _ => line,
-    };
-    if frame.is_empty() {
-        stats.empty_lines += 1;
-        return;
+    fn count_frame(&mut self, len: usize) {
+        self.stats.frames += 1;
+        self.stats.largest_frame = self.stats.largest_frame.max(len as u64);
     }
-    match std::str::from_utf8(frame) {
-        Ok(text) => {
-            stats.frames += 1;
-            stats.largest_frame = stats.largest_frame.max(text.len() as u64);
-            on_event(FrameEvent::Frame(text));
+
+    /// Hands out one line (without its `\n`) as a frame, an error or nothing.
+    fn deliver(&mut self, line: &[u8], on_event: &mut impl FnMut(FrameEvent<'_>)) {
+        let frame = match line {
+            [body @ .., b'\r'] => body,
+            _ => line,
+        };
+        if frame.is_empty() {
+            self.stats.empty_lines += 1;
+            return;
         }
-        Err(e) => {
-            stats.invalid_utf8 += 1;
-            on_event(FrameEvent::Error(FrameError::InvalidUtf8 {
-                len: frame.len(),
-                valid_up_to: e.valid_up_to(),
-            }));
+        match std::str::from_utf8(frame) {
+            Ok(text) => {
+                self.count_frame(text.len());
+                on_event(FrameEvent::Frame(FrameText(Text::Borrowed(text))));
+            }
+            Err(e) => {
+                self.stats.invalid_utf8 += 1;
+                on_event(FrameEvent::Error(FrameError::InvalidUtf8 {
+                    len: frame.len(),
+                    valid_up_to: e.valid_up_to(),
+                }));
+            }
         }
     }
 }
@@ -977,7 +1328,55 @@ mod tests {
         for chunk in chunks {
             framer.push(chunk, own(&mut events));
             assert!(framer.buffered_len() <= config.get_max_frame());
-            assert!(framer.buffer_capacity() <= config.get_max_frame());
+            assert!(framer.buffer_capacity() <= config.get_max_frame() + 1);
+        }
+        framer.finish(own(&mut events));
+        events
+    }
+
+    /// How a read fills the framer's room.
+    #[derive(Debug, Clone, Copy)]
+    enum Fill {
+        /// Appends to [`ReadRoom::vec`], as tokio's `read_buf` does.
+        Vec,
+        /// Writes into [`ReadRoom::zeroed`], as `read(2)` does.
+        Zeroed,
+    }
+
+    /// Reads `stream` into the framer's room in reads of at most the sizes
+    /// given (cycled), then finishes; lent frames are taken when `take`.
+    fn run_reads(
+        config: &FramerConfig,
+        stream: &[u8],
+        sizes: &[usize],
+        fill: Fill,
+        take: bool,
+    ) -> Vec<Ev> {
+        let mut framer = Framer::new(config.clone());
+        let mut events = Vec::new();
+        let mut rest = stream;
+        let mut sizes = sizes.iter().copied().cycle();
+        while !rest.is_empty() {
+            let want = sizes.next().unwrap_or(usize::MAX).max(1);
+            let room = framer.read_room();
+            let n = want.min(room.len()).min(rest.len());
+            assert!(n > 0);
+            match fill {
+                Fill::Vec => room.vec().extend_from_slice(&rest[..n]),
+                Fill::Zeroed => room.zeroed()[..n].copy_from_slice(&rest[..n]),
+            }
+            rest = &rest[n..];
+            framer.filled(n, |e| {
+                events.push(match e {
+                    FrameEvent::Frame(text) if take && text.is_lent() => {
+                        Ev::Frame(text.into_string())
+                    }
+                    FrameEvent::Frame(text) => Ev::Frame(text.to_owned()),
+                    FrameEvent::Error(e) => Ev::Error(e),
+                })
+            });
+            assert!(framer.buffered_len() <= config.get_max_frame());
+            assert!(framer.buffer_capacity() <= config.get_max_frame() + 1);
         }
         framer.finish(own(&mut events));
         events
@@ -1176,14 +1575,16 @@ mod tests {
         assert_eq!(framer.buffer_capacity(), 16 * 1024);
         framer.push(&[b' '; 20_000], |_| panic!());
         assert_eq!(framer.buffer_capacity(), 32 * 1024);
-        // Past 32 KiB: exactly `max_frame`, in one step.
-        framer.push(&[b' '; 10_000], |_| panic!());
-        assert_eq!(framer.buffer_capacity(), max);
+        framer.push(&[b' '; 20_000], |_| panic!());
+        assert_eq!(framer.buffer_capacity(), 64 * 1024);
+        // Past 64 KiB: exactly `max_frame + 1`, in one step.
+        framer.push(&[b' '; 100_000], |_| panic!());
+        assert_eq!(framer.buffer_capacity(), max + 1);
         let chunk = vec![b' '; 64 * 1024];
         let mut events = Vec::new();
         while events.is_empty() {
             framer.push(&chunk, own(&mut events));
-            assert!(framer.buffer_capacity() <= max);
+            assert!(framer.buffer_capacity() <= max + 1);
         }
         assert_eq!(events, [oversized(max, None)]);
         assert!(framer.buffer_capacity() <= SMALL_BUFFER_CAPACITY);
@@ -1192,10 +1593,25 @@ mod tests {
         assert!(framer.buffer_capacity() <= SMALL_BUFFER_CAPACITY);
         framer.push(b"1}\n", own(&mut events));
         assert_eq!(events.last(), Some(&frame("{\"b\":1}")));
-        // A big split frame keeps its capacity for the next one...
+        // A big split frame is lent; not taken, its buffer is kept for the
+        // next one...
+        framer.push(&chunk, |_| panic!());
+        framer.push(b"\n", |e| {
+            assert!(matches!(e, FrameEvent::Frame(t) if t.is_lent()))
+        });
+        assert_eq!(framer.buffer_capacity(), 64 * 1024);
+        // ...taken, the framer starts a small one...
+        framer.push(&chunk, |_| panic!());
+        let mut taken = String::new();
+        framer.push(b"\n", |e| match e {
+            FrameEvent::Frame(t) => taken = t.into_string(),
+            FrameEvent::Error(e) => panic!("{e}"),
+        });
+        assert_eq!(taken.len(), chunk.len());
+        assert_eq!(taken.capacity(), 64 * 1024, "the buffer itself, not a copy");
+        assert_eq!(framer.buffer_capacity(), SMALL_BUFFER_CAPACITY);
         framer.push(&chunk, |_| panic!());
         framer.push(b"\n", |_| {});
-        assert_eq!(framer.buffer_capacity(), max);
         // ...until asked, or until the stream ends.
         framer.shrink_buffer();
         assert_eq!(framer.buffer_capacity(), 0);
@@ -1204,13 +1620,52 @@ mod tests {
         assert_eq!(framer.buffer_capacity(), 0);
     }
 
+    /// Large frames (lent when gathered), next to small ones, a large
+    /// invalid one, a `\r\n` ending and an oversized one: reads of any size,
+    /// filled either way, lent frames taken or not, give the events of one
+    /// push.
+    #[test]
+    fn g4_large_frames_read_into_the_room_equal_one_push() {
+        let big = |n: usize, fill: u8| {
+            let mut line = b"{\"id\":1,\"result\":\"".to_vec();
+            line.resize(n - 2, fill);
+            line.extend_from_slice(b"\"}");
+            line
+        };
+        let mut stream = Vec::new();
+        for (line, end) in [
+            (big(70_000, b'a'), &b"\n"[..]),
+            (b"{\"small\":1}".to_vec(), b"\n"),
+            (big(LEND_MIN_FRAME, b'b'), b"\r\n"),
+            (big(LEND_MIN_FRAME + 1, b'c'), b"\n"),
+            (big(300_000, 0xff), b"\n"),
+            (big(2_000_000, b'd'), b"\n"),
+            (big(200_000, b'e'), b"\n"),
+            (b"{\"tail\":".to_vec(), b""),
+        ] {
+            stream.extend_from_slice(&line);
+            stream.extend_from_slice(end);
+        }
+        let c = config(1 << 20);
+        let want = run(&c, [&stream[..]]);
+        assert_eq!(want.iter().filter(|e| matches!(e, Ev::Frame(_))).count(), 5);
+        for sizes in [&[usize::MAX][..], &[1000], &[7, 65536, 3], &[65535, 1]] {
+            for fill in [Fill::Vec, Fill::Zeroed] {
+                for take in [false, true] {
+                    let got = run_reads(&c, &stream, sizes, fill, take);
+                    assert!(got == want, "sizes {sizes:?} {fill:?} take {take}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn small_limits_cap_the_capacity() {
         let mut framer = Framer::new(config(100));
         framer.push(&[b'a'; 60], |_| panic!());
-        assert_eq!(framer.buffer_capacity(), 100);
+        assert_eq!(framer.buffer_capacity(), 101);
         framer.push(&[b'a'; 40], |_| panic!());
-        assert_eq!(framer.buffer_capacity(), 100);
+        assert_eq!(framer.buffer_capacity(), 101);
     }
 
     #[test]
@@ -1681,6 +2136,20 @@ mod tests {
             prop_assert_eq!(&one_shot, &model(&c, &stream));
             let cuts = cuts(&stream, &picks);
             prop_assert_eq!(&run(&c, chunks_at(&stream, &cuts)), &one_shot);
+        }
+
+        /// G4: reading straight into the framer's room (either way of
+        /// filling it, lent frames taken or not) gives the events of pushing
+        /// the same stream.
+        #[test]
+        fn reads_into_the_room_equal_pushes(
+            (stream, c) in stream_and_config(),
+            sizes in proptest::collection::vec(1usize..300, 1..8),
+            zeroed in any::<bool>(),
+            take in any::<bool>(),
+        ) {
+            let fill = if zeroed { Fill::Zeroed } else { Fill::Vec };
+            prop_assert_eq!(run_reads(&c, &stream, &sizes, fill, take), run(&c, [&stream[..]]));
         }
 
         /// 1-byte chunks equal one chunk.

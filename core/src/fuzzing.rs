@@ -73,8 +73,64 @@ fn run_framer(config: &FramerConfig, input: &[u8], cuts: &[usize]) -> Vec<Owned>
     out
 }
 
-/// Framer: any chunking gives the events of the one-chunk run (G4); the
-/// buffer never passes `max_frame` (G2); nothing panics.
+/// Reads `input` into the framer's room, cut at `cuts` (and by the room's
+/// size), filling it by appending or by writing into zeroed bytes, taking
+/// lent frames or not.
+fn run_framer_reads(
+    config: &FramerConfig,
+    input: &[u8],
+    cuts: &[usize],
+    zeroed: bool,
+    take: bool,
+) -> Vec<Owned> {
+    let mut framer = Framer::new(config.clone());
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut cuts = cuts.iter().copied().chain(std::iter::repeat(usize::MAX));
+    while start < input.len() {
+        let end = cuts
+            .next()
+            .unwrap_or(usize::MAX)
+            .clamp(start + 1, input.len());
+        let mut at = start;
+        while at < end {
+            let room = framer.read_room();
+            let n = room.len().min(end - at);
+            assert!(n > 0, "the read room is never empty");
+            if zeroed {
+                room.zeroed()[..n].copy_from_slice(&input[at..at + n]);
+            } else {
+                room.vec().extend_from_slice(&input[at..at + n]);
+            }
+            at += n;
+            framer.filled(n, |ev| {
+                out.push(match ev {
+                    FrameEvent::Frame(s) if take => Owned::Frame(s.into_string()),
+                    FrameEvent::Frame(s) => Owned::Frame(s.to_owned()),
+                    FrameEvent::Error(e) => Owned::Error(e),
+                })
+            });
+            assert!(
+                framer.buffer_capacity() <= config.get_max_frame() + 1,
+                "G2: framer holds {} bytes with max_frame {}",
+                framer.buffer_capacity(),
+                config.get_max_frame()
+            );
+        }
+        start = end;
+    }
+    framer.finish(|ev| {
+        out.push(match ev {
+            FrameEvent::Frame(s) => Owned::Frame(s.to_owned()),
+            FrameEvent::Error(e) => Owned::Error(e),
+        })
+    });
+    out
+}
+
+/// Framer: any chunking gives the events of the one-chunk run (G4), and so
+/// does reading straight into the framer's room; the buffer never passes
+/// `max_frame` (G2); nothing panics.
 pub fn fuzz_framer(data: &[u8]) {
     let mut u = Unstructured::new(data);
     let max_frame = u.int_in_range(1..=96usize).unwrap_or(16);
@@ -98,6 +154,12 @@ pub fn fuzz_framer(data: &[u8]) {
     let one_shot = run_framer(&config, input, &[]);
     let chunked = run_framer(&config, input, &cuts);
     assert_eq!(one_shot, chunked, "G4: chunking changed the events");
+    let (zeroed, take) = (cuts.len() % 2 == 0, cuts.len() % 3 == 0);
+    assert_eq!(
+        one_shot,
+        run_framer_reads(&config, input, &cuts, zeroed, take),
+        "G4: reads into the room changed the events"
+    );
     let bytewise: Vec<usize> = (1..input.len().min(512)).collect();
     if input.len() <= 512 {
         assert_eq!(

@@ -658,7 +658,7 @@ impl State {
 
     fn on_host_event(&mut self, at: Stamp, ev: FrameEvent<'_>) {
         match ev {
-            FrameEvent::Frame(text) => self.on_host_frame(at, text),
+            FrameEvent::Frame(text) => self.on_host_frame(at, &text),
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 // Never forwarded: the framer discards the rest of the line.
                 self.metrics.oversized_requests += 1;
@@ -763,7 +763,7 @@ impl State {
 
     fn on_server_event(&mut self, at: Stamp, ev: FrameEvent<'_>) {
         match ev {
-            FrameEvent::Frame(text) => self.on_server_frame(at, text),
+            FrameEvent::Frame(text) => self.on_server_frame(at, &text),
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 self.metrics.oversized_responses += 1;
                 // Without an id in the prefix, wait for the frame's end: the

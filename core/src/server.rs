@@ -526,7 +526,7 @@ struct CancelParams {
 impl ServerState {
     fn on_frame_event(&mut self, ev: FrameEvent<'_>) {
         match ev {
-            FrameEvent::Frame(text) => self.on_frame(text),
+            FrameEvent::Frame(text) => self.on_frame(&text),
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 tracing::debug!(limit, ?id_hint, "oversized request on stdin");
                 if let Some(id) = id_hint {

@@ -387,7 +387,7 @@ impl Drop for RawServer {
 
 fn push_event(events: &mut VecDeque<RawEvent>, ev: FrameEvent<'_>) {
     match ev {
-        FrameEvent::Frame(text) => events.push_back(classify(text)),
+        FrameEvent::Frame(text) => events.push_back(classify(&text)),
         // An id among the line's first bytes: reported as the limit is crossed.
         FrameEvent::Error(FrameError::Oversized {
             id_hint: Some(id), ..
