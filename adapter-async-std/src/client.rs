@@ -40,7 +40,7 @@ pub use mcp_stdio_core::driver::CancelHandle;
 use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
-use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request};
+use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
 use mcp_stdio_core::CommandSpec;
 
 use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
@@ -58,7 +58,7 @@ const STDOUT_READ: usize = 64 * 1024;
 /// Bytes read from stderr per read call.
 const STDERR_READ: usize = 16 * 1024;
 
-type Outcome = Result<Box<RawValue>, RequestError>;
+type Outcome = Result<RawResult, RequestError>;
 
 /// A one-shot reply: a capacity-1 channel used for a single `try_send`.
 fn oneshot<T>() -> (Sender<T>, Receiver<T>) {
@@ -336,7 +336,7 @@ impl Client {
         let result = self
             .request_with_timeout("initialize", Some(params), self.request_timeout)
             .await?;
-        let init = check_initialize_result(&result)?;
+        let init = check_initialize_result(result.get())?;
         self.notify("notifications/initialized", None).await?;
         Ok(init)
     }

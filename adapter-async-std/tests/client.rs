@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use async_std::task::block_on;
 use mcp_stdio_async_std::core::client::RequestFailure;
-use mcp_stdio_async_std::core::message::{to_raw, RawValue};
+use mcp_stdio_async_std::core::message::{to_raw, RawResult, RawValue};
 use mcp_stdio_async_std::core::process::EndedBy;
 use mcp_stdio_async_std::core::ExitStatus;
 use mcp_stdio_async_std::{
@@ -62,7 +62,7 @@ fn tool(name: &str, arguments: Value) -> Option<Box<RawValue>> {
     Some(to_raw(&json!({ "name": name, "arguments": arguments })).expect("JSON serializes"))
 }
 
-fn first_text(result: &RawValue) -> String {
+fn first_text(result: &RawResult) -> String {
     let v: Value = serde_json::from_str(result.get()).expect("a result is JSON");
     v["content"][0]["text"]
         .as_str()
@@ -70,7 +70,7 @@ fn first_text(result: &RawValue) -> String {
         .to_owned()
 }
 
-fn assert_too_large(r: &Result<Box<RawValue>, RequestError>, limit: usize) {
+fn assert_too_large(r: &Result<RawResult, RequestError>, limit: usize) {
     match r {
         Err(RequestError::Failed(RequestFailure::ResponseTooLarge { limit: l, .. })) => {
             assert_eq!(*l, limit);

@@ -40,7 +40,7 @@ pub use mcp_stdio_core::driver::CancelHandle;
 use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
-use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request};
+use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
 use mio::unix::pipe;
@@ -56,8 +56,6 @@ use crate::os;
 const COMMAND_QUEUE: usize = 256;
 /// Commands the I/O thread takes per turn before it reads and writes again.
 const COMMANDS_PER_TURN: usize = 64;
-/// Bytes read from stdout per read call.
-const STDOUT_READ: usize = 64 * 1024;
 /// Bytes read from stderr per read call.
 const STDERR_READ: usize = 16 * 1024;
 /// Reads of one stream per turn (at most 1 MiB of stdout) before the other
@@ -73,7 +71,7 @@ const STDERR: Token = Token(2);
 const CHILD_EXIT: Token = Token(3);
 const WAKER: Token = Token(4);
 
-type Outcome = Result<Box<RawValue>, RequestError>;
+type Outcome = Result<RawResult, RequestError>;
 
 /// Capacity-1 `sync_channel`s carry the I/O thread's replies.
 #[derive(Debug)]
@@ -332,7 +330,7 @@ impl Client {
     pub fn initialize(&self) -> Result<InitializeResult, InitializeError> {
         let params = initialize_params(&self.client_info, None);
         let result = self.request_with_timeout("initialize", Some(params), self.request_timeout)?;
-        let init = check_initialize_result(&result)?;
+        let init = check_initialize_result(result.get())?;
         self.notify("notifications/initialized", None)?;
         Ok(init)
     }
@@ -643,7 +641,6 @@ struct Driver {
     shared: Arc<Shared>,
     exited: bool,
     kill_requested: bool,
-    out_buf: Vec<u8>,
     err_buf: Vec<u8>,
 }
 
@@ -706,7 +703,6 @@ impl Driver {
             shared: shared.clone(),
             exited: false,
             kill_requested: false,
-            out_buf: vec![0; STDOUT_READ],
             err_buf: vec![0; STDERR_READ],
         };
         Ok((driver, commands, shared))
@@ -784,13 +780,14 @@ impl Driver {
             if !self.io.stdout_ready {
                 return;
             }
+            // Straight into the framer's buffer: the read is the one copy.
             match read_once(
                 self.pid,
                 &mut self.io.stdout,
                 &mut self.io.stdout_ready,
-                &mut self.out_buf,
+                self.core.stdout_room().zeroed(),
             ) {
-                Read1::Data(n) => self.core.handle_stdout(now, &self.out_buf[..n]),
+                Read1::Data(n) => self.core.handle_stdout_read(now, n),
                 Read1::End => {
                     self.io.close_stdout();
                     self.core.handle_stdout_eof(now);

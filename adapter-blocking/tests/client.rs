@@ -32,7 +32,7 @@ fn ping(client: &Client) -> Duration {
 }
 
 fn assert_too_large(
-    r: &Result<Box<mcp_stdio_blocking::core::message::RawValue>, RequestError>,
+    r: &Result<mcp_stdio_blocking::core::message::RawResult, RequestError>,
     limit: usize,
 ) {
     match r {

@@ -12,7 +12,8 @@ pub use mcp_stdio_core::driver::CancelHandle;
 use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
-use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request};
+use mcp_stdio_core::frame::ReadRoom;
+use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
 use mcp_stdio_core::CommandSpec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
@@ -26,12 +27,10 @@ use crate::os;
 /// Commands queued from the application to the driver task. Cancels never
 /// pass through it (see [`CancelRegistry`]), so a full queue loses none.
 const COMMAND_QUEUE: usize = 256;
-/// Bytes read from stdout per read call.
-const STDOUT_READ: usize = 64 * 1024;
 /// Bytes read from stderr per read call.
 const STDERR_READ: usize = 16 * 1024;
 
-type Outcome = Result<Box<RawValue>, RequestError>;
+type Outcome = Result<RawResult, RequestError>;
 
 /// tokio's one-shot channels carry the driver's replies.
 #[derive(Debug)]
@@ -228,7 +227,7 @@ impl Client {
         let result = self
             .request_with_timeout("initialize", Some(params), self.request_timeout)
             .await?;
-        let init = check_initialize_result(&result)?;
+        let init = check_initialize_result(result.get())?;
         self.notify("notifications/initialized", None).await?;
         Ok(init)
     }
@@ -444,7 +443,6 @@ impl Driver {
     }
 
     async fn run(mut self) -> SessionRecord {
-        let mut out_buf = vec![0u8; STDOUT_READ];
         let mut err_buf = vec![0u8; STDERR_READ];
         loop {
             while let Some(action) = self.core.poll_action() {
@@ -471,15 +469,14 @@ impl Driver {
             }
             let deadline = self.core.poll_timeout().map(tokio::time::Instant::from_std);
             let has_incoming = self.core.has_incoming();
-            // The held message's rest; written only as the pipe accepts it
-            // (tokio's pipes are readiness-based), never awaited whole.
-            let pending_write = match self.stdin {
-                Some(_) => self.core.poll_write(),
-                None => None,
-            };
+            // The held message's rest, written only as the pipe accepts it
+            // (tokio's pipes are readiness-based), never awaited whole; and
+            // stdout read straight into the framer's buffer.
+            let (pending_write, room) = self.core.poll_io();
+            let pending_write = pending_write.filter(|_| self.stdin.is_some());
             let wake = tokio::select! {
                 // Readers first: nothing the application does pauses them (G1).
-                r = read_opt(&mut self.stdout, &mut out_buf) => Wake::Stdout(r),
+                r = read_room(&mut self.stdout, room) => Wake::Stdout(r),
                 r = read_opt(&mut self.stderr, &mut err_buf) => Wake::Stderr(r),
                 status = self.child.wait(), if !self.exited => Wake::Exited(status),
                 r = write_some(&mut self.stdin, pending_write), if pending_write.is_some() => Wake::Written(r),
@@ -491,7 +488,7 @@ impl Driver {
             // The one clock read of this turn.
             let now = Instant::now();
             match wake {
-                Wake::Stdout(Ok(n)) if n > 0 => self.core.handle_stdout(now, &out_buf[..n]),
+                Wake::Stdout(Ok(n)) if n > 0 => self.core.handle_stdout_read(now, n),
                 Wake::Stdout(_) => {
                     self.stdout = None;
                     self.core.handle_stdout_eof(now);
@@ -563,6 +560,18 @@ async fn read_opt<R: tokio::io::AsyncRead + Unpin>(
 ) -> std::io::Result<usize> {
     match reader {
         Some(r) => r.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One read of stdout into the framer's room, appended in place (tokio's
+/// `read_buf` fills spare capacity: nothing is zeroed or copied again).
+async fn read_room(reader: &mut Option<ChildStdout>, room: ReadRoom<'_>) -> std::io::Result<usize> {
+    match reader {
+        Some(r) => {
+            let limit = room.len() as u64;
+            r.take(limit).read_buf(room.vec()).await
+        }
         None => std::future::pending().await,
     }
 }

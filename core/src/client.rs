@@ -28,18 +28,20 @@
 //! `+ c.max_in_flight × (c.max_frame + 100)` (completed responses not yet polled)
 //! `+ c.max_cancelled_remembered × ~64` (recently cancelled ids).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::frame::{
-    recover_id, FrameError, FrameEvent, Framer, FramerConfig, IdRecovery, OversizedPolicy,
+    recover_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery,
+    OversizedPolicy, ReadRoom,
 };
 use crate::idset::RecentIds;
 use crate::message::{
     encode_error, encode_notification, encode_request, encode_result, DecodeError, EncodeError,
-    ErrorObject, Id, Message, Notification, RawValue, Request, SERVER_ERROR,
+    ErrorObject, Id, Message, Notification, RawResult, RawValue, Request, SERVER_ERROR,
 };
 
 /// The method name of the MCP handshake request, which must never be cancelled.
@@ -276,7 +278,7 @@ pub enum ClientEvent {
         /// The request id.
         id: Id,
         /// The raw result, or the failure.
-        outcome: Result<Box<RawValue>, RequestFailure>,
+        outcome: Result<RawResult, RequestFailure>,
     },
     /// At least one message waits in the inbox; take it with
     /// [`ClientSession::poll_incoming`]. Emitted once per empty→non-empty change.
@@ -476,6 +478,27 @@ impl ClientSession {
         }
     }
 
+    /// Room to read the server's stdout into, straight into the framer's
+    /// buffer (no read buffer of the adapter's own, and a large response is
+    /// gathered where it lands); then [`handle_stdout_read`](Self::handle_stdout_read).
+    /// See [`ReadRoom`].
+    pub fn stdout_room(&mut self) -> ReadRoom<'_> {
+        self.framer.read_room()
+    }
+
+    /// `n` bytes were read into the room from
+    /// [`stdout_room`](Self::stdout_room): as
+    /// [`handle_stdout`](Self::handle_stdout) with those bytes (G4). A large
+    /// response's frame is taken whole and becomes its result
+    /// ([`RawResult`]): the only copy of it.
+    pub fn handle_stdout_read(&mut self, now: Instant, n: usize) {
+        let state = &mut self.state;
+        self.framer.filled(n, |ev| state.on_frame_event(now, ev));
+        if self.framer.is_closed() && self.state.closed.is_none() {
+            self.state.close(CloseReason::OversizedFrame);
+        }
+    }
+
     /// The server's stdout reached end-of-file: the session closes and every
     /// pending request completes with [`RequestFailure::SessionClosed`].
     pub fn handle_stdout_eof(&mut self, now: Instant) {
@@ -651,7 +674,7 @@ impl ClientSession {
 impl SessionState {
     fn on_frame_event(&mut self, now: Instant, ev: FrameEvent<'_>) {
         match ev {
-            FrameEvent::Frame(text) => self.on_frame(now, &text),
+            FrameEvent::Frame(text) => self.on_frame(now, text),
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 self.oversized_seen = limit as u64 + 1;
                 tracing::debug!(limit, ?id_hint, "oversized frame from server");
@@ -702,13 +725,20 @@ impl SessionState {
         }
     }
 
-    fn on_frame(&mut self, now: Instant, text: &str) {
+    fn on_frame(&mut self, now: Instant, frame: FrameText<'_>) {
         if self.closed.is_some() {
             return;
         }
-        let msg = match Message::decode(text) {
+        // A lent (large) frame is taken whole: a result is then the frame
+        // itself, the only copy of it in the process.
+        let decoded = if frame.is_lent() {
+            Message::decode_owned(frame.into_string()).map_err(|(e, text)| (e, Cow::Owned(text)))
+        } else {
+            Message::decode(&frame).map_err(|e| (e, Cow::Borrowed(&*frame)))
+        };
+        let msg = match decoded {
             Ok(m) => m,
-            Err(e) => {
+            Err((e, text)) => {
                 *self.metrics.parse_errors.entry(e.kind()).or_default() += 1;
                 tracing::debug!(error = %e, "undecodable frame from server");
                 // A broken response still names its request: fail it now

@@ -52,12 +52,13 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::client::{ClientEvent, ClientMetrics, Incoming, RequestFailure};
+use crate::frame::ReadRoom;
 use crate::host::{ClientOptions, HostAction, HostSession, RequestError, SessionRecord};
-use crate::message::{ErrorObject, Id, RawValue};
+use crate::message::{ErrorObject, Id, RawResult, RawValue};
 use crate::process::{ExitStatus, Signal};
 
 /// A request's outcome as the application sees it.
-pub type Outcome = Result<Box<RawValue>, RequestError>;
+pub type Outcome = Result<RawResult, RequestError>;
 
 /// The one-shot reply channels of an adapter (tokio's `oneshot`, a
 /// capacity-1 `async_channel`, a capacity-1 `sync_channel`).
@@ -414,6 +415,30 @@ impl<C: ReplyChannel> ClientDriver<C> {
     /// Bytes from the server's stdout.
     pub fn handle_stdout(&mut self, now: Instant, chunk: &[u8]) {
         self.host.handle_stdout(now, chunk);
+    }
+
+    /// Room to read the server's stdout into: the framer's own buffer, so
+    /// the pipe's bytes are copied once, by the read (see [`ReadRoom`]);
+    /// then [`handle_stdout_read`](Self::handle_stdout_read).
+    pub fn stdout_room(&mut self) -> ReadRoom<'_> {
+        self.host.stdout_room()
+    }
+
+    /// `n` bytes were read into [`stdout_room`](Self::stdout_room).
+    pub fn handle_stdout_read(&mut self, now: Instant, n: usize) {
+        self.host.handle_stdout_read(now, n);
+    }
+
+    /// The held message's unwritten rest and room to read stdout into, at
+    /// once: for a loop that waits on both in one `select`. As
+    /// [`poll_write`](Self::poll_write) and [`stdout_room`](Self::stdout_room).
+    pub fn poll_io(&mut self) -> (Option<&[u8]>, ReadRoom<'_>) {
+        self.refill();
+        let write = match &self.write {
+            WriteSlot::Held { bytes, offset } => Some(&bytes[*offset..]),
+            _ => None,
+        };
+        (write, self.host.stdout_room())
     }
 
     /// The server's stdout ended (end-of-file or a read error).

@@ -83,9 +83,9 @@ pub enum HandshakeError {
     UnsupportedVersion(String),
 }
 
-/// Parses and checks the server's `initialize` result.
-pub fn check_initialize_result(result: &RawValue) -> Result<InitializeResult, HandshakeError> {
-    let parsed: InitializeResult = serde_json::from_str(result.get())
+/// Parses and checks the server's `initialize` result (its JSON text).
+pub fn check_initialize_result(result: &str) -> Result<InitializeResult, HandshakeError> {
+    let parsed: InitializeResult = serde_json::from_str(result)
         .map_err(|e| HandshakeError::InvalidResult(e.to_string()))?;
     if !SUPPORTED_PROTOCOL_VERSIONS.contains(&parsed.protocol_version.as_str()) {
         return Err(HandshakeError::UnsupportedVersion(parsed.protocol_version));
@@ -113,7 +113,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            check_initialize_result(&ok).unwrap().protocol_version,
+            check_initialize_result(ok.get()).unwrap().protocol_version,
             "2025-06-18"
         );
         let old = RawValue::from_string(
@@ -121,12 +121,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            check_initialize_result(&old).unwrap_err(),
+            check_initialize_result(old.get()).unwrap_err(),
             HandshakeError::UnsupportedVersion("2023-01-01".into())
         );
         let bad = RawValue::from_string(r#"{"capabilities":{}}"#.into()).unwrap();
         assert!(matches!(
-            check_initialize_result(&bad),
+            check_initialize_result(bad.get()),
             Err(HandshakeError::InvalidResult(_))
         ));
     }

@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::capture::{
     CaptureConfig, CaptureSummary, Grant, OutputCapture, SharedRetentionPool, DEFAULT_EXCERPT,
 };
+use crate::frame::ReadRoom;
 use crate::client::{
     CancelError, ClientConfig, ClientEvent, ClientMetrics, ClientSession, CloseReason, Incoming,
     RequestFailure, SendError,
@@ -469,6 +470,19 @@ impl HostSession {
     /// Bytes from the server's stdout.
     pub fn handle_stdout(&mut self, now: Instant, chunk: &[u8]) {
         self.session.handle_stdout(now, chunk);
+        self.shutdown_if_session_closed(now);
+    }
+
+    /// Room to read the server's stdout into (see
+    /// [`ClientSession::stdout_room`]); then
+    /// [`handle_stdout_read`](Self::handle_stdout_read).
+    pub fn stdout_room(&mut self) -> ReadRoom<'_> {
+        self.session.stdout_room()
+    }
+
+    /// `n` bytes were read into [`stdout_room`](Self::stdout_room).
+    pub fn handle_stdout_read(&mut self, now: Instant, n: usize) {
+        self.session.handle_stdout_read(now, n);
         self.shutdown_if_session_closed(now);
     }
 

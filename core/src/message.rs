@@ -141,7 +141,132 @@ pub struct Response {
     /// The id of the request this answers.
     pub id: Id,
     /// The raw `result` value, or the `error` object.
-    pub result: Result<Box<RawValue>, ErrorObject>,
+    pub result: Result<RawResult, ErrorObject>,
+}
+
+/// The raw JSON text of a response's `result`.
+///
+/// A large response arrives as a frame the framer lends
+/// ([`crate::frame::FrameText`]); [`Message::decode_owned`] keeps that frame
+/// whole and this value is its `result` member, found in place. So the one
+/// copy of an 8 MiB result in the process is the bytes read from the pipe:
+/// no second buffer for the result, no memmove, no second parse. A smaller
+/// result owns exactly its text.
+///
+/// [`RawResult::get`] gives the JSON text (as [`RawValue::get`] does);
+/// [`RawResult::parse`] deserializes it; [`RawResult::into_raw_value`] turns
+/// it into a `Box<RawValue>` where one is needed (a copy, unless the value
+/// owns exactly its text).
+#[derive(Clone)]
+pub struct RawResult {
+    /// Holds the JSON text at `start..end`: the whole frame, or just the text.
+    text: String,
+    start: usize,
+    end: usize,
+}
+
+impl RawResult {
+    /// A result of exactly `raw`, owning it (no copy).
+    pub fn new(raw: Box<RawValue>) -> Self {
+        let text = String::from(Box::<str>::from(raw));
+        let end = text.len();
+        Self {
+            text,
+            start: 0,
+            end,
+        }
+    }
+
+    /// The JSON text of the value, as received (insignificant whitespace
+    /// kept).
+    pub fn get(&self) -> &str {
+        &self.text[self.start..self.end]
+    }
+
+    /// Length of the JSON text in bytes.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Deserializes the value.
+    pub fn parse<T: de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.get())
+    }
+
+    /// The value as a `Box<RawValue>`: no copy when this value owns exactly
+    /// its text; otherwise the text is copied into a new box.
+    pub fn into_raw_value(self) -> Box<RawValue> {
+        let whole = self.start == 0 && self.end == self.text.len();
+        let text = if whole {
+            self.text
+        } else {
+            self.get().to_owned()
+        };
+        // The text is one JSON value: it was parsed as one when decoded, or
+        // came from a `RawValue`.
+        RawValue::from_string(text).unwrap_or_else(|_| {
+            RawValue::from_string("null".to_owned()).expect("`null` is JSON")
+        })
+    }
+
+    /// Bytes of memory this value keeps alive (its whole frame, when it was
+    /// taken from one).
+    pub fn retained_bytes(&self) -> usize {
+        self.text.capacity()
+    }
+}
+
+impl From<Box<RawValue>> for RawResult {
+    fn from(raw: Box<RawValue>) -> Self {
+        Self::new(raw)
+    }
+}
+
+impl From<&RawValue> for RawResult {
+    fn from(raw: &RawValue) -> Self {
+        let text = raw.get().to_owned();
+        let end = text.len();
+        Self {
+            text,
+            start: 0,
+            end,
+        }
+    }
+}
+
+impl fmt::Debug for RawResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RawResult").field(&format_args!("{}", self.get())).finish()
+    }
+}
+
+impl fmt::Display for RawResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+impl PartialEq for RawResult {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for RawResult {}
+
+impl Serialize for RawResult {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Embedded as raw JSON; the text is checked again here, once.
+        let raw: &RawValue = serde_json::from_str(self.get()).map_err(serde::ser::Error::custom)?;
+        raw.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawResult {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Box::<RawValue>::deserialize(d).map(Self::new)
+    }
 }
 
 /// A JSON-RPC error object.
@@ -309,8 +434,19 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::
     Box::<RawValue>::deserialize(d).map(Some)
 }
 
+/// [`present`], borrowed from the frame.
+fn present_borrowed<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue>::deserialize(d).map(Some)
+}
+
 /// A string member that may be absent; a present non-string is a shape error we
 /// report by name, so it is taken raw and judged afterwards.
+/// A decoded frame, a result still borrowed from it.
+enum Decoded<'a> {
+    Message(Message),
+    Result { id: Id, result: &'a RawValue },
+}
+
 #[derive(Deserialize)]
 struct WireEnvelope<'a> {
     #[serde(default, borrow)]
@@ -321,8 +457,8 @@ struct WireEnvelope<'a> {
     method: Option<&'a RawValue>,
     #[serde(default, deserialize_with = "present")]
     params: Option<Box<RawValue>>,
-    #[serde(default, deserialize_with = "present")]
-    result: Option<Box<RawValue>>,
+    #[serde(default, borrow, deserialize_with = "present_borrowed")]
+    result: Option<&'a RawValue>,
     #[serde(default, borrow)]
     error: Option<&'a RawValue>,
 }
@@ -346,6 +482,47 @@ impl Message {
     /// Exactly one JSON object is accepted. Unknown members are ignored; a
     /// duplicated member is a JSON error.
     pub fn decode(frame: &str) -> Result<Self, DecodeError> {
+        Ok(match Self::decode_in(frame)? {
+            Decoded::Message(m) => m,
+            Decoded::Result { id, result } => Self::Response(Response {
+                id,
+                result: Ok(RawResult::from(result)),
+            }),
+        })
+    }
+
+    /// Decodes one frame taken whole, as [`Message::decode`] does; a
+    /// response's result is then the frame itself, its `result` member found
+    /// in place ([`RawResult`]): no copy. Meant for large frames, which the
+    /// framer lends ([`crate::frame::FrameText::into_string`]). On error the
+    /// frame is given back with it.
+    pub fn decode_owned(frame: String) -> Result<Self, (DecodeError, String)> {
+        let decoded = match Self::decode_in(&frame) {
+            Ok(d) => d,
+            Err(e) => return Err((e, frame)),
+        };
+        let (id, start, end) = match decoded {
+            Decoded::Message(m) => return Ok(m),
+            Decoded::Result { id, result } => {
+                // Where the member's text lies in the frame it was parsed from.
+                let start = result.get().as_ptr() as usize - frame.as_ptr() as usize;
+                (id, start, start + result.get().len())
+            }
+        };
+        let mut text = frame;
+        // Only what is past the result's end may go (the frame's capacity can
+        // be up to the wire limit): shrinking in place, no copy.
+        text.truncate(end);
+        if text.capacity() - text.len() > 4096 {
+            text.shrink_to_fit();
+        }
+        Ok(Self::Response(Response {
+            id,
+            result: Ok(RawResult { text, start, end }),
+        }))
+    }
+
+    fn decode_in(frame: &str) -> Result<Decoded<'_>, DecodeError> {
         match frame
             .trim_start_matches([' ', '\t', '\r', '\n'])
             .as_bytes()
@@ -382,25 +559,22 @@ impl Message {
         };
         let params = w.params.filter(|p| p.get() != "null");
         match (method, w.id, w.result, w.error) {
-            (Some(method), WireId::Absent, None, None) => {
-                Ok(Self::Notification(Notification { method, params }))
-            }
-            (Some(method), WireId::Valid(id), None, None) => {
-                Ok(Self::Request(Request { id, method, params }))
-            }
+            (Some(method), WireId::Absent, None, None) => Ok(Decoded::Message(
+                Self::Notification(Notification { method, params }),
+            )),
+            (Some(method), WireId::Valid(id), None, None) => Ok(Decoded::Message(Self::Request(
+                Request { id, method, params },
+            ))),
             (None, WireId::Valid(id), Some(result), None) if params.is_none() => {
-                Ok(Self::Response(Response {
-                    id,
-                    result: Ok(result),
-                }))
+                Ok(Decoded::Result { id, result })
             }
             (None, WireId::Valid(id), None, Some(error)) if params.is_none() => {
                 let error: ErrorObject = serde_json::from_str(error.get())
                     .map_err(|_| DecodeError::BadMember("error"))?;
-                Ok(Self::Response(Response {
+                Ok(Decoded::Message(Self::Response(Response {
                     id,
                     result: Err(error),
-                }))
+                })))
             }
             (_, WireId::Invalid(e), _, _) => Err(DecodeError::InvalidId(e)),
             _ => Err(DecodeError::Shape),
@@ -426,7 +600,12 @@ impl Message {
             Self::Request(r) => encode_request(&r.id, &r.method, r.params.as_deref(), max_frame),
             Self::Notification(n) => encode_notification(&n.method, n.params.as_deref(), max_frame),
             Self::Response(r) => match &r.result {
-                Ok(v) => encode_result(&r.id, v, max_frame),
+                Ok(v) => {
+                    // Every `RawResult` holds one JSON value.
+                    let raw: &RawValue = serde_json::from_str(v.get())
+                        .map_err(|_| EncodeError::TooLarge { limit: max_frame })?;
+                    encode_result(&r.id, raw, max_frame)
+                }
                 Err(e) => encode_error(Some(&r.id), e, max_frame),
             },
         }

@@ -8,11 +8,11 @@ use std::time::Duration;
 use mcp_stdio_core::client::ClientMetrics;
 use mcp_stdio_core::handshake::InitializeResult;
 use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
-use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request};
+use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
 use mcp_stdio_core::CommandSpec;
 
 /// A result as the suite sees it.
-pub type Outcome = Result<Box<RawValue>, RequestError>;
+pub type Outcome = Result<RawResult, RequestError>;
 
 /// An adapter under test.
 pub trait Adapter: 'static {

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_core::client::RequestFailure;
 use mcp_stdio_core::host::{ClientOptions, RequestError, SessionRecord};
-use mcp_stdio_core::message::{to_raw, RawValue};
+use mcp_stdio_core::message::{to_raw, RawResult, RawValue};
 use mcp_stdio_core::process::EndedBy;
 use mcp_stdio_core::{CommandSpec, ExitStatus};
 use serde_json::{json, Value};
@@ -200,12 +200,12 @@ fn raw(v: &Value) -> Option<Box<RawValue>> {
     Some(to_raw(v).expect("a serde_json::Value always serializes"))
 }
 
-fn parse(r: &RawValue) -> Value {
+fn parse(r: &RawResult) -> Value {
     serde_json::from_str(r.get()).expect("a result is JSON")
 }
 
 /// The text of the first content block of a `tools/call` result.
-fn first_text(result: &RawValue) -> String {
+fn first_text(result: &RawResult) -> String {
     let v = parse(result);
     assert_ne!(
         v["isError"],

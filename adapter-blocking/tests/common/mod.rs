@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_blocking::core::message::{to_raw, RawValue};
+use mcp_stdio_blocking::core::message::{to_raw, RawResult, RawValue};
 use mcp_stdio_blocking::{ClientOptions, CommandSpec};
 use serde_json::Value;
 
@@ -78,7 +78,7 @@ pub fn tool(name: &str, arguments: Value) -> Option<Box<RawValue>> {
 }
 
 /// The text of the first content block of a tool result.
-pub fn first_text(result: &RawValue) -> String {
+pub fn first_text(result: &RawResult) -> String {
     let v: Value = serde_json::from_str(result.get()).expect("a result is JSON");
     v["content"][0]["text"]
         .as_str()

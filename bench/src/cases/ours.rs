@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use mcp_stdio_core::host::ClientOptions;
-use mcp_stdio_core::message::{to_raw, RawValue};
+use mcp_stdio_core::message::{to_raw, RawResult, RawValue};
 use mcp_stdio_core::CommandSpec;
 
 use super::{
@@ -31,7 +31,7 @@ fn raw(v: &serde_json::Value) -> Box<RawValue> {
 /// Checks a `big` result: one text block of `bytes` bytes. With `decode`,
 /// parses it into a `serde_json::Value` first (what a host that wants the
 /// text does), as rmcp and the SDKs do.
-fn check_big(result: &RawValue, bytes: usize, decode: bool) {
+fn check_big(result: &RawResult, bytes: usize, decode: bool) {
     if decode {
         let value: serde_json::Value = serde_json::from_str(result.get()).expect("result is JSON");
         let text = value

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use mcp_stdio_core::client::{ClientMetrics, RequestFailure};
 use mcp_stdio_core::handshake::{Implementation, InitializeResult, LATEST_PROTOCOL_VERSION};
 use mcp_stdio_core::host::{ClientOptions, HostConfig, InitializeError, RequestError};
-use mcp_stdio_core::message::{to_raw, Id, Message, RawValue};
+use mcp_stdio_core::message::{to_raw, Id, Message, RawResult, RawValue};
 use mcp_stdio_core::process::{EndedBy, Signal};
 use mcp_stdio_core::{CommandSpec, ExitStatus, SessionRecord};
 use mcp_stdio_tokio::Client;
@@ -1309,7 +1309,7 @@ fn fmt_status(status: Option<ExitStatus>) -> String {
     }
 }
 
-fn count_tools(raw: &RawValue) -> Option<usize> {
+fn count_tools(raw: &RawResult) -> Option<usize> {
     #[derive(serde::Deserialize)]
     struct Listed {
         tools: Vec<serde::de::IgnoredAny>,
@@ -1319,7 +1319,7 @@ fn count_tools(raw: &RawValue) -> Option<usize> {
         .map(|l| l.tools.len())
 }
 
-fn is_error_result(raw: &RawValue) -> bool {
+fn is_error_result(raw: &RawResult) -> bool {
     #[derive(serde::Deserialize)]
     struct ToolResult {
         #[serde(rename = "isError", default)]

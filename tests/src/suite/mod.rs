@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_core::client::{ClientMetrics, RequestFailure};
 use mcp_stdio_core::host::{ClientOptions, RequestError, SessionRecord};
-use mcp_stdio_core::message::{to_raw, Id, RawValue};
+use mcp_stdio_core::message::{to_raw, Id, RawResult, RawValue};
 use mcp_stdio_core::process::StreamEnd;
 use mcp_stdio_core::CommandSpec;
 use serde_json::{json, Value};
@@ -158,7 +158,7 @@ pub fn shutdown_within<A: Adapter>(
 pub fn wait_within(
     pending: Box<dyn SuitePending>,
     limit: Duration,
-) -> (Result<Box<RawValue>, RequestError>, Duration) {
+) -> (Result<RawResult, RequestError>, Duration) {
     bounded(limit, "waiting for a request", move || pending.wait())
 }
 
@@ -187,7 +187,7 @@ pub fn parse_errors(m: &ClientMetrics) -> u64 {
 }
 
 /// The text of the first content block of a tool result.
-pub fn first_text(result: &RawValue) -> String {
+pub fn first_text(result: &RawResult) -> String {
     let v: Value = serde_json::from_str(result.get()).expect("a result is JSON");
     v["content"][0]["text"]
         .as_str()
@@ -201,7 +201,7 @@ pub fn first_text(result: &RawValue) -> String {
 }
 
 /// Asserts a request failed with `ResponseTooLarge`.
-pub fn assert_too_large(r: &Result<Box<RawValue>, RequestError>, limit: usize) {
+pub fn assert_too_large(r: &Result<RawResult, RequestError>, limit: usize) {
     match r {
         Err(RequestError::Failed(RequestFailure::ResponseTooLarge { limit: l, .. })) => {
             assert_eq!(*l, limit);
@@ -214,7 +214,7 @@ pub fn assert_too_large(r: &Result<Box<RawValue>, RequestError>, limit: usize) {
 }
 
 /// Asserts a request ended `Cancelled { cancel_sent: true }`.
-pub fn assert_cancelled_and_sent(r: &Result<Box<RawValue>, RequestError>) {
+pub fn assert_cancelled_and_sent(r: &Result<RawResult, RequestError>) {
     assert!(
         matches!(
             r,
