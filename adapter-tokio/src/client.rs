@@ -4,15 +4,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use mcp_stdio_core::client::{ClientMetrics, Incoming, RequestFailure, SendError};
 pub use mcp_stdio_core::driver::CancelHandle;
 use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
+use mcp_stdio_core::frame::ReadRoom;
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
-use mcp_stdio_core::frame::ReadRoom;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
 use mcp_stdio_core::CommandSpec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -27,6 +27,9 @@ use crate::os;
 /// Commands queued from the application to the driver task. Cancels never
 /// pass through it (see [`CancelRegistry`]), so a full queue loses none.
 const COMMAND_QUEUE: usize = 256;
+/// Reads of stdout per wake of the driver, when bytes keep coming: a 4 MiB
+/// burst, then the other branches get their turn.
+const STDOUT_READS_PER_WAKE: usize = 64;
 /// Bytes read from stderr per read call.
 const STDERR_READ: usize = 16 * 1024;
 
@@ -488,7 +491,10 @@ impl Driver {
             // The one clock read of this turn.
             let now = Instant::now();
             match wake {
-                Wake::Stdout(Ok(n)) if n > 0 => self.core.handle_stdout_read(now, n),
+                Wake::Stdout(Ok(n)) if n > 0 => {
+                    self.core.handle_stdout_read(now, n);
+                    drain_stdout(&mut self.stdout, &mut self.core, now);
+                }
                 Wake::Stdout(_) => {
                     self.stdout = None;
                     self.core.handle_stdout_eof(now);
@@ -552,6 +558,47 @@ impl Driver {
             self.core.handle_cancels(now);
         }
     }
+}
+
+/// Reads on while stdout has bytes ready, at most [`STDOUT_READS_PER_WAKE`]
+/// times, without a turn through the `select` (a large response is many
+/// reads; each turn re-polls every branch).
+fn drain_stdout(stdout: &mut Option<ChildStdout>, core: &mut ClientDriver<OneShot>, now: Instant) {
+    let waker = noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    for _ in 1..STDOUT_READS_PER_WAKE {
+        let Some(r) = stdout.as_mut() else {
+            return;
+        };
+        let polled = {
+            let room = core.stdout_room();
+            let mut limited = r.take(room.len() as u64);
+            let read = limited.read_buf(room.vec());
+            std::pin::pin!(read).poll(&mut cx)
+        };
+        match polled {
+            Poll::Ready(Ok(n)) if n > 0 => core.handle_stdout_read(now, n),
+            Poll::Ready(_) => {
+                *stdout = None;
+                core.handle_stdout_eof(now);
+                return;
+            }
+            // Not ready: the next `select` waits for it with the task's own
+            // waker.
+            Poll::Pending => return,
+        }
+    }
+}
+
+/// A waker that does nothing, for polling a read once: a read that is not
+/// ready is waited for by the next `select`, with the task's own waker.
+fn noop_waker() -> Waker {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    static NOOP: std::sync::OnceLock<Waker> = std::sync::OnceLock::new();
+    NOOP.get_or_init(|| Waker::from(Arc::new(Noop))).clone()
 }
 
 async fn read_opt<R: tokio::io::AsyncRead + Unpin>(

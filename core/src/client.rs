@@ -455,6 +455,13 @@ impl ClientSession {
         self.state.inbox.len()
     }
 
+    /// Capacity of the stdout framer's buffer, in bytes (at most
+    /// `max_frame + 1`; back to small once a large response is taken as its
+    /// result).
+    pub fn stdout_buffer_capacity(&self) -> usize {
+        self.framer.buffer_capacity()
+    }
+
     /// Bytes queued for the server's stdin.
     pub fn outgoing_bytes(&self) -> usize {
         self.state.outgoing_bytes

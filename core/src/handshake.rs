@@ -85,8 +85,8 @@ pub enum HandshakeError {
 
 /// Parses and checks the server's `initialize` result (its JSON text).
 pub fn check_initialize_result(result: &str) -> Result<InitializeResult, HandshakeError> {
-    let parsed: InitializeResult = serde_json::from_str(result)
-        .map_err(|e| HandshakeError::InvalidResult(e.to_string()))?;
+    let parsed: InitializeResult =
+        serde_json::from_str(result).map_err(|e| HandshakeError::InvalidResult(e.to_string()))?;
     if !SUPPORTED_PROTOCOL_VERSIONS.contains(&parsed.protocol_version.as_str()) {
         return Err(HandshakeError::UnsupportedVersion(parsed.protocol_version));
     }

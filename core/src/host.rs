@@ -16,11 +16,11 @@ use serde::Serialize;
 use crate::capture::{
     CaptureConfig, CaptureSummary, Grant, OutputCapture, SharedRetentionPool, DEFAULT_EXCERPT,
 };
-use crate::frame::ReadRoom;
 use crate::client::{
     CancelError, ClientConfig, ClientEvent, ClientMetrics, ClientSession, CloseReason, Incoming,
     RequestFailure, SendError,
 };
+use crate::frame::ReadRoom;
 use crate::handshake::{HandshakeError, Implementation};
 use crate::message::{ErrorObject, Id, RawValue};
 use crate::process::{

@@ -205,9 +205,8 @@ impl RawResult {
         };
         // The text is one JSON value: it was parsed as one when decoded, or
         // came from a `RawValue`.
-        RawValue::from_string(text).unwrap_or_else(|_| {
-            RawValue::from_string("null".to_owned()).expect("`null` is JSON")
-        })
+        RawValue::from_string(text)
+            .unwrap_or_else(|_| RawValue::from_string("null".to_owned()).expect("`null` is JSON"))
     }
 
     /// Bytes of memory this value keeps alive (its whole frame, when it was
@@ -237,7 +236,9 @@ impl From<&RawValue> for RawResult {
 
 impl fmt::Debug for RawResult {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("RawResult").field(&format_args!("{}", self.get())).finish()
+        f.debug_tuple("RawResult")
+            .field(&format_args!("{}", self.get()))
+            .finish()
     }
 }
 
@@ -513,9 +514,6 @@ impl Message {
         // Only what is past the result's end may go (the frame's capacity can
         // be up to the wire limit): shrinking in place, no copy.
         text.truncate(end);
-        if text.capacity() - text.len() > 4096 {
-            text.shrink_to_fit();
-        }
         Ok(Self::Response(Response {
             id,
             result: Ok(RawResult { text, start, end }),
@@ -559,12 +557,19 @@ impl Message {
         };
         let params = w.params.filter(|p| p.get() != "null");
         match (method, w.id, w.result, w.error) {
-            (Some(method), WireId::Absent, None, None) => Ok(Decoded::Message(
-                Self::Notification(Notification { method, params }),
-            )),
-            (Some(method), WireId::Valid(id), None, None) => Ok(Decoded::Message(Self::Request(
-                Request { id, method, params },
-            ))),
+            (Some(method), WireId::Absent, None, None) => {
+                Ok(Decoded::Message(Self::Notification(Notification {
+                    method,
+                    params,
+                })))
+            }
+            (Some(method), WireId::Valid(id), None, None) => {
+                Ok(Decoded::Message(Self::Request(Request {
+                    id,
+                    method,
+                    params,
+                })))
+            }
             (None, WireId::Valid(id), Some(result), None) if params.is_none() => {
                 Ok(Decoded::Result { id, result })
             }
@@ -767,6 +772,44 @@ mod tests {
 
     fn raw(s: &str) -> Box<RawValue> {
         RawValue::from_string(s.to_owned()).expect("test JSON is valid")
+    }
+
+    #[test]
+    fn decode_owned_finds_the_result_in_place_and_agrees_with_decode() {
+        for frame in [
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":[1,2]}}"#,
+            r#"{"result":  "x\"y" ,"jsonrpc":"2.0","id":"s"}"#,
+            r#"{"id":3,"result":null,"jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","id":4,"error":{"code":-1,"message":"m"}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#,
+        ] {
+            let borrowed = Message::decode(frame).unwrap();
+            let owned = Message::decode_owned(frame.to_owned()).unwrap();
+            assert_eq!(format!("{borrowed:?}"), format!("{owned:?}"), "{frame}");
+            if let Message::Response(Response { result: Ok(r), .. }) = owned {
+                // The frame itself, cut after the value: no copy of the value.
+                assert!(r.retained_bytes() >= frame.find(r.get()).unwrap() + r.len());
+            }
+        }
+        let (e, back) = Message::decode_owned("[1]".to_owned()).unwrap_err();
+        assert_eq!((e, back.as_str()), (DecodeError::Batch, "[1]"));
+    }
+
+    #[test]
+    fn raw_result_round_trips() {
+        let r = RawResult::from(raw(r#"{"k": [1, 2]}"#));
+        assert_eq!(r.get(), r#"{"k": [1, 2]}"#);
+        assert_eq!(r.to_string(), r.get());
+        assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"k": [1, 2]}"#);
+        let v: serde_json::Value = r.parse().unwrap();
+        assert_eq!(v["k"][1], 2);
+        assert_eq!(r.clone().into_raw_value().get(), r.get());
+        let m = Message::decode_owned(r#"{"jsonrpc":"2.0","id":1,"result":[true]}"#.to_owned())
+            .unwrap();
+        let Message::Response(Response { result: Ok(r), .. }) = m else {
+            panic!()
+        };
+        assert_eq!(r.into_raw_value().get(), "[true]");
     }
 
     #[test]

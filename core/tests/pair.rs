@@ -752,3 +752,58 @@ fn g3_server_answers_an_id_last_oversized_request() {
         "{reply}"
     );
 }
+
+/// A large response read into the client's room is handed out as its result
+/// without a second copy: the result keeps the frame's own buffer (whatever
+/// the member order), and the framer keeps no large buffer of its own.
+#[test]
+fn large_result_is_the_frame_itself_in_any_member_order() {
+    let mut ccfg = ClientConfig::default();
+    ccfg.max_frame(4 * 1024 * 1024);
+    let payload = "x".repeat(1024 * 1024);
+    for (i, template) in [
+        r#"{"jsonrpc":"2.0","id":ID,"result":{"text":"P"}}"#,
+        r#"{"result":{"text":"P"},"jsonrpc":"2.0","id":ID}"#,
+        r#"{"id":ID,"result":{"text":"P"} ,"jsonrpc":"2.0"}"#,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = ClientSession::new(ccfg.clone());
+        let now = Instant::now();
+        let id = c.request(now, "tools/call", None, None).unwrap();
+        let Id::Number(n) = id else { panic!() };
+        let line = template
+            .replace("ID", &n.to_string())
+            .replace('P', &payload)
+            + "\n";
+        // Reads of odd sizes, as a pipe gives them.
+        let mut rest = line.as_bytes();
+        let mut size = 1000 + i * 777;
+        while !rest.is_empty() {
+            let room = c.stdout_room().zeroed();
+            let k = room.len().min(rest.len()).min(size);
+            room[..k].copy_from_slice(&rest[..k]);
+            c.handle_stdout_read(now, k);
+            rest = &rest[k..];
+            size = size * 3 % 70_000 + 1;
+        }
+        let mut result = None;
+        while let Some(ev) = c.poll_event() {
+            if let ClientEvent::Completed { outcome, .. } = ev {
+                result = Some(outcome.expect("a result"));
+            }
+        }
+        let result = result.expect("completed");
+        let v: serde_json::Value = result.parse().unwrap();
+        assert_eq!(v["text"].as_str().map(str::len), Some(payload.len()));
+        // The result holds the frame (its buffer, at least the payload)…
+        assert!(result.retained_bytes() >= line.len() - 1, "{template}");
+        // …and the framer no longer holds a large buffer: one copy in all.
+        assert!(
+            c.stdout_buffer_capacity() <= 64 * 1024,
+            "{}",
+            c.stdout_buffer_capacity()
+        );
+    }
+}
