@@ -13,7 +13,9 @@
 //! Scenarios: `large` (one 8 MiB tool result), `ping` (10,000 sequential
 //! pings), `flood` (1 GiB of server stderr), `cancel` (cancel, then ping,
 //! while an 8 MiB response is in flight), `oversized` (a 512 MiB line against
-//! a 4 MiB limit). See `cases` for the clients and BENCHMARKS.md for the method.
+//! a 4 MiB limit), `id-last` / `id-last-16mib` (a 4 / 16 MiB response whose id
+//! comes last, against a 1 MiB limit: frame end → the request's error). See
+//! `cases` for the clients and BENCHMARKS.md for the method.
 #![forbid(unsafe_code)]
 
 mod cases;

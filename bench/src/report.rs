@@ -9,8 +9,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cases::{
-    self, CaseResult, CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES, LARGE_BYTES, LARGE_CALLS,
-    LARGE_LIMIT, OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_WARMUP,
+    self, CaseResult, Trial, CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES, ID_LAST_LIMIT,
+    ID_LAST_TRIALS, ID_LAST_WAIT, LARGE_BYTES, LARGE_CALLS, LARGE_LIMIT, OVERSIZED_LIMIT,
+    OVERSIZED_LINE, PINGS, PING_WARMUP,
 };
 use crate::stats::{mib, percentile, ratio, Summary};
 
@@ -24,6 +25,12 @@ const SMALL_CONSTANT: f64 = 1024.0 * 1024.0;
 const LARGE_PROCESSES: usize = 5;
 /// Virtual memory cap (`ulimit -v`) for the oversized and flood cases.
 const MEMORY_CAP_KIB: u64 = 6 * 1024 * 1024;
+/// Fresh processes per client in the id-last scenarios.
+const ID_LAST_PROCESSES: usize = 2;
+/// The id-last scenarios, in report order.
+const ID_LAST_SCENARIOS: [&str; 2] = ["id-last", "id-last-16mib"];
+/// The goal: frame end → the request's error.
+const ID_LAST_GOAL_MS: f64 = 10.0;
 
 struct Opts {
     out: PathBuf,
@@ -204,6 +211,71 @@ fn jobs(opts: &Opts, peers: &Peers) -> Vec<Job> {
         "rmcp-4mib",
     ] {
         jobs.push(own("oversized", client, n(2), Some(MEMORY_CAP_KIB)));
+    }
+    for scenario in ID_LAST_SCENARIOS {
+        for client in [
+            "tokio",
+            "async-std",
+            "blocking",
+            "rmcp-1mib",
+            "rmcp",
+            "lines-codec",
+        ] {
+            jobs.push(own(scenario, client, n(ID_LAST_PROCESSES), None));
+        }
+        let line_bytes = cases::id_last_line(scenario).unwrap_or_default();
+        let id_last_args = |mut v: Vec<String>| {
+            v.extend([
+                "--id-last".to_owned(),
+                "--server".to_owned(),
+                cases::bench_peer().display().to_string(),
+                "--line-bytes".to_owned(),
+                line_bytes.to_string(),
+                "--trials".to_owned(),
+                ID_LAST_TRIALS.to_string(),
+                "--wait-ms".to_owned(),
+                ID_LAST_WAIT.as_millis().to_string(),
+            ]);
+            v
+        };
+        if let Some(sdk) = &peers.ts_sdk {
+            let ts = |extra: &[String]| {
+                let mut v = vec![
+                    peers_dir.join("ts_client.mjs").display().to_string(),
+                    "--sdk".to_owned(),
+                    sdk.display().to_string(),
+                ];
+                v.extend_from_slice(extra);
+                Runner::External(PathBuf::from("node"), id_last_args(v))
+            };
+            for (client, extra) in [
+                ("ts-sdk", Vec::new()),
+                (
+                    "ts-sdk-1mib",
+                    vec!["--max-buffer".to_owned(), ID_LAST_LIMIT.to_string()],
+                ),
+            ] {
+                jobs.push(Job {
+                    scenario,
+                    client,
+                    runner: ts(&extra),
+                    processes: n(ID_LAST_PROCESSES),
+                    cap_kib: None,
+                });
+            }
+        }
+        if let Some(python) = &peers.python {
+            jobs.push(Job {
+                scenario,
+                client: "py-sdk",
+                runner: Runner::External(
+                    python.clone(),
+                    id_last_args(vec![peers_dir.join("py_client.py").display().to_string()]),
+                ),
+                processes: n(ID_LAST_PROCESSES),
+                cap_kib: None,
+            });
+        }
     }
     if let Some(only) = &opts.only {
         jobs.retain(|j| j.scenario.starts_with(only.as_str()));
@@ -1123,6 +1195,183 @@ fn oversized_section(md: &mut String, results: &Results, verdicts: &mut Verdicts
     }
 }
 
+// ---------------------------------------------------------------- id last
+
+/// Client, table title, headline name, limit.
+const ID_LAST_CLIENTS: [(&str, &str, &str, &str); 9] = [
+    ("tokio", "ours, tokio", "tokio", "1 MiB"),
+    ("async-std", "ours, async-std", "async-std", "1 MiB"),
+    ("blocking", "ours, blocking", "blocking", "1 MiB"),
+    (
+        "rmcp-1mib",
+        "rmcp, `with_max_line_length(1 MiB)`",
+        "rmcp (1 MiB)",
+        "1 MiB",
+    ),
+    (
+        "rmcp",
+        "rmcp, `TokioChildProcess`",
+        "rmcp (default)",
+        "16 MiB (default)",
+    ),
+    (
+        "lines-codec",
+        "`LinesCodec::new_with_max_length`",
+        "`LinesCodec` (1 MiB)",
+        "1 MiB",
+    ),
+    (
+        "ts-sdk",
+        "TypeScript SDK",
+        "TypeScript SDK (default)",
+        "10 MiB (`maxBufferSize` default)",
+    ),
+    (
+        "ts-sdk-1mib",
+        "TypeScript SDK, `maxBufferSize`",
+        "TypeScript SDK (1 MiB)",
+        "1 MiB",
+    ),
+    ("py-sdk", "Python `mcp`", "Python `mcp`", "none"),
+];
+
+/// What a request got, for the table: the count and first detail of each
+/// outcome, in the order error, closed, result, timeout.
+fn id_last_outcomes(trials: &[&Trial]) -> String {
+    let mut parts = Vec::new();
+    for kind in ["error", "closed", "result", "timeout"] {
+        let of_kind: Vec<&&Trial> = trials.iter().filter(|t| t.outcome == kind).collect();
+        let Some(first) = of_kind.first() else {
+            continue;
+        };
+        let d = &first.detail;
+        let what = match kind {
+            "error" => format!("an error: {d}"),
+            "closed" => format!("never an error for its id: the whole connection closed ({d})"),
+            "result" => format!("never an error: the oversized result delivered ({d})"),
+            _ => format!("never an error: {d}"),
+        };
+        parts.push(format!("{}× {what}", of_kind.len()));
+    }
+    parts.join("; ")
+}
+
+fn id_last_section(md: &mut String, results: &Results, verdicts: &mut Verdicts) {
+    let _ = write!(
+        md,
+        "## 7. Oversized response with its id last: frame end → the request's error\n\n\
+         `bench-peer --stamps FILE` answers `tools/call id_last {{line_bytes}}` with one response \
+         line of exactly that many bytes whose `id` member comes last, in the TypeScript SDK's \
+         order: `{{\"result\":{{…}},\"jsonrpc\":\"2.0\",\"id\":N}}`, written from a 1 MiB buffer \
+         (the server's cost out). The wire limit is {ID_LAST_LIMIT} bytes wherever a client has \
+         one to set. Time: from the frame's end — `CLOCK_MONOTONIC` read by bench-peer just \
+         after `write(2)` returned for the final newline, appended to FILE — to the moment the \
+         client's request returns, read with the same clock in the client (Rust: \
+         `clock_gettime`; node: `process.hrtime`; Python: `time.monotonic_ns`). Each request \
+         waits at most {wait} s from sending; a client stops at its first request that gets no \
+         answer in that time or loses the connection (the next ones would end alike). Up to \
+         {ID_LAST_TRIALS} requests per process, {ID_LAST_PROCESSES} fresh processes per client. \
+         \"Never\" is an outcome, not a time: a request that times out, or is handed the \
+         oversized result, never got an error. The SDKs' rows show the time of what they did \
+         deliver in the \"other outcome\" column. The TypeScript SDK's transport, once its read \
+         buffer passes `maxBufferSize`, drops the buffer and closes the connection: the server \
+         is stopped and every pending request fails with `Connection closed` when it exits \
+         (here: once it has written the frame and seen its stdin end).\n\n",
+        wait = ID_LAST_WAIT.as_secs()
+    );
+    for scenario in ID_LAST_SCENARIOS {
+        let mut never = Vec::new();
+        let line = cases::id_last_line(scenario).unwrap_or_default();
+        let _ = write!(
+            md,
+            "### {line_mib} MiB response ({line} bytes), 1 MiB limit\n\n\
+             | client | limit | frame end → error, ms | frame end → other outcome, ms | \
+             request sent → frame end, ms | the request got |\n|---|---|---|---|---|---|\n",
+            line_mib = line / (1024 * 1024)
+        );
+        let mut ours = Vec::new();
+        let mut ours_met = true;
+        for (client, title, short, limit) in ID_LAST_CLIENTS {
+            let runs = ok(results, scenario, client);
+            let fails = failures(results, scenario, client);
+            if runs.is_empty() {
+                if !fails.is_empty() {
+                    let _ = writeln!(
+                        md,
+                        "| {title} | {limit} | failed: {} ||||",
+                        fails.join("; ")
+                    );
+                }
+                if matches!(client, "tokio" | "async-std" | "blocking") {
+                    ours_met = false;
+                }
+                continue;
+            }
+            let trials: Vec<&Trial> = runs.iter().flat_map(|r| r.trials.iter()).collect();
+            let times = |kinds: &[&str]| -> Option<Summary> {
+                let v: Vec<f64> = trials
+                    .iter()
+                    .filter(|t| kinds.contains(&t.outcome.as_str()))
+                    .filter_map(|t| t.after_end_ms)
+                    .collect();
+                Summary::of(&v)
+            };
+            let errors = times(&["error"]);
+            let other = times(&["closed", "result"]);
+            let errors_n = trials.iter().filter(|t| t.outcome == "error").count();
+            let sent: Vec<f64> = trials.iter().filter_map(|t| t.end_after_sent_ms).collect();
+            let _ = writeln!(
+                md,
+                "| {title} | {limit} | {} | {} | {} | {} |",
+                match errors {
+                    Some(s) if errors_n == trials.len() => s.show(3),
+                    Some(s) => format!("{} ({errors_n} of {})", s.show(3), trials.len()),
+                    None => "never".to_owned(),
+                },
+                other.map_or("–".to_owned(), |s| s.show(1)),
+                Summary::of(&sent).map_or("–".to_owned(), |s| s.show(1)),
+                id_last_outcomes(&trials),
+            );
+            if let Some(f) = fails.first() {
+                let _ = writeln!(md, "| ↳ {} process(es) failed: {f} ||||||", fails.len());
+            }
+            if matches!(client, "tokio" | "async-std" | "blocking") {
+                let limit_errors = trials
+                    .iter()
+                    .all(|t| t.outcome == "error" && t.detail.contains("wire limit"));
+                match errors {
+                    Some(s) if limit_errors && fails.is_empty() => {
+                        ours_met &= s.median <= ID_LAST_GOAL_MS;
+                        ours.push(format!("{client} {:.3} ms (max {:.3})", s.median, s.max));
+                    }
+                    _ => {
+                        ours_met = false;
+                        ours.push(format!(
+                            "{client}: not every request got the wire-limit error"
+                        ));
+                    }
+                }
+            } else if errors_n == 0 {
+                never.push(short);
+            }
+        }
+        md.push('\n');
+        verdicts.add(
+            &format!(
+                "Id-last oversized response ({} MiB, 1 MiB limit): frame end → the request's \
+                 error ≤ {ID_LAST_GOAL_MS} ms",
+                line / (1024 * 1024)
+            ),
+            if never.is_empty() {
+                ours.join(", ")
+            } else {
+                format!("{}; never an error: {}", ours.join(", "), never.join("; "))
+            },
+            (!ours.is_empty()).then_some(ours_met),
+        );
+    }
+}
+
 // ---------------------------------------------------------------- document
 
 fn command_line(program: &str, args: &[&str]) -> Option<String> {
@@ -1194,6 +1443,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     flood_section(&mut body, &results, &mut verdicts);
     cancel_section(&mut body, &results, &mut verdicts);
     oversized_section(&mut body, &results, &mut verdicts);
+    id_last_section(&mut body, &results, &mut verdicts);
 
     let mut md = String::new();
     md.push_str(

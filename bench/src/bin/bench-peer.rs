@@ -16,18 +16,50 @@
 //! tools/call huge {line_bytes}
 //!                            a response line of exactly line_bytes bytes (before the \n):
 //!                            {"jsonrpc":"2.0","id":ID,"result":{"content":[{"type":"text","text":"xxx…"}]}}
+//! tools/call id_last {line_bytes}
+//!                            the same line with the members in the TypeScript SDK's order,
+//!                            the id last:
+//!                            {"result":{"content":[{"type":"text","text":"xxx…"}]},"jsonrpc":"2.0","id":ID}
 //! anything else              JSON-RPC error -32601
 //! ```
 //!
 //! Requests are answered one by one, in order, on one thread: a request sent
 //! after `huge` is answered after the whole huge line.
+//!
+//! `bench-peer --stamps FILE` appends one line `START END` to FILE per
+//! `id_last` response: `CLOCK_MONOTONIC` nanoseconds just before its first
+//! byte was written and just after `write(2)` returned for its final newline
+//! (the frame is then wholly in the pipe). Rust's `Instant`, node's
+//! `process.hrtime` and Python's `time.monotonic_ns` read the same clock on
+//! Linux, so a client can time its request's outcome from the frame's end.
 #![forbid(unsafe_code)]
 
+use std::fs::OpenOptions;
 use std::io::{self, BufRead, Write};
+use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
+/// `CLOCK_MONOTONIC`, nanoseconds.
+fn monotonic_ns() -> u128 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u128::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u128::try_from(t.tv_nsec).unwrap_or(0)
+}
+
+fn stamps_path() -> io::Result<Option<PathBuf>> {
+    let mut args = std::env::args_os().skip(1);
+    match (args.next(), args.next()) {
+        (None, _) => Ok(None),
+        (Some(flag), Some(path)) if flag == "--stamps" => Ok(Some(PathBuf::from(path))),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "usage: bench-peer [--stamps FILE]",
+        )),
+    }
+}
+
 fn main() -> io::Result<()> {
+    let stamps = stamps_path()?;
     let stdin = io::stdin().lock();
     let mut out = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
     let fill = vec![b'x'; 1 << 20];
@@ -68,6 +100,19 @@ fn main() -> io::Result<()> {
                 let bytes = arg(&msg, "line_bytes");
                 write_huge(&mut out, &id, bytes, &fill)?;
             }
+            "tools/call" if msg.pointer("/params/name") == Some(&json!("id_last")) => {
+                let bytes = arg(&msg, "line_bytes");
+                out.flush()?;
+                let start = monotonic_ns();
+                write_id_last(&mut out, &id, bytes, &fill)?;
+                // The stamp is taken once the final newline is in the pipe.
+                out.flush()?;
+                let end = monotonic_ns();
+                if let Some(path) = &stamps {
+                    let mut file = OpenOptions::new().create(true).append(true).open(path)?;
+                    writeln!(file, "{start} {end}")?;
+                }
+            }
             "tools/call" if msg.pointer("/params/name") == Some(&json!("big")) => {
                 let bytes = arg(&msg, "bytes");
                 let line_bytes = bytes + head(&id).len() + TAIL.len();
@@ -89,7 +134,7 @@ fn tools() -> Value {
         json!({"name": name, "inputSchema": {"type": "object",
                "properties": {arg: {"type": "integer"}}, "required": [arg]}})
     };
-    json!({"tools": [tool("big", "bytes"), tool("huge", "line_bytes")]})
+    json!({"tools": [tool("big", "bytes"), tool("huge", "line_bytes"), tool("id_last", "line_bytes")]})
 }
 
 fn arg(msg: &Value, name: &str) -> usize {
@@ -100,6 +145,13 @@ fn arg(msg: &Value, name: &str) -> usize {
 }
 
 const TAIL: &str = "\"}]}}";
+
+/// The start of an `id_last` line: the result first.
+const ID_LAST_HEAD: &str = "{\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"";
+
+fn id_last_tail(id: &Value) -> String {
+    format!("\"}}]}},\"jsonrpc\":\"2.0\",\"id\":{id}}}")
+}
 
 fn head(id: &Value) -> String {
     format!(
@@ -124,5 +176,25 @@ fn write_huge(out: &mut impl Write, id: &Value, line_bytes: usize, fill: &[u8]) 
         pad -= n;
     }
     out.write_all(TAIL.as_bytes())?;
+    out.write_all(b"\n")
+}
+
+/// One response line of exactly `line_bytes` bytes (at least the bytes of
+/// the empty text result) whose `id` member comes last.
+fn write_id_last(
+    out: &mut impl Write,
+    id: &Value,
+    line_bytes: usize,
+    fill: &[u8],
+) -> io::Result<()> {
+    let tail = id_last_tail(id);
+    out.write_all(ID_LAST_HEAD.as_bytes())?;
+    let mut pad = line_bytes.saturating_sub(ID_LAST_HEAD.len() + tail.len());
+    while pad > 0 {
+        let n = pad.min(fill.len());
+        out.write_all(&fill[..n])?;
+        pad -= n;
+    }
+    out.write_all(tail.as_bytes())?;
     out.write_all(b"\n")
 }

@@ -52,6 +52,67 @@ pub(crate) const OVERSIZED_LINE: usize = 512 * 1024 * 1024;
 pub(crate) const OVERSIZED_LIMIT: usize = 4 * 1024 * 1024;
 /// How long any single awaited response may take before the case gives up.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(120);
+/// The wire limit in the id-last scenarios (ours, `LinesCodec`, `rmcp-1mib`).
+pub(crate) const ID_LAST_LIMIT: usize = 1024 * 1024;
+/// Requests per process in the id-last scenarios (a client stops at its
+/// first trial that times out or loses the connection: the others would
+/// end alike, or could not be sent).
+pub(crate) const ID_LAST_TRIALS: usize = 10;
+/// How long each id-last request may wait for its outcome, from sending.
+pub(crate) const ID_LAST_WAIT: Duration = Duration::from_secs(5);
+/// How long a client waits for `bench-peer` to write a frame-end stamp.
+const STAMP_WAIT: Duration = Duration::from_secs(2);
+
+/// The response line of an id-last scenario (`id_last {line_bytes}`), bytes
+/// before the newline: 4 MiB, or 16 MiB for `id-last-16mib`.
+pub(crate) fn id_last_line(scenario: &str) -> Option<usize> {
+    match scenario {
+        "id-last" => Some(4 * 1024 * 1024),
+        "id-last-16mib" => Some(16 * 1024 * 1024),
+        _ => None,
+    }
+}
+
+/// How one id-last request ended, as seen by the client.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Trial {
+    /// `error` (the request failed, the session alive), `closed` (it failed
+    /// because the whole connection closed), `result` (the oversized result
+    /// was delivered) or `timeout` (nothing within [`ID_LAST_WAIT`]).
+    pub(crate) outcome: String,
+    /// Frame end (bench-peer's stamp) → the outcome in the client's hands,
+    /// milliseconds; absent for a timeout or when no stamp was found.
+    #[serde(default)]
+    pub(crate) after_end_ms: Option<f64>,
+    /// Request sent → frame end: how long the server took to write it, ms.
+    #[serde(default)]
+    pub(crate) end_after_sent_ms: Option<f64>,
+    /// The error's text, or what was delivered.
+    #[serde(default)]
+    pub(crate) detail: String,
+}
+
+impl Trial {
+    /// A trial that ended at `done_ns` (`CLOCK_MONOTONIC`), for a request
+    /// sent at `sent_ns`, whose response frame ended at `end_ns`.
+    pub(crate) fn new(
+        outcome: &str,
+        sent_ns: u64,
+        done_ns: u64,
+        end_ns: Option<u64>,
+        detail: String,
+    ) -> Self {
+        let ms = |a: u64, b: u64| (a as f64 - b as f64) / 1e6;
+        Self {
+            outcome: outcome.to_owned(),
+            after_end_ms: end_ns
+                .filter(|_| outcome != "timeout")
+                .map(|e| ms(done_ns, e)),
+            end_after_sent_ms: end_ns.map(|e| ms(e, sent_ns)),
+            detail,
+        }
+    }
+}
 
 /// What one case process reports.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -73,6 +134,9 @@ pub(crate) struct CaseResult {
     /// Free-form remarks (e.g. how a request ended).
     #[serde(default)]
     pub(crate) notes: Vec<String>,
+    /// The id-last scenarios: one entry per request.
+    #[serde(default)]
+    pub(crate) trials: Vec<Trial>,
 }
 
 impl CaseResult {
@@ -143,6 +207,70 @@ pub(crate) fn server_for(scenario: &str) -> PathBuf {
     match scenario {
         "large-fast" | "ping-quiet" => bench_peer(),
         _ => fixture(),
+    }
+}
+
+/// `tools/call` params for the bench peer's `id_last` tool.
+pub(crate) fn id_last_params(line_bytes: usize) -> serde_json::Value {
+    serde_json::json!({"name": "id_last", "arguments": {"line_bytes": line_bytes}})
+}
+
+/// `CLOCK_MONOTONIC`, nanoseconds: the clock of bench-peer's stamps.
+pub(crate) fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
+/// The side file where `bench-peer --stamps` records when each `id_last`
+/// response frame ended; removed on drop.
+pub(crate) struct Stamps {
+    path: PathBuf,
+}
+
+impl Stamps {
+    pub(crate) fn new() -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "mcp-stdio-bench-stamps-{}-{}",
+            std::process::id(),
+            monotonic_ns()
+        ));
+        Self { path }
+    }
+
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// `bench-peer --stamps FILE`.
+    pub(crate) fn peer_command(&self) -> mcp_stdio_core::CommandSpec {
+        let mut spec = mcp_stdio_core::CommandSpec::new(bench_peer());
+        spec.arg("--stamps").arg(&self.path);
+        spec
+    }
+
+    /// The frame-end stamp of the `n`-th `id_last` response (from 0), once
+    /// bench-peer has written it (it stamps after its final write returns,
+    /// so a fast client may look before it is there).
+    pub(crate) fn end_ns(&self, n: usize) -> Option<u64> {
+        let give_up = std::time::Instant::now() + STAMP_WAIT;
+        loop {
+            let text = std::fs::read_to_string(&self.path).unwrap_or_default();
+            let end = text
+                .lines()
+                .nth(n)
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|e| e.parse().ok());
+            if end.is_some() || std::time::Instant::now() > give_up {
+                return end;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+impl Drop for Stamps {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 

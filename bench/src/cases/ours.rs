@@ -4,15 +4,17 @@
 
 use std::time::Instant;
 
-use mcp_stdio_core::host::ClientOptions;
+use mcp_stdio_core::client::RequestFailure;
+use mcp_stdio_core::driver::Outcome;
+use mcp_stdio_core::host::{ClientOptions, RequestError};
 use mcp_stdio_core::message::{to_raw, RawResult, RawValue};
 use mcp_stdio_core::CommandSpec;
 
 use super::{
-    bench_peer, big_params, command_for, fixture, flood_params, huge_params, server_for,
-    CaseResult, CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES, IN_FLIGHT_BYTES, LARGE_BYTES,
-    LARGE_CALLS, LARGE_LIMIT, OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_AFTER, PING_WARMUP,
-    POLL, SETTLE,
+    bench_peer, big_params, command_for, fixture, flood_params, huge_params, id_last_params,
+    monotonic_ns, server_for, CaseResult, Stamps, Trial, CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES,
+    ID_LAST_LIMIT, ID_LAST_TRIALS, ID_LAST_WAIT, IN_FLIGHT_BYTES, LARGE_BYTES, LARGE_CALLS,
+    LARGE_LIMIT, OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_AFTER, PING_WARMUP, POLL, SETTLE,
 };
 use crate::mem::Probe;
 
@@ -42,6 +44,18 @@ fn check_big(result: &RawResult, bytes: usize, decode: bool) {
     } else {
         assert!(result.get().len() > bytes, "the whole result arrived");
     }
+}
+
+/// How an id-last request of ours ended: the wire-limit error is the
+/// expected `error`; the request's own deadline ([`ID_LAST_WAIT`]) is a `timeout`.
+fn id_last_trial(outcome: &Outcome, sent_ns: u64, done_ns: u64, end_ns: Option<u64>) -> Trial {
+    let (kind, detail) = match outcome {
+        Ok(result) => ("result", format!("{} bytes", result.get().len())),
+        Err(e @ RequestError::Failed(_)) if e.is_timeout() => ("timeout", e.to_string()),
+        Err(e @ RequestError::Failed(RequestFailure::SessionClosed)) => ("closed", e.to_string()),
+        Err(e) => ("error", e.to_string()),
+    };
+    Trial::new(kind, sent_ns, done_ns, end_ns, detail)
 }
 
 macro_rules! async_cases {
@@ -177,6 +191,37 @@ macro_rules! async_cases {
             );
             out
         }
+
+        /// Requests answered with a `line_bytes` response whose id comes
+        /// last, over [`ID_LAST_LIMIT`]: each must fail with the wire-limit
+        /// error once the frame's end is seen.
+        pub(super) async fn id_last(line_bytes: usize) -> CaseResult {
+            let stamps = Stamps::new();
+            let client = Client::spawn(&stamps.peer_command(), options(ID_LAST_LIMIT))
+                .expect("spawn bench-peer");
+            client.initialize().await.expect("initialize");
+            let params = raw(&id_last_params(line_bytes));
+            let mut out = CaseResult::default();
+            for n in 0..ID_LAST_TRIALS {
+                let sent = monotonic_ns();
+                let outcome = client
+                    .request_with_timeout("tools/call", Some(params.clone()), Some(ID_LAST_WAIT))
+                    .await;
+                let done = monotonic_ns();
+                let trial = id_last_trial(&outcome, sent, done, stamps.end_ns(n));
+                let answered = trial.outcome == "error" || trial.outcome == "result";
+                out.trials.push(trial);
+                if !answered {
+                    break;
+                }
+            }
+            let record = client.shutdown().await;
+            out.value(
+                "oversized_ids_missing",
+                record.metrics.oversized_ids_missing as f64,
+            );
+            out
+        }
     };
 }
 
@@ -208,6 +253,9 @@ pub(super) fn tokio_case(scenario: &str, decode: bool, guarded: bool) -> Option<
         "cancel" if !decode => rt.block_on(with_tokio::cancel(true)),
         "cancel-early" if !decode => rt.block_on(with_tokio::cancel(false)),
         "oversized" if !decode => rt.block_on(with_tokio::oversized()),
+        s if !decode && super::id_last_line(s).is_some() => {
+            rt.block_on(with_tokio::id_last(super::id_last_line(s)?))
+        }
         _ => return None,
     })
 }
@@ -222,6 +270,9 @@ pub(super) fn async_std_case(scenario: &str) -> Option<CaseResult> {
         "cancel" => async_std::task::block_on(with_async_std::cancel(true)),
         "cancel-early" => async_std::task::block_on(with_async_std::cancel(false)),
         "oversized" => async_std::task::block_on(with_async_std::oversized()),
+        s if super::id_last_line(s).is_some() => {
+            async_std::task::block_on(with_async_std::id_last(super::id_last_line(s)?))
+        }
         _ => return None,
     })
 }
@@ -325,6 +376,34 @@ pub(super) fn blocking_case(scenario: &str) -> Option<CaseResult> {
             out.value(
                 "discarded_bytes",
                 record.metrics.oversized_bytes_discarded as f64,
+            );
+        }
+        s if super::id_last_line(s).is_some() => {
+            let line_bytes = super::id_last_line(s)?;
+            let stamps = Stamps::new();
+            let client = Client::spawn(&stamps.peer_command(), options(ID_LAST_LIMIT))
+                .expect("spawn bench-peer");
+            client.initialize().expect("initialize");
+            let params = raw(&id_last_params(line_bytes));
+            for n in 0..ID_LAST_TRIALS {
+                let sent = monotonic_ns();
+                let outcome = client.request_with_timeout(
+                    "tools/call",
+                    Some(params.clone()),
+                    Some(ID_LAST_WAIT),
+                );
+                let done = monotonic_ns();
+                let trial = id_last_trial(&outcome, sent, done, stamps.end_ns(n));
+                let answered = trial.outcome == "error" || trial.outcome == "result";
+                out.trials.push(trial);
+                if !answered {
+                    break;
+                }
+            }
+            let record = client.shutdown();
+            out.value(
+                "oversized_ids_missing",
+                record.metrics.oversized_ids_missing as f64,
             );
         }
         _ => return None,

@@ -12,6 +12,9 @@
 //!   `reserve(1)` + `read_buf` per read). Driven by hand rather than through
 //!   `FramedRead`, whose stream ends at the first decode error: a host must
 //!   keep decoding after `MaxLineLengthExceeded` to recover.
+//! - `lines-codec` (id-last): the same reader with `new_with_max_length(1 MiB)`,
+//!   waiting for its request's answer: the codec's error carries no id, so a
+//!   host on it can tie the discarded line to no request.
 
 use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -24,8 +27,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::codec::{Decoder, LinesCodec, LinesCodecError};
 
 use super::{
-    bench_peer, big_params, huge_params, server_for, CaseResult, LARGE_BYTES, LARGE_CALLS,
-    OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_WARMUP,
+    bench_peer, big_params, huge_params, id_last_line, id_last_params, monotonic_ns, server_for,
+    CaseResult, Stamps, Trial, ID_LAST_LIMIT, ID_LAST_TRIALS, ID_LAST_WAIT, LARGE_BYTES,
+    LARGE_CALLS, OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_WARMUP,
 };
 use crate::mem::Probe;
 
@@ -221,6 +225,86 @@ async fn lines_codec_oversized(limit: Option<usize>) -> CaseResult {
     out
 }
 
+/// Requests answered with a `line_bytes` response whose id comes last, read
+/// through `LinesCodec::new_with_max_length(ID_LAST_LIMIT)`. A request ends
+/// when a line carrying its id decodes (an answer or an error response), or
+/// at [`ID_LAST_WAIT`]; `MaxLineLengthExceeded` is noted with its time.
+async fn lines_codec_id_last(line_bytes: usize) -> CaseResult {
+    let stamps = Stamps::new();
+    let mut child = tokio::process::Command::new(bench_peer())
+        .arg("--stamps")
+        .arg(stamps.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn bench-peer");
+    let mut stdin = child.stdin.take().expect("stdin piped");
+    let mut stdout = child.stdout.take().expect("stdout piped");
+    let mut codec = LinesCodec::new_with_max_length(ID_LAST_LIMIT);
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let params = id_last_params(line_bytes);
+    let mut out = CaseResult::default();
+    for n in 0..ID_LAST_TRIALS {
+        let id = n as u64 + 1;
+        let sent = monotonic_ns();
+        let deadline = tokio::time::Instant::now() + ID_LAST_WAIT;
+        stdin
+            .write_all(&request_line(id, "tools/call", Some(&params)))
+            .await
+            .expect("write the request");
+        let mut codec_error_ns = None;
+        let answer = loop {
+            match codec.decode(&mut buf) {
+                Ok(Some(line)) => {
+                    let msg = serde_json::from_str::<serde_json::Value>(&line).ok();
+                    if msg.as_ref().and_then(|m| m.get("id")) == Some(&id.into()) {
+                        break Some(msg.is_some_and(|m| m.get("error").is_some()));
+                    }
+                }
+                Ok(None) => {
+                    buf.reserve(1);
+                    match tokio::time::timeout_at(deadline, stdout.read_buf(&mut buf)).await {
+                        Ok(Ok(0)) => panic!("bench-peer closed stdout"),
+                        Ok(r) => {
+                            r.expect("read stdout");
+                        }
+                        Err(_) => break None,
+                    }
+                }
+                Err(LinesCodecError::MaxLineLengthExceeded) => {
+                    codec_error_ns.get_or_insert_with(monotonic_ns);
+                }
+                Err(e) => panic!("LinesCodec: {e}"),
+            }
+        };
+        let done = monotonic_ns();
+        let end = stamps.end_ns(n);
+        let codec_said = match (codec_error_ns, end) {
+            (Some(at), Some(end)) => format!(
+                "; the codec reported MaxLineLengthExceeded {:.1} ms before the frame's end, \
+                 with no id",
+                (end as f64 - at as f64) / 1e6
+            ),
+            _ => String::new(),
+        };
+        let (kind, detail) = match answer {
+            Some(true) => ("error", format!("an error response{codec_said}")),
+            Some(false) => ("result", format!("a result{codec_said}")),
+            None => (
+                "timeout",
+                format!("no answer within {} s{codec_said}", ID_LAST_WAIT.as_secs()),
+            ),
+        };
+        out.trials.push(Trial::new(kind, sent, done, end, detail));
+        if answer.is_none() {
+            break;
+        }
+    }
+    out
+}
+
 pub(super) fn case(scenario: &str, client: &str) -> Option<CaseResult> {
     let rt = || {
         tokio::runtime::Builder::new_multi_thread()
@@ -234,6 +318,9 @@ pub(super) fn case(scenario: &str, client: &str) -> Option<CaseResult> {
         ("ping" | "ping-quiet", "raw") => ping(server_for(scenario)),
         ("oversized", "lines-codec") => rt().block_on(lines_codec_oversized(Some(OVERSIZED_LIMIT))),
         ("oversized", "lines-codec-unbounded") => rt().block_on(lines_codec_oversized(None)),
+        (s, "lines-codec") if id_last_line(s).is_some() => {
+            rt().block_on(lines_codec_id_last(id_last_line(s)?))
+        }
         _ => return None,
     })
 }

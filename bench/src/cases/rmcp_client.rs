@@ -9,6 +9,7 @@
 //! - `rmcp-keep-all` (flood): stderr piped and read to the end into a `Vec`.
 //! - `rmcp-4mib` (oversized): `AsyncRwTransport::with_max_line_length(4 MiB)`
 //!   over a child we spawn (`TokioChildProcess` does not expose the limit).
+//! - `rmcp-1mib` (id-last): the same with 1 MiB, the limit our clients get.
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -18,7 +19,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, JsonObject, PingRequest};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, JsonObject, PingRequest, ServerResult,
+};
 use rmcp::service::{PeerRequestOptions, RoleClient, RunningService};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::TokioChildProcess;
@@ -27,8 +30,9 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader, ReadBuf};
 use tokio::process::ChildStderr;
 
 use super::{
-    bench_peer, big_params, fixture, flood_params, huge_params, server_for, CaseResult,
-    CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES, IN_FLIGHT_BYTES, LARGE_BYTES, LARGE_CALLS,
+    bench_peer, big_params, fixture, flood_params, huge_params, id_last_line, id_last_params,
+    monotonic_ns, server_for, CaseResult, Stamps, Trial, CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES,
+    ID_LAST_LIMIT, ID_LAST_TRIALS, ID_LAST_WAIT, IN_FLIGHT_BYTES, LARGE_BYTES, LARGE_CALLS,
     OVERSIZED_LIMIT, OVERSIZED_LINE, PATIENCE, PINGS, PING_AFTER, PING_WARMUP, POLL, SETTLE,
 };
 use crate::mem::Probe;
@@ -263,6 +267,79 @@ async fn oversized(limit_4mib: bool) -> CaseResult {
     out
 }
 
+/// Requests answered with a `line_bytes` response whose id comes last.
+/// `limit`: `AsyncRwTransport::with_max_line_length` over a child we spawn;
+/// `None`: `TokioChildProcess` with its default 16 MiB. rmcp drops an
+/// over-limit line (an ERROR log) without reading an id from it, so the
+/// request is expected to see nothing until the wait ends.
+async fn id_last(line_bytes: usize, limit: Option<usize>) -> CaseResult {
+    let stamps = Stamps::new();
+    let mut command = tokio::process::Command::new(bench_peer());
+    command.arg("--stamps").arg(stamps.path());
+    let (client, _child) = if let Some(limit) = limit {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn bench-peer");
+        let stdout = child.stdout.take().expect("stdout piped");
+        let stdin = child.stdin.take().expect("stdin piped");
+        let transport = AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(limit);
+        let client = ().serve(transport).await.expect("rmcp initialize");
+        (client, Some(child))
+    } else {
+        let (transport, _) = TokioChildProcess::builder(command)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn with rmcp");
+        (().serve(transport).await.expect("rmcp initialize"), None)
+    };
+    let params = id_last_params(line_bytes);
+    let mut out = CaseResult::default();
+    for n in 0..ID_LAST_TRIALS {
+        let sent = monotonic_ns();
+        let mut handle = client
+            .peer()
+            .send_cancellable_request(call_request(&params), PeerRequestOptions::no_options())
+            .await
+            .expect("send id_last");
+        let outcome = tokio::time::timeout(ID_LAST_WAIT, &mut handle.rx).await;
+        let done = monotonic_ns();
+        let (kind, detail) = match outcome {
+            Ok(Ok(Ok(ServerResult::CallToolResult(r)))) => (
+                "result",
+                format!(
+                    "{} bytes of text",
+                    r.content
+                        .first()
+                        .and_then(|c| c.as_text())
+                        .map_or(0, |t| t.text.len())
+                ),
+            ),
+            Ok(Ok(Ok(other))) => ("result", format!("an unexpected result: {other:?}")),
+            Ok(Ok(Err(e))) => ("error", e.to_string()),
+            Ok(Err(_)) => ("closed", "the transport closed".to_owned()),
+            Err(_) => (
+                "timeout",
+                format!(
+                    "no answer within {} s (the line was dropped unparsed)",
+                    ID_LAST_WAIT.as_secs()
+                ),
+            ),
+        };
+        let answered = kind == "error" || kind == "result";
+        out.trials
+            .push(Trial::new(kind, sent, done, stamps.end_ns(n), detail));
+        if !answered {
+            break;
+        }
+    }
+    let _ = client.cancel().await;
+    out
+}
+
 pub(super) fn case(scenario: &str, client: &str) -> Option<CaseResult> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -278,6 +355,10 @@ pub(super) fn case(scenario: &str, client: &str) -> Option<CaseResult> {
         ("cancel-early", "rmcp") => rt.block_on(cancel(false)),
         ("oversized", "rmcp") => rt.block_on(oversized(false)),
         ("oversized", "rmcp-4mib") => rt.block_on(oversized(true)),
+        (s, "rmcp") if id_last_line(s).is_some() => rt.block_on(id_last(id_last_line(s)?, None)),
+        (s, "rmcp-1mib") if id_last_line(s).is_some() => {
+            rt.block_on(id_last(id_last_line(s)?, Some(ID_LAST_LIMIT)))
+        }
         _ => return None,
     })
 }
