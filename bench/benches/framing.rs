@@ -6,8 +6,9 @@
 //! `read(2)` on a pipe does. So each decoder pays the copy a real one pays, and
 //! no decoder pays a copy a real one would not:
 //!
-//! - `framer`: our [`Framer`] fed from a reused 64 KiB read buffer (what the
-//!   adapters do). Hands out `&str`: UTF-8 validated.
+//! - `framer`: our [`Framer`], each read landing straight in the room it
+//!   lends (`read_room`/`filled`, what the adapters do). Hands out `&str`:
+//!   UTF-8 validated.
 //! - `lines_codec`: tokio-util's `LinesCodec::new_with_max_length`, decoding
 //!   from a `BytesMut` that each read appends to (what `FramedRead` does).
 //!   Hands out `String`: validated and copied.
@@ -93,16 +94,22 @@ impl Read for Pipe<'_> {
     }
 }
 
-/// Our framer, kept across iterations (as in a session). Returns payload bytes.
-fn framer(framer: &mut Framer, read_buf: &mut [u8], data: &[u8], chunk: usize) -> usize {
+/// Our framer, kept across iterations (as in a session), read straight into
+/// the room it lends, as the adapters read stdout: each piece lands in the
+/// room's spare capacity (what tokio's `read_buf` does), then `filled`.
+/// Frames are taken as owned `String`s when lent (what the client does with a
+/// large response). Returns payload bytes.
+fn framer(framer: &mut Framer, data: &[u8], chunk: usize) -> usize {
     let mut pipe = Pipe { data, chunk };
     let mut total = 0;
     loop {
-        let n = pipe.read(read_buf).expect("Pipe::read cannot fail");
-        if n == 0 {
+        let room = framer.read_room();
+        let piece = pipe.next_piece(room.len());
+        if piece.is_empty() {
             return total;
         }
-        framer.push(&read_buf[..n], |event| match event {
+        room.vec().extend_from_slice(piece);
+        framer.filled(piece.len(), |event| match event {
             FrameEvent::Frame(text) => total += black_box(text).len(),
             FrameEvent::Error(e) => panic!("{e}"),
         });
@@ -285,10 +292,7 @@ fn framing(c: &mut Criterion) {
 
             // Every decoder must see the same payload bytes.
             let expected = memchr_in_memory(&data, chunk);
-            assert_eq!(
-                framer(&mut our_framer, &mut read_buf, &data, chunk),
-                expected
-            );
+            assert_eq!(framer(&mut our_framer, &data, chunk), expected);
             assert_eq!(
                 lines_codec(&mut codec, &mut codec_buf, &data, chunk),
                 expected
@@ -298,7 +302,7 @@ fn framing(c: &mut Criterion) {
             assert_eq!(memchr_utf8(&mut read_buf, &data, chunk), expected);
 
             group.bench_function(BenchmarkId::from_parameter("framer"), |b| {
-                b.iter(|| framer(&mut our_framer, &mut read_buf, &data, chunk));
+                b.iter(|| framer(&mut our_framer, &data, chunk));
             });
             group.bench_function(BenchmarkId::from_parameter("lines_codec"), |b| {
                 b.iter(|| lines_codec(&mut codec, &mut codec_buf, &data, chunk));

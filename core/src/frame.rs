@@ -107,7 +107,7 @@
 //!   large frame is gathered where it lands: no copy at all between the pipe
 //!   and the frame. The adapters read the server's stdout this way.
 //!
-//! A frame of at least [`LEND_MIN_FRAME`] (64 KiB) gathered in the buffer is
+//! A frame of at least [`LEND_MIN_FRAME`] (256 KiB) gathered in the buffer is
 //! *lent* ([`FrameText::is_lent`]): whoever wants it owned takes the buffer
 //! itself with [`FrameText::into_string`], and the framer starts a new one
 //! (copying into it only the bytes read after the frame, at most
@@ -178,10 +178,11 @@ pub const BUFFER_DOUBLING_LIMIT: usize = 64 * 1024;
 /// The most bytes lent for one read by [`Framer::read_room`]: 64 KiB, what a
 /// Linux pipe holds by default.
 pub const READ_ROOM: usize = 64 * 1024;
-/// A frame of at least this many bytes (64 KiB) gathered in the framer's
+/// A frame of at least this many bytes (256 KiB) gathered in the framer's
 /// buffer is lent: [`FrameText::into_string`] takes the buffer itself.
-/// Smaller ones are cheaper to copy than a new buffer is to grow.
-pub const LEND_MIN_FRAME: usize = 64 * 1024;
+/// Smaller ones are cheaper to copy than a new buffer is to grow (and lending
+/// costs up to two copies of the bytes read after the frame).
+pub const LEND_MIN_FRAME: usize = 256 * 1024;
 
 /// What to do after a frame passes the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -644,8 +645,9 @@ impl Framer {
             }
             let limit = end.min(line.saturating_add(max).saturating_add(1));
             match memchr(b'\n', &self.buf[pos..limit]) {
-                Some(i) if gathered => {
-                    // What follows the newline moves to the front, unsearched.
+                Some(i) if gathered && pos + i >= LEND_MIN_FRAME => {
+                    // Lent: what follows the newline moves to the front of the
+                    // framer's next buffer, unsearched.
                     end = self.frame_buffered(pos + i, pos + i + 1, end, &mut on_event);
                     pos = 0;
                     line = 0;
@@ -656,6 +658,7 @@ impl Framer {
                     self.lines.deliver(&self.buf[line..nl], &mut on_event);
                     pos = nl + 1;
                     line = pos;
+                    gathered = false;
                 }
                 None if end - line <= max => {
                     self.buf.copy_within(line..end, 0);
@@ -1595,23 +1598,28 @@ mod tests {
         assert_eq!(events.last(), Some(&frame("{\"b\":1}")));
         // A big split frame is lent; not taken, its buffer is kept for the
         // next one...
-        framer.push(&chunk, |_| panic!());
+        let big = vec![b' '; LEND_MIN_FRAME];
+        framer.push(&big, |_| panic!());
         framer.push(b"\n", |e| {
             assert!(matches!(e, FrameEvent::Frame(t) if t.is_lent()))
         });
-        assert_eq!(framer.buffer_capacity(), 64 * 1024);
+        assert_eq!(framer.buffer_capacity(), max + 1);
         // ...taken, the framer starts a small one...
-        framer.push(&chunk, |_| panic!());
+        framer.push(&big, |_| panic!());
         let mut taken = String::new();
         framer.push(b"\n", |e| match e {
             FrameEvent::Frame(t) => taken = t.into_string(),
             FrameEvent::Error(e) => panic!("{e}"),
         });
-        assert_eq!(taken.len(), chunk.len());
-        assert_eq!(taken.capacity(), 64 * 1024, "the buffer itself, not a copy");
+        assert_eq!(taken.len(), big.len());
+        assert_eq!(taken.capacity(), max + 1, "the buffer itself, not a copy");
         assert_eq!(framer.buffer_capacity(), SMALL_BUFFER_CAPACITY);
+        // ...and a smaller split frame is not lent.
         framer.push(&chunk, |_| panic!());
-        framer.push(b"\n", |_| {});
+        framer.push(b"\n", |e| {
+            assert!(matches!(e, FrameEvent::Frame(t) if !t.is_lent()))
+        });
+        assert_eq!(framer.buffer_capacity(), 64 * 1024);
         // ...until asked, or until the stream ends.
         framer.shrink_buffer();
         assert_eq!(framer.buffer_capacity(), 0);
