@@ -169,6 +169,43 @@ fn transparent_for_a_well_behaved_server_and_exits_with_its_status() {
     );
 }
 
+/// Large responses (past the size the framer lends, so they go to the host
+/// as the buffer they were read into) arrive whole and unchanged, in either
+/// member order, interleaved with small ones.
+#[test]
+fn large_responses_pass_through_whole_in_either_member_order() {
+    let mut g = Guarded::start(&[], &[]);
+    g.initialize();
+    let bytes = 3 * 1024 * 1024 + 17;
+    let t = Instant::now();
+    for (id, tool) in [(1, "big"), (2, "big_id_last"), (3, "big")] {
+        g.send(&call(id, tool, json!({"bytes": bytes})));
+        g.send(&json!({"jsonrpc":"2.0","id":format!("p{id}"),"method":"ping"}));
+        let (r, before) = g.response(json!(id), Duration::from_secs(20));
+        let text = r["result"]["content"][0]["text"]
+            .as_str()
+            .expect("a text block");
+        assert_eq!(text.len(), bytes, "{tool}");
+        assert!(
+            text.bytes().all(|b| b == b'x'),
+            "{tool}: the payload is unchanged"
+        );
+        // The ping may be answered before or after the large result.
+        let ping = json!(format!("p{id}"));
+        let p = match before.into_iter().find(|v| v["id"] == ping) {
+            Some(p) => p,
+            None => g.response(ping, Duration::from_secs(10)).0,
+        };
+        assert_eq!(p["result"], json!({}));
+    }
+    eprintln!(
+        "3 responses of {bytes} bytes through the guard in {:?}",
+        t.elapsed()
+    );
+    let (code, stderr, _) = g.finish(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 #[test]
 fn g3_oversized_response_becomes_an_error_for_its_id_and_the_session_goes_on() {
     let mut g = Guarded::start(&["--max-frame", "65536"], &[]);

@@ -65,6 +65,7 @@ use serde::Serialize;
 
 use crate::call::{CallRecord, Stamp};
 use crate::capture::{CaptureConfig, CaptureSummary, OutputCapture};
+use crate::frame::ReadRoom;
 use crate::process::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
     SupervisorConfig,
@@ -322,6 +323,18 @@ impl GuardSession {
     pub fn handle_server_stdout(&mut self, at: Stamp, chunk: &[u8]) {
         self.see(at);
         self.proxy.handle_server(at, chunk);
+    }
+
+    /// Room to read the server's stdout into (see [`Proxy::server_room`]);
+    /// then [`handle_server_read`](Self::handle_server_read).
+    pub fn server_stdout_room(&mut self) -> ReadRoom<'_> {
+        self.proxy.server_room()
+    }
+
+    /// `n` bytes were read into [`server_stdout_room`](Self::server_stdout_room).
+    pub fn handle_server_read(&mut self, at: Stamp, n: usize) {
+        self.see(at);
+        self.proxy.handle_server_read(at, n);
     }
 
     /// The server's stdout ended: the shutdown sequence starts.

@@ -443,7 +443,7 @@ fn present_borrowed<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawVa
 /// A string member that may be absent; a present non-string is a shape error we
 /// report by name, so it is taken raw and judged afterwards.
 /// A decoded frame, a result still borrowed from it.
-enum Decoded<'a> {
+pub(crate) enum Decoded<'a> {
     Message(Message),
     Result { id: Id, result: &'a RawValue },
 }
@@ -520,7 +520,9 @@ impl Message {
         }))
     }
 
-    fn decode_in(frame: &str) -> Result<Decoded<'_>, DecodeError> {
+    /// [`Message::decode`] without copying a response's result: it stays
+    /// borrowed from the frame.
+    pub(crate) fn decode_in(frame: &str) -> Result<Decoded<'_>, DecodeError> {
         match frame
             .trim_start_matches([' ', '\t', '\r', '\n'])
             .as_bytes()

@@ -77,10 +77,13 @@ use serde::Serialize;
 
 use crate::call::{CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord, Stamp};
 use crate::frame::{
-    recover_id, FrameError, FrameEvent, Framer, FramerConfig, IdRecovery, DEFAULT_MAX_FRAME,
+    recover_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery, ReadRoom,
+    DEFAULT_MAX_FRAME,
 };
 use crate::idset::RecentIds;
-use crate::message::{encode_error, ErrorObject, Id, Message, RawValue, PARSE_ERROR, SERVER_ERROR};
+use crate::message::{
+    encode_error, Decoded, ErrorObject, Id, Message, RawValue, PARSE_ERROR, SERVER_ERROR,
+};
 
 /// Default bound on bytes waiting for the host: 16 MiB.
 pub const DEFAULT_MAX_BUFFERED: usize = 16 * 1024 * 1024;
@@ -423,6 +426,23 @@ impl Proxy {
             .push(chunk, |ev| state.on_server_event(at, ev));
     }
 
+    /// Room to read the server's stdout into: the framer's own buffer, so a
+    /// large response is read once and goes to the host as it landed (see
+    /// [`ReadRoom`]); then [`handle_server_read`](Self::handle_server_read).
+    pub fn server_room(&mut self) -> ReadRoom<'_> {
+        self.server_framer.read_room()
+    }
+
+    /// `n` bytes were read into [`server_room`](Self::server_room): as
+    /// [`handle_server`](Self::handle_server) with those bytes.
+    pub fn handle_server_read(&mut self, at: Stamp, n: usize) {
+        let before = self.server_framer.stats().bytes;
+        let state = &mut self.state;
+        self.server_framer
+            .filled(n, |ev| state.on_server_event(at, ev));
+        self.state.metrics.server_bytes += self.server_framer.stats().bytes - before;
+    }
+
     /// The server's stdout ended. A last unterminated frame is handled.
     pub fn handle_server_eof(&mut self, at: Stamp) {
         let state = &mut self.state;
@@ -534,9 +554,17 @@ fn call_seq(call: &CallLifecycle) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-fn line(text: &str) -> Vec<u8> {
-    let mut v = Vec::with_capacity(text.len() + 1);
-    v.extend_from_slice(text.as_bytes());
+/// A frame as one line for the other side: a lent (large) frame is its own
+/// buffer, with room for the newline (its capacity is `max_frame + 1`), so
+/// nothing is copied; a small one is copied.
+fn line(frame: FrameText<'_>) -> Vec<u8> {
+    if frame.is_lent() {
+        let mut v = frame.into_string().into_bytes();
+        v.push(b'\n');
+        return v;
+    }
+    let mut v = Vec::with_capacity(frame.len() + 1);
+    v.extend_from_slice(frame.as_bytes());
     v.push(b'\n');
     v
 }
@@ -758,12 +786,12 @@ impl State {
             Ok(_) => {}
             Err(_) => self.metrics.host_parse_errors += 1,
         }
-        self.send_server(line(text));
+        self.send_server(line(text.into()));
     }
 
     fn on_server_event(&mut self, at: Stamp, ev: FrameEvent<'_>) {
         match ev {
-            FrameEvent::Frame(text) => self.on_server_frame(at, &text),
+            FrameEvent::Frame(text) => self.on_server_frame(at, text),
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 self.metrics.oversized_responses += 1;
                 // Without an id in the prefix, wait for the frame's end: the
@@ -823,68 +851,83 @@ impl State {
         }
     }
 
-    fn on_server_frame(&mut self, at: Stamp, text: &str) {
+    fn on_server_frame(&mut self, at: Stamp, frame: FrameText<'_>) {
+        let text: &str = &frame;
         self.metrics.largest_server_frame =
             self.metrics.largest_server_frame.max(text.len() as u64);
-        match Message::decode(text) {
-            Ok(Message::Response(r)) => {
-                if self.cancelled.contains(&r.id) && !self.tracked.contains_key(&r.id) {
-                    // The spec forbids it; the guard enforces it.
-                    self.metrics.dropped_after_cancel += 1;
-                    return;
-                }
-                self.metrics.responses += 1;
-                if let Some(call) = self.tracked.remove(&r.id) {
-                    let (outcome, note) = match &r.result {
-                        Ok(_) => (
-                            CallOutcome::Succeeded,
-                            format!("result of {} bytes", text.len()),
-                        ),
-                        Err(e) => (
-                            CallOutcome::RemoteFailure,
-                            format!("error {} ({} bytes)", e.code, text.len()),
-                        ),
-                    };
-                    self.complete(at, call, outcome, &note);
-                }
-                self.send_host_message(Some(r.id), line(text));
-            }
-            Ok(_) => self.send_host(line(text)),
+        // The envelope only: a result stays in the frame, which goes to the
+        // host as it came (a lent large frame without any copy).
+        let response = match Message::decode_in(text) {
+            Ok(Decoded::Result { id, .. }) => Some((id, None)),
+            Ok(Decoded::Message(Message::Response(r))) => Some((r.id, r.result.err())),
+            Ok(Decoded::Message(_)) => None,
             Err(_) => {
-                // An accidental log line: move it to stderr instead of
-                // breaking the host's parser.
-                self.metrics.non_protocol_lines += 1;
-                if self.noise_shown < self.config.noise_budget {
-                    let cut = text
-                        .char_indices()
-                        .nth(MAX_NOTE_LINE)
-                        .map_or(text, |(i, _)| &text[..i]);
-                    self.noise_shown += cut.len() as u64;
-                    self.note(format!("[server stdout, not protocol] {cut}"));
-                } else {
-                    self.metrics.non_protocol_bytes_dropped += text.len() as u64;
-                }
-                // Keep a near-miss response visible to the host as an error
-                // rather than a silent hang.
-                let scan = &text.as_bytes()[..text.len().min(256)];
-                if let Some(id) = recover_id(scan) {
-                    if let Some(call) = self.tracked.remove(&id) {
-                        self.reply_error(
-                            Some(&id),
-                            SERVER_ERROR,
-                            "malformed response from server".to_owned(),
-                        );
-                        self.complete(
-                            at,
-                            call,
-                            CallOutcome::RemoteFailure,
-                            &format!(
-                                "malformed response of {} bytes; the host got error {SERVER_ERROR}",
-                                text.len()
-                            ),
-                        );
-                    }
-                }
+                self.on_server_noise(at, text);
+                return;
+            }
+        };
+        let Some((id, error)) = response else {
+            let bytes = line(frame);
+            self.send_host(bytes);
+            return;
+        };
+        if self.cancelled.contains(&id) && !self.tracked.contains_key(&id) {
+            // The spec forbids it; the guard enforces it.
+            self.metrics.dropped_after_cancel += 1;
+            return;
+        }
+        self.metrics.responses += 1;
+        if let Some(call) = self.tracked.remove(&id) {
+            let (outcome, note) = match error {
+                None => (
+                    CallOutcome::Succeeded,
+                    format!("result of {} bytes", text.len()),
+                ),
+                Some(e) => (
+                    CallOutcome::RemoteFailure,
+                    format!("error {} ({} bytes)", e.code, text.len()),
+                ),
+            };
+            self.complete(at, call, outcome, &note);
+        }
+        let bytes = line(frame);
+        self.send_host_message(Some(id), bytes);
+    }
+
+    /// A server stdout line that is not a protocol message.
+    fn on_server_noise(&mut self, at: Stamp, text: &str) {
+        // An accidental log line: move it to stderr instead of breaking the
+        // host's parser.
+        self.metrics.non_protocol_lines += 1;
+        if self.noise_shown < self.config.noise_budget {
+            let cut = text
+                .char_indices()
+                .nth(MAX_NOTE_LINE)
+                .map_or(text, |(i, _)| &text[..i]);
+            self.noise_shown += cut.len() as u64;
+            self.note(format!("[server stdout, not protocol] {cut}"));
+        } else {
+            self.metrics.non_protocol_bytes_dropped += text.len() as u64;
+        }
+        // Keep a near-miss response visible to the host as an error rather
+        // than a silent hang.
+        let scan = &text.as_bytes()[..text.len().min(256)];
+        if let Some(id) = recover_id(scan) {
+            if let Some(call) = self.tracked.remove(&id) {
+                self.reply_error(
+                    Some(&id),
+                    SERVER_ERROR,
+                    "malformed response from server".to_owned(),
+                );
+                self.complete(
+                    at,
+                    call,
+                    CallOutcome::RemoteFailure,
+                    &format!(
+                        "malformed response of {} bytes; the host got error {SERVER_ERROR}",
+                        text.len()
+                    ),
+                );
             }
         }
     }

@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use mcp_stdio_core::call::Stamp;
+use mcp_stdio_core::frame::ReadRoom;
 use mcp_stdio_core::guard::{GuardAction, GuardConfig, GuardReport, GuardSession};
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_sys::{exit_status, signal_group};
@@ -241,7 +242,6 @@ async fn drive(
     let mut to_host = Outbox::default();
     let mut exited = false;
     let mut host_buf = vec![0u8; 64 * 1024];
-    let mut out_buf = vec![0u8; 64 * 1024];
     let mut err_buf = vec![0u8; 16 * 1024];
     let mut terminate = terminate_signal();
     session.handle_spawned(stamp(Instant::now()));
@@ -336,7 +336,9 @@ async fn drive(
         // An owned future, so it can wait beside a write on the same output.
         let host_progress = host_out.as_ref().map(HostOutput::progress);
         let wake = tokio::select! {
-            r = read_opt(&mut server_out, &mut out_buf) => Wake::ServerOut(r),
+            // Straight into the proxy's framer: a large response is read once
+            // and goes to the host as it landed.
+            r = read_room(&mut server_out, session.server_stdout_room()) => Wake::ServerOut(r),
             r = read_opt(&mut server_err, &mut err_buf) => Wake::ServerErr(r),
             r = read_host_opt(&mut host_in, &mut host_buf), if read_host => Wake::Host(r),
             r = write_opt(&mut server_in, server_front), if server_front.is_some() => Wake::WroteServer(r),
@@ -357,7 +359,10 @@ async fn drive(
                 host_in = None;
                 session.handle_host_eof(at);
             }
-            Wake::ServerOut(Ok(n)) if n > 0 => session.handle_server_stdout(at, &out_buf[..n]),
+            Wake::ServerOut(Ok(n)) if n > 0 => {
+                session.handle_server_read(at, n);
+                drain_server_stdout(&mut server_out, session, at);
+            }
             Wake::ServerOut(_) => {
                 server_out = None;
                 session.handle_server_stdout_eof(at);
@@ -454,6 +459,64 @@ async fn futures_select_any<F: std::future::Future + Unpin>(futs: impl Iterator<
         std::task::Poll::Pending
     })
     .await;
+}
+
+/// One read of the server's stdout into the proxy's room, appended in place.
+async fn read_room(
+    reader: &mut Option<tokio::process::ChildStdout>,
+    room: ReadRoom<'_>,
+) -> std::io::Result<usize> {
+    match reader {
+        Some(r) => {
+            let limit = room.len() as u64;
+            r.take(limit).read_buf(room.vec()).await
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads of the server's stdout per wake when bytes keep coming: a 4 MiB
+/// burst, then the other branches get their turn.
+const SERVER_READS_PER_WAKE: usize = 64;
+
+/// Reads on while the server's stdout has bytes ready (each read polled
+/// once), without a turn through the `select` per 64 KiB.
+fn drain_server_stdout(
+    server_out: &mut Option<tokio::process::ChildStdout>,
+    session: &mut GuardSession,
+    at: Stamp,
+) {
+    let waker = std::task::Waker::from(std::sync::Arc::new(NoopWake));
+    let mut cx = std::task::Context::from_waker(&waker);
+    for _ in 1..SERVER_READS_PER_WAKE {
+        let Some(r) = server_out.as_mut() else {
+            return;
+        };
+        let polled = {
+            let room = session.server_stdout_room();
+            let mut limited = r.take(room.len() as u64);
+            let read = limited.read_buf(room.vec());
+            std::future::Future::poll(std::pin::pin!(read), &mut cx)
+        };
+        match polled {
+            std::task::Poll::Ready(Ok(n)) if n > 0 => session.handle_server_read(at, n),
+            std::task::Poll::Ready(_) => {
+                *server_out = None;
+                session.handle_server_stdout_eof(at);
+                return;
+            }
+            // The next `select` waits for it with the task's own waker.
+            std::task::Poll::Pending => return,
+        }
+    }
+}
+
+/// A waker that does nothing: a read polled once and not ready is waited for
+/// by the next `select`.
+struct NoopWake;
+
+impl std::task::Wake for NoopWake {
+    fn wake(self: std::sync::Arc<Self>) {}
 }
 
 async fn read_opt<R: tokio::io::AsyncRead + Unpin>(
