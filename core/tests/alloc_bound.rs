@@ -104,7 +104,7 @@ struct Seen {
 
 /// Pushes `TOTAL` bytes, chunk by chunk as `fill` writes them into `chunk`,
 /// and returns the peak heap growth from just before the framer is created.
-fn measure(name: &str, chunk: &mut [u8], mut fill: impl FnMut(usize, &mut [u8])) -> Seen {
+fn measure(via: Via, name: &str, chunk: &mut [u8], mut fill: impl FnMut(usize, &mut [u8])) -> Seen {
     let mut config = FramerConfig::default();
     config.max_frame(MAX_FRAME);
     let mut seen = Seen::default();
@@ -127,7 +127,20 @@ fn measure(name: &str, chunk: &mut [u8], mut fill: impl FnMut(usize, &mut [u8]))
     };
     for i in 0..TOTAL / CHUNK {
         fill(i, chunk);
-        framer.push(chunk, &mut on_event);
+        match via {
+            Via::Push => framer.push(chunk, &mut on_event),
+            Via::Reads => {
+                // As an adapter reads: into the room, as much as it holds.
+                let mut rest = &chunk[..];
+                while !rest.is_empty() {
+                    let room = framer.read_room().zeroed();
+                    let n = room.len().min(rest.len());
+                    room[..n].copy_from_slice(&rest[..n]);
+                    framer.filled(n, &mut on_event);
+                    rest = &rest[n..];
+                }
+            }
+        }
         assert!(framer.buffer_capacity() <= MAX_FRAME + 1);
     }
     framer.finish(&mut on_event);
@@ -136,7 +149,7 @@ fn measure(name: &str, chunk: &mut [u8], mut fill: impl FnMut(usize, &mut [u8]))
     let peak = PEAK.load(Relaxed);
 
     eprintln!(
-        "{name}: peak heap growth {peak} bytes ({:.3} MiB; bound {BOUND}), {:.2} s, {seen:?}",
+        "{name} ({via:?}): peak heap growth {peak} bytes ({:.3} MiB; bound {BOUND}), {:.2} s, {seen:?}",
         peak as f64 / (1 << 20) as f64,
         started.elapsed().as_secs_f64(),
     );
@@ -169,8 +182,24 @@ fn put(chunk: &mut [u8], at: usize, text: &[u8]) {
     chunk[at..at + n].copy_from_slice(&text[..n]);
 }
 
+/// How the bytes reach the framer.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    /// `push` of each chunk.
+    Push,
+    /// Reads into the framer's room (`read_room` / `filled`).
+    Reads,
+}
+
+/// One test: the counters are process-wide, so the two ways run one after
+/// the other.
 #[test]
 fn framer_heap_stays_under_max_frame_plus_64_kib() {
+    scenarios(Via::Push);
+    scenarios(Via::Reads);
+}
+
+fn scenarios(via: Via) {
     // Allocated before measuring, and reused.
     let mut chunk = vec![0u8; CHUNK];
 
@@ -182,7 +211,7 @@ fn framer_heap_stays_under_max_frame_plus_64_kib() {
         br#"{"jsonrpc":"2.0","id":"endless","params":""#,
     );
     let header = chunk.clone();
-    let seen = measure("endless line", &mut chunk, |i, chunk| {
+    let seen = measure(via, "endless line", &mut chunk, |i, chunk| {
         if i == 1 {
             chunk.copy_from_slice(&header);
             chunk[..64].fill(b'x');
@@ -198,6 +227,7 @@ fn framer_heap_stays_under_max_frame_plus_64_kib() {
     let mut next_newline = MAX_FRAME;
     let mut line = 0usize;
     let seen = measure(
+        via,
         "lines at and just over the limit",
         &mut chunk,
         |i, chunk| {
@@ -252,7 +282,7 @@ fn framer_heap_stays_under_max_frame_plus_64_kib() {
             pool[at + 1..at + 1 + n].fill(b'j');
         }
     }
-    let seen = measure("random junk", &mut chunk, |_, chunk| {
+    let seen = measure(via, "random junk", &mut chunk, |_, chunk| {
         let from = rng.below(pool.len() - CHUNK);
         chunk.copy_from_slice(&pool[from..from + CHUNK]);
     });
