@@ -661,7 +661,9 @@ impl Framer {
                     gathered = false;
                 }
                 None if end - line <= max => {
-                    self.buf.copy_within(line..end, 0);
+                    if line > 0 {
+                        self.buf.copy_within(line..end, 0);
+                    }
                     self.data = end - line;
                     break;
                 }
