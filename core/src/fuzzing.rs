@@ -182,9 +182,16 @@ pub fn fuzz_message(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    // Decoding a frame taken whole agrees with decoding it borrowed, and a
+    // failure gives the frame back unchanged.
+    let owned = Message::decode_owned(text.to_owned());
     let Ok(msg) = Message::decode(text) else {
+        let (_, back) = owned.expect_err("decode_owned agrees with decode");
+        assert_eq!(back, text);
         return;
     };
+    let owned = owned.expect("decode_owned agrees with decode");
+    assert_eq!(format!("{msg:?}"), format!("{owned:?}"));
     let bytes = msg.encode(usize::MAX).expect("no limit");
     assert_eq!(bytes.last(), Some(&b'\n'));
     assert!(memchr::memchr(b'\n', &bytes[..bytes.len() - 1]).is_none());
