@@ -2,24 +2,25 @@
 //!
 //! # Tasks
 //!
-//! async-std has no `select!`, so instead of one task polling every pipe the
-//! work is split by what each task waits on:
+//! async-std has no `select!`; the driver task instead races one future per
+//! thing it waits on (futures-lite's `race`):
 //!
 //! - the **driver** owns the core's [`ClientDriver`], which makes every
-//!   decision; it waits for "the next I/O event, the next command, a cancel,
-//!   room for an incoming message, or the core's deadline" and never for
-//!   anything else;
-//! - a **stdout reader** and a **stderr reader** each own their pipe and read
-//!   chunks for the whole life of the process, sending them to the driver;
-//! - a **stdin writer** owns stdin and writes one message at a time;
+//!   decision, and the server's three pipes; it waits for "a pipe's bytes or
+//!   end, room in stdin for the one message held, the exit, the next
+//!   command, a cancel, room for an incoming message, or the core's
+//!   deadline" and never for anything else. The write is one branch of that
+//!   wait: it moves only what the pipe accepts while the reads go on, so a
+//!   server that stops reading never stops the client from reading (G1);
 //! - an **exit watcher** owns the `Child` and awaits its exit status.
 //!
-//! The I/O tasks report over one bounded channel ([`EVENT_QUEUE`]). A reader
-//! waits only when that channel is full, and the driver empties it whenever it
-//! waits: the driver never awaits the application (replies are `try_send`s on
-//! capacity-1 channels, server→client messages go out only when their
-//! capacity-1 channel has room), so the readers are never starved, whatever
-//! the application does (G1).
+//! Reading and writing in the driver itself, rather than in reader and
+//! writer tasks joined to it by channels, saves a task hop and a cross-thread
+//! wake-up per pipe event: a round trip wakes the driver once for the command,
+//! once for stdout. The driver never awaits the application (replies are
+//! `try_send`s on capacity-1 channels, server→client messages go out only when
+//! their capacity-1 channel has room), so the pipes are never starved,
+//! whatever the application does (G1).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -30,11 +31,11 @@ use std::time::{Duration, Instant};
 
 use async_channel::{Receiver, Sender, WeakSender};
 use async_io::Timer;
-use async_process::{Child, ChildStdin};
+use async_process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use async_std::task::JoinHandle;
 use event_listener::{Event, EventListener};
 use futures_lite::future::{or, race};
-use futures_lite::{AsyncRead, AsyncReadExt, AsyncWriteExt, Stream};
+use futures_lite::{AsyncReadExt, AsyncWriteExt, Stream};
 use mcp_stdio_core::client::{ClientMetrics, Incoming, RequestFailure, SendError};
 pub use mcp_stdio_core::driver::CancelHandle;
 use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
@@ -50,12 +51,9 @@ use crate::os;
 /// Commands queued from the application to the driver task. Cancels never
 /// pass through it (see [`CancelRegistry`]), so a full queue loses none.
 const COMMAND_QUEUE: usize = 256;
-/// Events from the I/O tasks (chunks, write acknowledgements, the exit)
-/// waiting for the driver. Worst case: this many stdout chunks in flight.
-const EVENT_QUEUE: usize = 8;
-/// Bytes read from stdout per read call.
+/// Bytes read from stdout per read call (one buffer, reused).
 const STDOUT_READ: usize = 64 * 1024;
-/// Bytes read from stderr per read call.
+/// Bytes read from stderr per read call (one buffer, reused).
 const STDERR_READ: usize = 16 * 1024;
 
 type Outcome = Result<Box<RawValue>, RequestError>;
@@ -181,10 +179,10 @@ impl Drop for PendingRequest {
 
 /// A spawned MCP server and its session.
 ///
-/// One driver task owns the core's [`ClientDriver`]; reader tasks read the
-/// server's stdout and stderr continuously, whatever the application does
-/// (G1); a writer task writes stdin without ever blocking those reads; the
-/// driver applies deadlines and runs the shutdown sequence (G11). The
+/// One driver task owns the core's [`ClientDriver`] and the server's pipes:
+/// it reads stdout and stderr continuously, whatever the application does
+/// (G1), and writes stdin only as the pipe accepts bytes, never blocking
+/// those reads; it applies deadlines and runs the shutdown sequence (G11). The
 /// application talks to the driver through a bounded command queue; cancels
 /// bypass it and are never lost. The decisions are the core's [`ClientDriver`].
 ///
@@ -208,7 +206,7 @@ pub struct Client {
 
 impl Client {
     /// Spawns `command` (no shell; its own process group) with stdin, stdout
-    /// and stderr piped, and starts the driver and I/O tasks on async-std's
+    /// and stderr piped, and starts the driver and exit-watcher tasks on async-std's
     /// executor. Works from any thread, inside or outside an executor
     /// (async-std, smol or none).
     ///
@@ -223,21 +221,18 @@ impl Client {
         Ok(client)
     }
 
-    /// Spawns the server and its I/O tasks; the driver is returned, not yet running.
+    /// Spawns the server and its exit watcher; the driver is returned, not yet running.
     fn start(command: &CommandSpec, options: ClientOptions) -> std::io::Result<(Self, Driver)> {
         let (mut child, pid) = spawn_server(command)?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
 
-        let (events_tx, events) = async_channel::bounded(EVENT_QUEUE);
-        // Neither channel below ever carries a message: the driver closes it
-        // (drops its sender) to stop the tasks that hold the receiver.
-        let (stop_readers, readers_stopped) = async_channel::bounded::<()>(1);
+        // Capacity 1: the watcher sends one status.
+        let (exits_tx, exits) = async_channel::bounded(1);
+        // Never carries a message: the driver ending drops the sender, which
+        // stops the exit watcher.
         let (driver_alive, driver_gone) = async_channel::bounded::<()>(1);
-        // Capacity 1, and the driver sends only after the previous message's
-        // acknowledgement: the core's outgoing limit stays the bound.
-        let (stdin_tx, stdin_rx) = async_channel::bounded::<Vec<u8>>(1);
         // Capacity 1 and `try_send`: a stored wake, never a wait, never lost.
         let (wake_tx, wake) = async_channel::bounded::<()>(1);
         let cancels = CancelRegistry::new(move || {
@@ -248,40 +243,15 @@ impl Client {
         let client_info = options.client_info.clone();
         let now = Instant::now();
         let mut core = ClientDriver::new(options, pid, now, cancels.clone());
-        match stdout {
-            Some(pipe) => drop(async_std::task::spawn(read_pipe(
-                pipe,
-                STDOUT_READ,
-                Pipe::Stdout,
-                events_tx.clone(),
-                readers_stopped.clone(),
-            ))),
-            None => core.handle_stdout_eof(now),
+        if stdout.is_none() {
+            core.handle_stdout_eof(now);
         }
-        match stderr {
-            Some(pipe) => drop(async_std::task::spawn(read_pipe(
-                pipe,
-                STDERR_READ,
-                Pipe::Stderr,
-                events_tx.clone(),
-                readers_stopped,
-            ))),
-            None => core.handle_stderr_eof(now),
+        if stderr.is_none() {
+            core.handle_stderr_eof(now);
         }
-        let stdin_tx = match stdin {
-            Some(pipe) => {
-                drop(async_std::task::spawn(write_stdin(
-                    pipe,
-                    stdin_rx,
-                    events_tx.clone(),
-                )));
-                Some(stdin_tx)
-            }
-            None => None,
-        };
         drop(async_std::task::spawn(watch_exit(
             child,
-            events_tx,
+            exits_tx,
             driver_gone,
         )));
 
@@ -293,12 +263,13 @@ impl Client {
         let driver = Driver {
             core,
             pid,
-            events,
-            events_open: true,
-            stdout_open: true,
-            stderr_open: true,
-            stdin: stdin_tx,
-            stop_readers: Some(stop_readers),
+            stdout,
+            stdout_buf: vec![0; STDOUT_READ],
+            stderr,
+            stderr_buf: vec![0; STDERR_READ],
+            stdin,
+            exits,
+            exits_open: true,
             _driver_alive: driver_alive,
             commands: command_rx,
             commands_tx: commands.downgrade(),
@@ -492,133 +463,21 @@ fn spawn_server(command: &CommandSpec) -> std::io::Result<(Child, u32)> {
     Ok((child, pid))
 }
 
-/// Which pipe a reader task reads.
-#[derive(Debug, Clone, Copy)]
-enum Pipe {
-    Stdout,
-    Stderr,
-}
-
-/// What the I/O tasks report to the driver.
-enum IoEvent {
-    /// Bytes read from a pipe.
-    Chunk(Pipe, Chunk),
-    /// A pipe reached end-of-file or failed.
-    End(Pipe),
-    /// The stdin writer finished one message of this length (or failed and stopped).
-    Written(std::io::Result<usize>),
-    /// The child's exit, as `wait` saw it.
-    Exited(std::io::Result<std::process::ExitStatus>),
-}
-
-/// Reads `pipe` in chunks of `size` bytes until EOF, an error, or the driver
-/// closes `stop` (`AbandonReaders`, or the driver ended).
-async fn read_pipe<R: AsyncRead + Unpin>(
-    mut pipe: R,
-    size: usize,
-    which: Pipe,
-    events: Sender<IoEvent>,
-    stop: Receiver<()>,
-) {
-    // Buffers come back from the driver once handled, so a stream costs no
-    // allocation or copy per chunk; at most the event queue's worth exist.
-    let (home, returned) = async_channel::bounded::<Vec<u8>>(EVENT_QUEUE + 2);
-    loop {
-        let mut buf = returned.try_recv().unwrap_or_else(|_| vec![0u8; size]);
-        // A read future dropped unfinished has consumed nothing.
-        let read = async { Some(pipe.read(&mut buf).await) };
-        let stopped = async {
-            let _ = stop.recv().await;
-            None
-        };
-        let event = match or(stopped, read).await {
-            None => return,
-            Some(Ok(n)) if n > 0 => IoEvent::Chunk(
-                which,
-                Chunk {
-                    buf,
-                    len: n,
-                    home: home.clone(),
-                },
-            ),
-            Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Some(_) => IoEvent::End(which),
-        };
-        let end = matches!(event, IoEvent::End(_));
-        // Waits only while the driver's queue is full; the driver empties it
-        // every time it waits, so this never stalls for long.
-        if events.send(event).await.is_err() || end {
-            return;
-        }
-    }
-}
-
-/// Bytes read from a pipe, in a buffer that goes back to its reader when dropped.
-struct Chunk {
-    buf: Vec<u8>,
-    len: usize,
-    home: Sender<Vec<u8>>,
-}
-
-impl std::ops::Deref for Chunk {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
-impl Drop for Chunk {
-    fn drop(&mut self) {
-        // A full or closed return queue just lets the buffer go.
-        let _ = self.home.try_send(std::mem::take(&mut self.buf));
-    }
-}
-
-/// Writes each message the driver sends, whole, then acknowledges it. Stops
-/// (dropping stdin, which closes the pipe) when the driver closes the
-/// channel, even in the middle of a write to a server that stopped reading.
-async fn write_stdin(mut stdin: ChildStdin, messages: Receiver<Vec<u8>>, events: Sender<IoEvent>) {
-    while let Ok(bytes) = messages.recv().await {
-        let write = async {
-            let r = async {
-                // `Async` pipes: the write progresses as the pipe accepts
-                // bytes; only this task waits for it, never the driver.
-                stdin.write_all(&bytes).await?;
-                stdin.flush().await?;
-                Ok(bytes.len())
-            };
-            Some(r.await)
-        };
-        // The driver sends the next message only after this one's
-        // acknowledgement, so during a write the channel is empty and `recv`
-        // can only end by the driver closing it: `CloseStdin`, stop now.
-        let closed = async {
-            let _ = messages.recv().await;
-            None
-        };
-        match or(write, closed).await {
-            None => return,
-            Some(r) => {
-                let failed = r.is_err();
-                if events.send(IoEvent::Written(r)).await.is_err() || failed {
-                    return;
-                }
-            }
-        }
-    }
-}
-
 /// Owns the child and reports its exit. Stops waiting when the driver ends
 /// without having seen it (`ExitNotObserved`); async-process then reaps the
 /// dropped child in the background.
-async fn watch_exit(mut child: Child, events: Sender<IoEvent>, driver_gone: Receiver<()>) {
+async fn watch_exit(
+    mut child: Child,
+    exits: Sender<std::io::Result<std::process::ExitStatus>>,
+    driver_gone: Receiver<()>,
+) {
     let status = child.status();
     let gone = async {
         let _ = driver_gone.recv().await;
         None
     };
     if let Some(status) = or(async { Some(status.await) }, gone).await {
-        let _ = events.send(IoEvent::Exited(status)).await;
+        let _ = exits.send(status).await;
     }
 }
 
@@ -634,7 +493,14 @@ enum Delivery {
 
 /// What woke the driver.
 enum Wake {
-    Io(Option<IoEvent>),
+    /// A read of stdout returned (bytes in the driver's stdout buffer, 0: EOF).
+    Stdout(std::io::Result<usize>),
+    /// A read of stderr returned (bytes in the driver's stderr buffer, 0: EOF).
+    Stderr(std::io::Result<usize>),
+    /// A write to stdin took this many bytes of the held message.
+    Written(std::io::Result<usize>),
+    /// The exit watcher reported (`None`: it is gone without a status).
+    Exited(Option<std::io::Result<std::process::ExitStatus>>),
     Command(Option<Command>),
     IncomingTaken,
     /// A cancel was flagged: every wake handles cancels.
@@ -642,18 +508,30 @@ enum Wake {
     Timer,
 }
 
-/// The driver task: the core's [`ClientDriver`] and the channels to the I/O tasks.
+/// The driver task: the core's [`ClientDriver`] and the three pipes.
+///
+/// The pipes are read and written here, in the same wait as commands,
+/// cancels and the deadline, not in tasks of their own: a round trip then
+/// wakes this task once per pipe event instead of hopping through a reader
+/// or writer task and a channel. The write is one branch of that wait, so it
+/// progresses only as the pipe accepts bytes while every read goes on (G1).
 struct Driver {
     core: ClientDriver<OneShot>,
     pid: u32,
-    events: Receiver<IoEvent>,
-    events_open: bool,
-    stdout_open: bool,
-    stderr_open: bool,
-    /// The stdin writer's queue; `None` once stdin is closed or broken.
-    stdin: Option<Sender<Vec<u8>>>,
-    /// Dropped to stop the reader tasks.
-    stop_readers: Option<Sender<()>>,
+    /// `None` once it ended, failed, or was abandoned.
+    stdout: Option<ChildStdout>,
+    /// Reused for every stdout read: [`STDOUT_READ`] bytes.
+    stdout_buf: Vec<u8>,
+    /// `None` once it ended, failed, or was abandoned.
+    stderr: Option<ChildStderr>,
+    /// Reused for every stderr read: [`STDERR_READ`] bytes.
+    stderr_buf: Vec<u8>,
+    /// `None` once stdin is closed or broken (dropping it closes the pipe,
+    /// even in the middle of a message to a server that stopped reading).
+    stdin: Option<ChildStdin>,
+    /// The exit watcher's one report.
+    exits: Receiver<std::io::Result<std::process::ExitStatus>>,
+    exits_open: bool,
     /// Dropped with the driver: tells the exit watcher to stop waiting.
     _driver_alive: Sender<()>,
     commands: Receiver<Command>,
@@ -687,8 +565,25 @@ impl Driver {
             // The one clock read of this turn.
             now = Instant::now();
             match wake {
-                Wake::Io(Some(event)) => self.io_event(now, event),
-                Wake::Io(None) => self.events_open = false,
+                Wake::Stdout(read) => self.stdout_read(now, read),
+                Wake::Stderr(read) => self.stderr_read(now, read),
+                Wake::Written(written) => self.written(written),
+                Wake::Exited(Some(Ok(status))) => {
+                    self.exits_open = false;
+                    self.core.handle_exited(now, os::exit_status(status));
+                }
+                Wake::Exited(Some(Err(e))) => {
+                    // wait() failing means no status can ever be observed:
+                    // the supervisor's deadlines end the session.
+                    self.exits_open = false;
+                    log_relay::event(
+                        self.pid,
+                        Level::Warn,
+                        "waiting for the server failed",
+                        Some(e.to_string()),
+                    );
+                }
+                Wake::Exited(None) => self.exits_open = false,
                 Wake::Command(Some(cmd)) => self.core.handle_command(now, cmd),
                 Wake::Command(None) => {
                     // Every handle is gone: the Client was dropped (and its
@@ -741,27 +636,70 @@ impl Driver {
         Delivery::Again
     }
 
-    /// Waits for the next thing the driver must act on: an I/O event, a
-    /// command, a cancel, room for an incoming message, or the core's deadline.
-    async fn next_wake(&self, taken: Option<EventListener>) -> Wake {
+    /// Waits for the next thing the driver must act on: a pipe's bytes or
+    /// end, room in stdin for the held message, the exit, a command, a
+    /// cancel, room for an incoming message, or the core's deadline.
+    ///
+    /// Every branch is cancel-safe: an `Async` pipe's read or write that
+    /// returned `Pending` has moved no bytes, and a channel `recv` that did
+    /// not complete has taken nothing.
+    async fn next_wake(&mut self, taken: Option<EventListener>) -> Wake {
         let deadline = self.core.poll_timeout();
-        let events = async {
-            if self.events_open {
-                Wake::Io(self.events.recv().await.ok())
+        let Self {
+            core,
+            stdout,
+            stdout_buf,
+            stderr,
+            stderr_buf,
+            stdin,
+            exits,
+            exits_open,
+            commands,
+            commands_open,
+            wake,
+            ..
+        } = self;
+        // The rest of the one held message (taken from the core's queue when
+        // none is held); written only as far as the pipe takes it.
+        let held = match stdin {
+            Some(_) => core.poll_write(),
+            None => None,
+        };
+        let stdout = async {
+            match stdout.as_mut() {
+                Some(pipe) => Wake::Stdout(pipe.read(stdout_buf).await),
+                None => std::future::pending().await,
+            }
+        };
+        let stderr = async {
+            match stderr.as_mut() {
+                Some(pipe) => Wake::Stderr(pipe.read(stderr_buf).await),
+                None => std::future::pending().await,
+            }
+        };
+        let write = async {
+            match (stdin.as_mut(), held) {
+                (Some(pipe), Some(bytes)) => Wake::Written(pipe.write(bytes).await),
+                _ => std::future::pending().await,
+            }
+        };
+        let exited = async {
+            if *exits_open {
+                Wake::Exited(exits.recv().await.ok())
             } else {
                 std::future::pending().await
             }
         };
         let commands = async {
-            if self.commands_open {
-                Wake::Command(self.commands.recv().await.ok())
+            if *commands_open {
+                Wake::Command(commands.recv().await.ok())
             } else {
                 std::future::pending().await
             }
         };
         let cancels = async {
             // The registry holds a sender for the whole session.
-            match self.wake.recv().await {
+            match wake.recv().await {
                 Ok(()) => Wake::Cancel,
                 Err(_) => std::future::pending().await,
             }
@@ -784,64 +722,66 @@ impl Driver {
         };
         // `race` picks at random among ready branches, so a flood of stdout
         // cannot starve the application's commands, nor the reverse.
-        race(events, race(commands, race(cancels, or(timer, taken)))).await
+        let pipes = race(stdout, race(stderr, race(write, exited)));
+        let control = race(commands, race(cancels, or(timer, taken)));
+        race(pipes, control).await
     }
 
-    fn io_event(&mut self, now: Instant, event: IoEvent) {
-        match event {
-            // After `AbandonReaders`, chunks already queued are ignored.
-            IoEvent::Chunk(Pipe::Stdout, bytes) if self.stdout_open => {
-                self.core.handle_stdout(now, &bytes);
+    fn stdout_read(&mut self, now: Instant, read: std::io::Result<usize>) {
+        match read {
+            Ok(n) if n > 0 => {
+                let bytes = &self.stdout_buf[..n];
+                self.core.handle_stdout(now, bytes);
             }
-            IoEvent::Chunk(Pipe::Stderr, bytes) if self.stderr_open => {
-                self.core.handle_stderr(now, &bytes);
-            }
-            IoEvent::Chunk(..) => {}
-            IoEvent::End(Pipe::Stdout) if self.stdout_open => {
-                self.stdout_open = false;
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // End of file, or a read error: either way nothing more comes.
+            _ => {
+                self.stdout = None;
                 self.core.handle_stdout_eof(now);
             }
-            IoEvent::End(Pipe::Stderr) if self.stderr_open => {
-                self.stderr_open = false;
+        }
+    }
+
+    fn stderr_read(&mut self, now: Instant, read: std::io::Result<usize>) {
+        match read {
+            Ok(n) if n > 0 => self.core.handle_stderr(now, &self.stderr_buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            _ => {
+                self.stderr = None;
                 self.core.handle_stderr_eof(now);
             }
-            IoEvent::End(_) => {}
-            IoEvent::Written(Ok(n)) => self.core.handle_written(n),
-            IoEvent::Written(Err(e)) => {
-                // The server closed its stdin or died: stop writing; stdout
-                // EOF and the exit will follow.
-                log_relay::event(
-                    self.pid,
-                    Level::Debug,
-                    "writing to server stdin failed",
-                    Some(e.to_string()),
-                );
-                self.core.handle_write_failed();
-                self.stdin = None;
-            }
-            IoEvent::Exited(Ok(status)) => self.core.handle_exited(now, os::exit_status(status)),
-            // wait() failing means no status can ever be observed: the
-            // supervisor's deadlines end the session.
-            IoEvent::Exited(Err(e)) => {
-                log_relay::event(
-                    self.pid,
-                    Level::Warn,
-                    "waiting for the server failed",
-                    Some(e.to_string()),
-                );
-            }
         }
+    }
+
+    fn written(&mut self, written: std::io::Result<usize>) {
+        let failure = match written {
+            Ok(n) if n > 0 => {
+                self.core.handle_written(n);
+                return;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return,
+            Ok(_) => std::io::Error::from(std::io::ErrorKind::WriteZero),
+            Err(e) => e,
+        };
+        // The server closed its stdin or died: stop writing; stdout's end
+        // and the exit will follow.
+        log_relay::event(
+            self.pid,
+            Level::Debug,
+            "writing to server stdin failed",
+            Some(failure.to_string()),
+        );
+        self.core.handle_write_failed();
+        self.stdin = None;
     }
 
     /// Drains every core output; returns the record once the session is over.
     fn pump(&mut self) -> Option<SessionRecord> {
         while let Some(action) = self.core.poll_action() {
             match action {
-                DriverAction::CloseStdin => {
-                    // Closing the writer's queue stops it, mid-write if need
-                    // be, and it drops stdin: the server sees EOF.
-                    self.stdin = None;
-                }
+                // Dropping stdin closes the pipe, mid-message if need be:
+                // the server sees EOF.
+                DriverAction::CloseStdin => self.stdin = None,
                 DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
                 DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
                 DriverAction::AbandonReaders => {
@@ -851,27 +791,17 @@ impl Driver {
                         "server pipes still open past the drain deadline; abandoning readers",
                         None,
                     );
-                    self.stop_readers = None;
-                    self.stdout_open = false;
-                    self.stderr_open = false;
+                    self.stdout = None;
+                    self.stderr = None;
                 }
                 DriverAction::Finished(record) => {
-                    // Stop the readers too: the record is built, nothing more is read.
-                    self.stop_readers = None;
+                    // The record is built: nothing more is read or written.
+                    self.stdout = None;
+                    self.stderr = None;
                     self.stdin = None;
                     return Some(*record);
                 }
                 _ => {}
-            }
-        }
-        if let Some(stdin) = &self.stdin {
-            // Lent whole to the writer task; the next only after its acknowledgement.
-            if let Some(bytes) = self.core.poll_write_owned() {
-                // Capacity 1 and nothing with the writer: only fails if
-                // the writer is gone, which it reports as `Written(Err)`.
-                if stdin.try_send(bytes).is_err() {
-                    self.core.handle_write_failed();
-                }
             }
         }
         None

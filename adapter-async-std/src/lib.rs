@@ -38,7 +38,7 @@
 //! uses it unchanged; the crate's tests include ones that run under
 //! `smol::block_on`.
 //!
-//! The driver and I/O tasks run on async-std's executor threads (one per
+//! The driver and exit-watcher tasks run on async-std's executor threads (one per
 //! core unless `ASYNC_STD_THREAD_COUNT` says otherwise), not on the thread
 //! that awaits the [`Client`]: an application that sleeps, blocks or stops
 //! polling does not pause them. (Code that blocks *every* executor thread
