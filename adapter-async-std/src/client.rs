@@ -38,7 +38,9 @@ use futures_lite::future::{or, race};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, Stream};
 use mcp_stdio_core::client::{ClientMetrics, Incoming, RequestFailure, SendError};
 pub use mcp_stdio_core::driver::CancelHandle;
-use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
+use mcp_stdio_core::driver::{
+    CallCancel, CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED,
+};
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request};
@@ -177,6 +179,16 @@ impl Drop for PendingRequest {
     }
 }
 
+/// Cancels a [`Client::request`] whose future is dropped before its outcome
+/// (a no-op once it completed).
+struct AbandonOnDrop(CallCancel);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel(ABANDONED);
+    }
+}
+
 /// A spawned MCP server and its session.
 ///
 /// One driver task owns the core's [`ClientDriver`] and the server's pipes:
@@ -278,6 +290,8 @@ impl Client {
             incoming: incoming_tx,
             incoming_taken: incoming_taken.clone(),
             finished: finished.clone(),
+            timer: Timer::never(),
+            armed: None,
         };
         let client = Self {
             commands,
@@ -314,19 +328,41 @@ impl Client {
 
     /// Sends a request with the configured default timeout and waits for its result.
     pub async fn request(&self, method: &str, params: Option<Box<RawValue>>) -> Outcome {
-        self.start_request(method, params, self.request_timeout)
-            .await?
+        self.request_with_timeout(method, params, self.request_timeout)
             .await
     }
 
     /// Sends a request with its own timeout (`None`: no deadline) and waits.
+    ///
+    /// Dropping the future before it completes cancels the request (G6).
+    /// The driver answers only with the outcome (no id first, unlike
+    /// [`start_request`](Self::start_request)): one wake-up of this task per
+    /// request.
     pub async fn request_with_timeout(
         &self,
         method: &str,
         params: Option<Box<RawValue>>,
         timeout: Option<Duration>,
     ) -> Outcome {
-        self.start_request(method, params, timeout).await?.await
+        let (outcome, rx) = oneshot();
+        let cancel = CallCancel::new(&self.cancels);
+        // Cancels on drop unless the outcome arrived.
+        let _abandon = AbandonOnDrop(cancel.clone());
+        let cmd = Command::Call {
+            method: method.to_owned(),
+            params,
+            timeout,
+            outcome,
+            cancel,
+        };
+        self.commands
+            .send(cmd)
+            .await
+            .map_err(|_| RequestError::from(SendError::Closed))?;
+        // `Err`: the driver ended without an answer for this call.
+        rx.recv()
+            .await
+            .unwrap_or(Err(RequestFailure::SessionClosed.into()))
     }
 
     /// Sends a request and returns it in flight, to be awaited or cancelled.
@@ -544,6 +580,10 @@ struct Driver {
     incoming: Sender<IncomingMessage>,
     incoming_taken: Arc<Event>,
     finished: Arc<AtomicBool>,
+    /// One timer for the whole session, moved only to an earlier deadline.
+    timer: Timer,
+    /// When `timer` fires (`None`: it is not armed).
+    armed: Option<Instant>,
 }
 
 impl Driver {
@@ -593,7 +633,11 @@ impl Driver {
                     self.core.handle_client_gone(now);
                 }
                 Wake::IncomingTaken | Wake::Cancel => {}
-                Wake::Timer => self.core.handle_timeout(now),
+                Wake::Timer => {
+                    self.armed = None;
+                    // Possibly early (the deadline moved later): does nothing then.
+                    self.core.handle_timeout(now);
+                }
             }
             self.core.handle_cancels(now);
         }
@@ -644,7 +688,21 @@ impl Driver {
     /// returned `Pending` has moved no bytes, and a channel `recv` that did
     /// not complete has taken nothing.
     async fn next_wake(&mut self, taken: Option<EventListener>) -> Wake {
-        let deadline = self.core.poll_timeout();
+        // Re-armed only for an earlier deadline: arming registers with
+        // async-io's reactor and wakes its thread, which per request (each
+        // has its own deadline) would cost a context switch per round trip.
+        // A later or vanished deadline leaves it armed: it fires early once
+        // and `handle_timeout` ignores the early call.
+        if let Some(deadline) = self.core.poll_timeout() {
+            let earlier = match self.armed {
+                Some(armed) => deadline < armed,
+                None => true,
+            };
+            if earlier {
+                self.timer.set_at(deadline);
+                self.armed = Some(deadline);
+            }
+        }
         let Self {
             core,
             stdout,
@@ -657,6 +715,7 @@ impl Driver {
             commands,
             commands_open,
             wake,
+            timer,
             ..
         } = self;
         // The rest of the one held message (taken from the core's queue when
@@ -714,10 +773,7 @@ impl Driver {
             }
         };
         let timer = async {
-            match deadline {
-                Some(d) => Timer::at(d).await,
-                None => Timer::never().await,
-            };
+            timer.await;
             Wake::Timer
         };
         // `race` picks at random among ready branches, so a flood of stdout
@@ -811,6 +867,67 @@ impl Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// G6: a `request` future dropped before the driver even took its
+    /// command (it never ran: the driver runs on this thread) is a real
+    /// cancel: once the driver sends the request, `notifications/cancelled`
+    /// for its id follows. `cat` echoes both back as server→client messages.
+    #[test]
+    fn g6_request_dropped_before_the_driver_took_it_is_cancelled_on_the_server() {
+        let (client, driver) =
+            Client::start(&CommandSpec::new("cat"), ClientOptions::default()).expect("spawn cat");
+        let script = async {
+            {
+                let request =
+                    client.request_with_timeout("slow", None, Some(Duration::from_secs(20)));
+                let mut request = std::pin::pin!(request);
+                // Queues the command; the driver cannot run before the drop.
+                assert!(futures_lite::future::poll_once(request.as_mut())
+                    .await
+                    .is_none());
+            }
+            let t = Instant::now();
+            let echoed = async {
+                let mut sent = None;
+                loop {
+                    match client.next_incoming().await {
+                        Some(IncomingMessage::Request(r, _)) if r.method == "slow" => {
+                            sent = Some(r.id.to_string());
+                        }
+                        Some(IncomingMessage::Notification(n))
+                            if n.method == "notifications/cancelled" =>
+                        {
+                            let params = n.params.as_ref().map(|p| p.get().to_owned());
+                            let id = sent.as_ref().expect("the request came first");
+                            assert!(
+                                params
+                                    .as_ref()
+                                    .is_some_and(|p| p.contains(&format!("\"requestId\":{id}"))
+                                        && p.contains(ABANDONED)),
+                                "{params:?}"
+                            );
+                            return;
+                        }
+                        Some(_) => {}
+                        None => panic!("the session ended before the cancel was echoed"),
+                    }
+                }
+            };
+            let timed_out = async {
+                Timer::after(Duration::from_secs(10)).await;
+                panic!("the cancel of the dropped request never reached the server");
+            };
+            or(echoed, timed_out).await;
+            eprintln!(
+                "async-std: cancel of a request dropped before it was sent echoed in {:?}",
+                t.elapsed()
+            );
+            let _ = client.commands.send(Command::Kill).await;
+            std::future::pending::<SessionRecord>().await
+        };
+        let record = async_std::task::block_on(or(driver.run(), script));
+        assert_eq!(record.metrics.cancels_sent, 1);
+    }
 
     /// G6: a cancel issued while the command queue is full still reaches the
     /// server. `cat` is the server: whatever reaches its stdin comes back as a
