@@ -604,6 +604,9 @@ impl Driver {
             let wake = self.next_wake(taken).await;
             // The one clock read of this turn.
             now = Instant::now();
+            // Cancels flagged before this turn go out before what the turn
+            // brings: a `cancel` then a `request` reach the wire in that order.
+            self.core.handle_cancels(now);
             match wake {
                 Wake::Stdout(read) => self.stdout_read(now, read),
                 Wake::Stderr(read) => self.stderr_read(now, read),
@@ -927,6 +930,59 @@ mod tests {
         };
         let record = async_std::task::block_on(or(driver.run(), script));
         assert_eq!(record.metrics.cancels_sent, 1);
+    }
+
+    /// G6: a cancel issued before the next request reaches the server
+    /// before it, in every round (the driver, on this thread, sees both in
+    /// one turn). `cat` echoes what it receives, in order.
+    #[test]
+    fn g6_cancel_then_request_reach_the_wire_in_that_order() {
+        let (client, driver) =
+            Client::start(&CommandSpec::new("cat"), ClientOptions::default()).expect("spawn cat");
+        let script = async {
+            let mut order = Vec::new();
+            // Kept: a dropped request would send a cancel of its own.
+            let mut seconds = Vec::new();
+            for round in 0..8 {
+                let timeout = Some(Duration::from_secs(20));
+                let first = client
+                    .start_request("first", None, timeout)
+                    .await
+                    .expect("sent");
+                first.cancel("then the next request");
+                seconds.push(
+                    client
+                        .start_request("second", None, timeout)
+                        .await
+                        .expect("sent"),
+                );
+                let seen = async {
+                    let mut seen = Vec::new();
+                    while seen.len() < 3 {
+                        match client.next_incoming().await {
+                            Some(IncomingMessage::Request(r, _)) => seen.push(r.method),
+                            Some(IncomingMessage::Notification(n)) => seen.push(n.method),
+                            None => panic!("the session ended in round {round}"),
+                        }
+                    }
+                    seen
+                };
+                let timed_out = async {
+                    Timer::after(Duration::from_secs(10)).await;
+                    panic!("round {round}: the messages never came back");
+                };
+                order = or(seen, timed_out).await;
+                assert_eq!(
+                    order,
+                    ["first", "notifications/cancelled", "second"],
+                    "round {round}"
+                );
+            }
+            eprintln!("async-std: cancel before the next request in 8 rounds: {order:?}");
+            let _ = client.commands.send(Command::Kill).await;
+            std::future::pending::<SessionRecord>().await
+        };
+        async_std::task::block_on(or(driver.run(), script));
     }
 
     /// G6: a cancel issued while the command queue is full still reaches the
