@@ -9,8 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cases::{
-    self, CaseResult, CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES, LARGE_BYTES, LARGE_CALLS,
-    LARGE_LIMIT, OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_WARMUP,
+    self, CaseResult, CANCEL_TRIALS, CANCEL_WARMUP, CANCEL_WORK_MS, FLOOD_BYTES, LARGE_BYTES,
+    LARGE_CALLS, LARGE_LIMIT, OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_WARMUP,
 };
 use crate::stats::{mib, percentile, ratio, Summary};
 
@@ -963,8 +963,18 @@ fn cancel_section(md: &mut String, results: &Results, verdicts: &mut Verdicts) {
            fixture no longer suppresses a response it has begun writing, and the ping's \
            response queues behind the remaining ~7 MiB on the pipe: the host must take in \
            and drop the rest of the cancelled response before it can see the ping.\n\
-         - **before the response**: the cancel follows the request at once; the fixture, \
-           still building the result, suppresses it.\n\n\
+         - **before the response**: the cancel follows the request at once (rmcp's: once \
+           its request reached the pipe, see below), against `bench-peer`'s `slow_big`, \
+           which works {CANCEL_WORK_MS} ms before it would answer (a sleep) and suppresses \
+           the cancelled response; it answers the ping at once meanwhile. Against the \
+           fixture this column measured the fixture: its `big` builds the result on one of \
+           the two cores while the ping's thread waits for the other, so every client \
+           (rmcp included) got either ~0.2 ms or 2–8 ms per trial and the medians were \
+           chance. rmcp writes each message from a task of its own, so a cancel issued as \
+           soon as `send_cancellable_request` returns usually reaches the pipe before its \
+           request and the server ignores it (the fixture's log showed this in 10 of 12 \
+           trials); its case therefore waits until the request's bytes are written (a \
+           counting writer under its transport) before it starts the clock and cancels.\n\n\
          | client | in flight: cancel → ping, ms | ÷ rmcp | before the response: cancel → ping, ms | ÷ rmcp | late responses ignored |\n\
          |---|---|---|---|---|---|\n"
     );
