@@ -800,6 +800,18 @@ fn ping_section(md: &mut String, results: &Results, verdicts: &mut Verdicts, qui
     if let Some(last) = verdicts.rows.last_mut() {
         last.2 = "reported".to_owned();
     }
+    // Issue 11's goal for the async-std adapter, judged at p50 against rmcp
+    // with its stderr discarded (against the fixture our clients also drain
+    // the fixture's stderr, which rmcp does not; `rmcp-lines` shows that cost).
+    let goal = format!("async-std ping p50 ≤ 1.1× rmcp, {server}");
+    match (per_proc("async-std", 50.0), rmcp50) {
+        (Some(a), Some(r)) => verdicts.add(
+            &goal,
+            format!("{:.2}× ({:.0} vs {:.0} µs)", a.median / r, a.median, r),
+            Some(a.median <= 1.1 * r),
+        ),
+        _ => verdicts.add(&goal, "–".into(), None),
+    }
 }
 
 // ---------------------------------------------------------------- guard
@@ -1041,6 +1053,27 @@ fn cancel_section(md: &mut String, results: &Results, verdicts: &mut Verdicts) {
     );
     if let Some(last) = verdicts.rows.last_mut() {
         last.2 = "reported".to_owned();
+    }
+    // Issue 11's goal: every adapter within 1.5× rmcp, cancel before the response.
+    let early: Vec<(&str, f64)> = ["tokio", "async-std", "blocking"]
+        .into_iter()
+        .filter_map(|c| lat("cancel-early", c).map(|s| (c, s.median)))
+        .collect();
+    let goal = "Cancel → ping before the response ≤ 1.5× rmcp (every adapter)";
+    match rmcp_early {
+        Some(r) if !early.is_empty() => verdicts.add(
+            goal,
+            format!(
+                "{}; rmcp {r:.2} ms",
+                early
+                    .iter()
+                    .map(|(c, m)| format!("{c} {m:.2} ms ({:.2}×)", m / r))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Some(early.iter().all(|(_, m)| *m <= 1.5 * r)),
+        ),
+        _ => verdicts.add(goal, "–".into(), None),
     }
 }
 
