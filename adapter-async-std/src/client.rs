@@ -1,11 +1,11 @@
-//! `Client`: spawn an MCP server and drive its session on async-std's executor.
+//! `Client`: spawn an MCP server and drive its session with async-io.
 //!
-//! # Tasks
+//! # Threads and tasks
 //!
-//! async-std has no `select!`; the driver task instead races one future per
+//! async-std has no `select!`; the driver instead races one future per
 //! thing it waits on (futures-lite's `race`):
 //!
-//! - the **driver** owns the core's [`ClientDriver`], which makes every
+//! - the **driver**, on a thread of its own, owns the core's [`ClientDriver`], which makes every
 //!   decision, and the server's three pipes; it waits for "a pipe's bytes or
 //!   end, room in stdin for the one message held, the exit, the next
 //!   command, a cancel, room for an incoming message, or the core's
@@ -32,7 +32,6 @@ use std::time::{Duration, Instant};
 use async_channel::{Receiver, Sender, WeakSender};
 use async_io::Timer;
 use async_process::{Child, ChildStderr, ChildStdin, ChildStdout};
-use async_std::task::JoinHandle;
 use event_listener::{Event, EventListener};
 use futures_lite::future::{or, race};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, Stream};
@@ -209,7 +208,8 @@ pub struct Client {
     /// Notified each time the application takes an incoming message, so the
     /// driver can move the next one out of the core's inbox.
     incoming_taken: Arc<Event>,
-    driver: Option<JoinHandle<SessionRecord>>,
+    /// The driver thread's record, sent once as it ends.
+    driver: Option<Receiver<SessionRecord>>,
     pid: u32,
     finished: Arc<AtomicBool>,
     client_info: mcp_stdio_core::handshake::Implementation,
@@ -218,9 +218,15 @@ pub struct Client {
 
 impl Client {
     /// Spawns `command` (no shell; its own process group) with stdin, stdout
-    /// and stderr piped, and starts the driver and exit-watcher tasks on async-std's
-    /// executor. Works from any thread, inside or outside an executor
-    /// (async-std, smol or none).
+    /// and stderr piped, starts the driver on a thread of its own and the
+    /// exit watcher on async-std's executor. Works from any thread, inside or
+    /// outside an executor (async-std, smol or none).
+    ///
+    /// The driver has a thread, not an executor task: a task was moved
+    /// between the executor's worker threads from one wake-up to the next,
+    /// which cost a round trip about a third of its latency; on its own
+    /// thread (async-io's `block_on`, sharing the process's one reactor) it
+    /// stays put, and code that blocks every executor thread cannot pause it.
     ///
     /// On Linux the server is tied to this process: if this process dies
     /// without shutting it down (even by `SIGKILL`), the kernel kills the
@@ -229,7 +235,19 @@ impl Client {
     /// its stdin close.
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self> {
         let (mut client, driver) = Self::start(command, options)?;
-        client.driver = Some(async_std::task::spawn(driver.run()));
+        let (record_tx, record) = async_channel::bounded(1);
+        let pid = client.pid;
+        let thread = std::thread::Builder::new()
+            .name(format!("mcp-stdio-driver-{pid}"))
+            .spawn(move || {
+                let _ = record_tx.try_send(async_io::block_on(driver.run()));
+            });
+        if let Err(e) = thread {
+            // No driver, no session: the server must not outlive it.
+            os::signal_group(pid, mcp_stdio_core::process::Signal::Kill);
+            return Err(e);
+        }
+        client.driver = Some(record);
         Ok(client)
     }
 
@@ -465,10 +483,14 @@ impl Client {
             .driver
             .as_mut()
             .expect("present until a consuming method (this one) has awaited it");
-        // The driver never panics on input; if it did (a bug), awaiting its
-        // handle panics here too. The handle stays in `self` while awaited:
-        // if this future is dropped unfinished, `Drop` still kills the group.
-        let record = driver.await;
+        // The driver never panics on input; if it did (a bug), its thread
+        // ends without a record and this panics too. The receiver stays in
+        // `self` while awaited: if this future is dropped unfinished, `Drop`
+        // still kills the group.
+        let record = driver
+            .recv()
+            .await
+            .expect("the driver thread ended without its record: it panicked");
         self.driver = None;
         record
     }
