@@ -1,25 +1,26 @@
-//! `Client`: spawn an MCP server and drive its session on async-std's executor.
+//! `Client`: spawn an MCP server and drive its session with async-io.
 //!
-//! # Tasks
+//! # Threads and tasks
 //!
-//! async-std has no `select!`, so instead of one task polling every pipe the
-//! work is split by what each task waits on:
+//! async-std has no `select!`; the driver instead races one future per
+//! thing it waits on (futures-lite's `race`):
 //!
-//! - the **driver** owns the core's [`ClientDriver`], which makes every
-//!   decision; it waits for "the next I/O event, the next command, a cancel,
-//!   room for an incoming message, or the core's deadline" and never for
-//!   anything else;
-//! - a **stdout reader** and a **stderr reader** each own their pipe and read
-//!   chunks for the whole life of the process, sending them to the driver;
-//! - a **stdin writer** owns stdin and writes one message at a time;
+//! - the **driver**, on a thread of its own, owns the core's [`ClientDriver`], which makes every
+//!   decision, and the server's three pipes; it waits for "a pipe's bytes or
+//!   end, room in stdin for the one message held, the exit, the next
+//!   command, a cancel, room for an incoming message, or the core's
+//!   deadline" and never for anything else. The write is one branch of that
+//!   wait: it moves only what the pipe accepts while the reads go on, so a
+//!   server that stops reading never stops the client from reading (G1);
 //! - an **exit watcher** owns the `Child` and awaits its exit status.
 //!
-//! The I/O tasks report over one bounded channel ([`EVENT_QUEUE`]). A reader
-//! waits only when that channel is full, and the driver empties it whenever it
-//! waits: the driver never awaits the application (replies are `try_send`s on
-//! capacity-1 channels, server→client messages go out only when their
-//! capacity-1 channel has room), so the readers are never starved, whatever
-//! the application does (G1).
+//! Reading and writing in the driver itself, rather than in reader and
+//! writer tasks joined to it by channels, saves a task hop and a cross-thread
+//! wake-up per pipe event: a round trip wakes the driver once for the command,
+//! once for stdout. The driver never awaits the application (replies are
+//! `try_send`s on capacity-1 channels, server→client messages go out only when
+//! their capacity-1 channel has room), so the pipes are never starved,
+//! whatever the application does (G1).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -30,14 +31,15 @@ use std::time::{Duration, Instant};
 
 use async_channel::{Receiver, Sender, WeakSender};
 use async_io::Timer;
-use async_process::{Child, ChildStdin};
-use async_std::task::JoinHandle;
+use async_process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use event_listener::{Event, EventListener};
 use futures_lite::future::{or, race};
-use futures_lite::{AsyncRead, AsyncReadExt, AsyncWriteExt, Stream};
+use futures_lite::{AsyncReadExt, AsyncWriteExt, Stream};
 use mcp_stdio_core::client::{ClientMetrics, Incoming, RequestFailure, SendError};
 pub use mcp_stdio_core::driver::CancelHandle;
-use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
+use mcp_stdio_core::driver::{
+    CallCancel, CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED,
+};
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
@@ -50,12 +52,9 @@ use crate::os;
 /// Commands queued from the application to the driver task. Cancels never
 /// pass through it (see [`CancelRegistry`]), so a full queue loses none.
 const COMMAND_QUEUE: usize = 256;
-/// Events from the I/O tasks (chunks, write acknowledgements, the exit)
-/// waiting for the driver. Worst case: this many stdout chunks in flight.
-const EVENT_QUEUE: usize = 8;
-/// Bytes read from stdout per read call.
+/// Bytes read from stdout per read call (one buffer, reused).
 const STDOUT_READ: usize = 64 * 1024;
-/// Bytes read from stderr per read call.
+/// Bytes read from stderr per read call (one buffer, reused).
 const STDERR_READ: usize = 16 * 1024;
 
 type Outcome = Result<RawResult, RequestError>;
@@ -179,12 +178,22 @@ impl Drop for PendingRequest {
     }
 }
 
+/// Cancels a [`Client::request`] whose future is dropped before its outcome
+/// (a no-op once it completed).
+struct AbandonOnDrop(CallCancel);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel(ABANDONED);
+    }
+}
+
 /// A spawned MCP server and its session.
 ///
-/// One driver task owns the core's [`ClientDriver`]; reader tasks read the
-/// server's stdout and stderr continuously, whatever the application does
-/// (G1); a writer task writes stdin without ever blocking those reads; the
-/// driver applies deadlines and runs the shutdown sequence (G11). The
+/// One driver task owns the core's [`ClientDriver`] and the server's pipes:
+/// it reads stdout and stderr continuously, whatever the application does
+/// (G1), and writes stdin only as the pipe accepts bytes, never blocking
+/// those reads; it applies deadlines and runs the shutdown sequence (G11). The
 /// application talks to the driver through a bounded command queue; cancels
 /// bypass it and are never lost. The decisions are the core's [`ClientDriver`].
 ///
@@ -199,7 +208,8 @@ pub struct Client {
     /// Notified each time the application takes an incoming message, so the
     /// driver can move the next one out of the core's inbox.
     incoming_taken: Arc<Event>,
-    driver: Option<JoinHandle<SessionRecord>>,
+    /// The driver thread's record, sent once as it ends.
+    driver: Option<Receiver<SessionRecord>>,
     pid: u32,
     finished: Arc<AtomicBool>,
     client_info: mcp_stdio_core::handshake::Implementation,
@@ -208,9 +218,15 @@ pub struct Client {
 
 impl Client {
     /// Spawns `command` (no shell; its own process group) with stdin, stdout
-    /// and stderr piped, and starts the driver and I/O tasks on async-std's
-    /// executor. Works from any thread, inside or outside an executor
-    /// (async-std, smol or none).
+    /// and stderr piped, starts the driver on a thread of its own and the
+    /// exit watcher on async-std's executor. Works from any thread, inside or
+    /// outside an executor (async-std, smol or none).
+    ///
+    /// The driver has a thread, not an executor task: a task was moved
+    /// between the executor's worker threads from one wake-up to the next,
+    /// which cost a round trip about a third of its latency; on its own
+    /// thread (async-io's `block_on`, sharing the process's one reactor) it
+    /// stays put, and code that blocks every executor thread cannot pause it.
     ///
     /// On Linux the server is tied to this process: if this process dies
     /// without shutting it down (even by `SIGKILL`), the kernel kills the
@@ -219,25 +235,34 @@ impl Client {
     /// its stdin close.
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self> {
         let (mut client, driver) = Self::start(command, options)?;
-        client.driver = Some(async_std::task::spawn(driver.run()));
+        let (record_tx, record) = async_channel::bounded(1);
+        let pid = client.pid;
+        let thread = std::thread::Builder::new()
+            .name(format!("mcp-stdio-driver-{pid}"))
+            .spawn(move || {
+                let _ = record_tx.try_send(async_io::block_on(driver.run()));
+            });
+        if let Err(e) = thread {
+            // No driver, no session: the server must not outlive it.
+            os::signal_group(pid, mcp_stdio_core::process::Signal::Kill);
+            return Err(e);
+        }
+        client.driver = Some(record);
         Ok(client)
     }
 
-    /// Spawns the server and its I/O tasks; the driver is returned, not yet running.
+    /// Spawns the server and its exit watcher; the driver is returned, not yet running.
     fn start(command: &CommandSpec, options: ClientOptions) -> std::io::Result<(Self, Driver)> {
         let (mut child, pid) = spawn_server(command)?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
 
-        let (events_tx, events) = async_channel::bounded(EVENT_QUEUE);
-        // Neither channel below ever carries a message: the driver closes it
-        // (drops its sender) to stop the tasks that hold the receiver.
-        let (stop_readers, readers_stopped) = async_channel::bounded::<()>(1);
+        // Capacity 1: the watcher sends one status.
+        let (exits_tx, exits) = async_channel::bounded(1);
+        // Never carries a message: the driver ending drops the sender, which
+        // stops the exit watcher.
         let (driver_alive, driver_gone) = async_channel::bounded::<()>(1);
-        // Capacity 1, and the driver sends only after the previous message's
-        // acknowledgement: the core's outgoing limit stays the bound.
-        let (stdin_tx, stdin_rx) = async_channel::bounded::<Vec<u8>>(1);
         // Capacity 1 and `try_send`: a stored wake, never a wait, never lost.
         let (wake_tx, wake) = async_channel::bounded::<()>(1);
         let cancels = CancelRegistry::new(move || {
@@ -248,40 +273,15 @@ impl Client {
         let client_info = options.client_info.clone();
         let now = Instant::now();
         let mut core = ClientDriver::new(options, pid, now, cancels.clone());
-        match stdout {
-            Some(pipe) => drop(async_std::task::spawn(read_pipe(
-                pipe,
-                STDOUT_READ,
-                Pipe::Stdout,
-                events_tx.clone(),
-                readers_stopped.clone(),
-            ))),
-            None => core.handle_stdout_eof(now),
+        if stdout.is_none() {
+            core.handle_stdout_eof(now);
         }
-        match stderr {
-            Some(pipe) => drop(async_std::task::spawn(read_pipe(
-                pipe,
-                STDERR_READ,
-                Pipe::Stderr,
-                events_tx.clone(),
-                readers_stopped,
-            ))),
-            None => core.handle_stderr_eof(now),
+        if stderr.is_none() {
+            core.handle_stderr_eof(now);
         }
-        let stdin_tx = match stdin {
-            Some(pipe) => {
-                drop(async_std::task::spawn(write_stdin(
-                    pipe,
-                    stdin_rx,
-                    events_tx.clone(),
-                )));
-                Some(stdin_tx)
-            }
-            None => None,
-        };
         drop(async_std::task::spawn(watch_exit(
             child,
-            events_tx,
+            exits_tx,
             driver_gone,
         )));
 
@@ -293,12 +293,13 @@ impl Client {
         let driver = Driver {
             core,
             pid,
-            events,
-            events_open: true,
-            stdout_open: true,
-            stderr_open: true,
-            stdin: stdin_tx,
-            stop_readers: Some(stop_readers),
+            stdout,
+            stdout_buf: vec![0; STDOUT_READ],
+            stderr,
+            stderr_buf: vec![0; STDERR_READ],
+            stdin,
+            exits,
+            exits_open: true,
             _driver_alive: driver_alive,
             commands: command_rx,
             commands_tx: commands.downgrade(),
@@ -307,6 +308,8 @@ impl Client {
             incoming: incoming_tx,
             incoming_taken: incoming_taken.clone(),
             finished: finished.clone(),
+            timer: Timer::never(),
+            armed: None,
         };
         let client = Self {
             commands,
@@ -343,19 +346,41 @@ impl Client {
 
     /// Sends a request with the configured default timeout and waits for its result.
     pub async fn request(&self, method: &str, params: Option<Box<RawValue>>) -> Outcome {
-        self.start_request(method, params, self.request_timeout)
-            .await?
+        self.request_with_timeout(method, params, self.request_timeout)
             .await
     }
 
     /// Sends a request with its own timeout (`None`: no deadline) and waits.
+    ///
+    /// Dropping the future before it completes cancels the request (G6).
+    /// The driver answers only with the outcome (no id first, unlike
+    /// [`start_request`](Self::start_request)): one wake-up of this task per
+    /// request.
     pub async fn request_with_timeout(
         &self,
         method: &str,
         params: Option<Box<RawValue>>,
         timeout: Option<Duration>,
     ) -> Outcome {
-        self.start_request(method, params, timeout).await?.await
+        let (outcome, rx) = oneshot();
+        let cancel = CallCancel::new(&self.cancels);
+        // Cancels on drop unless the outcome arrived.
+        let _abandon = AbandonOnDrop(cancel.clone());
+        let cmd = Command::Call {
+            method: method.to_owned(),
+            params,
+            timeout,
+            outcome,
+            cancel,
+        };
+        self.commands
+            .send(cmd)
+            .await
+            .map_err(|_| RequestError::from(SendError::Closed))?;
+        // `Err`: the driver ended without an answer for this call.
+        rx.recv()
+            .await
+            .unwrap_or(Err(RequestFailure::SessionClosed.into()))
     }
 
     /// Sends a request and returns it in flight, to be awaited or cancelled.
@@ -458,10 +483,14 @@ impl Client {
             .driver
             .as_mut()
             .expect("present until a consuming method (this one) has awaited it");
-        // The driver never panics on input; if it did (a bug), awaiting its
-        // handle panics here too. The handle stays in `self` while awaited:
-        // if this future is dropped unfinished, `Drop` still kills the group.
-        let record = driver.await;
+        // The driver never panics on input; if it did (a bug), its thread
+        // ends without a record and this panics too. The receiver stays in
+        // `self` while awaited: if this future is dropped unfinished, `Drop`
+        // still kills the group.
+        let record = driver
+            .recv()
+            .await
+            .expect("the driver thread ended without its record: it panicked");
         self.driver = None;
         record
     }
@@ -492,133 +521,21 @@ fn spawn_server(command: &CommandSpec) -> std::io::Result<(Child, u32)> {
     Ok((child, pid))
 }
 
-/// Which pipe a reader task reads.
-#[derive(Debug, Clone, Copy)]
-enum Pipe {
-    Stdout,
-    Stderr,
-}
-
-/// What the I/O tasks report to the driver.
-enum IoEvent {
-    /// Bytes read from a pipe.
-    Chunk(Pipe, Chunk),
-    /// A pipe reached end-of-file or failed.
-    End(Pipe),
-    /// The stdin writer finished one message of this length (or failed and stopped).
-    Written(std::io::Result<usize>),
-    /// The child's exit, as `wait` saw it.
-    Exited(std::io::Result<std::process::ExitStatus>),
-}
-
-/// Reads `pipe` in chunks of `size` bytes until EOF, an error, or the driver
-/// closes `stop` (`AbandonReaders`, or the driver ended).
-async fn read_pipe<R: AsyncRead + Unpin>(
-    mut pipe: R,
-    size: usize,
-    which: Pipe,
-    events: Sender<IoEvent>,
-    stop: Receiver<()>,
-) {
-    // Buffers come back from the driver once handled, so a stream costs no
-    // allocation or copy per chunk; at most the event queue's worth exist.
-    let (home, returned) = async_channel::bounded::<Vec<u8>>(EVENT_QUEUE + 2);
-    loop {
-        let mut buf = returned.try_recv().unwrap_or_else(|_| vec![0u8; size]);
-        // A read future dropped unfinished has consumed nothing.
-        let read = async { Some(pipe.read(&mut buf).await) };
-        let stopped = async {
-            let _ = stop.recv().await;
-            None
-        };
-        let event = match or(stopped, read).await {
-            None => return,
-            Some(Ok(n)) if n > 0 => IoEvent::Chunk(
-                which,
-                Chunk {
-                    buf,
-                    len: n,
-                    home: home.clone(),
-                },
-            ),
-            Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Some(_) => IoEvent::End(which),
-        };
-        let end = matches!(event, IoEvent::End(_));
-        // Waits only while the driver's queue is full; the driver empties it
-        // every time it waits, so this never stalls for long.
-        if events.send(event).await.is_err() || end {
-            return;
-        }
-    }
-}
-
-/// Bytes read from a pipe, in a buffer that goes back to its reader when dropped.
-struct Chunk {
-    buf: Vec<u8>,
-    len: usize,
-    home: Sender<Vec<u8>>,
-}
-
-impl std::ops::Deref for Chunk {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
-impl Drop for Chunk {
-    fn drop(&mut self) {
-        // A full or closed return queue just lets the buffer go.
-        let _ = self.home.try_send(std::mem::take(&mut self.buf));
-    }
-}
-
-/// Writes each message the driver sends, whole, then acknowledges it. Stops
-/// (dropping stdin, which closes the pipe) when the driver closes the
-/// channel, even in the middle of a write to a server that stopped reading.
-async fn write_stdin(mut stdin: ChildStdin, messages: Receiver<Vec<u8>>, events: Sender<IoEvent>) {
-    while let Ok(bytes) = messages.recv().await {
-        let write = async {
-            let r = async {
-                // `Async` pipes: the write progresses as the pipe accepts
-                // bytes; only this task waits for it, never the driver.
-                stdin.write_all(&bytes).await?;
-                stdin.flush().await?;
-                Ok(bytes.len())
-            };
-            Some(r.await)
-        };
-        // The driver sends the next message only after this one's
-        // acknowledgement, so during a write the channel is empty and `recv`
-        // can only end by the driver closing it: `CloseStdin`, stop now.
-        let closed = async {
-            let _ = messages.recv().await;
-            None
-        };
-        match or(write, closed).await {
-            None => return,
-            Some(r) => {
-                let failed = r.is_err();
-                if events.send(IoEvent::Written(r)).await.is_err() || failed {
-                    return;
-                }
-            }
-        }
-    }
-}
-
 /// Owns the child and reports its exit. Stops waiting when the driver ends
 /// without having seen it (`ExitNotObserved`); async-process then reaps the
 /// dropped child in the background.
-async fn watch_exit(mut child: Child, events: Sender<IoEvent>, driver_gone: Receiver<()>) {
+async fn watch_exit(
+    mut child: Child,
+    exits: Sender<std::io::Result<std::process::ExitStatus>>,
+    driver_gone: Receiver<()>,
+) {
     let status = child.status();
     let gone = async {
         let _ = driver_gone.recv().await;
         None
     };
     if let Some(status) = or(async { Some(status.await) }, gone).await {
-        let _ = events.send(IoEvent::Exited(status)).await;
+        let _ = exits.send(status).await;
     }
 }
 
@@ -634,7 +551,14 @@ enum Delivery {
 
 /// What woke the driver.
 enum Wake {
-    Io(Option<IoEvent>),
+    /// A read of stdout returned (bytes in the driver's stdout buffer, 0: EOF).
+    Stdout(std::io::Result<usize>),
+    /// A read of stderr returned (bytes in the driver's stderr buffer, 0: EOF).
+    Stderr(std::io::Result<usize>),
+    /// A write to stdin took this many bytes of the held message.
+    Written(std::io::Result<usize>),
+    /// The exit watcher reported (`None`: it is gone without a status).
+    Exited(Option<std::io::Result<std::process::ExitStatus>>),
     Command(Option<Command>),
     IncomingTaken,
     /// A cancel was flagged: every wake handles cancels.
@@ -642,18 +566,30 @@ enum Wake {
     Timer,
 }
 
-/// The driver task: the core's [`ClientDriver`] and the channels to the I/O tasks.
+/// The driver task: the core's [`ClientDriver`] and the three pipes.
+///
+/// The pipes are read and written here, in the same wait as commands,
+/// cancels and the deadline, not in tasks of their own: a round trip then
+/// wakes this task once per pipe event instead of hopping through a reader
+/// or writer task and a channel. The write is one branch of that wait, so it
+/// progresses only as the pipe accepts bytes while every read goes on (G1).
 struct Driver {
     core: ClientDriver<OneShot>,
     pid: u32,
-    events: Receiver<IoEvent>,
-    events_open: bool,
-    stdout_open: bool,
-    stderr_open: bool,
-    /// The stdin writer's queue; `None` once stdin is closed or broken.
-    stdin: Option<Sender<Vec<u8>>>,
-    /// Dropped to stop the reader tasks.
-    stop_readers: Option<Sender<()>>,
+    /// `None` once it ended, failed, or was abandoned.
+    stdout: Option<ChildStdout>,
+    /// Reused for every stdout read: [`STDOUT_READ`] bytes.
+    stdout_buf: Vec<u8>,
+    /// `None` once it ended, failed, or was abandoned.
+    stderr: Option<ChildStderr>,
+    /// Reused for every stderr read: [`STDERR_READ`] bytes.
+    stderr_buf: Vec<u8>,
+    /// `None` once stdin is closed or broken (dropping it closes the pipe,
+    /// even in the middle of a message to a server that stopped reading).
+    stdin: Option<ChildStdin>,
+    /// The exit watcher's one report.
+    exits: Receiver<std::io::Result<std::process::ExitStatus>>,
+    exits_open: bool,
     /// Dropped with the driver: tells the exit watcher to stop waiting.
     _driver_alive: Sender<()>,
     commands: Receiver<Command>,
@@ -666,6 +602,10 @@ struct Driver {
     incoming: Sender<IncomingMessage>,
     incoming_taken: Arc<Event>,
     finished: Arc<AtomicBool>,
+    /// One timer for the whole session, moved only to an earlier deadline.
+    timer: Timer,
+    /// When `timer` fires (`None`: it is not armed).
+    armed: Option<Instant>,
 }
 
 impl Driver {
@@ -686,9 +626,29 @@ impl Driver {
             let wake = self.next_wake(taken).await;
             // The one clock read of this turn.
             now = Instant::now();
+            // Cancels flagged before this turn go out before what the turn
+            // brings: a `cancel` then a `request` reach the wire in that order.
+            self.core.handle_cancels(now);
             match wake {
-                Wake::Io(Some(event)) => self.io_event(now, event),
-                Wake::Io(None) => self.events_open = false,
+                Wake::Stdout(read) => self.stdout_read(now, read),
+                Wake::Stderr(read) => self.stderr_read(now, read),
+                Wake::Written(written) => self.written(written),
+                Wake::Exited(Some(Ok(status))) => {
+                    self.exits_open = false;
+                    self.core.handle_exited(now, os::exit_status(status));
+                }
+                Wake::Exited(Some(Err(e))) => {
+                    // wait() failing means no status can ever be observed:
+                    // the supervisor's deadlines end the session.
+                    self.exits_open = false;
+                    log_relay::event(
+                        self.pid,
+                        Level::Warn,
+                        "waiting for the server failed",
+                        Some(e.to_string()),
+                    );
+                }
+                Wake::Exited(None) => self.exits_open = false,
                 Wake::Command(Some(cmd)) => self.core.handle_command(now, cmd),
                 Wake::Command(None) => {
                     // Every handle is gone: the Client was dropped (and its
@@ -698,7 +658,11 @@ impl Driver {
                     self.core.handle_client_gone(now);
                 }
                 Wake::IncomingTaken | Wake::Cancel => {}
-                Wake::Timer => self.core.handle_timeout(now),
+                Wake::Timer => {
+                    self.armed = None;
+                    // Possibly early (the deadline moved later): does nothing then.
+                    self.core.handle_timeout(now);
+                }
             }
             self.core.handle_cancels(now);
         }
@@ -741,27 +705,85 @@ impl Driver {
         Delivery::Again
     }
 
-    /// Waits for the next thing the driver must act on: an I/O event, a
-    /// command, a cancel, room for an incoming message, or the core's deadline.
-    async fn next_wake(&self, taken: Option<EventListener>) -> Wake {
-        let deadline = self.core.poll_timeout();
-        let events = async {
-            if self.events_open {
-                Wake::Io(self.events.recv().await.ok())
+    /// Waits for the next thing the driver must act on: a pipe's bytes or
+    /// end, room in stdin for the held message, the exit, a command, a
+    /// cancel, room for an incoming message, or the core's deadline.
+    ///
+    /// Every branch is cancel-safe: an `Async` pipe's read or write that
+    /// returned `Pending` has moved no bytes, and a channel `recv` that did
+    /// not complete has taken nothing.
+    async fn next_wake(&mut self, taken: Option<EventListener>) -> Wake {
+        // Re-armed only for an earlier deadline: arming registers with
+        // async-io's reactor and wakes its thread, which per request (each
+        // has its own deadline) would cost a context switch per round trip.
+        // A later or vanished deadline leaves it armed: it fires early once
+        // and `handle_timeout` ignores the early call.
+        if let Some(deadline) = self.core.poll_timeout() {
+            let earlier = match self.armed {
+                Some(armed) => deadline < armed,
+                None => true,
+            };
+            if earlier {
+                self.timer.set_at(deadline);
+                self.armed = Some(deadline);
+            }
+        }
+        let Self {
+            core,
+            stdout,
+            stdout_buf,
+            stderr,
+            stderr_buf,
+            stdin,
+            exits,
+            exits_open,
+            commands,
+            commands_open,
+            wake,
+            timer,
+            ..
+        } = self;
+        // The rest of the one held message (taken from the core's queue when
+        // none is held); written only as far as the pipe takes it.
+        let held = match stdin {
+            Some(_) => core.poll_write(),
+            None => None,
+        };
+        let stdout = async {
+            match stdout.as_mut() {
+                Some(pipe) => Wake::Stdout(pipe.read(stdout_buf).await),
+                None => std::future::pending().await,
+            }
+        };
+        let stderr = async {
+            match stderr.as_mut() {
+                Some(pipe) => Wake::Stderr(pipe.read(stderr_buf).await),
+                None => std::future::pending().await,
+            }
+        };
+        let write = async {
+            match (stdin.as_mut(), held) {
+                (Some(pipe), Some(bytes)) => Wake::Written(pipe.write(bytes).await),
+                _ => std::future::pending().await,
+            }
+        };
+        let exited = async {
+            if *exits_open {
+                Wake::Exited(exits.recv().await.ok())
             } else {
                 std::future::pending().await
             }
         };
         let commands = async {
-            if self.commands_open {
-                Wake::Command(self.commands.recv().await.ok())
+            if *commands_open {
+                Wake::Command(commands.recv().await.ok())
             } else {
                 std::future::pending().await
             }
         };
         let cancels = async {
             // The registry holds a sender for the whole session.
-            match self.wake.recv().await {
+            match wake.recv().await {
                 Ok(()) => Wake::Cancel,
                 Err(_) => std::future::pending().await,
             }
@@ -776,72 +798,71 @@ impl Driver {
             }
         };
         let timer = async {
-            match deadline {
-                Some(d) => Timer::at(d).await,
-                None => Timer::never().await,
-            };
+            timer.await;
             Wake::Timer
         };
         // `race` picks at random among ready branches, so a flood of stdout
         // cannot starve the application's commands, nor the reverse.
-        race(events, race(commands, race(cancels, or(timer, taken)))).await
+        let pipes = race(stdout, race(stderr, race(write, exited)));
+        let control = race(commands, race(cancels, or(timer, taken)));
+        race(pipes, control).await
     }
 
-    fn io_event(&mut self, now: Instant, event: IoEvent) {
-        match event {
-            // After `AbandonReaders`, chunks already queued are ignored.
-            IoEvent::Chunk(Pipe::Stdout, bytes) if self.stdout_open => {
-                self.core.handle_stdout(now, &bytes);
+    fn stdout_read(&mut self, now: Instant, read: std::io::Result<usize>) {
+        match read {
+            Ok(n) if n > 0 => {
+                let bytes = &self.stdout_buf[..n];
+                self.core.handle_stdout(now, bytes);
             }
-            IoEvent::Chunk(Pipe::Stderr, bytes) if self.stderr_open => {
-                self.core.handle_stderr(now, &bytes);
-            }
-            IoEvent::Chunk(..) => {}
-            IoEvent::End(Pipe::Stdout) if self.stdout_open => {
-                self.stdout_open = false;
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // End of file, or a read error: either way nothing more comes.
+            _ => {
+                self.stdout = None;
                 self.core.handle_stdout_eof(now);
             }
-            IoEvent::End(Pipe::Stderr) if self.stderr_open => {
-                self.stderr_open = false;
+        }
+    }
+
+    fn stderr_read(&mut self, now: Instant, read: std::io::Result<usize>) {
+        match read {
+            Ok(n) if n > 0 => self.core.handle_stderr(now, &self.stderr_buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            _ => {
+                self.stderr = None;
                 self.core.handle_stderr_eof(now);
             }
-            IoEvent::End(_) => {}
-            IoEvent::Written(Ok(n)) => self.core.handle_written(n),
-            IoEvent::Written(Err(e)) => {
-                // The server closed its stdin or died: stop writing; stdout
-                // EOF and the exit will follow.
-                log_relay::event(
-                    self.pid,
-                    Level::Debug,
-                    "writing to server stdin failed",
-                    Some(e.to_string()),
-                );
-                self.core.handle_write_failed();
-                self.stdin = None;
-            }
-            IoEvent::Exited(Ok(status)) => self.core.handle_exited(now, os::exit_status(status)),
-            // wait() failing means no status can ever be observed: the
-            // supervisor's deadlines end the session.
-            IoEvent::Exited(Err(e)) => {
-                log_relay::event(
-                    self.pid,
-                    Level::Warn,
-                    "waiting for the server failed",
-                    Some(e.to_string()),
-                );
-            }
         }
+    }
+
+    fn written(&mut self, written: std::io::Result<usize>) {
+        let failure = match written {
+            Ok(n) if n > 0 => {
+                self.core.handle_written(n);
+                return;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return,
+            Ok(_) => std::io::Error::from(std::io::ErrorKind::WriteZero),
+            Err(e) => e,
+        };
+        // The server closed its stdin or died: stop writing; stdout's end
+        // and the exit will follow.
+        log_relay::event(
+            self.pid,
+            Level::Debug,
+            "writing to server stdin failed",
+            Some(failure.to_string()),
+        );
+        self.core.handle_write_failed();
+        self.stdin = None;
     }
 
     /// Drains every core output; returns the record once the session is over.
     fn pump(&mut self) -> Option<SessionRecord> {
         while let Some(action) = self.core.poll_action() {
             match action {
-                DriverAction::CloseStdin => {
-                    // Closing the writer's queue stops it, mid-write if need
-                    // be, and it drops stdin: the server sees EOF.
-                    self.stdin = None;
-                }
+                // Dropping stdin closes the pipe, mid-message if need be:
+                // the server sees EOF.
+                DriverAction::CloseStdin => self.stdin = None,
                 DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
                 DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
                 DriverAction::AbandonReaders => {
@@ -851,27 +872,17 @@ impl Driver {
                         "server pipes still open past the drain deadline; abandoning readers",
                         None,
                     );
-                    self.stop_readers = None;
-                    self.stdout_open = false;
-                    self.stderr_open = false;
+                    self.stdout = None;
+                    self.stderr = None;
                 }
                 DriverAction::Finished(record) => {
-                    // Stop the readers too: the record is built, nothing more is read.
-                    self.stop_readers = None;
+                    // The record is built: nothing more is read or written.
+                    self.stdout = None;
+                    self.stderr = None;
                     self.stdin = None;
                     return Some(*record);
                 }
                 _ => {}
-            }
-        }
-        if let Some(stdin) = &self.stdin {
-            // Lent whole to the writer task; the next only after its acknowledgement.
-            if let Some(bytes) = self.core.poll_write_owned() {
-                // Capacity 1 and nothing with the writer: only fails if
-                // the writer is gone, which it reports as `Written(Err)`.
-                if stdin.try_send(bytes).is_err() {
-                    self.core.handle_write_failed();
-                }
             }
         }
         None
@@ -881,6 +892,120 @@ impl Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// G6: a `request` future dropped before the driver even took its
+    /// command (it never ran: the driver runs on this thread) is a real
+    /// cancel: once the driver sends the request, `notifications/cancelled`
+    /// for its id follows. `cat` echoes both back as server→client messages.
+    #[test]
+    fn g6_request_dropped_before_the_driver_took_it_is_cancelled_on_the_server() {
+        let (client, driver) =
+            Client::start(&CommandSpec::new("cat"), ClientOptions::default()).expect("spawn cat");
+        let script = async {
+            {
+                let request =
+                    client.request_with_timeout("slow", None, Some(Duration::from_secs(20)));
+                let mut request = std::pin::pin!(request);
+                // Queues the command; the driver cannot run before the drop.
+                assert!(futures_lite::future::poll_once(request.as_mut())
+                    .await
+                    .is_none());
+            }
+            let t = Instant::now();
+            let echoed = async {
+                let mut sent = None;
+                loop {
+                    match client.next_incoming().await {
+                        Some(IncomingMessage::Request(r, _)) if r.method == "slow" => {
+                            sent = Some(r.id.to_string());
+                        }
+                        Some(IncomingMessage::Notification(n))
+                            if n.method == "notifications/cancelled" =>
+                        {
+                            let params = n.params.as_ref().map(|p| p.get().to_owned());
+                            let id = sent.as_ref().expect("the request came first");
+                            assert!(
+                                params
+                                    .as_ref()
+                                    .is_some_and(|p| p.contains(&format!("\"requestId\":{id}"))
+                                        && p.contains(ABANDONED)),
+                                "{params:?}"
+                            );
+                            return;
+                        }
+                        Some(_) => {}
+                        None => panic!("the session ended before the cancel was echoed"),
+                    }
+                }
+            };
+            let timed_out = async {
+                Timer::after(Duration::from_secs(10)).await;
+                panic!("the cancel of the dropped request never reached the server");
+            };
+            or(echoed, timed_out).await;
+            eprintln!(
+                "async-std: cancel of a request dropped before it was sent echoed in {:?}",
+                t.elapsed()
+            );
+            let _ = client.commands.send(Command::Kill).await;
+            std::future::pending::<SessionRecord>().await
+        };
+        let record = async_std::task::block_on(or(driver.run(), script));
+        assert_eq!(record.metrics.cancels_sent, 1);
+    }
+
+    /// G6: a cancel issued before the next request reaches the server
+    /// before it, in every round (the driver, on this thread, sees both in
+    /// one turn). `cat` echoes what it receives, in order.
+    #[test]
+    fn g6_cancel_then_request_reach_the_wire_in_that_order() {
+        let (client, driver) =
+            Client::start(&CommandSpec::new("cat"), ClientOptions::default()).expect("spawn cat");
+        let script = async {
+            let mut order = Vec::new();
+            // Kept: a dropped request would send a cancel of its own.
+            let mut seconds = Vec::new();
+            for round in 0..8 {
+                let timeout = Some(Duration::from_secs(20));
+                let first = client
+                    .start_request("first", None, timeout)
+                    .await
+                    .expect("sent");
+                first.cancel("then the next request");
+                seconds.push(
+                    client
+                        .start_request("second", None, timeout)
+                        .await
+                        .expect("sent"),
+                );
+                let seen = async {
+                    let mut seen = Vec::new();
+                    while seen.len() < 3 {
+                        match client.next_incoming().await {
+                            Some(IncomingMessage::Request(r, _)) => seen.push(r.method),
+                            Some(IncomingMessage::Notification(n)) => seen.push(n.method),
+                            None => panic!("the session ended in round {round}"),
+                        }
+                    }
+                    seen
+                };
+                let timed_out = async {
+                    Timer::after(Duration::from_secs(10)).await;
+                    panic!("round {round}: the messages never came back");
+                };
+                order = or(seen, timed_out).await;
+                assert_eq!(
+                    order,
+                    ["first", "notifications/cancelled", "second"],
+                    "round {round}"
+                );
+            }
+            eprintln!("async-std: cancel before the next request in 8 rounds: {order:?}");
+            let _ = client.commands.send(Command::Kill).await;
+            std::future::pending::<SessionRecord>().await
+        };
+        async_std::task::block_on(or(driver.run(), script));
+    }
 
     /// G6: a cancel issued while the command queue is full still reaches the
     /// server. `cat` is the server: whatever reaches its stdin comes back as a

@@ -147,7 +147,7 @@ fn smol_block_on_runs_the_same_session() {
 }
 
 /// G1: an 8 MiB response arrives while the application thread sleeps and
-/// polls nothing: the reader tasks and the driver run without it.
+/// polls nothing: the driver, on its own thread, runs without it.
 #[test]
 fn g1_8_mib_response_completes_while_the_application_sleeps() {
     let client = block_on(start(&[], options(16 << 20)));

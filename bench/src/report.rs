@@ -9,9 +9,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cases::{
-    self, CaseResult, Trial, CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES, ID_LAST_LIMIT,
-    ID_LAST_TRIALS, ID_LAST_WAIT, LARGE_BYTES, LARGE_CALLS, LARGE_LIMIT, OVERSIZED_LIMIT,
-    OVERSIZED_LINE, PINGS, PING_WARMUP,
+    self, CaseResult, Trial, CANCEL_TRIALS, CANCEL_WARMUP, CANCEL_WORK_MS, FLOOD_BYTES,
+    ID_LAST_LIMIT, ID_LAST_TRIALS, ID_LAST_WAIT, LARGE_BYTES, LARGE_CALLS, LARGE_LIMIT,
+    OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_WARMUP,
 };
 use crate::stats::{mib, percentile, ratio, Summary};
 
@@ -872,6 +872,18 @@ fn ping_section(md: &mut String, results: &Results, verdicts: &mut Verdicts, qui
     if let Some(last) = verdicts.rows.last_mut() {
         last.2 = "reported".to_owned();
     }
+    // Issue 11's goal for the async-std adapter, judged at p50 against rmcp
+    // with its stderr discarded (against the fixture our clients also drain
+    // the fixture's stderr, which rmcp does not; `rmcp-lines` shows that cost).
+    let goal = format!("async-std ping p50 ≤ 1.1× rmcp, {server}");
+    match (per_proc("async-std", 50.0), rmcp50) {
+        (Some(a), Some(r)) => verdicts.add(
+            &goal,
+            format!("{:.2}× ({:.0} vs {:.0} µs)", a.median / r, a.median, r),
+            Some(a.median <= 1.1 * r),
+        ),
+        _ => verdicts.add(&goal, "–".into(), None),
+    }
 }
 
 // ---------------------------------------------------------------- guard
@@ -1035,8 +1047,18 @@ fn cancel_section(md: &mut String, results: &Results, verdicts: &mut Verdicts) {
            fixture no longer suppresses a response it has begun writing, and the ping's \
            response queues behind the remaining ~7 MiB on the pipe: the host must take in \
            and drop the rest of the cancelled response before it can see the ping.\n\
-         - **before the response**: the cancel follows the request at once; the fixture, \
-           still building the result, suppresses it.\n\n\
+         - **before the response**: the cancel follows the request at once (rmcp's: once \
+           its request reached the pipe, see below), against `bench-peer`'s `slow_big`, \
+           which works {CANCEL_WORK_MS} ms before it would answer (a sleep) and suppresses \
+           the cancelled response; it answers the ping at once meanwhile. Against the \
+           fixture this column measured the fixture: its `big` builds the result on one of \
+           the two cores while the ping's thread waits for the other, so every client \
+           (rmcp included) got either ~0.2 ms or 2–8 ms per trial and the medians were \
+           chance. rmcp writes each message from a task of its own, so a cancel issued as \
+           soon as `send_cancellable_request` returns usually reaches the pipe before its \
+           request and the server ignores it (the fixture's log showed this in 10 of 12 \
+           trials); its case therefore waits until the request's bytes are written (a \
+           counting writer under its transport) before it starts the clock and cancels.\n\n\
          | client | in flight: cancel → ping, ms | ÷ rmcp | before the response: cancel → ping, ms | ÷ rmcp | late responses ignored |\n\
          |---|---|---|---|---|---|\n"
     );
@@ -1103,6 +1125,27 @@ fn cancel_section(md: &mut String, results: &Results, verdicts: &mut Verdicts) {
     );
     if let Some(last) = verdicts.rows.last_mut() {
         last.2 = "reported".to_owned();
+    }
+    // Issue 11's goal: every adapter within 1.5× rmcp, cancel before the response.
+    let early: Vec<(&str, f64)> = ["tokio", "async-std", "blocking"]
+        .into_iter()
+        .filter_map(|c| lat("cancel-early", c).map(|s| (c, s.median)))
+        .collect();
+    let goal = "Cancel → ping before the response ≤ 1.5× rmcp (every adapter)";
+    match rmcp_early {
+        Some(r) if !early.is_empty() => verdicts.add(
+            goal,
+            format!(
+                "{}; rmcp {r:.2} ms",
+                early
+                    .iter()
+                    .map(|(c, m)| format!("{c} {m:.2} ms ({:.2}×)", m / r))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Some(early.iter().all(|(_, m)| *m <= 1.5 * r)),
+        ),
+        _ => verdicts.add(goal, "–".into(), None),
     }
 }
 

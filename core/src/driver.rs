@@ -108,6 +108,23 @@ pub enum Command<C: ReplyChannel> {
         /// Where the answer goes.
         reply: C::Sender<StartReply<C>>,
     },
+    /// Send a request and answer only its outcome: the caller awaits the
+    /// result at once and needs no id first, so the driver sends nothing
+    /// back when the request goes out (one wake-up of the caller per
+    /// request instead of two).
+    Call {
+        /// The method.
+        method: String,
+        /// The raw params.
+        params: Option<Box<RawValue>>,
+        /// The deadline from now (`None`: none).
+        timeout: Option<Duration>,
+        /// Receives the outcome once, or the error that kept the request
+        /// from being sent.
+        outcome: C::Sender<Outcome>,
+        /// Cancels the request, even before the driver has taken the command.
+        cancel: CallCancel,
+    },
     /// Send a notification.
     Notify {
         /// The method.
@@ -141,6 +158,7 @@ impl<C: ReplyChannel> fmt::Debug for Command<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Request { .. } => "Request",
+            Self::Call { .. } => "Call",
             Self::Notify { .. } => "Notify",
             Self::Respond { .. } => "Respond",
             Self::Metrics { .. } => "Metrics",
@@ -267,6 +285,41 @@ impl CancelHandle {
     }
 
     /// Whether the request completed or was cancelled already.
+    pub fn is_done(&self) -> bool {
+        self.slot.state.load(Ordering::Acquire) != LIVE
+    }
+}
+
+/// Cancels the request of a [`Command::Call`]: made by the caller before the
+/// request has an id, so a cancel (a dropped call) issued before the driver
+/// takes the command is not lost; the driver acts on it once the request is
+/// sent. Lossless and non-blocking like [`CancelHandle`].
+#[derive(Debug, Clone)]
+pub struct CallCancel {
+    slot: Arc<CancelSlot>,
+    registry: Arc<CancelRegistry>,
+}
+
+impl CallCancel {
+    /// A cancel for a call not yet sent, in the session of `registry`.
+    pub fn new(registry: &Arc<CancelRegistry>) -> Self {
+        Self {
+            slot: Arc::new(CancelSlot {
+                state: AtomicU8::new(LIVE),
+                reason: OnceLock::new(),
+            }),
+            registry: registry.clone(),
+        }
+    }
+
+    /// Cancels the call: it completes with `Cancelled` and, once sent, the
+    /// server is sent `notifications/cancelled`. A no-op once it has
+    /// completed; only the first reason is kept.
+    pub fn cancel(&self, reason: &str) {
+        self.registry.request(&self.slot, reason);
+    }
+
+    /// Whether the call completed or was cancelled already.
     pub fn is_done(&self) -> bool {
         self.slot.state.load(Ordering::Acquire) != LIVE
     }
@@ -564,6 +617,35 @@ impl<C: ReplyChannel> ClientDriver<C> {
                 }
                 Err(e) => {
                     let _ = C::send(reply, Err(e.into()));
+                }
+            },
+            Command::Call {
+                method,
+                params,
+                timeout,
+                outcome,
+                cancel,
+            } => match self.host.request(now, &method, params.as_deref(), timeout) {
+                Ok(id) => {
+                    let slot = cancel.slot;
+                    self.cancels.map().insert(id.clone(), slot.clone());
+                    let flagged = slot.state.load(Ordering::Acquire) == REQUESTED;
+                    self.waiters.insert(
+                        id,
+                        Waiter {
+                            outcome,
+                            cancel: slot,
+                        },
+                    );
+                    if flagged {
+                        // Cancelled before it had an id: the registry's flag
+                        // may already have been consumed by an earlier turn.
+                        self.cancels.requested.store(true, Ordering::Release);
+                    }
+                }
+                Err(e) => {
+                    cancel.slot.state.store(DONE, Ordering::Release);
+                    let _ = C::send(outcome, Err(e.into()));
                 }
             },
             Command::Notify {
@@ -932,6 +1014,55 @@ mod tests {
         let msgs = lines(&wire);
         assert_eq!(msgs.len(), 2, "{msgs:?}");
         assert_eq!(msgs[1]["params"]["reason"], ABANDONED);
+    }
+
+    /// G6: a call cancelled before the driver took its command (the flag's
+    /// wake consumed by a turn that found nothing) still reaches the server
+    /// once sent, and completes with `Cancelled`; an uncancelled call's
+    /// outcome needs no id round trip.
+    #[test]
+    fn g6_call_cancelled_before_it_is_sent_reaches_the_server() {
+        let mut r = rig(|_| {});
+        let call = |r: &mut Rig, cancel: &CallCancel| {
+            let (outcome, rx) = Std::channel();
+            let cmd = Command::Call {
+                method: "slow".into(),
+                params: None,
+                timeout: None,
+                outcome,
+                cancel: cancel.clone(),
+            };
+            r.driver.handle_command(r.t0, cmd);
+            rx
+        };
+        let early = CallCancel::new(r.driver.cancels());
+        early.cancel("before sending");
+        assert_eq!(r.wakes.load(Ordering::SeqCst), 1);
+        // The wake's turn runs before the command arrives: nothing to cancel yet.
+        r.driver.handle_cancels(r.t0);
+        let rx = call(&mut r, &early);
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        r.driver.handle_cancels(r.t0);
+        let _ = r.actions();
+        let wire = r.write_all(usize::MAX);
+        let msgs = lines(&wire);
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert_eq!(cancelled_ids(&wire), vec![msgs[0]["id"].clone()]);
+        assert_eq!(msgs[1]["params"]["reason"], "before sending");
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Err(RequestError::Failed(RequestFailure::Cancelled { .. })))
+        ));
+        assert!(early.is_done());
+        assert_eq!(r.driver.waiters(), 0);
+
+        let plain = CallCancel::new(r.driver.cancels());
+        let rx = call(&mut r, &plain);
+        assert_eq!(r.driver.waiters(), 1);
+        assert!(!plain.is_done());
+        let wire = r.write_all(usize::MAX);
+        assert_eq!(lines(&wire).len(), 1);
+        drop(rx);
     }
 
     /// G6/G8 as a pair: the driver against the core's server session, bytes

@@ -13,6 +13,10 @@
 //! tools/list                 big and huge (the Python SDK lists tools after a first call)
 //! tools/call big {bytes}   one text block of `bytes` 'x', like the fixture's `big`
 //!                            (the same line, streamed instead of built)
+//! tools/call slow_big {bytes, delay_ms}
+//!                            like big, after delay_ms of work (a sleep, so it takes no CPU
+//!                            from the host) on a thread of its own; a notifications/cancelled
+//!                            for it during the work suppresses the response
 //! tools/call huge {line_bytes}
 //!                            a response line of exactly line_bytes bytes (before the \n):
 //!                            {"jsonrpc":"2.0","id":ID,"result":{"content":[{"type":"text","text":"xxx…"}]}}
@@ -23,8 +27,12 @@
 //! anything else              JSON-RPC error -32601
 //! ```
 //!
-//! Requests are answered one by one, in order, on one thread: a request sent
-//! after `huge` is answered after the whole huge line.
+//! Requests other than `slow_big` are answered one by one, in order, on the
+//! reading thread: a request sent after `huge` is answered after the whole
+//! huge line. `slow_big` is the cancel benchmark's "work before the
+//! response": while it works, pings are answered at once and cancels are
+//! read, with no CPU of the host's taken (the fixture's `big` builds its
+//! result on a core the host would need).
 //!
 //! `bench-peer --stamps FILE` appends one line `START END` to FILE per
 //! `id_last` response: `CLOCK_MONOTONIC` nanoseconds just before its first
@@ -34,11 +42,19 @@
 //! Linux, so a client can time its request's outcome from the frame's end.
 #![forbid(unsafe_code)]
 
+use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::{self, BufRead, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use serde_json::{json, Value};
+
+type Out = Arc<Mutex<io::BufWriter<io::Stdout>>>;
+/// `slow_big` calls at work, by id, each with its cancel flag.
+type Working = Arc<Mutex<HashMap<String, Arc<AtomicBool>>>>;
 
 /// `CLOCK_MONOTONIC`, nanoseconds.
 fn monotonic_ns() -> u128 {
@@ -61,16 +77,49 @@ fn stamps_path() -> io::Result<Option<PathBuf>> {
 fn main() -> io::Result<()> {
     let stamps = stamps_path()?;
     let stdin = io::stdin().lock();
-    let mut out = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
-    let fill = vec![b'x'; 1 << 20];
+    let out: Out = Arc::new(Mutex::new(io::BufWriter::with_capacity(
+        64 * 1024,
+        io::stdout(),
+    )));
+    let working: Working = Arc::default();
+    let fill = Arc::new(vec![b'x'; 1 << 20]);
     for line in stdin.lines() {
         let line = line?;
         let Ok(msg) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
         let Some(id) = msg.get("id").cloned() else {
-            continue; // a notification
+            if msg.get("method") == Some(&json!("notifications/cancelled")) {
+                if let Some(id) = msg.pointer("/params/requestId") {
+                    if let Some(flag) = lock(&working).get(&id.to_string()) {
+                        flag.store(true, Ordering::Release);
+                    }
+                }
+            }
+            continue; // other notifications are ignored
         };
+        if msg.get("method") == Some(&json!("tools/call"))
+            && msg.pointer("/params/name") == Some(&json!("slow_big"))
+        {
+            let cancelled = Arc::new(AtomicBool::new(false));
+            lock(&working).insert(id.to_string(), cancelled.clone());
+            let (out, working, fill) = (out.clone(), working.clone(), fill.clone());
+            let bytes = arg(&msg, "bytes");
+            let delay = Duration::from_millis(arg(&msg, "delay_ms") as u64);
+            std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                lock(&working).remove(&id.to_string());
+                if !cancelled.load(Ordering::Acquire) {
+                    let line_bytes = bytes + head(&id).len() + TAIL.len();
+                    let mut out = lock(&out);
+                    let _ = write_huge(&mut *out, &id, line_bytes, &fill);
+                    let _ = out.flush();
+                }
+            });
+            continue;
+        }
+        let mut out = lock(&out);
+        let out = &mut *out;
         let method = msg
             .get("method")
             .and_then(Value::as_str)
@@ -86,25 +135,21 @@ fn main() -> io::Result<()> {
                     "capabilities": {"tools": {}},
                     "serverInfo": {"name": "bench-peer", "version": env!("CARGO_PKG_VERSION")},
                 });
-                write_line(
-                    &mut out,
-                    &json!({"jsonrpc": "2.0", "id": id, "result": result}),
-                )?;
+                write_line(out, &json!({"jsonrpc": "2.0", "id": id, "result": result}))?;
             }
-            "ping" => write_line(&mut out, &json!({"jsonrpc": "2.0", "id": id, "result": {}}))?,
-            "tools/list" => write_line(
-                &mut out,
-                &json!({"jsonrpc": "2.0", "id": id, "result": tools()}),
-            )?,
+            "ping" => write_line(out, &json!({"jsonrpc": "2.0", "id": id, "result": {}}))?,
+            "tools/list" => {
+                write_line(out, &json!({"jsonrpc": "2.0", "id": id, "result": tools()}))?
+            }
             "tools/call" if msg.pointer("/params/name") == Some(&json!("huge")) => {
                 let bytes = arg(&msg, "line_bytes");
-                write_huge(&mut out, &id, bytes, &fill)?;
+                write_huge(out, &id, bytes, &fill)?;
             }
             "tools/call" if msg.pointer("/params/name") == Some(&json!("id_last")) => {
                 let bytes = arg(&msg, "line_bytes");
                 out.flush()?;
                 let start = monotonic_ns();
-                write_id_last(&mut out, &id, bytes, &fill)?;
+                write_id_last(out, &id, bytes, &fill)?;
                 // The stamp is taken once the final newline is in the pipe.
                 out.flush()?;
                 let end = monotonic_ns();
@@ -116,10 +161,10 @@ fn main() -> io::Result<()> {
             "tools/call" if msg.pointer("/params/name") == Some(&json!("big")) => {
                 let bytes = arg(&msg, "bytes");
                 let line_bytes = bytes + head(&id).len() + TAIL.len();
-                write_huge(&mut out, &id, line_bytes, &fill)?;
+                write_huge(out, &id, line_bytes, &fill)?;
             }
             other => write_line(
-                &mut out,
+                out,
                 &json!({"jsonrpc": "2.0", "id": id,
                         "error": {"code": -32601, "message": format!("not supported: {other}")}}),
             )?,
@@ -129,12 +174,16 @@ fn main() -> io::Result<()> {
     Ok(())
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 fn tools() -> Value {
     let tool = |name: &str, arg: &str| {
         json!({"name": name, "inputSchema": {"type": "object",
                "properties": {arg: {"type": "integer"}}, "required": [arg]}})
     };
-    json!({"tools": [tool("big", "bytes"), tool("huge", "line_bytes"), tool("id_last", "line_bytes")]})
+    json!({"tools": [tool("big", "bytes"), tool("slow_big", "bytes"), tool("huge", "line_bytes"), tool("id_last", "line_bytes")]})
 }
 
 fn arg(msg: &Value, name: &str) -> usize {

@@ -40,6 +40,9 @@ pub(crate) const CANCEL_WARMUP: usize = 2;
 pub(crate) const IN_FLIGHT_BYTES: u64 = 1024 * 1024;
 /// Polling interval while waiting for those bytes.
 pub(crate) const POLL: Duration = Duration::from_micros(100);
+/// In the `cancel-early` scenario, the work `bench-peer` does before it
+/// would answer the cancelled call (a sleep: no CPU taken from the host).
+pub(crate) const CANCEL_WORK_MS: u64 = 50;
 /// Quiet time between cancel trials.
 pub(crate) const SETTLE: Duration = Duration::from_millis(20);
 /// In the oversized scenario, the `ping` follows the huge request after this
@@ -277,6 +280,22 @@ impl Drop for Stamps {
 /// `tools/call` params for the `big` tool (fixture and bench-peer).
 pub(crate) fn big_params(bytes: usize) -> serde_json::Value {
     serde_json::json!({"name": "big", "arguments": {"bytes": bytes}})
+}
+
+/// The server and the cancelled call of a cancel scenario: `cancel` (the
+/// response in flight) runs against the fixture's `big`; `cancel-early` (the
+/// cancel before the response) against `bench-peer`'s `slow_big`, whose
+/// work sleeps, so that the time measured is the host's, not the server's
+/// work competing for the host's cores.
+pub(crate) fn cancel_setup(scenario: &str) -> (PathBuf, serde_json::Value) {
+    match scenario {
+        "cancel-early" => (
+            bench_peer(),
+            serde_json::json!({"name": "slow_big",
+                "arguments": {"bytes": LARGE_BYTES, "delay_ms": CANCEL_WORK_MS}}),
+        ),
+        _ => (fixture(), big_params(LARGE_BYTES)),
+    }
 }
 
 /// `tools/call` params for the fixture's `stderr_flood` tool.

@@ -11,10 +11,11 @@ use mcp_stdio_core::message::{to_raw, RawResult, RawValue};
 use mcp_stdio_core::CommandSpec;
 
 use super::{
-    bench_peer, big_params, command_for, fixture, flood_params, huge_params, id_last_params,
-    monotonic_ns, server_for, CaseResult, Stamps, Trial, CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES,
-    ID_LAST_LIMIT, ID_LAST_TRIALS, ID_LAST_WAIT, IN_FLIGHT_BYTES, LARGE_BYTES, LARGE_CALLS,
-    LARGE_LIMIT, OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_AFTER, PING_WARMUP, POLL, SETTLE,
+    bench_peer, big_params, cancel_setup, command_for, fixture, flood_params, huge_params,
+    id_last_params, monotonic_ns, server_for, CaseResult, Stamps, Trial, CANCEL_TRIALS,
+    CANCEL_WARMUP, FLOOD_BYTES, ID_LAST_LIMIT, ID_LAST_TRIALS, ID_LAST_WAIT, IN_FLIGHT_BYTES,
+    LARGE_BYTES, LARGE_CALLS, LARGE_LIMIT, OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_AFTER,
+    PING_WARMUP, POLL, SETTLE,
 };
 use crate::mem::Probe;
 
@@ -114,13 +115,15 @@ macro_rules! async_cases {
             out
         }
 
-        /// `in_flight`: cancel once 1 MiB of the response has arrived;
-        /// otherwise right after sending.
-        pub(super) async fn cancel(in_flight: bool) -> CaseResult {
-            let client = Client::spawn(&CommandSpec::new(fixture()), options(LARGE_LIMIT))
-                .expect("spawn the fixture");
+        /// `cancel`: cancel once 1 MiB of the response has arrived;
+        /// `cancel-early`: right after sending (see [`cancel_setup`]).
+        pub(super) async fn cancel(scenario: &str) -> CaseResult {
+            let in_flight = scenario == "cancel";
+            let (server, call) = cancel_setup(scenario);
+            let client = Client::spawn(&CommandSpec::new(server), options(LARGE_LIMIT))
+                .expect("spawn the server");
             client.initialize().await.expect("initialize");
-            let params = raw(&big_params(LARGE_BYTES));
+            let params = raw(&call);
             for _ in 0..CANCEL_WARMUP {
                 client
                     .request_with_timeout("tools/call", Some(params.clone()), None)
@@ -250,8 +253,7 @@ pub(super) fn tokio_case(scenario: &str, decode: bool, guarded: bool) -> Option<
         "large" | "large-fast" => rt.block_on(with_tokio::large(server, decode)),
         "ping" | "ping-quiet" if !decode => rt.block_on(with_tokio::ping(server)),
         "flood" if !decode => rt.block_on(with_tokio::flood()),
-        "cancel" if !decode => rt.block_on(with_tokio::cancel(true)),
-        "cancel-early" if !decode => rt.block_on(with_tokio::cancel(false)),
+        "cancel" | "cancel-early" if !decode => rt.block_on(with_tokio::cancel(scenario)),
         "oversized" if !decode => rt.block_on(with_tokio::oversized()),
         s if !decode && super::id_last_line(s).is_some() => {
             rt.block_on(with_tokio::id_last(super::id_last_line(s)?))
@@ -267,8 +269,7 @@ pub(super) fn async_std_case(scenario: &str) -> Option<CaseResult> {
         "large" | "large-fast" => async_std::task::block_on(with_async_std::large(server, false)),
         "ping" | "ping-quiet" => async_std::task::block_on(with_async_std::ping(server)),
         "flood" => async_std::task::block_on(with_async_std::flood()),
-        "cancel" => async_std::task::block_on(with_async_std::cancel(true)),
-        "cancel-early" => async_std::task::block_on(with_async_std::cancel(false)),
+        "cancel" | "cancel-early" => async_std::task::block_on(with_async_std::cancel(scenario)),
         "oversized" => async_std::task::block_on(with_async_std::oversized()),
         s if super::id_last_line(s).is_some() => {
             async_std::task::block_on(with_async_std::id_last(super::id_last_line(s)?))
@@ -324,8 +325,9 @@ pub(super) fn blocking_case(scenario: &str) -> Option<CaseResult> {
             out.value("stderr_retained", record.stderr.retained as f64);
         }
         "cancel" | "cancel-early" => {
-            let client = spawn(fixture(), LARGE_LIMIT);
-            let params = raw(&big_params(LARGE_BYTES));
+            let (server, call) = cancel_setup(scenario);
+            let client = spawn(server, LARGE_LIMIT);
+            let params = raw(&call);
             for _ in 0..CANCEL_WARMUP {
                 client
                     .request_with_timeout("tools/call", Some(params.clone()), None)

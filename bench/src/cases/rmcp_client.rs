@@ -26,14 +26,15 @@ use rmcp::service::{PeerRequestOptions, RoleClient, RunningService};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader, ReadBuf};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, BufReader, ReadBuf};
 use tokio::process::ChildStderr;
 
 use super::{
-    bench_peer, big_params, fixture, flood_params, huge_params, id_last_line, id_last_params,
-    monotonic_ns, server_for, CaseResult, Stamps, Trial, CANCEL_TRIALS, CANCEL_WARMUP, FLOOD_BYTES,
-    ID_LAST_LIMIT, ID_LAST_TRIALS, ID_LAST_WAIT, IN_FLIGHT_BYTES, LARGE_BYTES, LARGE_CALLS,
-    OVERSIZED_LIMIT, OVERSIZED_LINE, PATIENCE, PINGS, PING_AFTER, PING_WARMUP, POLL, SETTLE,
+    bench_peer, big_params, cancel_setup, fixture, flood_params, huge_params, id_last_line,
+    id_last_params, monotonic_ns, server_for, CaseResult, Stamps, Trial, CANCEL_TRIALS,
+    CANCEL_WARMUP, FLOOD_BYTES, ID_LAST_LIMIT, ID_LAST_TRIALS, ID_LAST_WAIT, IN_FLIGHT_BYTES,
+    LARGE_BYTES, LARGE_CALLS, OVERSIZED_LIMIT, OVERSIZED_LINE, PATIENCE, PINGS, PING_AFTER,
+    PING_WARMUP, POLL, SETTLE,
 };
 use crate::mem::Probe;
 
@@ -165,28 +166,70 @@ impl<R: AsyncRead + Unpin> AsyncRead for Counting<R> {
     }
 }
 
-/// `in_flight`: cancel once 1 MiB of the response has arrived; otherwise
-/// right after sending. The transport is rmcp's `AsyncRwTransport` (what
-/// `TokioChildProcess` wraps, same default limit) over a counting reader.
-async fn cancel(in_flight: bool) -> CaseResult {
-    let mut child = tokio::process::Command::new(fixture())
+/// Counts the bytes written through it: how the cancel scenario sees that
+/// the request reached the pipe.
+struct CountingWrite<W> {
+    inner: W,
+    count: Arc<AtomicU64>,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for CountingWrite<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = polled {
+            self.count.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// `cancel`: cancel once 1 MiB of the response has arrived; `cancel-early`:
+/// right after the request reached the pipe (see [`cancel_setup`]). The
+/// transport is rmcp's `AsyncRwTransport` (what `TokioChildProcess` wraps,
+/// same default limit) over a counting reader and writer.
+///
+/// rmcp writes each outgoing message from a task of its own, so a cancel
+/// issued as soon as `send_cancellable_request` returns usually reaches the
+/// pipe *before* its request: the server then ignores it (unknown id) and
+/// answers in full. Waiting for the request's bytes first makes rmcp's
+/// cancel a real one, as ours is.
+async fn cancel(scenario: &str) -> CaseResult {
+    let in_flight = scenario == "cancel";
+    let (server, call) = cancel_setup(scenario);
+    let mut child = tokio::process::Command::new(server)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .expect("spawn the fixture");
+        .expect("spawn the server");
     let count = Arc::new(AtomicU64::new(0));
     let stdout = Counting {
         inner: child.stdout.take().expect("stdout piped"),
         count: count.clone(),
     };
-    let stdin = child.stdin.take().expect("stdin piped");
+    let written = Arc::new(AtomicU64::new(0));
+    let stdin = CountingWrite {
+        inner: child.stdin.take().expect("stdin piped"),
+        count: written.clone(),
+    };
     let client =
         ().serve(AsyncRwTransport::new_client(stdout, stdin))
             .await
             .expect("rmcp initialize");
-    let big = big_params(LARGE_BYTES);
+    let big = call;
     for _ in 0..CANCEL_WARMUP {
         client
             .peer()
@@ -197,11 +240,15 @@ async fn cancel(in_flight: bool) -> CaseResult {
     let mut out = CaseResult::default();
     for _ in 0..CANCEL_TRIALS {
         let base = count.load(Ordering::Relaxed);
+        let sent = written.load(Ordering::Relaxed);
         let handle = client
             .peer()
             .send_cancellable_request(call_request(&big), PeerRequestOptions::no_options())
             .await
             .expect("start big");
+        while written.load(Ordering::Relaxed) == sent {
+            tokio::task::yield_now().await;
+        }
         if in_flight {
             while count.load(Ordering::Relaxed) < base + IN_FLIGHT_BYTES {
                 tokio::time::sleep(POLL).await;
@@ -351,8 +398,7 @@ pub(super) fn case(scenario: &str, client: &str) -> Option<CaseResult> {
         ("ping" | "ping-quiet", "rmcp-lines") => rt.block_on(ping(server_for(scenario), true)),
         ("flood", "rmcp-lines") => rt.block_on(flood(false)),
         ("flood", "rmcp-keep-all") => rt.block_on(flood(true)),
-        ("cancel", "rmcp") => rt.block_on(cancel(true)),
-        ("cancel-early", "rmcp") => rt.block_on(cancel(false)),
+        ("cancel" | "cancel-early", "rmcp") => rt.block_on(cancel(scenario)),
         ("oversized", "rmcp") => rt.block_on(oversized(false)),
         ("oversized", "rmcp-4mib") => rt.block_on(oversized(true)),
         (s, "rmcp") if id_last_line(s).is_some() => rt.block_on(id_last(id_last_line(s)?, None)),
