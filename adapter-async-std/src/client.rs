@@ -52,12 +52,24 @@ use crate::os;
 /// Commands queued from the application to the driver task. Cancels never
 /// pass through it (see [`CancelRegistry`]), so a full queue loses none.
 const COMMAND_QUEUE: usize = 256;
-/// Bytes read from stdout per read call (one buffer, reused).
-const STDOUT_READ: usize = 64 * 1024;
+/// Reads of stdout per wake of the driver, when bytes keep coming: a 4 MiB
+/// burst, then the other branches get their turn.
+const STDOUT_READS_PER_WAKE: usize = 64;
 /// Bytes read from stderr per read call (one buffer, reused).
 const STDERR_READ: usize = 16 * 1024;
 
 type Outcome = Result<RawResult, RequestError>;
+
+/// A waker that does nothing, for polling a read once: a read that is not
+/// ready is waited for by the next wait, with the driver's own waker.
+fn noop_waker() -> std::task::Waker {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    static NOOP: std::sync::OnceLock<std::task::Waker> = std::sync::OnceLock::new();
+    NOOP.get_or_init(|| std::task::Waker::from(Arc::new(Noop))).clone()
+}
 
 /// A one-shot reply: a capacity-1 channel used for a single `try_send`.
 fn oneshot<T>() -> (Sender<T>, Receiver<T>) {
@@ -294,7 +306,6 @@ impl Client {
             core,
             pid,
             stdout,
-            stdout_buf: vec![0; STDOUT_READ],
             stderr,
             stderr_buf: vec![0; STDERR_READ],
             stdin,
@@ -578,8 +589,6 @@ struct Driver {
     pid: u32,
     /// `None` once it ended, failed, or was abandoned.
     stdout: Option<ChildStdout>,
-    /// Reused for every stdout read: [`STDOUT_READ`] bytes.
-    stdout_buf: Vec<u8>,
     /// `None` once it ended, failed, or was abandoned.
     stderr: Option<ChildStderr>,
     /// Reused for every stderr read: [`STDERR_READ`] bytes.
@@ -731,7 +740,6 @@ impl Driver {
         let Self {
             core,
             stdout,
-            stdout_buf,
             stderr,
             stderr_buf,
             stdin,
@@ -745,13 +753,12 @@ impl Driver {
         } = self;
         // The rest of the one held message (taken from the core's queue when
         // none is held); written only as far as the pipe takes it.
-        let held = match stdin {
-            Some(_) => core.poll_write(),
-            None => None,
-        };
+        // And stdout is read straight into the framer's buffer.
+        let (held, room) = core.poll_io();
+        let held = held.filter(|_| stdin.is_some());
         let stdout = async {
             match stdout.as_mut() {
-                Some(pipe) => Wake::Stdout(pipe.read(stdout_buf).await),
+                Some(pipe) => Wake::Stdout(pipe.read(room.zeroed()).await),
                 None => std::future::pending().await,
             }
         };
@@ -811,14 +818,43 @@ impl Driver {
     fn stdout_read(&mut self, now: Instant, read: std::io::Result<usize>) {
         match read {
             Ok(n) if n > 0 => {
-                let bytes = &self.stdout_buf[..n];
-                self.core.handle_stdout(now, bytes);
+                self.core.handle_stdout_read(now, n);
+                self.drain_stdout(now);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             // End of file, or a read error: either way nothing more comes.
             _ => {
                 self.stdout = None;
                 self.core.handle_stdout_eof(now);
+            }
+        }
+    }
+
+    /// Reads on while stdout has bytes ready, at most
+    /// [`STDOUT_READS_PER_WAKE`] times, each read polled once: a large
+    /// response is many reads, and each turn through the wait re-polls every
+    /// branch.
+    fn drain_stdout(&mut self, now: Instant) {
+        let waker = noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        for _ in 1..STDOUT_READS_PER_WAKE {
+            let Some(pipe) = self.stdout.as_mut() else {
+                return;
+            };
+            let polled = {
+                let read = pipe.read(self.core.stdout_room().zeroed());
+                std::pin::pin!(read).poll(&mut cx)
+            };
+            match polled {
+                Poll::Ready(Ok(n)) if n > 0 => self.core.handle_stdout_read(now, n),
+                Poll::Ready(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Poll::Ready(_) => {
+                    self.stdout = None;
+                    self.core.handle_stdout_eof(now);
+                    return;
+                }
+                // The next wait polls it again with the driver's own waker.
+                Poll::Pending => return,
             }
         }
     }
