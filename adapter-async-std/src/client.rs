@@ -68,7 +68,8 @@ fn noop_waker() -> std::task::Waker {
         fn wake(self: Arc<Self>) {}
     }
     static NOOP: std::sync::OnceLock<std::task::Waker> = std::sync::OnceLock::new();
-    NOOP.get_or_init(|| std::task::Waker::from(Arc::new(Noop))).clone()
+    NOOP.get_or_init(|| std::task::Waker::from(Arc::new(Noop)))
+        .clone()
 }
 
 /// A one-shot reply: a capacity-1 channel used for a single `try_send`.

@@ -1,22 +1,23 @@
 //! `run_helper`: run a command-line helper from inside a tool.
 //!
-//! # One future, no tasks
+//! # An owner that outlives the handler
 //!
-//! Unlike [`Client`](crate::Client), a helper run spawns no task: the
-//! future returned by [`run_helper`] owns the [`HelperRun`] state machine,
-//! the child, both pipes, the timer and the approval, and each time it is
-//! polled it races "a stdout chunk, a stderr chunk, the exit, the approver's
-//! answer, the cancel, the core's deadline" (`futures_lite::future::race`,
-//! which picks at random among ready branches, so a flood on one stream
-//! starves neither the other stream nor the cancel and the timer). The tool
-//! handler awaits it, so the pipes are read for as long as the run lasts
-//! (G1, G10), on whatever executor the handler runs (async-std, smol, or a
-//! plain `block_on`).
+//! A helper run has an owner of its own: a thread that drives it on
+//! `async_io::block_on` and holds the [`HelperRun`] state machine, the
+//! child, both pipes, the timer and the cancels. Each turn it races "a
+//! stdout chunk, a stderr chunk, the exit, the approver's answer, the
+//! cancels, the core's deadline" (`futures_lite::future::race`, which picks
+//! at random among ready branches, so a flood on one stream starves neither
+//! the other stream nor the cancel and the timer), so the pipes are read for
+//! as long as the run lasts (G1, G10), whatever executor the handler runs on.
 //!
-//! Owning everything in one future is also what makes a dropped run safe:
-//! dropping it drops the pipes and the approval, and the spawned helper's guard
-//! kills the helper's process group with one `killpg` (no task is spawned in
-//! `Drop`); async-process reaps the dropped child in the background.
+//! The future [`run_helper`] returns only relays: it runs the approver (which
+//! may borrow) when the owner asks, and waits for the outcome. Dropping it (a
+//! handler `serve` aborted on a cancel) cancels the run, and the owner
+//! follows the supervisor path — `SIGTERM`, grace, `SIGKILL`, then the
+//! readers drained with a deadline — and hands the final record to
+//! `options.records`. Only if the owner itself is torn down unfinished does
+//! the spawned helper's guard kill its process group at once.
 //!
 //! [`HelperRun`]: mcp_stdio_core::helper::HelperRun
 
@@ -30,7 +31,7 @@ use async_process::{Child, ChildStderr, ChildStdout};
 use futures_lite::future::race;
 use futures_lite::AsyncReadExt;
 use mcp_stdio_core::call::Stamp;
-use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome};
+use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, RecordTap};
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
 
@@ -85,9 +86,11 @@ impl Approver for NoApprover {
 /// `SIGKILL` (G7, G11). The outcome holds the exit status actually observed,
 /// both captures and the call record (G12).
 ///
-/// The run is one future and spawns no task, so it works on any executor.
-/// If it is dropped before it completes (a cancelled handler), the helper's
-/// process group is killed at once.
+/// The run has an owner of its own (a thread; see the module docs) that
+/// outlives this future: if the future is dropped before it completes (a
+/// cancelled handler), the owner cancels the run, follows the supervisor path
+/// (`SIGTERM`, grace, `SIGKILL`, drain) and hands the final record to
+/// `options.records`. Works on any executor.
 pub async fn run_helper(
     command: &CommandSpec,
     options: &HelperOptions,
@@ -107,13 +110,133 @@ pub async fn run_helper_with_approval<A: Approver>(
     cancel: &CancelToken,
     approver: &A,
 ) -> HelperOutcome {
+    let (ask_tx, asks) = async_channel::bounded::<Ask>(1);
+    let (done_tx, done) = async_channel::bounded::<Outcome>(1);
+    let caller_gone = CancelToken::new();
+    let owner = {
+        let (command, options, cancel) = (command.clone(), options.clone(), cancel.clone());
+        let caller_gone = caller_gone.clone();
+        std::thread::Builder::new()
+            .name("mcp-stdio-helper".into())
+            .spawn(move || {
+                let run = std::panic::AssertUnwindSafe(|| {
+                    async_io::block_on(own_run(command, options, cancel, caller_gone, ask_tx))
+                });
+                let _ = done_tx.try_send(std::panic::catch_unwind(run).map(Box::new));
+            })
+    };
+    if let Err(e) = owner {
+        // No thread for the owner: the run ends before anything is spawned,
+        // and says why.
+        tracing::warn!(error = %e, "no thread for a helper run's owner");
+        let mut run = options.start(stamp());
+        let mut tap = RecordTap::default();
+        run.cancel(stamp());
+        loop {
+            match run.poll_action() {
+                Some(HelperAction::Finished(outcome)) => {
+                    options.release(&mut run);
+                    tap.finish(&outcome.record, options.records.as_ref());
+                    return *outcome;
+                }
+                Some(_) => {}
+                None => run.handle_timeout(stamp()),
+            }
+        }
+    }
+    // Dropped unfinished: the owner cancels the run and finishes it.
+    let _gone = CancelOnDrop(caller_gone);
+    loop {
+        let next = race(async { Relay::Done(done.recv().await) }, async {
+            asks.recv()
+                .await
+                .map_or(Relay::Idle, |ask| Relay::Ask(Box::new(ask)))
+        })
+        .await;
+        match next {
+            Relay::Done(r) => return finish(r),
+            Relay::Ask(ask) => {
+                let Ask { request, answer } = *ask;
+                // The owner may end the run while the card is up (deadline,
+                // cancel): then its outcome wins.
+                let decided = race(
+                    async { Relay::Approved(approver.approve(request).await) },
+                    async { Relay::Done(done.recv().await) },
+                )
+                .await;
+                match decided {
+                    Relay::Approved(approved) => {
+                        let _ = answer.try_send(approved);
+                    }
+                    Relay::Done(r) => return finish(r),
+                    _ => {}
+                }
+            }
+            Relay::Idle => return finish(done.recv().await),
+            Relay::Approved(_) => {}
+        }
+    }
+}
+
+/// The owner's outcome; a panic in it is the caller's panic.
+fn finish(r: Result<Outcome, async_channel::RecvError>) -> HelperOutcome {
+    match r {
+        Ok(Ok(outcome)) => *outcome,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        // The owner always sends before its thread ends.
+        Err(_) => panic!("the helper's owner ended without an outcome"),
+    }
+}
+
+/// What the relaying future does next.
+/// The owner's outcome, or its panic.
+type Outcome = std::thread::Result<Box<HelperOutcome>>;
+
+enum Relay {
+    Done(Result<Outcome, async_channel::RecvError>),
+    Ask(Box<Ask>),
+    Approved(bool),
+    Idle,
+}
+
+/// An approval the owner asks the caller for.
+struct Ask {
+    request: ApprovalRequest,
+    answer: async_channel::Sender<bool>,
+}
+
+/// Fires the owner's "caller gone" cancel when the caller's future is
+/// dropped; after a normal end it fires too, harmlessly.
+struct CancelOnDrop(CancelToken);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// The owner: the state machine, the process, both readers and the cancels.
+async fn own_run(
+    command: CommandSpec,
+    options: HelperOptions,
+    cancel: CancelToken,
+    caller_gone: CancelToken,
+    asks: async_channel::Sender<Ask>,
+) -> HelperOutcome {
+    // Counted while alive, so that `serve` waits for this run at its end.
+    let _ticket = mcp_stdio_sys::helper_owners::OwnerTicket::new();
+    let command = &command;
+    let cancel = &cancel;
     let mut run = options.start(stamp());
+    let mut tap = RecordTap::default();
+    let sink = options.records.as_ref();
     let mut helper: Option<Spawned> = None;
     let mut stdout: Option<ChildStdout> = None;
     let mut stderr: Option<ChildStderr> = None;
-    let mut approval: Option<Pin<Box<dyn Future<Output = bool> + Send + '_>>> = None;
+    let mut approval: Option<async_channel::Receiver<bool>> = None;
     // Built once and kept across iterations: one listener for the whole run.
     let mut cancelled = pin!(cancel.cancelled());
+    let mut gone = pin!(caller_gone.cancelled());
     let mut cancel_seen = false;
     // One timer, moved only when the core's deadline changes.
     let mut timer = Timer::never();
@@ -124,8 +247,12 @@ pub async fn run_helper_with_approval<A: Approver>(
         while let Some(action) = run.poll_action() {
             match action {
                 HelperAction::RequestApproval { deadline } => {
+                    let (answer, answered) = async_channel::bounded(1);
                     let request = run.approval_request(deadline);
-                    approval = Some(Box::pin(approver.approve(request)));
+                    // Capacity 1, one approval per run: `Full` cannot happen;
+                    // `Closed` means the caller is gone, which cancels below.
+                    let _ = asks.try_send(Ask { request, answer });
+                    approval = Some(answered);
                 }
                 HelperAction::Spawn => {
                     approval = None;
@@ -155,11 +282,14 @@ pub async fn run_helper_with_approval<A: Approver>(
                         h.disarm();
                     }
                     options.release(&mut run);
+                    tap.finish(&outcome.record, sink);
                     return *outcome;
                 }
                 _ => {}
             }
+            tap.observe(&run, sink);
         }
+        tap.observe(&run, sink);
 
         let deadline = run.poll_timeout();
         if deadline != armed {
@@ -191,7 +321,7 @@ pub async fn run_helper_with_approval<A: Approver>(
             };
             let answer = async {
                 match approval.as_mut() {
-                    Some(answer) => Wake::Answered(answer.await),
+                    Some(answer) => Wake::Answered(answer.recv().await.ok()),
                     None => pending().await,
                 }
             };
@@ -199,7 +329,7 @@ pub async fn run_helper_with_approval<A: Approver>(
                 if cancel_seen {
                     pending().await
                 } else {
-                    cancelled.as_mut().await;
+                    race(cancelled.as_mut(), gone.as_mut()).await;
                     Wake::Cancelled
                 }
             };
@@ -249,10 +379,15 @@ pub async fn run_helper_with_approval<A: Approver>(
             Wake::Answered(approved) => {
                 approval = None;
                 let at = stamp();
-                let r = if approved {
-                    run.approve(at)
-                } else {
-                    run.deny(at)
+                // No answer: the caller went away while the card was up.
+                let r = match approved {
+                    Some(true) => run.approve(at),
+                    Some(false) => run.deny(at),
+                    None => {
+                        cancel_seen = true;
+                        run.cancel(at);
+                        Ok(())
+                    }
                 };
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "approval answer not applied");
@@ -276,7 +411,7 @@ enum Wake {
     Stdout(io::Result<usize>),
     Stderr(io::Result<usize>),
     Exited(io::Result<std::process::ExitStatus>),
-    Answered(bool),
+    Answered(Option<bool>),
     Cancelled,
     Timeout,
 }

@@ -340,7 +340,11 @@ where
     }
     match write_error {
         Some(e) if life.report().end == ServeEnd::WriteFailed => Err(e),
-        _ => Ok(life.report()),
+        _ => {
+            let mut report = life.report();
+            report.helpers_unfinished_at_exit = wait_for_helpers(options.helper_grace).await;
+            Ok(report)
+        }
     }
 }
 
@@ -390,4 +394,15 @@ async fn run_handler<H: Handler>(
         ),
     };
     let _ = done.send(msg).await;
+}
+
+/// Waits, at most `grace`, for the helper runs the handlers started to
+/// finish their own shutdown (`SIGTERM`, grace, `SIGKILL`, drain) and write
+/// their final records; returns how many are still going.
+async fn wait_for_helpers(grace: std::time::Duration) -> u64 {
+    let end = Instant::now() + grace;
+    while mcp_stdio_sys::helper_owners::live() > 0 && Instant::now() < end {
+        async_io::Timer::after(std::time::Duration::from_millis(10)).await;
+    }
+    mcp_stdio_sys::helper_owners::live() as u64
 }

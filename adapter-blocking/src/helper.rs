@@ -49,7 +49,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mcp_stdio_core::call::Stamp;
-use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, HelperRun};
+use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, HelperRun, RecordTap};
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::{CommandSpec, ExitStatus};
 use mio::unix::pipe;
@@ -152,7 +152,11 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
     cancel: &CancelToken,
     approver: &A,
 ) -> HelperOutcome {
+    // Counted while alive, so that `serve` waits for this run at its end.
+    let _ticket = mcp_stdio_sys::helper_owners::OwnerTicket::new();
     let mut run = options.start(stamp());
+    let mut tap = RecordTap::default();
+    let sink = options.records.as_ref();
     let mut guard = GroupGuard(None);
     let mut helper: Option<Helper> = None;
     let mut approval: Option<Receiver<bool>> = None;
@@ -238,11 +242,14 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
                     if let Some(h) = helper.take() {
                         h.finish();
                     }
+                    tap.finish(&outcome.record, sink);
                     return *outcome;
                 }
                 _ => {}
             }
+            tap.observe(&run, sink);
         }
+        tap.observe(&run, sink);
         if answer.is_some() {
             // The approver could not be asked: apply the denial at once.
             continue;

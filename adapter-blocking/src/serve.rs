@@ -250,7 +250,20 @@ where
         tasks: HashMap::new(),
     };
     // Returning drops `write_tx`: the writer ends after its last message.
-    coordinator.run(&inputs)
+    let mut report = coordinator.run(&inputs)?;
+    report.helpers_unfinished_at_exit = wait_for_helpers(options.helper_grace);
+    Ok(report)
+}
+
+/// Waits, at most `grace`, for the helper runs the handlers started to
+/// finish their own shutdown (`SIGTERM`, grace, `SIGKILL`, drain) and write
+/// their final records; returns how many are still going.
+fn wait_for_helpers(grace: std::time::Duration) -> u64 {
+    let end = Instant::now() + grace;
+    while mcp_stdio_sys::helper_owners::live() > 0 && Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    mcp_stdio_sys::helper_owners::live() as u64
 }
 
 fn spawn_reader<R: Read + Send + 'static>(mut input: R, tx: SyncSender<Input>) -> io::Result<()> {

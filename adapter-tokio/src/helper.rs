@@ -1,15 +1,15 @@
 //! `run_helper`: run a command-line helper from inside a tool.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mcp_stdio_core::call::Stamp;
-use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome};
+use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, RecordTap};
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStderr, ChildStdout};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::os;
 use crate::serve::CancelToken;
@@ -61,8 +61,13 @@ impl Approver for NoApprover {
 /// `SIGKILL` (G7, G11). The outcome holds the exit status actually observed,
 /// both captures and the call record (G12).
 ///
-/// If the returned future is dropped before it completes (a cancelled
-/// handler), the helper's process group is killed at once.
+/// The run has an owner of its own, a task that holds the process, both
+/// readers and the cancel, and outlives this future: if the future is
+/// dropped before it completes (a handler `serve` aborted on a cancel), the
+/// owner cancels the run and follows the supervisor path — `SIGTERM`, grace,
+/// `SIGKILL`, then the readers drained with a deadline — and hands the final
+/// record to `options.records` ([`RecordSink`](mcp_stdio_core::helper::RecordSink)).
+/// Must be called within a tokio runtime.
 pub async fn run_helper(
     command: &CommandSpec,
     options: &HelperOptions,
@@ -71,35 +76,110 @@ pub async fn run_helper(
     run_helper_with_approval(command, options, cancel, &NoApprover).await
 }
 
+/// An approval the owner asks the caller for.
+struct Ask {
+    request: ApprovalRequest,
+    answer: oneshot::Sender<bool>,
+}
+
 /// [`run_helper`] with an approval step when `options.config` has an
 /// approval deadline: the request is raised before the spawn, without
-/// waiting for any output, and its deadline runs on the clock alone.
+/// waiting for any output, and its deadline runs on the clock alone. The
+/// approver runs in this future (it may borrow); the run itself in its
+/// owner, so dropping this future while the approval is up cancels the run
+/// (no helper is spawned) and the final record still reaches the sink.
 pub async fn run_helper_with_approval<A: Approver>(
     command: &CommandSpec,
     options: &HelperOptions,
     cancel: &CancelToken,
     approver: &A,
 ) -> HelperOutcome {
+    let (ask_tx, mut asks) = mpsc::channel::<Ask>(1);
+    let caller_gone = CancelToken::new();
+    let mut owner = tokio::spawn(own_run(
+        command.clone(),
+        options.clone(),
+        cancel.clone(),
+        caller_gone.clone(),
+        ask_tx,
+    ));
+    // Dropped unfinished: the owner cancels the run and finishes it.
+    let _gone = CancelOnDrop(caller_gone);
+    let mut asking = true;
+    loop {
+        tokio::select! {
+            done = &mut owner => return finished(done),
+            ask = asks.recv(), if asking => match ask {
+                Some(Ask { request, answer }) => tokio::select! {
+                    approved = approver.approve(request) => {
+                        let _ = answer.send(approved);
+                    }
+                    done = &mut owner => return finished(done),
+                },
+                None => asking = false,
+            },
+        }
+    }
+}
+
+/// The owner's result: a panic in it is the caller's panic.
+fn finished(done: Result<HelperOutcome, tokio::task::JoinError>) -> HelperOutcome {
+    match done {
+        Ok(outcome) => outcome,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Only a runtime shutting down cancels the owner, and that drops
+        // this future first.
+        Err(e) => panic!("the helper's owner task ended without an outcome: {e}"),
+    }
+}
+
+/// Fires the owner's "caller gone" cancel when the caller's future is
+/// dropped; after a normal end it fires too, harmlessly (the run is over).
+struct CancelOnDrop(CancelToken);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// The owner: the state machine, the process, both readers and the cancels,
+/// in a task that outlives the caller.
+async fn own_run(
+    command: CommandSpec,
+    options: HelperOptions,
+    cancel: CancelToken,
+    caller_gone: CancelToken,
+    asks: mpsc::Sender<Ask>,
+) -> HelperOutcome {
+    // Counted while alive, so that `serve` waits for this run at its end.
+    let _ticket = mcp_stdio_sys::helper_owners::OwnerTicket::new();
     let mut run = options.start(stamp());
+    let mut tap = RecordTap::default();
+    let sink = options.records.as_ref();
     let mut guard = GroupGuard(None);
     let mut child: Option<Child> = None;
     let mut stdout: Option<ChildStdout> = None;
     let mut stderr: Option<ChildStderr> = None;
     let mut exited = false;
     let mut cancel_seen = false;
-    let mut approval: Option<Pin<Box<dyn Future<Output = bool> + Send + '_>>> = None;
+    let mut approval: Option<oneshot::Receiver<bool>> = None;
     let mut out_buf = vec![0u8; READ_CHUNK];
     let mut err_buf = vec![0u8; READ_CHUNK];
     loop {
         while let Some(action) = run.poll_action() {
             match action {
                 HelperAction::RequestApproval { deadline } => {
+                    let (answer, answered) = oneshot::channel();
                     let request = run.approval_request(deadline);
-                    approval = Some(Box::pin(approver.approve(request)));
+                    // Capacity 1, one approval per run: `Full` cannot happen;
+                    // `Closed` means the caller is gone, which cancels below.
+                    let _ = asks.try_send(Ask { request, answer });
+                    approval = Some(answered);
                 }
                 HelperAction::Spawn => {
                     approval = None;
-                    match spawn(command) {
+                    match spawn(&command) {
                         Ok(mut c) => {
                             stdout = c.stdout.take();
                             stderr = c.stderr.take();
@@ -122,11 +202,14 @@ pub async fn run_helper_with_approval<A: Approver>(
                 HelperAction::Finished(outcome) => {
                     guard.0 = None;
                     options.release(&mut run);
+                    tap.finish(&outcome.record, sink);
                     return *outcome;
                 }
                 _ => {}
             }
+            tap.observe(&run, sink);
         }
+        tap.observe(&run, sink);
         let deadline = run.poll_timeout().map(tokio::time::Instant::from_std);
         tokio::select! {
             r = read_opt(&mut stdout, &mut out_buf) => match r {
@@ -150,15 +233,28 @@ pub async fn run_helper_with_approval<A: Approver>(
                     Err(e) => tracing::warn!(error = %e, "waiting for the helper failed"),
                 }
             }
-            approved = poll_opt(&mut approval) => {
+            answer = answer_opt(&mut approval) => {
                 approval = None;
                 let at = stamp();
-                let r = if approved { run.approve(at) } else { run.deny(at) };
+                // No answer: the caller went away while the card was up.
+                let r = match answer {
+                    Some(true) => run.approve(at),
+                    Some(false) => run.deny(at),
+                    None => {
+                        cancel_seen = true;
+                        run.cancel(at);
+                        Ok(())
+                    }
+                };
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "approval answer not applied");
                 }
             }
             () = cancel.cancelled(), if !cancel_seen => {
+                cancel_seen = true;
+                run.cancel(stamp());
+            }
+            () = caller_gone.cancelled(), if !cancel_seen => {
                 cancel_seen = true;
                 run.cancel(stamp());
             }
@@ -205,9 +301,10 @@ async fn wait_opt(child: &mut Option<Child>) -> std::io::Result<std::process::Ex
     }
 }
 
-async fn poll_opt(f: &mut Option<Pin<Box<dyn Future<Output = bool> + Send + '_>>>) -> bool {
-    match f {
-        Some(f) => f.await,
+/// The approver's answer, `None` if the caller went away without one.
+async fn answer_opt(answered: &mut Option<oneshot::Receiver<bool>>) -> Option<bool> {
+    match answered {
+        Some(rx) => rx.await.ok(),
         None => std::future::pending().await,
     }
 }

@@ -1417,6 +1417,72 @@ impl HelperRun {
     }
 }
 
+/// Where a helper run's records go as they are made: a callback the
+/// application supplies (to an audit chain, a channel, a log).
+///
+/// It is called on the thread or task that owns the run, with the record of
+/// each new state — `validated`, `awaiting_approval`, `authorized`,
+/// `dispatched`, … — and finally with the final record, exactly once, even
+/// when the tool's handler was dropped. Each record holds the whole history
+/// of events so far, so a state passed between two calls (`received` before
+/// `validated`) is still in it. Keep it quick: it runs inside the run's loop.
+#[derive(Clone)]
+pub struct RecordSink(std::sync::Arc<dyn Fn(&CallRecord) + Send + Sync>);
+
+impl RecordSink {
+    /// A sink calling `f` with each record.
+    pub fn new(f: impl Fn(&CallRecord) + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(f))
+    }
+
+    /// Hands `record` to the sink.
+    pub fn emit(&self, record: &CallRecord) {
+        (self.0)(record);
+    }
+}
+
+impl std::fmt::Debug for RecordSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecordSink(..)")
+    }
+}
+
+/// Follows a run for its owner and hands the run's record to the
+/// [`RecordSink`] each time the call's state changes, then the final record
+/// once. The adapters call [`RecordTap::observe`] after every turn of their
+/// loop and [`RecordTap::finish`] with the outcome, so the three emit the same
+/// records at the same points.
+#[derive(Debug, Default)]
+pub struct RecordTap {
+    last: Option<CallState>,
+    finished: bool,
+}
+
+impl RecordTap {
+    /// Emits the run's record if its state changed since the last call.
+    pub fn observe(&mut self, run: &HelperRun, sink: Option<&RecordSink>) {
+        let state = run.state();
+        if self.finished || self.last == Some(state) {
+            return;
+        }
+        self.last = Some(state);
+        if let Some(sink) = sink {
+            sink.emit(run.record());
+        }
+    }
+
+    /// Emits the final record (once).
+    pub fn finish(&mut self, record: &CallRecord, sink: Option<&RecordSink>) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        self.last = Some(record.state());
+        if let Some(sink) = sink {
+            sink.emit(record);
+        }
+    }
+}
+
 /// Everything an adapter's `run_helper` takes besides the command and the
 /// cancel signal: limits, the shared retention pool and the call's identity.
 #[derive(Debug, Clone, Default)]
@@ -1433,6 +1499,9 @@ pub struct HelperOptions {
     pub operation: String,
     /// The target as shown to a person approving it (a path, a host, …).
     pub target: String,
+    /// Where the run's records go as they are made, the final one included
+    /// (see [`RecordSink`]); `None`: only the outcome carries the record.
+    pub records: Option<RecordSink>,
 }
 
 impl HelperOptions {

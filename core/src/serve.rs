@@ -78,13 +78,24 @@ pub struct ServeOptions {
     /// are aborted (default [`DEFAULT_DRAIN_TIMEOUT`], 5 s). Output still
     /// queued then gets [`EXIT_WRITE_GRACE`] more.
     pub drain_timeout: Duration,
+    /// When the loop is over, how long `serve` still waits for helper runs
+    /// its handlers started (`run_helper`) to finish their own shutdown —
+    /// `SIGTERM`, grace, `SIGKILL`, drain — and write their final records,
+    /// before it returns (default [`DEFAULT_HELPER_GRACE`], 10 s). Runs
+    /// still going then are counted in [`ServeReport::helpers_unfinished_at_exit`].
+    pub helper_grace: Duration,
 }
+
+/// Default [`ServeOptions::helper_grace`]: 10 s, more than a helper's default
+/// TERM grace, KILL grace and drain deadline together.
+pub const DEFAULT_HELPER_GRACE: Duration = Duration::from_secs(10);
 
 impl Default for ServeOptions {
     fn default() -> Self {
         Self {
             config: ServerConfig::default(),
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            helper_grace: DEFAULT_HELPER_GRACE,
         }
     }
 }
@@ -125,6 +136,10 @@ pub struct ServeReport {
     /// Peak bytes waiting for stdout: the message being written plus the
     /// session's queue.
     pub outgoing_peak: u64,
+    /// Helper runs (`run_helper`) still alive in the process when `serve`
+    /// returned, after waiting [`ServeOptions::helper_grace`] for them (set
+    /// by the adapter; 0 from the core).
+    pub helpers_unfinished_at_exit: u64,
 }
 
 /// What the adapter must do for the application's handlers.
@@ -297,6 +312,7 @@ impl ServeLifecycle {
             notifications_refused: self.notifications_refused,
             unwritten_at_exit: self.unwritten_at_exit,
             outgoing_peak: self.outgoing_peak,
+            helpers_unfinished_at_exit: 0,
         }
     }
 

@@ -24,6 +24,7 @@ pub use stderr::{
 };
 pub use stdio::{NonBlockingStdio, StdioKind};
 pub use tied::spawn_tied;
+pub mod helper_owners;
 pub mod log_relay;
 
 use mcp_stdio_core::process::Signal;

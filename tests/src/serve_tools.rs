@@ -104,7 +104,7 @@ pub fn initialize(params: &Value, log: &str, server_name: &str) -> Value {
     })
 }
 
-/// The `tools/list` result: `echo` and `slow`.
+/// The `tools/list` result: `echo`, `slow` and `helper`.
 pub fn tools_list() -> Value {
     json!({ "tools": [
         {
@@ -119,6 +119,15 @@ pub fn tools_list() -> Value {
         {
             "name": "slow",
             "description": "Waits `seconds`, or until the request is cancelled.",
+            "inputSchema": {
+                "type": "object",
+                "properties": { "seconds": { "type": "number" } },
+                "required": ["seconds"],
+            },
+        },
+        {
+            "name": "helper",
+            "description": "Runs `fixture-helper sleep seconds` with `run_helper`; its records go to stderr.",
             "inputSchema": {
                 "type": "object",
                 "properties": { "seconds": { "type": "number" } },
@@ -145,6 +154,9 @@ pub enum ToolCall {
     Echo(String),
     /// `slow {seconds}`, 0 to 3600.
     Slow(f64),
+    /// `helper {seconds, ignore_term?}`, 0 to 3600: a helper process
+    /// sleeping that long (ignoring `SIGTERM` when asked).
+    Helper(f64, bool),
 }
 
 fn bad_arguments(what: &str) -> ErrorObject {
@@ -166,6 +178,11 @@ pub fn parse_tool_call(params: &Value) -> Result<ToolCall, ErrorObject> {
             .as_f64()
             .filter(|s| (0.0..=3600.0).contains(s))
             .map(ToolCall::Slow)
+            .ok_or_else(|| bad_arguments("seconds (0..=3600)")),
+        Some("helper") => args["seconds"]
+            .as_f64()
+            .filter(|s| (0.0..=3600.0).contains(s))
+            .map(|s| ToolCall::Helper(s, args["ignore_term"].as_bool().unwrap_or(false)))
             .ok_or_else(|| bad_arguments("seconds (0..=3600)")),
         Some(other) => Err(ErrorObject::new(
             INVALID_PARAMS,
@@ -208,5 +225,35 @@ impl<F: Fn() -> bool> Drop for CancelWatch<F> {
                 self.started.elapsed()
             );
         }
+    }
+}
+
+/// The `helper` tool's command: `fixture-helper sleep SECONDS` (or
+/// `ignore-term SECONDS`), the helper binary next to the running server's.
+pub fn helper_command(seconds: f64, ignore_term: bool) -> mcp_stdio_core::CommandSpec {
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+        .unwrap_or_default();
+    let mut command = mcp_stdio_core::CommandSpec::new(dir.join("fixture-helper"));
+    command
+        .arg(if ignore_term { "ignore-term" } else { "sleep" })
+        .arg(seconds.to_string());
+    command
+}
+
+/// The `helper` tool's options: every record the run makes is logged as
+/// `<log> record ID {json}` (the final one too, even when the handler was
+/// dropped), so the tests can read the lifecycle from stderr.
+pub fn helper_options(log: &'static str, id: &Id) -> mcp_stdio_core::helper::HelperOptions {
+    let sink_id = id.clone();
+    mcp_stdio_core::helper::HelperOptions {
+        call_id: id.to_string(),
+        operation: "helper".to_owned(),
+        records: Some(mcp_stdio_core::helper::RecordSink::new(move |record| {
+            let json = serde_json::to_string(record).unwrap_or_default();
+            log_line!("{log} record {sink_id} {json}");
+        })),
+        ..Default::default()
     }
 }

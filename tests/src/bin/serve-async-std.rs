@@ -33,7 +33,8 @@ use mcp_stdio_core::message::{
     to_raw, ErrorObject, Notification, Request, INVALID_PARAMS, METHOD_NOT_FOUND,
 };
 use mcp_stdio_tests::serve_tools::{
-    cancelled, initialize, parse_tool_call, text_result, tools_list, CancelWatch, ToolCall,
+    cancelled, helper_command, helper_options, initialize, parse_tool_call, text_result,
+    tools_list, CancelWatch, ToolCall,
 };
 use serde_json::{json, Value};
 
@@ -90,6 +91,18 @@ async fn tools_call(params: &Value, ctx: &RequestContext) -> Result<Value, Error
                 drop(watch);
                 Err(cancelled())
             }
+        }
+        ToolCall::Helper(seconds, ignore_term) => {
+            // The run's owner outlives this handler: a cancel that aborts the
+            // handler still ends the helper through the supervisor path, and
+            // the final record is logged by the sink.
+            let outcome = mcp_stdio_async_std::run_helper(
+                &helper_command(seconds, ignore_term),
+                &helper_options(LOG, ctx.id()),
+                ctx.cancel_token(),
+            )
+            .await;
+            Ok(text_result(&format!("helper {}", outcome.record.state())))
         }
     }
 }

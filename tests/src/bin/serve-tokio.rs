@@ -32,7 +32,8 @@ use mcp_stdio_core::message::{
     to_raw, ErrorObject, Notification, Request, INVALID_PARAMS, METHOD_NOT_FOUND,
 };
 use mcp_stdio_tests::serve_tools::{
-    cancelled, initialize, parse_tool_call, text_result, tools_list, CancelWatch, ToolCall,
+    cancelled, helper_command, helper_options, initialize, parse_tool_call, text_result,
+    tools_list, CancelWatch, ToolCall,
 };
 use mcp_stdio_tokio::{serve, Handler, HandlerResult, RequestContext, ServeOptions};
 use serde_json::{json, Value};
@@ -85,6 +86,18 @@ async fn tools_call(params: &Value, ctx: &RequestContext) -> Result<Value, Error
                     Ok(text_result(&format!("slept {seconds} s")))
                 }
             }
+        }
+        ToolCall::Helper(seconds, ignore_term) => {
+            // The run's owner outlives this handler: a cancel that aborts the
+            // handler still ends the helper through the supervisor path, and
+            // the final record is logged by the sink.
+            let outcome = mcp_stdio_tokio::run_helper(
+                &helper_command(seconds, ignore_term),
+                &helper_options(LOG, ctx.id()),
+                ctx.cancel_token(),
+            )
+            .await;
+            Ok(text_result(&format!("helper {}", outcome.record.state())))
         }
     }
 }
