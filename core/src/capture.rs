@@ -1671,6 +1671,19 @@ impl SharedRetentionPool {
         self.lock().release(grant)
     }
 
+    /// The process-wide pool, with the default limits ([`PoolConfig`]'s:
+    /// 256 KiB, 32 KiB of it held back for per-capture minimums), created on
+    /// first use. Every capture that takes the defaults draws on it: a
+    /// `Client`'s stderr and both streams of every helper run, in every
+    /// adapter. So the diagnostics a process retains stay within 256 KiB
+    /// however many servers and helpers run at once.
+    pub fn process() -> Self {
+        static PROCESS: std::sync::OnceLock<SharedRetentionPool> = std::sync::OnceLock::new();
+        PROCESS
+            .get_or_init(|| Self::new(&PoolConfig::default()))
+            .clone()
+    }
+
     /// The pool's counters now.
     pub fn stats(&self) -> PoolStats {
         self.lock().stats()

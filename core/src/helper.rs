@@ -1485,11 +1485,14 @@ impl RecordTap {
 
 /// Everything an adapter's `run_helper` takes besides the command and the
 /// cancel signal: limits, the shared retention pool and the call's identity.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct HelperOptions {
     /// Budgets, graces, the overflow policy and the approval deadline.
     pub config: HelperConfig,
-    /// The process-wide budget shared by every capture, if any.
+    /// The process-wide budget shared by every capture. Default:
+    /// [`SharedRetentionPool::process`](crate::capture::SharedRetentionPool::process)
+    /// (256 KiB for the whole process, `Client` stderr included); `None`:
+    /// this run's captures are bounded by `config` alone.
     pub pool: Option<crate::capture::SharedRetentionPool>,
     /// Stable id of the call (for the record and the audit log).
     pub call_id: String,
@@ -1502,6 +1505,20 @@ pub struct HelperOptions {
     /// Where the run's records go as they are made, the final one included
     /// (see [`RecordSink`]); `None`: only the outcome carries the record.
     pub records: Option<RecordSink>,
+}
+
+impl Default for HelperOptions {
+    fn default() -> Self {
+        Self {
+            config: HelperConfig::default(),
+            pool: Some(crate::capture::SharedRetentionPool::process()),
+            call_id: String::new(),
+            session_id: String::new(),
+            operation: String::new(),
+            target: String::new(),
+            records: None,
+        }
+    }
 }
 
 impl HelperOptions {

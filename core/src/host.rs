@@ -193,15 +193,27 @@ pub enum HostAction {
 }
 
 /// Everything an adapter's `Client::spawn` takes besides the command.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ClientOptions {
     /// Limits and policies of the session.
     pub config: HostConfig,
-    /// The process-wide stderr budget shared by every capture, if any; each
-    /// client asks it for `config`'s stderr budget and gives it back at the end.
+    /// The process-wide stderr budget shared by every capture; each client
+    /// asks it for `config`'s stderr budget and gives it back at the end.
+    /// Default: [`SharedRetentionPool::process`] (256 KiB for the whole
+    /// process); `None`: this client's capture is bounded by `config` alone.
     pub stderr_pool: Option<SharedRetentionPool>,
     /// Who the client says it is in `initialize`.
     pub client_info: Implementation,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            config: HostConfig::default(),
+            stderr_pool: Some(SharedRetentionPool::process()),
+            client_info: Implementation::default(),
+        }
+    }
 }
 
 impl ClientOptions {
