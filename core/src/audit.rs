@@ -1864,7 +1864,8 @@ mod tests {
             verify(&log, None)
         };
         assert!(forge(&|_| {}).expect("honest").is_sealed());
-        let cases: [(&dyn Fn(&mut serde_json::Value), VerifyErrorKind); 6] = [
+        type Edit<'a> = &'a dyn Fn(&mut serde_json::Value);
+        let cases: [(Edit<'_>, VerifyErrorKind); 6] = [
             (
                 &|s| s["entries"] = json!(3),
                 VerifyErrorKind::SealMismatch(SealField::Entries),
