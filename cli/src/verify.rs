@@ -213,8 +213,10 @@ pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
                 summary.last_hash
             ),
             Some(u) if !args.require_seal => println!(
-                "UNSEALED: {} entries, chain intact, but {u}; last hash {}",
-                summary.entries, summary.last_hash
+                "UNSEALED: {} entr{}, chain intact, but {u}; last hash {}",
+                summary.entries,
+                if summary.entries == 1 { "y" } else { "ies" },
+                summary.last_hash
             ),
             Some(_) => {}
         }

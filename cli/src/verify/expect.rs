@@ -283,7 +283,11 @@ fn names(states: &[CallState]) -> String {
 
 /// Differences between two state sequences: what is missing, what is
 /// unexpected, or (same states) the wrong order.
-fn compare_states(what: &str, want: &[CallState], got: &[CallState]) -> Vec<String> {
+fn compare_states(
+    (what, plural): (&str, &str),
+    want: &[CallState],
+    got: &[CallState],
+) -> Vec<String> {
     let count = |v: &[CallState], s: CallState| v.iter().filter(|x| **x == s).count();
     let mut out = Vec::new();
     for s in CallState::ALL {
@@ -295,10 +299,9 @@ fn compare_states(what: &str, want: &[CallState], got: &[CallState]) -> Vec<Stri
         }
     }
     if out.is_empty() && want != got {
-        out.push(format!("{what}s in the wrong order"));
+        out.push(format!("{plural} in the wrong order"));
     }
     if !out.is_empty() {
-        let plural = format!("{what}s");
         out.push(format!(
             "{plural}: expected {}, found {}",
             names(want),
@@ -340,9 +343,9 @@ fn compare_session(
             }
         }
         let path = seen.path();
-        let mut found = compare_states("state", &call.path, &path);
+        let mut found = compare_states(("state", "states"), &call.path, &path);
         found.extend(compare_states(
-            "entry in state",
+            ("entry in state", "entries"),
             &call.entries,
             &seen.entries,
         ));
