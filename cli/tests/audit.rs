@@ -142,6 +142,11 @@ fn verify_cli(log: &Path, args: &[&str]) -> (Option<i32>, String) {
     (status.code(), String::from_utf8_lossy(&stdout).into_owned())
 }
 
+/// Whole lines in the log so far.
+fn records_on_disk(log: &Path) -> usize {
+    std::fs::read(log).map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count())
+}
+
 fn lines(bytes: &[u8]) -> Vec<&[u8]> {
     bytes.split_inclusive(|&b| b == b'\n').collect()
 }
@@ -354,6 +359,16 @@ fn g12_a_killed_guard_leaves_an_unsealed_log_and_the_next_run_says_so() {
     g.initialize();
     g.send(&call(1, "echo", json!({"text": "a"})));
     g.response(json!(1));
+    // Killed while idle, once both calls' records are on disk (a kill in the
+    // middle of a write leaves a partial line, which the guard does not continue).
+    let t = Instant::now();
+    while records_on_disk(&log) < 5 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "records never reached the disk"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
     g.child.kill().expect("SIGKILL");
     let _ = g.child.wait();
     let (code, out) = verify_cli(&log, &[]);
