@@ -507,3 +507,45 @@ fn g12_expect_matches_a_guard_session_and_names_a_missing_dispatched() {
         "{out}"
     );
 }
+
+#[test]
+fn g12_guard_seals_its_log_when_the_server_exits_or_cannot_start() {
+    // The server exits by itself while the host keeps stdin open.
+    let log = tmp("server-exit.jsonl");
+    let mut child = Command::new(bin())
+        .arg("guard")
+        .arg("--audit")
+        .arg(&log)
+        .args(["--", "sh", "-c", "sleep 0.2; exit 3"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the guard");
+    let _stdin = child.stdin.take(); // open and idle
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(3));
+    let (code, out) = verify_cli(&log, &["--require-seal"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.starts_with("OK: 3 entries, sealed"), "{out}");
+
+    // The server cannot be started: the session is still recorded and sealed.
+    let log = tmp("spawn-failed.jsonl");
+    let status = Command::new(bin())
+        .arg("guard")
+        .arg("--audit")
+        .arg(&log)
+        .args(["--", "/nonexistent/mcp-server"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run the guard");
+    assert_eq!(status.code(), Some(127));
+    let (code, out) = verify_cli(&log, &["--require-seal"]);
+    assert_eq!(code, Some(0), "{out}");
+    let recs = records(&log);
+    assert_eq!(recs.len(), 3, "{recs:?}");
+    assert_eq!(recs[1]["phase"], "session_end");
+    assert!(recs[1]["spawn_failed"].is_string(), "{recs:?}");
+}
