@@ -1,14 +1,45 @@
-//! `mcp-stdio verify FILE [--key-file K]`: offline audit-chain verification.
+//! `mcp-stdio verify FILE [--key-file K] [--require-seal] [--expect E]`:
+//! offline audit-chain verification, then (with `--expect`) a comparison of
+//! the calls it records with an expected lifecycle.
+//!
+//! Exit status: [`EXIT_OK`] intact and sealed (and as expected);
+//! [`EXIT_FAIL`] tampered (a changed, removed, inserted or moved entry, a
+//! seal that does not match), an `--expect-entries`/`--expect-head` anchor
+//! missed, or unsealed with `--require-seal`; [`EXIT_USAGE`] bad arguments or
+//! unreadable files; [`EXIT_UNSEALED`] intact but not sealed (cut, still
+//! open, or a writer that died); [`EXIT_MISMATCH`] intact, but not what
+//! `--expect` says. Tampering outranks a mismatch, which outranks an
+//! unsealed end.
+
+mod expect;
 
 use std::fs::File;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use mcp_stdio_core::audit::{AuditKey, AuditVerifier};
+use mcp_stdio_core::audit::{AuditKey, AuditVerifier, LogEnd, VerifySummary};
+
+use expect::{Expectation, Observed, MAX_EXPECT_FILE_BYTES};
+
+/// Intact and sealed (and as expected).
+pub(crate) const EXIT_OK: u8 = 0;
+/// Tampered, an anchor missed, or unsealed under `--require-seal`.
+pub(crate) const EXIT_FAIL: u8 = 1;
+/// Bad arguments or unreadable files.
+pub(crate) const EXIT_USAGE: u8 = 2;
+/// Intact, but the log does not end with a seal (or a session in it does not).
+pub(crate) const EXIT_UNSEALED: u8 = 3;
+/// Intact, but different from `--expect`.
+pub(crate) const EXIT_MISMATCH: u8 = 4;
 
 /// Arguments of `verify`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 intact and sealed (and as expected); 1 tampered, an \
+anchor missed, or unsealed with --require-seal; 2 bad arguments or unreadable files; 3 intact \
+but unsealed (cut, still being written, or its writer died); 4 intact but not as --expect says."
+)]
 pub(crate) struct VerifyArgs {
     /// The audit log (JSON lines written by `mcp-stdio guard --audit`).
     pub(crate) file: PathBuf,
@@ -21,6 +52,12 @@ pub(crate) struct VerifyArgs {
     /// Fail unless the last entry's hash is this (hex; detects lines cut from the end).
     #[arg(long, value_name = "HASH")]
     pub(crate) expect_head: Option<String>,
+    /// Fail (exit 1) when the log, or a session in it, is not sealed, instead of exit 3.
+    #[arg(long)]
+    pub(crate) require_seal: bool,
+    /// Compare the verified log with the lifecycle in FILE (see the README for the format).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) expect: Option<PathBuf>,
     /// Print the result as JSON on stdout.
     #[arg(long)]
     pub(crate) json: bool,
@@ -35,82 +72,65 @@ pub(crate) fn read_key(path: &PathBuf) -> Result<AuditKey, String> {
     AuditKey::new(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Runs `verify`: exit 0 when the chain is intact, 1 when it is not, 2 on usage errors.
+fn read_expectation(path: &PathBuf) -> Result<Expectation, String> {
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut text = String::new();
+    file.take(MAX_EXPECT_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_EXPECT_FILE_BYTES {
+        return Err(format!(
+            "{}: longer than {MAX_EXPECT_FILE_BYTES} bytes",
+            path.display()
+        ));
+    }
+    Expectation::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Runs `verify`; see the module docs for the exit status.
 pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
+    let usage = |e: String| {
+        eprintln!("mcp-stdio verify: {e}");
+        ExitCode::from(EXIT_USAGE)
+    };
     let key = match args.key_file.as_ref().map(read_key).transpose() {
         Ok(k) => k,
-        Err(e) => {
-            eprintln!("mcp-stdio verify: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return usage(e),
+    };
+    let expectation = match args.expect.as_ref().map(read_expectation).transpose() {
+        Ok(x) => x,
+        Err(e) => return usage(e),
     };
     let mut file = match File::open(&args.file) {
         Ok(f) => f,
-        Err(e) => {
-            eprintln!("mcp-stdio verify: {}: {e}", args.file.display());
-            return ExitCode::from(2);
-        }
+        Err(e) => return usage(format!("{}: {e}", args.file.display())),
     };
     let mut verifier = AuditVerifier::new(key.as_ref());
+    let mut observed = Observed::default();
     let mut buf = vec![0u8; 64 * 1024];
     let result = loop {
         match file.read(&mut buf) {
             Ok(0) => break verifier.finish(),
             Ok(n) => {
-                if let Err(e) = verifier.push(&buf[..n]) {
+                let pushed = if expectation.is_some() {
+                    verifier.push_entries(&buf[..n], |_, record| observed.on_entry(record))
+                } else {
+                    verifier.push(&buf[..n])
+                };
+                if let Err(e) = pushed {
                     break Err(e);
                 }
             }
-            Err(e) => {
-                eprintln!("mcp-stdio verify: reading {}: {e}", args.file.display());
-                return ExitCode::from(2);
-            }
+            Err(e) => return usage(format!("reading {}: {e}", args.file.display())),
         }
     };
-    match result {
-        Ok(summary) => {
-            let mut problems = Vec::new();
-            if let Some(n) = args.expect_entries {
-                if summary.entries != n {
-                    problems.push(format!("expected {n} entries, found {}", summary.entries));
-                }
-            }
-            if let Some(h) = &args.expect_head {
-                if !summary.last_hash.eq_ignore_ascii_case(h) {
-                    problems.push(format!(
-                        "expected last hash {h}, found {}",
-                        summary.last_hash
-                    ));
-                }
-            }
-            if args.json {
-                let v = serde_json::json!({
-                    "ok": problems.is_empty(),
-                    "entries": summary.entries,
-                    "last_hash": summary.last_hash,
-                    "problems": problems,
-                });
-                println!("{v}");
-            } else if problems.is_empty() {
-                println!(
-                    "OK: {} entries, last hash {}",
-                    summary.entries, summary.last_hash
-                );
-            } else {
-                for p in &problems {
-                    println!("FAIL: {p}");
-                }
-            }
-            if problems.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }
+    let summary = match result {
+        Ok(s) => s,
         Err(e) => {
             if args.json {
                 let v = serde_json::json!({
                     "ok": false,
+                    "status": "tampered",
                     "line": e.line,
                     "error": e.kind.to_string(),
                 });
@@ -118,7 +138,142 @@ pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
             } else {
                 println!("FAIL: line {}: {}", e.line, e.kind);
             }
-            ExitCode::from(1)
+            return ExitCode::from(EXIT_FAIL);
+        }
+    };
+    let mut problems = Vec::new();
+    if let Some(n) = args.expect_entries {
+        if summary.entries != n {
+            problems.push(format!("expected {n} entries, found {}", summary.entries));
         }
     }
+    if let Some(h) = &args.expect_head {
+        if !summary.last_hash.eq_ignore_ascii_case(h) {
+            problems.push(format!(
+                "expected last hash {h}, found {}",
+                summary.last_hash
+            ));
+        }
+    }
+    let unsealed = unsealed_description(&summary);
+    if let (Some(u), true) = (&unsealed, args.require_seal) {
+        problems.push(format!("unsealed: {u}"));
+    }
+    let mismatches = expectation
+        .as_ref()
+        .map(|x| x.compare(&observed))
+        .unwrap_or_default();
+    let (status, code) = if !problems.is_empty() {
+        ("fail", EXIT_FAIL)
+    } else if !mismatches.is_empty() {
+        ("mismatch", EXIT_MISMATCH)
+    } else if unsealed.is_some() {
+        ("unsealed", EXIT_UNSEALED)
+    } else {
+        ("ok", EXIT_OK)
+    };
+    if args.json {
+        let end = match summary.end {
+            LogEnd::Sealed => serde_json::json!("sealed"),
+            LogEnd::Unsealed {
+                first_seq,
+                entries,
+                partial_line,
+            } => serde_json::json!({
+                "unsealed_from": first_seq,
+                "unsealed_entries": entries,
+                "partial_line": partial_line,
+            }),
+            _ => serde_json::json!("unknown"),
+        };
+        let v = serde_json::json!({
+            "ok": code == EXIT_OK,
+            "status": status,
+            "entries": summary.entries,
+            "last_hash": summary.last_hash,
+            "sealed": summary.is_sealed(),
+            "seals": summary.seals,
+            "end": end,
+            "unsealed_sessions": summary.unsealed_sessions,
+            "problems": problems,
+            "expect": expectation.as_ref().map(|x| serde_json::json!({
+                "sessions": x.sessions(),
+                "calls": x.calls(),
+                "mismatches": mismatches,
+            })),
+        });
+        println!("{v}");
+    } else {
+        match &unsealed {
+            None => println!(
+                "OK: {} entries, sealed ({} seal{}), last hash {}",
+                summary.entries,
+                summary.seals,
+                if summary.seals == 1 { "" } else { "s" },
+                summary.last_hash
+            ),
+            Some(u) if !args.require_seal => println!(
+                "UNSEALED: {} entr{}, chain intact, but {u}; last hash {}",
+                summary.entries,
+                if summary.entries == 1 { "y" } else { "ies" },
+                summary.last_hash
+            ),
+            Some(_) => {}
+        }
+        for p in &problems {
+            println!("FAIL: {p}");
+        }
+        for m in &mismatches {
+            println!("MISMATCH: {m}");
+        }
+        if let Some(x) = &expectation {
+            if mismatches.is_empty() {
+                println!(
+                    "EXPECT: as expected ({} call{} in {} session{})",
+                    x.calls(),
+                    if x.calls() == 1 { "" } else { "s" },
+                    x.sessions(),
+                    if x.sessions() == 1 { "" } else { "s" }
+                );
+            } else {
+                println!("EXPECT: {} mismatch(es)", mismatches.len());
+            }
+        }
+    }
+    ExitCode::from(code)
+}
+
+/// Why the log is not sealed, or `None` when it is.
+fn unsealed_description(s: &VerifySummary) -> Option<String> {
+    let mut parts = Vec::new();
+    if let LogEnd::Unsealed {
+        first_seq,
+        entries,
+        partial_line,
+    } = s.end
+    {
+        let mut p = if entries == 0 && s.entries == 0 {
+            "the log has no seal (it is empty)".to_owned()
+        } else if entries == 0 {
+            "the log does not end with a seal".to_owned()
+        } else {
+            format!(
+                "no seal covers the last {entries} entr{} (from entry {first_seq}): the log was \
+                 cut, is still being written, or its writer died",
+                if entries == 1 { "y" } else { "ies" }
+            )
+        };
+        if partial_line {
+            p.push_str("; a partial line follows the last entry (a write cut short)");
+        }
+        parts.push(p);
+    }
+    if let Some((from, to)) = s.first_unsealed_session {
+        parts.push(format!(
+            "{} session{} ended without a seal (the first: entries {from}–{to})",
+            s.unsealed_sessions,
+            if s.unsealed_sessions == 1 { "" } else { "s" }
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }

@@ -447,7 +447,7 @@ fn g12_audit_log_verifies_and_a_changed_byte_is_named() {
     let ok = verify(&log, &key);
     let out = String::from_utf8_lossy(&ok.stdout).into_owned();
     assert!(ok.status.success(), "{out}");
-    assert!(out.starts_with("OK: 5 entries"), "{out}");
+    assert!(out.starts_with("OK: 7 entries, sealed"), "{out}");
     let text = std::fs::read_to_string(&log).unwrap();
     // Core call records (G12): dispatched before the request, completed after.
     let records: Vec<Value> = text

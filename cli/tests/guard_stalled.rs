@@ -525,8 +525,9 @@ fn g12_audit_record_is_on_disk_before_the_server_sees_the_request() {
     let (code, _) = host.wait_exit(Duration::from_secs(10));
     assert_eq!(code, Some(0));
     let text = std::fs::read_to_string(&log).expect("audit log");
-    // initialize + 20 echo calls, dispatched and completed each, then session_end.
-    assert_eq!(text.lines().count(), 2 * 21 + 1);
+    // session_start, initialize + 20 echo calls (dispatched and completed
+    // each), session_end, then the seal.
+    assert_eq!(text.lines().count(), 1 + 2 * 21 + 2);
 }
 
 /// A host that keeps stdin open and idle does not hold the guard: when the

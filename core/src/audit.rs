@@ -41,20 +41,51 @@
 //! either invalid JSON, a changed field value caught by the `seq` / `prev` /
 //! `alg` / `kid` / `hash` checks, or a non-canonical line.
 //!
-//! ## What the chain cannot show by itself
+//! ## Sessions and the seal
 //!
-//! Removing whole entries from the *end* of the log leaves a valid, shorter
-//! chain. Compare [`VerifySummary::entries`] and [`VerifySummary::last_hash`]
-//! with an anchor kept elsewhere (for example the last hash printed at
-//! shutdown) to detect that.
+//! A writing session may start with a `session_start` entry
+//! ([`AuditChain::begin_session`]) and ends with a **seal**
+//! ([`AuditChain::seal`]), one entry counting what the session wrote:
+//!
+//! ```text
+//! {"phase":"session_start","session_id":"4711-1796097132190"}
+//! … the session's records …
+//! {"phase":"seal","first_seq":1,"entries":7,"kinds":{"call.completed":3,"call.dispatched":3,"phase.session_start":1},"last_hash":"<64 hex>"}
+//! ```
+//!
+//! - `first_seq` is the first entry the seal covers: the session's
+//!   `session_start`, else the entry after the previous seal, else entry 1.
+//!   The seal covers `first_seq` up to the entry before it.
+//! - `entries` is how many entries that is; `kinds` counts them by kind (see
+//!   [`entry_kind`]: `call.<state>`, `phase.<name>` or `other`).
+//! - `last_hash` is the `hash` of the entry before the seal.
+//!
+//! The chain alone cannot show entries removed from the *end* of the log:
+//! what is left is a valid, shorter chain. The seal makes that visible: a log
+//! whose last entry is not a seal was cut, or is still being written, or its
+//! writer died (SIGKILL, crash). [`VerifySummary::end`] says which entries
+//! are not sealed; a seal whose counts or last hash do not match the entries
+//! before it is [`VerifyErrorKind::SealMismatch`]. A `session_start` that
+//! follows entries no seal covers shows a session that ended without a seal
+//! ([`VerifySummary::unsealed_sessions`]).
+//!
+//! With a plain chain anyone can append a forged seal to a cut log; only a
+//! keyed chain makes the seal the writer's word. Removing whole sessions,
+//! seal included, from the end leaves a sealed log: compare
+//! [`VerifySummary::entries`] and [`VerifySummary::last_hash`] with an anchor
+//! kept elsewhere (for example the last hash printed at shutdown) to detect that.
 //!
 //! ## Limits
 //!
 //! Lines are at most [`DEFAULT_MAX_LINE_BYTES`] (1 MiB, without the `\n`)
 //! unless changed with [`AuditChain::max_line_bytes`] /
 //! [`AuditVerifier::max_line_bytes`]. The verifier buffers at most one partial
-//! line plus one re-rendered line: worst case 2 × the limit.
+//! line plus one re-rendered line: worst case 2 × the limit. A seal counts at
+//! most [`MAX_SEAL_KINDS`] kinds (the rest go to `other`), so the counts of
+//! the open session stay small on both sides.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::io::{self, Write as _};
 
 use hmac::{Hmac, KeyInit, Mac};
@@ -70,6 +101,23 @@ pub const GENESIS_PREV: &str = "000000000000000000000000000000000000000000000000
 
 /// Default limit on the length of one log line, without its `\n`: 1 MiB.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 1024 * 1024;
+
+/// Kinds a seal counts separately (default and only value: 64); entries of
+/// further kinds are counted as `other`. Worst case ≈ 64 × 64 B per open
+/// session, on the writer and on the verifier.
+pub const MAX_SEAL_KINDS: usize = 64;
+
+/// The `phase` of the entry that starts a session.
+pub const PHASE_SESSION_START: &str = "session_start";
+
+/// The `phase` of the entry that seals a session.
+pub const PHASE_SEAL: &str = "seal";
+
+/// Longest state or phase name used as a kind; longer names count as `other`.
+const MAX_KIND_NAME: usize = 40;
+
+/// The kind of entries that fit no other kind.
+const OTHER_KIND: &str = "other";
 
 /// The message whose HMAC gives the key check value (`kid`).
 const KEY_ID_LABEL: &[u8] = b"mcp-stdio audit key id v1";
@@ -315,6 +363,142 @@ fn render_line(
     out.extend_from_slice(b"\"}");
 }
 
+/// The kind of an entry, from its record's shape: `phase.<phase>` for a
+/// record with a string `phase` (a session entry), `call.<state>` for one
+/// with a string `call_id` and a string `state` (a call record), `other`
+/// otherwise (and for names that are not 1–40 of `a-z`, `0-9`, `_`).
+pub fn entry_kind(record: &[u8]) -> String {
+    #[derive(Deserialize)]
+    struct Shape<'a> {
+        #[serde(default, borrow)]
+        phase: Option<Cow<'a, str>>,
+        #[serde(default, borrow)]
+        call_id: Option<Cow<'a, str>>,
+        #[serde(default, borrow)]
+        state: Option<Cow<'a, str>>,
+    }
+    let named = |prefix: &str, name: &str| {
+        let plain = !name.is_empty()
+            && name.len() <= MAX_KIND_NAME
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if plain {
+            format!("{prefix}.{name}")
+        } else {
+            OTHER_KIND.to_owned()
+        }
+    };
+    match serde_json::from_slice::<Shape<'_>>(record) {
+        Ok(Shape {
+            phase: Some(phase), ..
+        }) => named("phase", &phase),
+        Ok(Shape {
+            call_id: Some(_),
+            state: Some(state),
+            ..
+        }) => named("call", &state),
+        _ => OTHER_KIND.to_owned(),
+    }
+}
+
+/// Counts of entries by kind, as a seal states them; at most
+/// [`MAX_SEAL_KINDS`] kinds, plus `other`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EntryCounts {
+    kinds: BTreeMap<String, u64>,
+}
+
+impl EntryCounts {
+    /// Counts one entry of `kind` (as `other` once [`MAX_SEAL_KINDS`] other
+    /// kinds are counted).
+    pub fn add(&mut self, kind: String) {
+        let full = self.kinds.len() >= MAX_SEAL_KINDS && !self.kinds.contains_key(&kind);
+        let key = if full { OTHER_KIND.to_owned() } else { kind };
+        let n = self.kinds.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+    }
+
+    /// Entries counted.
+    pub fn total(&self) -> u64 {
+        self.kinds.values().fold(0u64, |a, n| a.saturating_add(*n))
+    }
+
+    /// Entries counted of `kind`.
+    pub fn get(&self, kind: &str) -> u64 {
+        self.kinds.get(kind).copied().unwrap_or(0)
+    }
+
+    /// `(kind, count)` in kind order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> + '_ {
+        self.kinds.iter().map(|(k, n)| (k.as_str(), *n))
+    }
+}
+
+/// A seal entry's record (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Seal {
+    /// Always [`PHASE_SEAL`].
+    pub phase: String,
+    /// The first entry the seal covers.
+    pub first_seq: u64,
+    /// How many entries it covers (`first_seq` up to the entry before the seal).
+    pub entries: u64,
+    /// Those entries by kind.
+    pub kinds: EntryCounts,
+    /// The hash of the entry before the seal (hex).
+    pub last_hash: String,
+}
+
+/// The entries since the last session boundary, as both the writer and the
+/// verifier count them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Segment {
+    /// The first entry of the segment; `None` when a writer resumed a log
+    /// whose session is not sealed and has not started its own.
+    first: Option<u64>,
+    counts: EntryCounts,
+}
+
+/// What one entry did to the open segment.
+enum SegmentStep {
+    /// Counted in the open segment.
+    Counted,
+    /// A `session_start` closed an unsealed segment (its first and last
+    /// entry) and opened a new one.
+    Restarted { unsealed: Option<(u64, u64)> },
+    /// A seal: the segment it must match (already closed).
+    Sealed(Segment),
+}
+
+impl Segment {
+    fn new(first: Option<u64>) -> Self {
+        Self {
+            first,
+            counts: EntryCounts::default(),
+        }
+    }
+
+    /// Applies entry `seq` of `kind`.
+    fn step(&mut self, seq: u64, kind: String) -> SegmentStep {
+        if kind == format!("phase.{PHASE_SEAL}") {
+            let closed = std::mem::replace(self, Self::new(Some(seq.saturating_add(1))));
+            return SegmentStep::Sealed(closed);
+        }
+        if kind == format!("phase.{PHASE_SESSION_START}") {
+            let unsealed = (self.counts.total() > 0)
+                .then(|| (self.first.unwrap_or(seq), seq.saturating_sub(1)));
+            *self = Self::new(Some(seq));
+            self.counts.add(kind);
+            return SegmentStep::Restarted { unsealed };
+        }
+        self.counts.add(kind);
+        SegmentStep::Counted
+    }
+}
+
 /// Errors of [`AuditChain::append`]. A failed append does not advance the chain.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -335,6 +519,11 @@ pub enum AppendError {
     /// `seq` reached `u64::MAX`.
     #[error("audit sequence exhausted")]
     SequenceExhausted,
+    /// [`AuditChain::seal`] on a chain resumed inside a session that is not
+    /// sealed: where this writer's session starts is not known, so call
+    /// [`AuditChain::begin_session`] first.
+    #[error("the session to seal has no known start (begin a session first)")]
+    SessionNotStarted,
 }
 
 /// Errors of [`AuditChain::resume`].
@@ -358,6 +547,8 @@ pub struct AuditChain {
     next_seq: u64,
     prev: [u8; 32],
     max_line_bytes: usize,
+    /// What the next seal covers.
+    segment: Segment,
 }
 
 impl std::fmt::Debug for AuditChain {
@@ -369,6 +560,7 @@ impl std::fmt::Debug for AuditChain {
             .field("next_seq", &self.next_seq)
             .field("prev", &hex32(&self.prev))
             .field("max_line_bytes", &self.max_line_bytes)
+            .field("session_first_seq", &self.segment.first)
             .finish()
     }
 }
@@ -387,6 +579,7 @@ impl AuditChain {
             next_seq: 1,
             prev: [0; 32],
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            segment: Segment::new(Some(1)),
         }
     }
 
@@ -404,7 +597,9 @@ impl AuditChain {
     /// slice means an empty file (a new chain). The line must check out on
     /// its own (canonical form, algorithm and key, and its hash over its own
     /// `prev` and record); the rest of the file is not read here, so run
-    /// [`verify`] first if the file may have been touched.
+    /// [`verify`] first if the file may have been touched. Unless the last
+    /// line is a seal, start with [`begin_session`](Self::begin_session)
+    /// before [`seal`](Self::seal).
     pub fn resume(last_line: &[u8], key: Option<&AuditKey>) -> Result<Self, ResumeError> {
         let mut chain = match key {
             Some(k) => Self::with_key(k.clone()),
@@ -438,6 +633,10 @@ impl AuditChain {
             .ok_or(ResumeError::InvalidLine(VerifyErrorKind::HashMismatch))?;
         chain.next_seq = parsed.seq.saturating_add(1);
         chain.prev = hash;
+        // After a seal the next session starts cleanly; inside an unsealed
+        // session its start is not known here.
+        let sealed = entry_kind(parsed.record) == format!("phase.{PHASE_SEAL}");
+        chain.segment = Segment::new(sealed.then_some(chain.next_seq));
         Ok(chain)
     }
 
@@ -462,6 +661,42 @@ impl AuditChain {
     /// The hash of the last line (hex), or [`GENESIS_PREV`] for an empty chain.
     pub fn last_hash(&self) -> String {
         hex32(&self.prev)
+    }
+
+    /// Appends the entry that starts a session,
+    /// `{"phase":"session_start","session_id":…}`; the next
+    /// [`seal`](Self::seal) covers from here. Returns the line to write.
+    pub fn begin_session(&mut self, session_id: &str) -> Result<Vec<u8>, AppendError> {
+        #[derive(Serialize)]
+        struct SessionStart<'a> {
+            phase: &'static str,
+            session_id: &'a str,
+        }
+        self.append(SessionStart {
+            phase: PHASE_SESSION_START,
+            session_id,
+        })
+    }
+
+    /// Appends the seal of the open session (see the module docs): the
+    /// counts by kind of the entries since the session started (or since the
+    /// previous seal, or the start of the log) and the last hash. Returns the
+    /// line to write; once it is on disk the session's end is provable.
+    pub fn seal(&mut self) -> Result<Vec<u8>, AppendError> {
+        let first_seq = self.segment.first.ok_or(AppendError::SessionNotStarted)?;
+        let seal = Seal {
+            phase: PHASE_SEAL.to_owned(),
+            first_seq,
+            entries: self.segment.counts.total(),
+            kinds: self.segment.counts.clone(),
+            last_hash: self.last_hash(),
+        };
+        self.append(&seal)
+    }
+
+    /// The entries the next seal would count.
+    pub fn open_session_counts(&self) -> &EntryCounts {
+        &self.segment.counts
     }
 
     /// Appends a record; returns the line to write, `\n` included.
@@ -525,6 +760,7 @@ impl AuditChain {
             });
         }
         line.push(b'\n');
+        let _ = self.segment.step(self.next_seq, entry_kind(&body));
         self.next_seq += 1;
         self.prev = hash;
         Ok(line)
@@ -544,7 +780,9 @@ pub enum VerifyErrorKind {
     /// The line is not a JSON object with exactly the entry fields.
     #[error("not a valid audit entry (bad JSON or fields)")]
     BadJson,
-    /// The last line has no `\n`, or its JSON ends early: the write was cut.
+    /// The last line is cut: for the verifier, its JSON ends early yet the
+    /// line has its `\n` (a cut write has none; see
+    /// [`AuditVerifier::finish`]); for [`AuditChain::resume`], it has no `\n`.
     #[error("last line is truncated")]
     TruncatedLastLine,
     /// The line parses but is not byte-for-byte what `append` writes.
@@ -580,6 +818,31 @@ pub enum VerifyErrorKind {
     /// keyed chain checked with a different key that has the same `kid`).
     #[error("hash mismatch")]
     HashMismatch,
+    /// A `phase: "seal"` record without exactly the seal's fields.
+    #[error("not a valid seal")]
+    BadSeal,
+    /// A seal whose `first_seq`, counts or `last_hash` are not those of the
+    /// entries before it.
+    #[error("seal does not match the entries it covers: {0}")]
+    SealMismatch(SealField),
+}
+
+/// The field of a seal that does not match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SealField {
+    /// `first_seq` is not where the session started.
+    #[error("first_seq")]
+    FirstSeq,
+    /// `entries` is not the number of entries covered.
+    #[error("entries")]
+    Entries,
+    /// `kinds` is not the count of the covered entries by kind.
+    #[error("kinds")]
+    Kinds,
+    /// `last_hash` is not the previous entry's hash.
+    #[error("last_hash")]
+    LastHash,
 }
 
 /// The first bad line of a log.
@@ -592,7 +855,26 @@ pub struct VerifyError {
     pub kind: VerifyErrorKind,
 }
 
-/// The result of a successful verification.
+/// How a verified log ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LogEnd {
+    /// The last entry is a seal that matches what it covers.
+    Sealed,
+    /// No seal covers the last `entries` entries (from `first_seq`): the log
+    /// was cut, is still being written, or its writer died. An empty log
+    /// ends here too.
+    Unsealed {
+        /// The first entry no seal covers (`entries + 1` past the end when none).
+        first_seq: u64,
+        /// Entries after the last seal (all of them when there is none).
+        entries: u64,
+        /// A cut line follows the last entry (a write cut short).
+        partial_line: bool,
+    },
+}
+
+/// The result of a successful verification: the chain is intact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct VerifySummary {
@@ -602,6 +884,22 @@ pub struct VerifySummary {
     pub last_hash: String,
     /// The algorithm verified.
     pub alg: Alg,
+    /// Seals verified.
+    pub seals: u64,
+    /// Whether the log ends with a seal.
+    pub end: LogEnd,
+    /// Sessions that ended without a seal and were followed by another
+    /// session (a writer that died, then a new one that continued the log).
+    pub unsealed_sessions: u64,
+    /// The first of those: its first and last entry.
+    pub first_unsealed_session: Option<(u64, u64)>,
+}
+
+impl VerifySummary {
+    /// True when every session of the log is sealed (and it is not empty).
+    pub fn is_sealed(&self) -> bool {
+        self.end == LogEnd::Sealed && self.unsealed_sessions == 0
+    }
 }
 
 /// A parsed line that is in canonical form for its algorithm and key.
@@ -698,6 +996,11 @@ pub struct AuditVerifier {
     failed: Option<VerifyError>,
     /// A line whose JSON ended early: fatal unless no line follows it.
     pending_cut: Option<u64>,
+    /// The entries since the last session boundary.
+    segment: Segment,
+    seals: u64,
+    unsealed_sessions: u64,
+    first_unsealed_session: Option<(u64, u64)>,
 }
 
 impl std::fmt::Debug for AuditVerifier {
@@ -725,6 +1028,10 @@ impl AuditVerifier {
             scratch: Vec::new(),
             failed: None,
             pending_cut: None,
+            segment: Segment::new(Some(1)),
+            seals: 0,
+            unsealed_sessions: 0,
+            first_unsealed_session: None,
         }
     }
 
@@ -739,6 +1046,16 @@ impl AuditVerifier {
 
     /// Feeds the next bytes of the log.
     pub fn push(&mut self, chunk: &[u8]) -> Result<(), VerifyError> {
+        self.push_entries(chunk, |_, _| {})
+    }
+
+    /// Feeds the next bytes of the log and hands each entry that checked out
+    /// (its `seq` and its record's bytes) to `on_entry`, in order.
+    pub fn push_entries(
+        &mut self,
+        chunk: &[u8],
+        mut on_entry: impl FnMut(u64, &[u8]),
+    ) -> Result<(), VerifyError> {
         if let Some(e) = self.failed {
             return Err(e);
         }
@@ -747,14 +1064,14 @@ impl AuditVerifier {
             let piece = &rest[..i];
             rest = &rest[i + 1..];
             if self.partial.is_empty() {
-                self.check_line(piece)?;
+                self.check_line(piece, &mut on_entry)?;
             } else {
                 if self.partial.len() + piece.len() > self.max_line_bytes {
                     return Err(self.fail(self.lines + 1, self.too_long()));
                 }
                 self.partial.extend_from_slice(piece);
                 let line = std::mem::take(&mut self.partial);
-                let result = self.check_line(&line);
+                let result = self.check_line(&line, &mut on_entry);
                 self.partial = line;
                 self.partial.clear();
                 result?;
@@ -768,7 +1085,15 @@ impl AuditVerifier {
     }
 
     /// Ends the log: the summary, or the first bad line.
-    pub fn finish(self) -> Result<VerifySummary, VerifyError> {
+    ///
+    /// A last line without its `\n` is not an error: it is what a writer
+    /// killed mid-write leaves, and the summary reports it as
+    /// [`LogEnd::Unsealed`] with `partial_line`. It must still be the start of
+    /// a line (or a whole entry that links to the one before it); anything
+    /// else is reported as bad. A line whose JSON ends early but that has its
+    /// `\n` is [`VerifyErrorKind::TruncatedLastLine`]: writes end with the
+    /// `\n`, so that is not a cut write.
+    pub fn finish(mut self) -> Result<VerifySummary, VerifyError> {
         if let Some(e) = self.failed {
             return Err(e);
         }
@@ -778,17 +1103,109 @@ impl AuditVerifier {
                 kind: VerifyErrorKind::TruncatedLastLine,
             });
         }
-        if !self.partial.is_empty() {
-            return Err(VerifyError {
-                line: self.lines + 1,
-                kind: VerifyErrorKind::TruncatedLastLine,
-            });
+        let partial_line = !self.partial.is_empty();
+        if partial_line {
+            let line_no = self.lines + 1;
+            let partial = std::mem::take(&mut self.partial);
+            let mut scratch = Vec::new();
+            match parse_line(&partial, self.key.as_ref(), &mut scratch) {
+                // The start of the next line is known up to its record.
+                Err(LineFault::Cut) => {
+                    let mut head = Vec::new();
+                    render_line(
+                        &mut head,
+                        self.entries + 1,
+                        alg_of(self.key.as_ref()),
+                        self.key.as_ref().map(AuditKey::kid),
+                        &hex32(&self.prev),
+                        b"",
+                        "",
+                    );
+                    let known = head.len() - b",\"hash\":\"\"}".len();
+                    let n = known.min(partial.len());
+                    if partial[..n] != head[..n] {
+                        return Err(VerifyError {
+                            line: line_no,
+                            kind: VerifyErrorKind::NotCanonical,
+                        });
+                    }
+                }
+                Err(LineFault::Kind(kind)) => {
+                    return Err(VerifyError {
+                        line: line_no,
+                        kind,
+                    })
+                }
+                // A whole entry without its `\n`: it must link, but it is
+                // not counted (its write did not finish).
+                Ok(p) => {
+                    let mut probe = self.clone();
+                    probe.check_links(&p).map_err(|kind| VerifyError {
+                        line: line_no,
+                        kind,
+                    })?;
+                }
+            }
         }
+        let end = if self.seals > 0 && self.segment.counts.total() == 0 && !partial_line {
+            LogEnd::Sealed
+        } else {
+            LogEnd::Unsealed {
+                first_seq: self.segment.first.unwrap_or(self.entries + 1),
+                entries: self.segment.counts.total(),
+                partial_line,
+            }
+        };
         Ok(VerifySummary {
             entries: self.entries,
             last_hash: hex32(&self.prev),
             alg: alg_of(self.key.as_ref()),
+            seals: self.seals,
+            end,
+            unsealed_sessions: self.unsealed_sessions,
+            first_unsealed_session: self.first_unsealed_session,
         })
+    }
+
+    /// Applies a checked entry to the open session; checks a seal against it.
+    fn check_session(
+        &mut self,
+        seq: u64,
+        record: &[u8],
+        hash_before: &[u8; 32],
+    ) -> Result<(), VerifyErrorKind> {
+        match self.segment.step(seq, entry_kind(record)) {
+            SegmentStep::Counted => Ok(()),
+            SegmentStep::Restarted { unsealed } => {
+                if let Some(range) = unsealed {
+                    self.unsealed_sessions += 1;
+                    self.first_unsealed_session.get_or_insert(range);
+                }
+                Ok(())
+            }
+            SegmentStep::Sealed(closed) => {
+                let seal: Seal =
+                    serde_json::from_slice(record).map_err(|_| VerifyErrorKind::BadSeal)?;
+                let mismatch = if Some(seal.first_seq) != closed.first {
+                    Some(SealField::FirstSeq)
+                } else if seal.entries != closed.counts.total() {
+                    Some(SealField::Entries)
+                } else if seal.kinds != closed.counts {
+                    Some(SealField::Kinds)
+                } else if unhex32(&seal.last_hash) != Some(*hash_before) {
+                    Some(SealField::LastHash)
+                } else {
+                    None
+                };
+                match mismatch {
+                    Some(field) => Err(VerifyErrorKind::SealMismatch(field)),
+                    None => {
+                        self.seals += 1;
+                        Ok(())
+                    }
+                }
+            }
+        }
     }
 
     fn too_long(&self) -> VerifyErrorKind {
@@ -803,7 +1220,11 @@ impl AuditVerifier {
         e
     }
 
-    fn check_line(&mut self, line: &[u8]) -> Result<(), VerifyError> {
+    fn check_line(
+        &mut self,
+        line: &[u8],
+        on_entry: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<(), VerifyError> {
         self.lines += 1;
         let line_no = self.lines;
         if let Some(cut) = self.pending_cut {
@@ -821,7 +1242,12 @@ impl AuditVerifier {
                 Ok(())
             }
             Err(LineFault::Kind(kind)) => Err(kind),
-            Ok(p) => self.check_links(&p),
+            Ok(p) => {
+                let before = self.prev;
+                self.check_links(&p)
+                    .and_then(|()| self.check_session(p.seq, p.record, &before))
+                    .map(|()| on_entry(p.seq, p.record))
+            }
         };
         self.scratch = scratch;
         result.map_err(|kind| self.fail(line_no, kind))
@@ -887,6 +1313,20 @@ mod tests {
         log
     }
 
+    /// A session: its start, `n` records, its seal.
+    fn build_sealed(n: usize, key: Option<&AuditKey>) -> Vec<u8> {
+        let mut chain = match key {
+            Some(k) => AuditChain::with_key(k.clone()),
+            None => AuditChain::new(),
+        };
+        let mut log = chain.begin_session("s-1").expect("start");
+        for i in 0..n {
+            log.extend(chain.append(record(i)).expect("append"));
+        }
+        log.extend(chain.seal().expect("seal"));
+        log
+    }
+
     fn lines(log: &[u8]) -> Vec<&[u8]> {
         log.split_inclusive(|&b| b == b'\n').collect()
     }
@@ -946,6 +1386,8 @@ mod tests {
         let empty = verify(b"", None).expect("empty log");
         assert_eq!(empty.entries, 0);
         assert_eq!(empty.last_hash, GENESIS_PREV);
+        assert!(!empty.is_sealed(), "an empty log has no seal");
+        assert!(!summary.is_sealed(), "a log without a seal is not sealed");
     }
 
     #[test]
@@ -976,8 +1418,9 @@ mod tests {
     /// against a full `verify` every 37th position). This keeps the ~23 000
     /// verifications fast in debug builds.
     fn every_flip_detected(key: Option<&AuditKey>, n: usize) {
-        let log = build(n, key);
+        let log = build_sealed(n, key);
         let original = verify(&log, key).expect("valid");
+        assert!(original.is_sealed());
         let mut snapshots = Vec::new();
         let mut v = AuditVerifier::new(key);
         let mut start = 0;
@@ -1056,6 +1499,7 @@ mod tests {
                     assert_eq!(k, ls.len() - 1);
                     assert_eq!(s.entries, 99);
                     assert_ne!(s.last_hash, original.last_hash);
+                    assert!(!s.is_sealed());
                 }
             }
         }
@@ -1089,17 +1533,47 @@ mod tests {
             .rposition(|&b| b == b'\n')
             .expect("10 lines")
             + 1;
+        // A write cut short: an intact chain of 9 entries and a partial line.
         for end in last_start + 1..log.len() {
-            let e = verify(&log[..end], None).expect_err("cut");
+            let s = verify(&log[..end], None).expect("a cut write");
+            assert_eq!(s.entries, 9, "cut at {end}");
             assert_eq!(
-                e,
-                VerifyError {
-                    line: 10,
-                    kind: VerifyErrorKind::TruncatedLastLine
+                s.end,
+                LogEnd::Unsealed {
+                    first_seq: 1,
+                    entries: 9,
+                    partial_line: true
                 },
                 "cut at {end}"
             );
         }
+        // A partial line that is not the start of an entry is bad.
+        let junk = log[..last_start].to_vec();
+        for bad in [
+            &b"{\"seq\":10,\"alg\":\"md5\""[..],
+            b"{\"seq\":11,",
+            b"{\"se ",
+        ] {
+            let mut junk = junk.clone();
+            junk.extend_from_slice(bad);
+            assert_eq!(
+                verify(&junk, None).expect_err("junk"),
+                VerifyError {
+                    line: 10,
+                    kind: VerifyErrorKind::NotCanonical
+                }
+            );
+        }
+        // A whole entry without its `\n` must link to the one before.
+        let mut unlinked = log[..lines(&log)[0].len()].to_vec();
+        unlinked.extend_from_slice(&lines(&log)[2][..lines(&log)[2].len() - 1]);
+        assert_eq!(
+            verify(&unlinked, None).expect_err("unlinked").kind,
+            VerifyErrorKind::SequenceGap {
+                expected: 2,
+                found: 3
+            }
+        );
         // Cut JSON followed by a newline at the end of the file.
         let mut cut = log[..last_start + 30].to_vec();
         cut.push(b'\n');
@@ -1310,5 +1784,170 @@ mod tests {
         let mut chain = AuditChain::with_key(key());
         let line = chain.append(c.record()).expect("append");
         assert!(verify(&line, Some(&key())).is_ok());
+    }
+
+    #[test]
+    fn audit_seal_counts_the_session_and_verifies() {
+        let k = key();
+        for key in [None, Some(&k)] {
+            let log = build_sealed(5, key);
+            let s = verify(&log, key).expect("valid");
+            assert_eq!(s.entries, 7);
+            assert_eq!(s.seals, 1);
+            assert_eq!(s.end, LogEnd::Sealed);
+            assert!(s.is_sealed());
+            let last: serde_json::Value = serde_json::from_slice(lines(&log)[6]).expect("json");
+            let prev: serde_json::Value = serde_json::from_slice(lines(&log)[5]).expect("json");
+            assert_eq!(
+                last["record"],
+                json!({"phase": "seal", "first_seq": 1, "entries": 6,
+                       "kinds": {"call.completed": 5, "phase.session_start": 1},
+                       "last_hash": prev["hash"]})
+            );
+        }
+        // A seal of nothing, and sessions one after another.
+        let mut chain = AuditChain::new();
+        let mut log = chain.seal().expect("empty seal");
+        log.extend(chain.begin_session("s-2").expect("start"));
+        log.extend(chain.append(record(1)).expect("append"));
+        log.extend(chain.seal().expect("seal"));
+        let s = verify(&log, None).expect("valid");
+        assert_eq!((s.entries, s.seals, s.end), (4, 2, LogEnd::Sealed));
+    }
+
+    #[test]
+    fn audit_cutting_any_tail_of_a_sealed_log_is_unsealed() {
+        let log = build_sealed(20, None);
+        let ls = lines(&log);
+        let mut end = 0;
+        for (k, l) in ls.iter().enumerate().take(ls.len() - 1) {
+            end += l.len();
+            let s = verify(&log[..end], None).expect("an intact prefix");
+            assert_eq!(s.entries, k as u64 + 1);
+            assert_eq!(
+                s.end,
+                LogEnd::Unsealed {
+                    first_seq: 1,
+                    entries: k as u64 + 1,
+                    partial_line: false
+                },
+                "{} of {} lines",
+                k + 1,
+                ls.len()
+            );
+            assert!(!s.is_sealed());
+        }
+        // Every byte prefix: intact or cut, never sealed, never an error.
+        for cut in 0..log.len() {
+            let s = verify(&log[..cut], None).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+            assert!(!s.is_sealed(), "cut at {cut}");
+        }
+        assert!(verify(&log, None).expect("whole").is_sealed());
+    }
+
+    /// A seal that does not match the entries before it, in a chain whose
+    /// hashes are all valid (plain chains can be recomputed by anyone).
+    #[test]
+    fn audit_a_seal_that_does_not_match_is_tampering() {
+        let forge = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut chain = AuditChain::new();
+            let mut log = chain.begin_session("s").expect("start");
+            for i in 0..3 {
+                log.extend(chain.append(record(i)).expect("append"));
+            }
+            let mut honest = chain.clone();
+            let line = honest.seal().expect("seal");
+            let entry: serde_json::Value = serde_json::from_slice(&line).expect("json");
+            let mut seal = entry["record"].clone();
+            edit(&mut seal);
+            log.extend(chain.append(&seal).expect("append"));
+            verify(&log, None)
+        };
+        assert!(forge(&|_| {}).expect("honest").is_sealed());
+        type Edit<'a> = &'a dyn Fn(&mut serde_json::Value);
+        let cases: [(Edit<'_>, VerifyErrorKind); 6] = [
+            (
+                &|s| s["entries"] = json!(3),
+                VerifyErrorKind::SealMismatch(SealField::Entries),
+            ),
+            (
+                &|s| s["kinds"]["call.completed"] = json!(2),
+                VerifyErrorKind::SealMismatch(SealField::Kinds),
+            ),
+            (
+                &|s| {
+                    s["kinds"]["call.completed"] = json!(2);
+                    s["kinds"]["other"] = json!(1);
+                },
+                VerifyErrorKind::SealMismatch(SealField::Kinds),
+            ),
+            (
+                &|s| s["first_seq"] = json!(2),
+                VerifyErrorKind::SealMismatch(SealField::FirstSeq),
+            ),
+            (
+                &|s| s["last_hash"] = json!(GENESIS_PREV),
+                VerifyErrorKind::SealMismatch(SealField::LastHash),
+            ),
+            (&|s| s["note"] = json!("x"), VerifyErrorKind::BadSeal),
+        ];
+        for (i, (edit, kind)) in cases.iter().enumerate() {
+            assert_eq!(
+                forge(*edit),
+                Err(VerifyError {
+                    line: 5,
+                    kind: *kind
+                }),
+                "case {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn audit_a_session_that_died_unsealed_is_reported_after_the_next_one() {
+        let mut chain = AuditChain::new();
+        let mut log = chain.begin_session("s-1").expect("start");
+        log.extend(chain.append(record(0)).expect("append"));
+        log.extend(chain.append(record(1)).expect("append"));
+        // The writer dies; another resumes the log.
+        let mut next = AuditChain::resume(lines(&log)[2], None).expect("resume");
+        assert!(matches!(next.seal(), Err(AppendError::SessionNotStarted)));
+        log.extend(next.begin_session("s-2").expect("start"));
+        log.extend(next.append(record(2)).expect("append"));
+        log.extend(next.seal().expect("seal"));
+        let s = verify(&log, None).expect("valid");
+        assert_eq!(s.end, LogEnd::Sealed);
+        assert_eq!(s.unsealed_sessions, 1);
+        assert_eq!(s.first_unsealed_session, Some((1, 3)));
+        assert!(!s.is_sealed());
+        // Resuming right after a seal needs no new start.
+        let mut after = AuditChain::resume(lines(&log)[5], None).expect("resume");
+        log.extend(after.append(record(3)).expect("append"));
+        log.extend(after.seal().expect("seal"));
+        let s = verify(&log, None).expect("valid");
+        assert_eq!((s.seals, s.end), (2, LogEnd::Sealed));
+    }
+
+    #[test]
+    fn audit_entry_kinds_and_their_bound() {
+        assert_eq!(
+            entry_kind(br#"{"phase":"session_end"}"#),
+            "phase.session_end"
+        );
+        assert_eq!(
+            entry_kind(br#"{"call_id":"1/0","state":"dispatched","x":[1]}"#),
+            "call.dispatched"
+        );
+        assert_eq!(entry_kind(br#"{"call_id":"1/0"}"#), "other");
+        assert_eq!(entry_kind(br#"{"phase":"Bad Name"}"#), "other");
+        assert_eq!(entry_kind(b"[1,2]"), "other");
+        assert_eq!(entry_kind(br#"{"phase":"a\u0062"}"#), "phase.ab");
+        let mut counts = EntryCounts::default();
+        for i in 0..MAX_SEAL_KINDS + 10 {
+            counts.add(format!("phase.p{i}"));
+        }
+        assert_eq!(counts.iter().count(), MAX_SEAL_KINDS + 1);
+        assert_eq!(counts.get("other"), 10);
+        assert_eq!(counts.total(), (MAX_SEAL_KINDS + 10) as u64);
     }
 }

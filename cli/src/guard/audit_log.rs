@@ -6,6 +6,12 @@
 //! `dispatched` record is on disk (G12), and meanwhile keeps reading. The
 //! lines in flight are bounded: past [`MAX_PENDING_LINES`] the loop stops
 //! reading the host until the disk catches up.
+//!
+//! A session's entries start with `session_start` and end with a seal
+//! (counts by kind and the last hash), written by [`AuditLog::close`] on
+//! every way the guard exits on its own (server exit, host gone, host not
+//! reading, SIGTERM/SIGINT/SIGHUP, a server that cannot start). A guard that
+//! is killed or crashes leaves the session unsealed, which `verify` reports.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -48,8 +54,13 @@ pub(crate) struct AuditLog {
 }
 
 impl AuditLog {
-    /// Opens (or continues) the log at `path` and starts its writer thread.
-    pub(crate) fn open(path: &Path, key: Option<AuditKey>) -> Result<Self, String> {
+    /// Opens (or continues) the log at `path`, starts its writer thread and
+    /// begins the session (its `session_start` entry goes with the first batch).
+    pub(crate) fn open(
+        path: &Path,
+        key: Option<AuditKey>,
+        session_id: &str,
+    ) -> Result<Self, String> {
         let mut file = OpenOptions::new()
             .create(true)
             .read(true)
@@ -57,8 +68,11 @@ impl AuditLog {
             .open(path)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let last = last_line(&mut file).map_err(|e| format!("{}: {e}", path.display()))?;
-        let chain = AuditChain::resume(&last, key.as_ref())
+        let mut chain = AuditChain::resume(&last, key.as_ref())
             .map_err(|e| format!("{}: cannot continue this log: {e}", path.display()))?;
+        let start = chain
+            .begin_session(session_id)
+            .map_err(|e| format!("{}: cannot start the session: {e}", path.display()))?;
         // The count of batches is bounded by MAX_PENDING_LINES through the loop.
         let (tx, rx) = mpsc::channel::<Batch>();
         let progress = Arc::new(Progress::default());
@@ -70,7 +84,7 @@ impl AuditLog {
             .map_err(|e| format!("cannot start the audit writer: {e}"))?;
         Ok(Self {
             chain,
-            batch: Vec::new(),
+            batch: vec![start],
             tx: Some(tx),
             progress,
             batches_sent: 0,
@@ -129,8 +143,14 @@ impl AuditLog {
         }
     }
 
-    /// Commits what is left and waits (at most `within`) until it is on disk.
+    /// Seals the session, commits what is left and waits (at most `within`)
+    /// until it is on disk. A seal that does not reach the disk in time
+    /// leaves the log unsealed, which is then the truth.
     pub(crate) async fn close(mut self, within: std::time::Duration) {
+        match self.chain.seal() {
+            Ok(line) => self.batch.push(line),
+            Err(e) => tracing::error!(error = %e, "audit log not sealed"),
+        }
         let last = self.commit();
         self.tx = None;
         let wait = async {

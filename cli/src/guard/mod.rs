@@ -81,6 +81,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         eprintln!("mcp-stdio guard: no server command given (put it after `--`)");
         return ExitCode::from(2);
     };
+    let session_id = format!("{}-{}", std::process::id(), stamp(Instant::now()).unix_ms);
     let audit = match &args.audit {
         Some(path) => {
             let key = match args
@@ -95,7 +96,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match AuditLog::open(path, key) {
+            match AuditLog::open(path, key, &session_id) {
                 Ok(a) => Some(a),
                 Err(e) => {
                     eprintln!("mcp-stdio guard: {e}");
@@ -119,6 +120,12 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             eprintln!("mcp-stdio guard: cannot start {}: {e}", spec.display());
+            if let Some(mut a) = audit {
+                a.append(
+                    &serde_json::json!({"phase": "session_end", "spawn_failed": e.to_string()}),
+                );
+                a.close(AUDIT_CLOSE).await;
+            }
             return ExitCode::from(EXIT_SPAWN_FAILED);
         }
     };
@@ -126,11 +133,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     let mut proxy = settings.proxy.clone();
     proxy
         .target(&spec.display().to_string())
-        .session_id(&format!(
-            "{}-{}",
-            std::process::id(),
-            stamp(Instant::now()).unix_ms
-        ));
+        .session_id(&session_id);
     let mut config = GuardConfig::default();
     config
         .proxy(proxy)
