@@ -52,6 +52,7 @@
 //! | [`capture`] | bounded head/tail capture of a byte stream and the process-wide retention pool |
 //! | [`process`] | the shutdown/cancel supervisor of one child process |
 //! | [`call`] | operation lifecycle and its call record |
+//! | [`duration_ms`] | durations in records and metrics as JSON numbers of milliseconds |
 //! | [`audit`] | hash-chained JSON-lines audit log and its offline verification |
 //! | [`budget`] | content budget for tool results |
 //! | [`proxy`] | the guard's decisions: a host session and a server session joined, limits both ways, cancel enforcement, records, the host that stopped reading |
@@ -68,6 +69,7 @@ pub mod capture;
 pub mod client;
 pub mod command;
 pub mod driver;
+pub mod duration_ms;
 pub mod frame;
 pub mod guard;
 pub mod handshake;
