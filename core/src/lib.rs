@@ -50,6 +50,7 @@
 //! | [`serve`] | the serve loop's lifecycle: handler start/cancel/abort, the write in progress, drain after EOF, write-error policy |
 //! | [`server`] | server side: in-flight registry, cancel → abort, response suppression, outgoing limit |
 //! | [`capture`] | bounded head/tail capture of a byte stream and the process-wide retention pool |
+//! | [`redact`] | the fallback redactor of retained diagnostics: headers, private keys, obvious tokens |
 //! | [`process`] | the shutdown/cancel supervisor of one child process |
 //! | [`call`] | operation lifecycle and its call record |
 //! | [`duration_ms`] | durations in records and metrics as JSON numbers of milliseconds |
@@ -80,6 +81,7 @@ pub mod idset;
 pub mod message;
 pub mod process;
 pub mod proxy;
+pub mod redact;
 pub mod serve;
 pub mod server;
 
