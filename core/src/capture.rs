@@ -24,6 +24,22 @@
 //! The fourth bound, the OS pipe buffer, is kept small by the adapters, which
 //! never stop reading (G1, G10); the core never sees it.
 //!
+//! ## What the record says about the kept bytes
+//!
+//! A [`CaptureSummary`] says which part was kept ([`RetainedPart`]: all, head,
+//! tail, head and tail, nothing) with the stream bytes of each, whether the
+//! kept bytes went through the fallback [redactor](crate::redact) (on by
+//! default, [`CaptureConfig::redact`]) and how many secrets it replaced, and
+//! the [`DebugMark`] of the debug window the capture was made in, if any.
+//!
+//! ## Debug mode: a bounded window, not a `quiet` switch
+//!
+//! [`DebugMode`] opens one window at a time, at most [`MAX_DEBUG_WINDOW`]
+//! long, multiplying capture limits by at most [`MAX_DEBUG_MULTIPLIER`];
+//! captures configured during it ([`DebugMode::apply`]) carry its mark into
+//! their summaries and call records. Normal output stays small; when evidence
+//! is needed, a window gives more of it, for a while, and the records say so.
+//!
 //! ## Handoff between a capture and the pool
 //!
 //! The pool is pure bookkeeping: no lock, no atomics. The adapters share one
