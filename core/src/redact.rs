@@ -65,58 +65,85 @@ pub fn redact_in_place(buf: &mut [u8]) -> (usize, u64) {
     while r < n {
         let le = memchr(b'\n', &out.buf[r..]).map_or(n, |i| r + i + 1);
         let body_end = trim_eol(out.buf, r, le);
-        let unterminated = le == n && out.buf.get(n.wrapping_sub(1)) != Some(&b'\n');
-        if in_key {
-            if let Some(k) = pem_end(&out.buf[r..body_end]) {
-                in_key = false;
-                out.copy(r + k, le);
-            }
-            r = le;
-            continue;
-        }
-        if let Some((s, e)) = pem_begin(&out.buf[r..body_end]) {
-            out.copy(r, r + s);
-            out.put(MARKER, true);
-            match pem_end(&out.buf[r + e..body_end]) {
-                Some(k) => out.copy(r + e + k, le),
-                None => in_key = true,
-            }
-            run = None;
-            r = le;
-            continue;
-        }
+        let unterminated = le == n && out.buf[n - 1] != b'\n';
         let line = &out.buf[r..body_end];
-        let end = pem_end(line).or_else(|| {
-            // The stream stopped inside the END line itself.
+        let plain = !in_key && pem_begin(line).is_none() && pem_end(line).is_none();
+        if plain {
             let t = trim_start(line);
-            (unterminated && run.is_some() && !t.is_empty() && is_prefix_of_end(t))
-                .then_some(line.len())
-        });
-        if let Some(k) = end {
-            // A block whose BEGIN was dropped: drop the body lines emitted just before.
-            if let Some((w, count)) = run {
-                out.w = w;
-                out.count = count;
+            let (empty, body_like) = (t.is_empty(), is_key_body_line(line));
+            if unterminated && run.is_some() && !empty && is_prefix_of_end(t) {
+                // The stream stopped inside the END line of a block whose BEGIN was dropped.
+                out.rewind(run.take());
+                out.put(MARKER, true);
+            } else {
+                let before = (out.w, out.count);
+                redact_line(&mut out, r, body_end);
+                if body_like || (empty && run.is_some()) {
+                    run.get_or_insert(before);
+                } else {
+                    run = None;
+                }
             }
-            out.put(MARKER, true);
-            out.copy(r + k, le);
-            run = None;
+            out.copy(body_end, le);
             r = le;
             continue;
         }
-        let body_like = is_key_body_line(line);
-        let empty = trim_start(line).is_empty();
-        let before = (out.w, out.count);
-        redact_line(&mut out, r, body_end);
-        out.copy(body_end, le);
-        if body_like || (empty && run.is_some()) {
-            run.get_or_insert(before);
-        } else {
-            run = None;
+        // A line with key markers, possibly several (`-----END …----- -----BEGIN …`).
+        let mut p = r;
+        loop {
+            let rest = &out.buf[p..body_end];
+            if in_key {
+                match pem_end(rest) {
+                    Some((_, e)) => {
+                        in_key = false;
+                        p += e;
+                        continue;
+                    }
+                    None => break, // the whole rest is key material
+                }
+            }
+            let begin = pem_begin(rest);
+            let end = pem_end(rest).filter(|(es, _)| begin.is_none_or_before(*es));
+            if let Some((es, e)) = end {
+                // A block whose BEGIN was dropped: what came just before is its body.
+                if run.is_some() {
+                    out.rewind(run.take());
+                } else if !is_key_body_line(&rest[..es]) && !trim_start(&rest[..es]).is_empty() {
+                    redact_line(&mut out, p, p + es);
+                }
+                out.put(MARKER, true);
+                p += e;
+                continue;
+            }
+            if let Some((bs, be)) = begin {
+                redact_line(&mut out, p, p + bs);
+                out.put(MARKER, true);
+                in_key = true;
+                run = None;
+                p += be;
+                continue;
+            }
+            redact_line(&mut out, p, body_end);
+            break;
+        }
+        run = None;
+        if !in_key {
+            out.copy(body_end, le);
         }
         r = le;
     }
     (out.w, out.count)
+}
+
+/// Whether a BEGIN found in a line (if any) starts after `at`.
+trait BeginAfter {
+    fn is_none_or_before(&self, at: usize) -> bool;
+}
+
+impl BeginAfter for Option<(usize, usize)> {
+    fn is_none_or_before(&self, at: usize) -> bool {
+        !matches!(self, Some((bs, _)) if *bs < at)
+    }
 }
 
 /// The write side of the in-place pass: `w` never passes the read position.
@@ -132,6 +159,14 @@ impl Out<'_> {
         if from < to {
             self.buf.copy_within(from..to, self.w);
             self.w += to - from;
+        }
+    }
+
+    /// Drops what was written since `mark` (output offset and count), if any.
+    fn rewind(&mut self, mark: Option<(usize, u64)>) {
+        if let Some((w, count)) = mark {
+            self.w = w;
+            self.count = count;
         }
     }
 
@@ -182,11 +217,11 @@ fn pem_begin(line: &[u8]) -> Option<(usize, usize)> {
     Some((s, s + 11 + e))
 }
 
-/// Offset just after a `-----END … PRIVATE KEY-----` marker in `line`.
-fn pem_end(line: &[u8]) -> Option<usize> {
+/// `(start, end)` of a `-----END … PRIVATE KEY-----` marker in `line`.
+fn pem_end(line: &[u8]) -> Option<(usize, usize)> {
     let s = memmem::find(line, b"-----END ")?;
     let e = private_key_label_end(&line[s + 9..])?;
-    Some(s + 9 + e)
+    Some((s, s + 9 + e))
 }
 
 /// After `-----BEGIN ` / `-----END `: the end of `… PRIVATE KEY[ BLOCK]-----`
@@ -439,7 +474,8 @@ fn secret_at(buf: &[u8], line_start: usize, i: usize, end: usize) -> Option<(usi
         let v = skip_blanks(line, i + 6);
         if v > i + 6 {
             let len = line[v..].iter().take_while(|b| is_bearer_char(**b)).count();
-            if len >= 8 {
+            // `bearer Authorization: …` is a header name, handled at its own start.
+            if len >= 8 && line.get(v + len) != Some(&b':') {
                 return Some((v, v + len, 0));
             }
         }
@@ -585,6 +621,19 @@ mod tests {
     }
 
     #[test]
+    fn g10_redacts_several_key_markers_and_tokens_on_one_line() {
+        // Found by the property test: markers and tokens share lines.
+        let one = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBody0123\n-----END EC PRIVATE KEY-----";
+        let text = format!("{one} {one} sk-live-0123456789abcdefghijKLMN\n");
+        let (out, n) = redact(&text);
+        assert_eq!(out, "[REDACTED] [REDACTED] [REDACTED]\n");
+        assert_eq!(n, 3);
+        let (out, n) = redact("bearer Authorization: Basic c2VjcmV0OnZhbHVlMTIz\n");
+        assert_eq!(out, "bearer Authorization: Basic [REDACTED]\n");
+        assert_eq!(n, 1);
+    }
+
+    #[test]
     fn g10_redacts_obvious_tokens() {
         let cases = [
             (
@@ -674,6 +723,65 @@ mod tests {
         let (out, n) = redact(&text);
         assert_eq!(out, text);
         assert_eq!(n, 0);
+    }
+
+    const PLANTED: &[&str] = &[
+        "sk-live-0123456789abcdefghijKLMN",
+        "ghp_0123456789abcdefghijKLMNOPQRST",
+        "xoxb-1111-2222-abcdefghij",
+        "AKIAQWERTYUIOP123456",
+        "Authorization: Basic c2VjcmV0OnZhbHVlMTIz",
+        "Bearer tok3n.Value_0123456789",
+        "password=S3cretValue!42",
+        "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIKeyMaterialLine0123456789abcdefABCDEF\n-----END EC PRIVATE KEY-----",
+    ];
+    /// The part of each planted item that must not survive.
+    const SECRET_PARTS: &[&str] = &[
+        "0123456789abcdefghijKLMN",
+        "0123456789abcdefghijKLMNOPQRST",
+        "1111-2222-abcdefghij",
+        "QWERTYUIOP123456",
+        "c2VjcmV0OnZhbHVlMTIz",
+        "tok3n.Value_0123456789",
+        "S3cretValue!42",
+        "KeyMaterialLine0123456789",
+    ];
+    const NOISE: &[&str] = &[
+        "retry",
+        "connection refused",
+        "token count",
+        "max_tokens=5",
+        "task-1",
+        "ok",
+        "AAAA",
+        "==",
+        "error: 403",
+        "-----",
+        "secret:",
+        "bearer",
+        "(sk-x)",
+    ];
+
+    proptest::proptest! {
+        #[test]
+        fn g10_planted_secrets_never_survive_and_nothing_grows(
+            parts in proptest::collection::vec((0usize..21, 0usize..3), 0..40),
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+        ) {
+            let mut text = String::new();
+            for (pick, sep) in &parts {
+                text.push_str(if *pick < PLANTED.len() { PLANTED[*pick] } else { NOISE[pick - PLANTED.len()] });
+                text.push_str(["\n", " ", "\r\n"][*sep]);
+            }
+            let (out, _) = redact(&text);
+            for secret in SECRET_PARTS {
+                proptest::prop_assert!(!out.contains(secret), "{} survived in {:?}", secret, out);
+            }
+            // Any bytes at all: no panic, never longer.
+            let mut buf = junk.clone();
+            let (len, _) = redact_in_place(&mut buf);
+            proptest::prop_assert!(len <= junk.len());
+        }
     }
 
     #[test]
