@@ -596,7 +596,8 @@ impl Captured {
     ///   `max_bytes`, it is returned as is, with no marker.
     /// - Otherwise the result is a marker line
     ///   `[stderr truncated: kept last K of N bytes]` (K = raw bytes shown,
-    ///   N = bytes seen) followed by the newest bytes that fit, decoded
+    ///   after redaction when it is on; N = bytes seen) followed by the
+    ///   newest bytes that fit, decoded
     ///   lossily. The excerpt is drawn from the tail only (the head is for the
     ///   full [`render`](Self::render)); it starts on a character boundary:
     ///   continuation bytes at its start are skipped, never shown as U+FFFD.

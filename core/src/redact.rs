@@ -29,7 +29,8 @@
 //! `*` per byte below three), so the result never needs more memory than the
 //! retained bytes already use and the retention pool's accounting holds.
 //! Work is linear in the bytes (each position is compared against a fixed
-//! set of patterns of at most 21 bytes); nothing is allocated.
+//! set of short patterns; each line is searched for key markers about once
+//! per kind); nothing is allocated.
 //!
 //! # What it misses
 //!
@@ -37,7 +38,8 @@
 //! (the tail begins in the middle of a token) is not recognised, except a
 //! private key's body, which is caught through its `END` line. A key body cut
 //! at *both* ends (neither `BEGIN` nor `END` retained) is not recognised.
-//! Any secret of another shape passes.
+//! Any secret of another shape passes. It errs towards hiding: short
+//! base64-like lines just before an `END … PRIVATE KEY` line go with it.
 
 use memchr::{memchr, memmem};
 
@@ -66,8 +68,12 @@ pub fn redact_in_place(buf: &mut [u8]) -> (usize, u64) {
         let le = memchr(b'\n', &out.buf[r..]).map_or(n, |i| r + i + 1);
         let body_end = trim_eol(out.buf, r, le);
         let unterminated = le == n && out.buf[n - 1] != b'\n';
+        let mut begins = NextMarker::new(b"-----BEGIN ");
+        let mut ends = NextMarker::new(b"-----END ");
+        let plain = !in_key
+            && begins.from(out.buf, r, body_end).is_none()
+            && ends.from(out.buf, r, body_end).is_none();
         let line = &out.buf[r..body_end];
-        let plain = !in_key && pem_begin(line).is_none() && pem_end(line).is_none();
         if plain {
             let t = trim_start(line);
             let (empty, body_like) = (t.is_empty(), is_key_body_line(line));
@@ -91,36 +97,38 @@ pub fn redact_in_place(buf: &mut [u8]) -> (usize, u64) {
         // A line with key markers, possibly several (`-----END …----- -----BEGIN …`).
         let mut p = r;
         loop {
-            let rest = &out.buf[p..body_end];
             if in_key {
-                match pem_end(rest) {
+                match ends.from(out.buf, p, body_end) {
                     Some((_, e)) => {
                         in_key = false;
-                        p += e;
+                        p = e;
                         continue;
                     }
                     None => break, // the whole rest is key material
                 }
             }
-            let begin = pem_begin(rest);
-            let end = pem_end(rest).filter(|(es, _)| begin.is_none_or_before(*es));
+            let begin = begins.from(out.buf, p, body_end);
+            let end = ends
+                .from(out.buf, p, body_end)
+                .filter(|(es, _)| !matches!(begin, Some((bs, _)) if bs < *es));
             if let Some((es, e)) = end {
                 // A block whose BEGIN was dropped: what came just before is its body.
+                let before = &out.buf[p..es];
                 if run.is_some() {
                     out.rewind(run.take());
-                } else if !is_key_body_line(&rest[..es]) && !trim_start(&rest[..es]).is_empty() {
-                    redact_line(&mut out, p, p + es);
+                } else if !is_key_body_line(before) && !trim_start(before).is_empty() {
+                    redact_line(&mut out, p, es);
                 }
                 out.put(MARKER, true);
-                p += e;
+                p = e;
                 continue;
             }
             if let Some((bs, be)) = begin {
-                redact_line(&mut out, p, p + bs);
+                redact_line(&mut out, p, bs);
                 out.put(MARKER, true);
                 in_key = true;
                 run = None;
-                p += be;
+                p = be;
                 continue;
             }
             redact_line(&mut out, p, body_end);
@@ -135,14 +143,35 @@ pub fn redact_in_place(buf: &mut [u8]) -> (usize, u64) {
     (out.w, out.count)
 }
 
-/// Whether a BEGIN found in a line (if any) starts after `at`.
-trait BeginAfter {
-    fn is_none_or_before(&self, at: usize) -> bool;
+/// The next private-key marker of one kind in a line, searched again only
+/// once the position passes the one found (so a line with many markers is
+/// still scanned about once per kind).
+struct NextMarker {
+    prefix: &'static [u8],
+    found: Option<Option<(usize, usize)>>,
 }
 
-impl BeginAfter for Option<(usize, usize)> {
-    fn is_none_or_before(&self, at: usize) -> bool {
-        !matches!(self, Some((bs, _)) if *bs < at)
+impl NextMarker {
+    fn new(prefix: &'static [u8]) -> Self {
+        Self {
+            prefix,
+            found: None,
+        }
+    }
+
+    /// `(start, end)` in `buf` of the first marker in `buf[p..end]`. Bytes at
+    /// or after `p` are still input: the write position never passes it.
+    fn from(&mut self, buf: &[u8], p: usize, end: usize) -> Option<(usize, usize)> {
+        if matches!(self.found, Some(Some((s, _))) if s < p) {
+            self.found = None;
+        }
+        *self.found.get_or_insert_with(|| {
+            let hay = &buf[p..end];
+            memmem::find_iter(hay, self.prefix).find_map(|s| {
+                let label = private_key_label_end(&hay[s + self.prefix.len()..])?;
+                Some((p + s, p + s + self.prefix.len() + label))
+            })
+        })
     }
 }
 
@@ -208,20 +237,6 @@ fn trim_start(line: &[u8]) -> &[u8] {
         .take_while(|b| **b == b' ' || **b == b'\t')
         .count();
     &line[skip..]
-}
-
-/// `(start, end)` of a `-----BEGIN … PRIVATE KEY-----` marker in `line`.
-fn pem_begin(line: &[u8]) -> Option<(usize, usize)> {
-    let s = memmem::find(line, b"-----BEGIN ")?;
-    let e = private_key_label_end(&line[s + 11..])?;
-    Some((s, s + 11 + e))
-}
-
-/// `(start, end)` of a `-----END … PRIVATE KEY-----` marker in `line`.
-fn pem_end(line: &[u8]) -> Option<(usize, usize)> {
-    let s = memmem::find(line, b"-----END ")?;
-    let e = private_key_label_end(&line[s + 9..])?;
-    Some((s, s + 9 + e))
 }
 
 /// After `-----BEGIN ` / `-----END `: the end of `… PRIVATE KEY[ BLOCK]-----`
@@ -628,6 +643,8 @@ mod tests {
         let (out, n) = redact(&text);
         assert_eq!(out, "[REDACTED] [REDACTED] [REDACTED]\n");
         assert_eq!(n, 3);
+        let (out, _) = redact("-----BEGIN CERTIFICATE----- -----BEGIN RSA PRIVATE KEY-----\nQUJD\n-----END RSA PRIVATE KEY-----\n");
+        assert_eq!(out, "-----BEGIN CERTIFICATE----- [REDACTED]\n");
         let (out, n) = redact("bearer Authorization: Basic c2VjcmV0OnZhbHVlMTIz\n");
         assert_eq!(out, "bearer Authorization: Basic [REDACTED]\n");
         assert_eq!(n, 1);
@@ -802,12 +819,15 @@ mod tests {
             "token:".repeat(50_000),
             "bearer ".repeat(50_000),
             "AKIA".repeat(50_000),
+            "-----END PRIVATE KEY----- ".repeat(10_000),
+            "-----BEGIN CERTIFICATE----- ".repeat(10_000) + "-----BEGIN PRIVATE KEY-----",
         ] {
             let started = std::time::Instant::now();
             let (out, n) = redact(&text);
             let took = started.elapsed();
             eprintln!("{} bytes of {:?}… in {took:?}", text.len(), &text[..8]);
-            assert_eq!((out.len(), n), (text.len(), 0));
+            assert!(out.len() <= text.len());
+            assert!(n <= 10_000);
             assert!(took < std::time::Duration::from_secs(2), "{took:?}");
         }
     }
