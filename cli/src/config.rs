@@ -9,6 +9,7 @@
 //! stderr_head_bytes = 0                     # with retain = "head_and_tail": first bytes kept too
 //! retain = "tail"                           # or "head_and_tail"
 //! stderr_agent_excerpt_bytes = 4096         # excerpt size in the record
+//! stderr_redact = true                      # fallback redaction of kept stderr (headers, keys, tokens)
 //! shutdown_grace_seconds = 2                # stdin close → TERM, and TERM → KILL
 //! reader_drain_seconds = 1                  # after exit or KILL, wait this long for pipes
 //! ```
@@ -72,6 +73,7 @@ struct FileSettings {
     stderr_head_bytes: Option<usize>,
     retain: Option<Retain>,
     stderr_agent_excerpt_bytes: Option<usize>,
+    stderr_redact: Option<bool>,
     shutdown_grace_seconds: Option<f64>,
     reader_drain_seconds: Option<f64>,
 }
@@ -141,7 +143,10 @@ impl GuardSettings {
             Retain::HeadAndTail => file.stderr_head_bytes.unwrap_or(1024),
         };
         let mut stderr_capture = CaptureConfig::default();
-        stderr_capture.tail(tail).head(head);
+        stderr_capture
+            .tail(tail)
+            .head(head)
+            .redact(file.stderr_redact.unwrap_or(true));
         Ok(Self {
             proxy,
             supervisor,
@@ -166,7 +171,7 @@ mod tests {
         let path = dir.join("guard.toml");
         std::fs::write(
             &path,
-            "max_frame_bytes = 1000\nstderr_retained_per_call_bytes = 2048\nshutdown_grace_seconds = 0.5\nretain = \"head_and_tail\"\nstderr_head_bytes = 100\n",
+            "max_frame_bytes = 1000\nstderr_retained_per_call_bytes = 2048\nshutdown_grace_seconds = 0.5\nretain = \"head_and_tail\"\nstderr_head_bytes = 100\nstderr_redact = false\n",
         )
         .unwrap();
         let args = SettingsArgs {
@@ -178,6 +183,11 @@ mod tests {
         assert_eq!(s.proxy.get_max_frame(), 5000);
         assert_eq!(s.stderr_capture.get_tail(), 2048);
         assert_eq!(s.stderr_capture.get_head(), 100);
+        assert!(!s.stderr_capture.get_redact());
+        assert!(GuardSettings::resolve(&SettingsArgs::default())
+            .unwrap()
+            .stderr_capture
+            .get_redact());
         assert_eq!(s.supervisor.get_term_grace(), Duration::from_millis(500));
         std::fs::write(&path, "max_frame = 1\n").unwrap();
         let err = GuardSettings::resolve(&SettingsArgs {

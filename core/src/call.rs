@@ -55,6 +55,7 @@ use std::time::{Duration, Instant};
 use serde::ser::{SerializeSeq, Serializer};
 use serde::Serialize;
 
+use crate::capture::{CaptureSummary, DebugMark, RetainedPart};
 use crate::process::{ExitStatus, StreamEnd};
 
 /// Default limit on events kept per call record: 64.
@@ -370,9 +371,17 @@ impl Serialize for EventLog {
 /// `state`, `decision`, `decision_reason`, `outcome`,
 /// `approval_requested_unix_ms`, `approval_deadline_unix_ms`, `events`,
 /// `events_dropped`, `stderr_bytes_seen`, `stderr_bytes_retained`,
-/// `stderr_truncated`, `exit_status`, `stream_end`. Fields that are not known
-/// are `null`, never an invented value: in particular `exit_status` is `null`
-/// until an exit was actually observed.
+/// `stderr_truncated`, `stderr_retained_part`, `stderr_head_bytes`,
+/// `stderr_tail_bytes`, `stderr_redactions`, `exit_status`, `stream_end`,
+/// `debug`. Fields that are not known are `null`, never an invented value: in
+/// particular `exit_status` is `null` until an exit was actually observed.
+///
+/// `stderr_retained_part` says which part of stderr was kept (`all`, `head`,
+/// `tail`, `head_and_tail`, `nothing`) and `stderr_head_bytes` /
+/// `stderr_tail_bytes` how many stream bytes each part holds;
+/// `stderr_redactions` counts the secrets the fallback redactor replaced in
+/// them; `debug` is the [`DebugMark`] of the debug window the call ran in
+/// (higher capture budgets), `null` outside any window.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CallRecord {
     call_id: String,
@@ -391,8 +400,13 @@ pub struct CallRecord {
     stderr_bytes_seen: u64,
     stderr_bytes_retained: u64,
     stderr_truncated: bool,
+    stderr_retained_part: RetainedPart,
+    stderr_head_bytes: u64,
+    stderr_tail_bytes: u64,
+    stderr_redactions: u64,
     exit_status: Option<ExitStatus>,
     stream_end: Option<StreamEnd>,
+    debug: Option<DebugMark>,
 }
 
 impl CallRecord {
@@ -459,6 +473,26 @@ impl CallRecord {
     /// True if the capture dropped stderr bytes.
     pub fn stderr_truncated(&self) -> bool {
         self.stderr_truncated
+    }
+    /// Which part of stderr was kept (known once the capture finished).
+    pub fn stderr_retained_part(&self) -> RetainedPart {
+        self.stderr_retained_part
+    }
+    /// Stream bytes of stderr kept from its start.
+    pub fn stderr_head_bytes(&self) -> u64 {
+        self.stderr_head_bytes
+    }
+    /// Stream bytes of stderr kept from its end.
+    pub fn stderr_tail_bytes(&self) -> u64 {
+        self.stderr_tail_bytes
+    }
+    /// Secrets the redactor replaced in the kept stderr.
+    pub fn stderr_redactions(&self) -> u64 {
+        self.stderr_redactions
+    }
+    /// The debug window the call ran in, if any.
+    pub fn debug(&self) -> Option<DebugMark> {
+        self.debug
     }
     /// The exit status actually observed, if any.
     pub fn exit_status(&self) -> Option<ExitStatus> {
@@ -574,8 +608,13 @@ impl CallLifecycle {
                 stderr_bytes_seen: 0,
                 stderr_bytes_retained: 0,
                 stderr_truncated: false,
+                stderr_retained_part: RetainedPart::All,
+                stderr_head_bytes: 0,
+                stderr_tail_bytes: 0,
+                stderr_redactions: 0,
                 exit_status: None,
                 stream_end: None,
+                debug: None,
             },
             approval_deadline: None,
         };
@@ -738,6 +777,28 @@ impl CallLifecycle {
         self.record.stderr_bytes_seen = seen;
         self.record.stderr_bytes_retained = retained;
         self.record.stderr_truncated = truncated;
+    }
+
+    /// Sets every stderr field from a finished capture's summary: the
+    /// counters, which part was kept with the bytes of each, the redactions,
+    /// and the capture's debug mark (if it has one). Never changes the state
+    /// or the approval deadline.
+    pub fn observe_stderr_capture(&mut self, summary: &CaptureSummary) {
+        self.observe_stderr(summary.seen, summary.retained, summary.truncated);
+        self.record.stderr_retained_part = summary.retained_part;
+        self.record.stderr_head_bytes = summary.head_bytes;
+        self.record.stderr_tail_bytes = summary.tail_bytes;
+        self.record.stderr_redactions = summary.redactions;
+        if let Some(mark) = summary.debug {
+            self.mark_debug(mark);
+        }
+    }
+
+    /// Notes that the call runs in a debug window (higher capture budgets):
+    /// every record of the call from now on carries the mark. Set it when
+    /// the call starts, in the window it started in.
+    pub fn mark_debug(&mut self, mark: DebugMark) {
+        self.record.debug = Some(mark);
     }
 
     /// Records the exit status actually observed (the last call wins).
@@ -1384,8 +1445,13 @@ mod tests {
                 "stderr_bytes_seen": 184_320,
                 "stderr_bytes_retained": 16_384,
                 "stderr_truncated": true,
+                "stderr_retained_part": "all",
+                "stderr_head_bytes": 0,
+                "stderr_tail_bytes": 0,
+                "stderr_redactions": 0,
                 "exit_status": null,
                 "stream_end": "eof_after_cancel",
+                "debug": null,
             })
         );
         // Once observed, the status appears; a code 0 only when observed.

@@ -24,6 +24,22 @@
 //! The fourth bound, the OS pipe buffer, is kept small by the adapters, which
 //! never stop reading (G1, G10); the core never sees it.
 //!
+//! ## What the record says about the kept bytes
+//!
+//! A [`CaptureSummary`] says which part was kept ([`RetainedPart`]: all, head,
+//! tail, head and tail, nothing) with the stream bytes of each, whether the
+//! kept bytes went through the fallback [redactor](crate::redact) (on by
+//! default, [`CaptureConfig::redact`]) and how many secrets it replaced, and
+//! the [`DebugMark`] of the debug window the capture was made in, if any.
+//!
+//! ## Debug mode: a bounded window, not a `quiet` switch
+//!
+//! [`DebugMode`] opens one window at a time, at most [`MAX_DEBUG_WINDOW`]
+//! long, multiplying capture limits by at most [`MAX_DEBUG_MULTIPLIER`];
+//! captures configured during it ([`DebugMode::apply`]) carry its mark into
+//! their summaries and call records. Normal output stays small; when evidence
+//! is needed, a window gives more of it, for a while, and the records say so.
+//!
 //! ## Handoff between a capture and the pool
 //!
 //! The pool is pure bookkeeping: no lock, no atomics. The adapters share one
@@ -61,6 +77,9 @@
 
 use std::cmp::min;
 use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::call::Stamp;
 
 use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
@@ -77,15 +96,27 @@ pub const DEFAULT_POOL_RESERVE: usize = 32 * 1024;
 pub const DEFAULT_MIN_GRANT: usize = 512;
 /// Suggested `max_bytes` for [`Captured::excerpt`]: 4 KiB.
 pub const DEFAULT_EXCERPT: usize = 4 * 1024;
+/// Longest debug window [`DebugMode::open`] accepts: 15 minutes.
+pub const MAX_DEBUG_WINDOW: Duration = Duration::from_secs(15 * 60);
+/// Largest budget multiplier [`DebugMode::open`] accepts: 8 (a 16 KiB tail
+/// becomes 128 KiB).
+pub const MAX_DEBUG_MULTIPLIER: u32 = 8;
 
 /// The limits of one [`OutputCapture`] (the per-call budget of G10).
 ///
 /// A capture keeps the first `head` bytes of the stream and the newest `tail`
 /// bytes after them; everything else is counted and dropped.
+///
+/// Two more settings decide what the retained bytes become at the end:
+/// [`redact`](Self::redact) (on by default) and [`debug`](Self::debug) (off
+/// by default; a [`DebugMark`] from an open [`DebugMode`] window multiplies
+/// both limits and is noted in the summary).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaptureConfig {
     head: usize,
     tail: usize,
+    redact: bool,
+    debug: Option<DebugMark>,
 }
 
 impl Default for CaptureConfig {
@@ -93,6 +124,8 @@ impl Default for CaptureConfig {
         Self {
             head: DEFAULT_HEAD,
             tail: DEFAULT_TAIL,
+            redact: true,
+            debug: None,
         }
     }
 }
@@ -127,9 +160,59 @@ impl CaptureConfig {
         self.tail
     }
 
-    /// `head + tail` (saturating): what to ask the [`RetentionPool`] for.
+    /// Whether the retained bytes pass through the [redactor](crate::redact)
+    /// when the capture finishes (default `true`). A fallback, never a
+    /// guarantee: see [`crate::redact`] for what it catches and misses.
+    ///
+    /// Memory: none; redaction works in place and never lengthens the bytes.
+    /// Work: linear in the retained bytes, once, at [`OutputCapture::finish`].
+    pub fn redact(&mut self, on: bool) -> &mut Self {
+        self.redact = on;
+        self
+    }
+
+    /// Marks captures built with this config as made during a debug window
+    /// (default `None`). The head and tail limits are multiplied by the
+    /// mark's multiplier (at most [`MAX_DEBUG_MULTIPLIER`]), and the summary
+    /// carries the mark, so the record shows the call ran with higher
+    /// budgets. Get a mark from [`DebugMode::open`] / [`DebugMode::apply`].
+    ///
+    /// Memory: one capture holds at most `(head + tail) × multiplier` bytes;
+    /// a pooled capture still gets no more than its grant.
+    pub fn debug(&mut self, mark: Option<DebugMark>) -> &mut Self {
+        self.debug = mark;
+        self
+    }
+
+    /// Whether redaction is on.
+    pub fn get_redact(&self) -> bool {
+        self.redact
+    }
+
+    /// The debug mark, if any.
+    pub fn get_debug(&self) -> Option<DebugMark> {
+        self.debug
+    }
+
+    fn multiplier(&self) -> usize {
+        self.debug
+            .map_or(1, |m| m.multiplier.clamp(1, MAX_DEBUG_MULTIPLIER) as usize)
+    }
+
+    /// The head limit in effect: `head`, times the debug multiplier.
+    pub fn effective_head(&self) -> usize {
+        self.head.saturating_mul(self.multiplier())
+    }
+
+    /// The tail limit in effect: `tail`, times the debug multiplier.
+    pub fn effective_tail(&self) -> usize {
+        self.tail.saturating_mul(self.multiplier())
+    }
+
+    /// `head + tail` in effect (saturating, debug multiplier included): what
+    /// to ask the [`RetentionPool`] for.
     pub fn wanted(&self) -> usize {
-        self.head.saturating_add(self.tail)
+        self.effective_head().saturating_add(self.effective_tail())
     }
 }
 
@@ -158,6 +241,8 @@ pub struct OutputCapture {
     ring_len: usize,
     seen: u64,
     pool_limited: bool,
+    redact: bool,
+    debug: Option<DebugMark>,
     grant: Option<Grant>,
 }
 
@@ -182,7 +267,8 @@ impl OutputCapture {
     /// cannot allocate abort. Prefer [`with_grant`](Self::with_grant), whose
     /// allocation is bounded by the pool.
     pub fn new(config: &CaptureConfig) -> Self {
-        Self::build(config.head, config.tail, false, None)
+        let (head, tail) = (config.effective_head(), config.effective_tail());
+        Self::build(config, head, tail, false, None)
     }
 
     /// A capture whose allowance comes from a [`RetentionPool`].
@@ -196,13 +282,19 @@ impl OutputCapture {
     /// [`Captured::into_grant`].
     pub fn with_grant(config: &CaptureConfig, grant: Grant) -> Self {
         let granted = grant.bytes();
-        let tail = min(config.tail, granted);
-        let head = min(config.head, granted - tail);
+        let tail = min(config.effective_tail(), granted);
+        let head = min(config.effective_head(), granted - tail);
         let pool_limited = granted < config.wanted();
-        Self::build(head, tail, pool_limited, Some(grant))
+        Self::build(config, head, tail, pool_limited, Some(grant))
     }
 
-    fn build(head: usize, tail: usize, pool_limited: bool, grant: Option<Grant>) -> Self {
+    fn build(
+        config: &CaptureConfig,
+        head: usize,
+        tail: usize,
+        pool_limited: bool,
+        grant: Option<Grant>,
+    ) -> Self {
         Self {
             // The only allocation of a capture: `push` writes in place.
             buf: vec![0; head.saturating_add(tail)],
@@ -212,6 +304,8 @@ impl OutputCapture {
             ring_len: 0,
             seen: 0,
             pool_limited,
+            redact: config.redact,
+            debug: config.debug,
             grant,
         }
     }
@@ -291,8 +385,15 @@ impl OutputCapture {
 
     /// Ends the capture: the retained bytes in stream order, and the counts.
     ///
-    /// No allocation: the ring is rotated in place and the buffer moves into
-    /// the result.
+    /// With redaction on (the default), head and tail are each passed
+    /// through [`crate::redact::redact_in_place`] here, so no later view
+    /// (render, excerpt, serialization) ever sees the raw secret. The counts
+    /// (`retained`, `head_bytes`, `tail_bytes`) stay those of the stream's
+    /// bytes that were kept; [`Captured::head`] and [`Captured::tail`] may be
+    /// shorter after redaction.
+    ///
+    /// No allocation: the ring is rotated in place, redaction works in place,
+    /// and the buffer moves into the result.
     #[must_use]
     pub fn finish(self) -> Captured {
         let Self {
@@ -303,6 +404,8 @@ impl OutputCapture {
             ring_len,
             seen,
             pool_limited,
+            redact,
+            debug,
             grant,
         } = self;
         let ring = &mut buf[head_cap..];
@@ -313,11 +416,26 @@ impl OutputCapture {
         // bytes only once the head is full: so the retained bytes are the
         // prefix `head_len + ring_len` of the buffer, in stream order.
         buf.truncate(head_len + ring_len);
+        let (mut shown_head, mut redactions) = (head_len, 0);
+        if redact {
+            // Each part alone: the bytes between them were dropped.
+            let (h, hc) = crate::redact::redact_in_place(&mut buf[..head_len]);
+            let (t, tc) = crate::redact::redact_in_place(&mut buf[head_len..]);
+            buf.copy_within(head_len..head_len + t, h);
+            buf.truncate(h + t);
+            shown_head = h;
+            redactions = hc + tc;
+        }
         Captured {
             bytes: buf,
-            head_len,
+            head_len: shown_head,
+            head_kept: head_len as u64,
+            tail_kept: ring_len as u64,
             seen,
             pool_limited,
+            redact,
+            redactions,
+            debug,
             grant,
         }
     }
@@ -332,10 +450,18 @@ impl OutputCapture {
 /// Serializes as the [`CaptureSummary`] fields plus `head` and `tail`, each
 /// decoded lossily.
 pub struct Captured {
+    /// Head then tail, after redaction.
     bytes: Vec<u8>,
+    /// Length of the (redacted) head inside `bytes`.
     head_len: usize,
+    /// Stream bytes kept in the head and in the tail (before redaction).
+    head_kept: u64,
+    tail_kept: u64,
     seen: u64,
     pool_limited: bool,
+    redact: bool,
+    redactions: u64,
+    debug: Option<DebugMark>,
     grant: Option<Grant>,
 }
 
@@ -350,13 +476,17 @@ impl fmt::Debug for Captured {
 impl Serialize for Captured {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let summary = self.summary();
-        let mut s = serializer.serialize_struct("Captured", 8)?;
+        let mut s = serializer.serialize_struct("Captured", 12)?;
         s.serialize_field("seen", &summary.seen)?;
         s.serialize_field("retained", &summary.retained)?;
         s.serialize_field("truncated", &summary.truncated)?;
+        s.serialize_field("retained_part", &summary.retained_part)?;
         s.serialize_field("head_bytes", &summary.head_bytes)?;
         s.serialize_field("tail_bytes", &summary.tail_bytes)?;
         s.serialize_field("pool_limited", &summary.pool_limited)?;
+        s.serialize_field("redaction", &summary.redaction)?;
+        s.serialize_field("redactions", &summary.redactions)?;
+        s.serialize_field("debug", &summary.debug)?;
         s.serialize_field("head", &String::from_utf8_lossy(self.head()))?;
         s.serialize_field("tail", &String::from_utf8_lossy(self.tail()))?;
         s.end()
@@ -369,9 +499,10 @@ impl Captured {
         self.seen
     }
 
-    /// Bytes kept: `head().len() + tail().len()`.
+    /// Stream bytes kept (head and tail), counted before redaction: with
+    /// redaction off, `head().len() + tail().len()`.
     pub fn retained(&self) -> u64 {
-        self.bytes.len() as u64
+        self.head_kept + self.tail_kept
     }
 
     /// True iff bytes were dropped (`seen > retained`).
@@ -379,13 +510,15 @@ impl Captured {
         self.seen > self.retained()
     }
 
-    /// The first bytes of the stream (at most the head limit).
+    /// The first bytes of the stream (at most the head limit), redacted if
+    /// redaction is on.
     pub fn head(&self) -> &[u8] {
         &self.bytes[..self.head_len]
     }
 
-    /// The bytes kept after the head: the newest bytes of the stream. When
-    /// nothing was dropped, `head` followed by `tail` is the whole stream.
+    /// The bytes kept after the head: the newest bytes of the stream,
+    /// redacted if redaction is on. When nothing was dropped and nothing
+    /// redacted, `head` followed by `tail` is the whole stream.
     pub fn tail(&self) -> &[u8] {
         &self.bytes[self.head_len..]
     }
@@ -396,9 +529,13 @@ impl Captured {
             seen: self.seen,
             retained: self.retained(),
             truncated: self.truncated(),
-            head_bytes: self.head_len as u64,
-            tail_bytes: (self.bytes.len() - self.head_len) as u64,
+            retained_part: RetainedPart::of(self.truncated(), self.head_kept, self.tail_kept),
+            head_bytes: self.head_kept,
+            tail_bytes: self.tail_kept,
             pool_limited: self.pool_limited,
+            redaction: self.redact,
+            redactions: self.redactions,
+            debug: self.debug,
         }
     }
 
@@ -423,12 +560,13 @@ impl Captured {
         if !self.truncated() {
             return String::from_utf8_lossy(&self.bytes).into_owned();
         }
+        // The counts are the stream's; the bytes may be shorter after redaction.
         let (head, tail) = (self.head(), self.tail());
-        let marker = truncation_marker(stream, head.len() as u64, tail.len() as u64, self.seen);
+        let marker = truncation_marker(stream, self.head_kept, self.tail_kept, self.seen);
         let mut raw = Vec::with_capacity(marker.len() + self.bytes.len() + 64);
         raw.extend_from_slice(marker.as_bytes());
         raw.push(b'\n');
-        if !head.is_empty() {
+        if self.head_kept > 0 {
             raw.extend_from_slice(head);
             if head.last() != Some(&b'\n') {
                 raw.push(b'\n');
@@ -458,7 +596,8 @@ impl Captured {
     ///   `max_bytes`, it is returned as is, with no marker.
     /// - Otherwise the result is a marker line
     ///   `[stderr truncated: kept last K of N bytes]` (K = raw bytes shown,
-    ///   N = bytes seen) followed by the newest bytes that fit, decoded
+    ///   after redaction when it is on; N = bytes seen) followed by the
+    ///   newest bytes that fit, decoded
     ///   lossily. The excerpt is drawn from the tail only (the head is for the
     ///   full [`render`](Self::render)); it starts on a character boundary:
     ///   continuation bytes at its start are skipped, never shown as U+FFFD.
@@ -512,12 +651,231 @@ pub struct CaptureSummary {
     pub retained: u64,
     /// True iff bytes were dropped (`seen > retained`).
     pub truncated: bool,
-    /// Bytes kept from the start of the stream.
+    /// Which part of the stream the retained bytes are: `all`, `head`,
+    /// `tail`, `head_and_tail` or `nothing`, with the byte counts of each part
+    /// in `head_bytes` and `tail_bytes`.
+    #[serde(default)]
+    pub retained_part: RetainedPart,
+    /// Stream bytes kept from the start of the stream (before redaction).
     pub head_bytes: u64,
-    /// Bytes kept after the head (the newest ones).
+    /// Stream bytes kept after the head, the newest ones (before redaction).
     pub tail_bytes: u64,
     /// True if the retention pool granted less than the configured limits.
     pub pool_limited: bool,
+    /// True if the retained bytes passed through the redactor.
+    #[serde(default)]
+    pub redaction: bool,
+    /// Secrets the redactor replaced in the retained bytes.
+    #[serde(default)]
+    pub redactions: u64,
+    /// The debug window the capture was built in, if any: its limits were
+    /// multiplied.
+    #[serde(default)]
+    pub debug: Option<DebugMark>,
+}
+
+/// Which part of a stream a capture kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RetainedPart {
+    /// Nothing was dropped: the retained bytes are the whole stream (also an
+    /// empty one).
+    #[default]
+    All,
+    /// Only the first bytes (a head limit, no tail room).
+    Head,
+    /// Only the newest bytes.
+    Tail,
+    /// The first bytes and the newest bytes, with a gap between them.
+    HeadAndTail,
+    /// Bytes were seen but none kept (no room at all).
+    Nothing,
+}
+
+impl RetainedPart {
+    fn of(truncated: bool, head: u64, tail: u64) -> Self {
+        match (truncated, head > 0, tail > 0) {
+            (false, _, _) => Self::All,
+            (true, false, false) => Self::Nothing,
+            (true, true, false) => Self::Head,
+            (true, false, true) => Self::Tail,
+            (true, true, true) => Self::HeadAndTail,
+        }
+    }
+}
+
+/// A debug window, as noted in every capture summary and call record made
+/// while it was open: which window, how much larger the budgets were, and
+/// when it opened and closes (ms since the Unix epoch, caller's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DebugMark {
+    /// The window's number within its [`DebugMode`], from 1.
+    pub window: u64,
+    /// The factor applied to the head and tail limits (1 to
+    /// [`MAX_DEBUG_MULTIPLIER`]).
+    pub multiplier: u32,
+    /// When the window opened.
+    pub opened_unix_ms: u64,
+    /// When it closes by itself.
+    pub closes_unix_ms: u64,
+}
+
+/// Why [`DebugMode::open`] refused a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DebugModeError {
+    /// The duration is zero or longer than [`MAX_DEBUG_WINDOW`].
+    #[error("debug window of {requested:?} refused: it must be above zero and at most {max:?}")]
+    DurationOutOfRange {
+        /// What was asked.
+        requested: Duration,
+        /// The longest accepted.
+        max: Duration,
+    },
+    /// The multiplier is below 1 or above [`MAX_DEBUG_MULTIPLIER`].
+    #[error("debug budget multiplier {requested} refused: it must be 1 to {max}")]
+    MultiplierOutOfRange {
+        /// What was asked.
+        requested: u32,
+        /// The largest accepted.
+        max: u32,
+    },
+    /// A window is open already; close it first (a window cannot be
+    /// extended, so it always ends within [`MAX_DEBUG_WINDOW`]).
+    #[error("debug window {} is open already", .open.window)]
+    AlreadyOpen {
+        /// The open window.
+        open: DebugMark,
+    },
+}
+
+/// A controlled debug mode: a short window with higher capture budgets,
+/// instead of a global `quiet`/`verbose` switch (G10).
+///
+/// Off by default. [`open`](Self::open) starts one window, bounded in time
+/// ([`MAX_DEBUG_WINDOW`]) and in budget ([`MAX_DEBUG_MULTIPLIER`]); it closes
+/// by itself at its end (or earlier by [`close`](Self::close)) and cannot be
+/// extended. While it is open, [`apply`](Self::apply) gives a capture config
+/// multiplied budgets and the window's [`DebugMark`], which lands in the
+/// capture summary and in the call record (`debug`), so anyone reading a
+/// record later knows the call ran with more diagnostics than usual.
+///
+/// A call takes the mode in force when its captures are configured (at its
+/// start): a window that opens or closes during the call changes nothing for
+/// it. Sans-IO like the rest of the crate: time is an argument, and
+/// [`poll_timeout`](Self::poll_timeout) / [`handle_timeout`](Self::handle_timeout)
+/// close the window on time. A few words of state, no allocation.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use mcp_stdio_core::call::Stamp;
+/// use mcp_stdio_core::capture::{CaptureConfig, DebugMode};
+///
+/// let now = Stamp::new(Instant::now(), 1_700_000_000_000);
+/// let mut debug = DebugMode::default();
+/// let mark = debug.open(now, Duration::from_secs(300), 4).expect("within limits");
+/// let config = debug.apply(now.instant, &CaptureConfig::default());
+/// assert_eq!(config.get_debug(), Some(mark));
+/// assert_eq!(config.effective_tail(), 4 * 16 * 1024);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct DebugMode {
+    open: Option<(DebugMark, Instant)>,
+    windows: u64,
+}
+
+impl DebugMode {
+    /// Opens a window of `duration` (above zero, at most
+    /// [`MAX_DEBUG_WINDOW`]) during which capture limits are multiplied by
+    /// `multiplier` (1 to [`MAX_DEBUG_MULTIPLIER`]). Refused with a typed
+    /// error outside those limits or while a window is open.
+    pub fn open(
+        &mut self,
+        at: Stamp,
+        duration: Duration,
+        multiplier: u32,
+    ) -> Result<DebugMark, DebugModeError> {
+        self.handle_timeout(at.instant);
+        if let Some((open, _)) = self.open {
+            return Err(DebugModeError::AlreadyOpen { open });
+        }
+        if duration.is_zero() || duration > MAX_DEBUG_WINDOW {
+            return Err(DebugModeError::DurationOutOfRange {
+                requested: duration,
+                max: MAX_DEBUG_WINDOW,
+            });
+        }
+        if !(1..=MAX_DEBUG_MULTIPLIER).contains(&multiplier) {
+            return Err(DebugModeError::MultiplierOutOfRange {
+                requested: multiplier,
+                max: MAX_DEBUG_MULTIPLIER,
+            });
+        }
+        // At most 15 minutes ahead: representable wherever `at` is.
+        let until = at.instant.checked_add(duration).unwrap_or(at.instant);
+        self.windows += 1;
+        let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        let mark = DebugMark {
+            window: self.windows,
+            multiplier,
+            opened_unix_ms: at.unix_ms,
+            closes_unix_ms: at.unix_ms.saturating_add(ms),
+        };
+        self.open = Some((mark, until));
+        tracing::info!(
+            window = mark.window,
+            multiplier,
+            ?duration,
+            "debug window opened"
+        );
+        Ok(mark)
+    }
+
+    /// Closes the open window early; returns it, or `None` if none was open.
+    pub fn close(&mut self) -> Option<DebugMark> {
+        let closed = self.open.take().map(|(mark, _)| mark);
+        if let Some(mark) = closed {
+            tracing::info!(window = mark.window, "debug window closed");
+        }
+        closed
+    }
+
+    /// The open window at `now`, if any (one that has reached its end is
+    /// not active even before [`handle_timeout`](Self::handle_timeout)).
+    pub fn active(&self, now: Instant) -> Option<DebugMark> {
+        self.open
+            .filter(|(_, until)| now < *until)
+            .map(|(mark, _)| mark)
+    }
+
+    /// `config` as a capture started at `now` must use: with the open
+    /// window's mark (multiplied limits), or unmarked outside any window.
+    #[must_use]
+    pub fn apply(&self, now: Instant, config: &CaptureConfig) -> CaptureConfig {
+        let mut config = config.clone();
+        config.debug(self.active(now));
+        config
+    }
+
+    /// Time has reached `now`: a window at its end closes.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if matches!(self.open, Some((_, until)) if now >= until) {
+            self.close();
+        }
+    }
+
+    /// When the open window ends.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.open.map(|(_, until)| until)
+    }
+
+    /// Windows opened so far.
+    pub fn windows_opened(&self) -> u64 {
+        self.windows
+    }
 }
 
 /// The limits of the process-wide [`RetentionPool`] (the per-process budget of G10).
@@ -918,12 +1276,25 @@ fn check_captured(captured: &Captured, input: &[u8], head_limit: usize, tail_lim
     let head = min(head_limit, n);
     let tail = min(tail_limit, n - head);
     assert_eq!(captured.seen(), n as u64, "seen counts every byte");
-    assert_eq!(captured.head(), &input[..head], "head is the prefix");
-    assert_eq!(captured.tail(), &input[n - tail..], "tail is the suffix");
     assert_eq!(captured.retained(), (head + tail) as u64);
     assert_eq!(captured.truncated(), n > head + tail);
     let summary = captured.summary();
     assert_eq!(summary.retained, summary.head_bytes + summary.tail_bytes);
+    assert_eq!(
+        (summary.head_bytes, summary.tail_bytes),
+        (head as u64, tail as u64)
+    );
+    assert_eq!(
+        summary.retained_part,
+        RetainedPart::of(n > head + tail, head as u64, tail as u64)
+    );
+    if summary.redaction {
+        check_redacted(captured, &input[..head], &input[n - tail..]);
+        return;
+    }
+    assert_eq!(summary.redactions, 0);
+    assert_eq!(captured.head(), &input[..head], "head is the prefix");
+    assert_eq!(captured.tail(), &input[n - tail..], "tail is the suffix");
     let rendered = captured.render("stderr");
     if captured.truncated() {
         assert!(
@@ -939,6 +1310,33 @@ fn check_captured(captured: &Captured, input: &[u8], head_limit: usize, tail_lim
     }
     for max in [0, 1, 40, 60, 64, 100, 300, 5000] {
         check_excerpt(captured, input, max);
+    }
+}
+
+/// With redaction on: each part is its raw bytes redacted alone, the views
+/// show only those, and excerpts stay within their bound.
+#[cfg(any(test, feature = "fuzzing"))]
+fn check_redacted(captured: &Captured, raw_head: &[u8], raw_tail: &[u8]) {
+    let mut head = raw_head.to_vec();
+    let (h, hc) = crate::redact::redact_in_place(&mut head);
+    head.truncate(h);
+    let mut tail = raw_tail.to_vec();
+    let (t, tc) = crate::redact::redact_in_place(&mut tail);
+    tail.truncate(t);
+    assert_eq!(captured.head(), &head[..], "head is the redacted prefix");
+    assert_eq!(captured.tail(), &tail[..], "tail is the redacted suffix");
+    assert_eq!(captured.summary().redactions, hc + tc);
+    let visible = [&head[..], &tail[..]].concat();
+    let rendered = captured.render("stderr");
+    if !captured.truncated() {
+        assert_eq!(rendered, String::from_utf8_lossy(&visible));
+    }
+    for max in [0, 1, 40, 60, 64, 100, 300, 5000] {
+        let excerpt = captured.excerpt("stderr", max);
+        assert!(excerpt.len() <= max, "excerpt {} > {max}", excerpt.len());
+        if !captured.truncated() && lossy_len(&visible) <= max {
+            assert_eq!(excerpt, String::from_utf8_lossy(&visible));
+        }
     }
 }
 
@@ -1028,7 +1426,8 @@ fn fuzz_run(u: &mut arbitrary::Unstructured<'_>) -> arbitrary::Result<()> {
                 let mut limits = CaptureConfig::default();
                 limits
                     .head(u.int_in_range(0..=MAX_LIMIT)?)
-                    .tail(u.int_in_range(0..=MAX_LIMIT)?);
+                    .tail(u.int_in_range(0..=MAX_LIMIT)?)
+                    .redact(u.arbitrary::<bool>()?);
                 let (capture, granted) = if u.arbitrary::<bool>()? {
                     let before = pool.in_use();
                     let grant = pool.grant(limits.wanted());
@@ -1081,7 +1480,9 @@ fn fuzz_finish(pool: &mut RetentionPool, entry: FuzzCapture, max_excerpt: usize)
     let (head, tail) = (entry.capture.head_limit(), entry.capture.tail_limit());
     let captured = entry.capture.finish();
     check_captured(&captured, &entry.input, head, tail);
-    check_excerpt(&captured, &entry.input, max_excerpt);
+    if !captured.summary().redaction {
+        check_excerpt(&captured, &entry.input, max_excerpt);
+    }
     match (captured.into_grant(), entry.granted) {
         (Some(grant), Some(bytes)) => {
             let before = pool.in_use();
@@ -1127,9 +1528,10 @@ mod tests {
         }
     }
 
+    /// Raw bytes only: these tests compare the kept bytes with the input.
     fn tail_config(tail: usize) -> CaptureConfig {
         let mut config = CaptureConfig::default();
-        config.tail(tail);
+        config.tail(tail).redact(false);
         config
     }
 
@@ -1361,11 +1763,233 @@ mod tests {
         assert_eq!(
             value,
             serde_json::json!({"seen": 5, "retained": 3, "truncated": true,
-                "head_bytes": 0, "tail_bytes": 3, "pool_limited": false})
+                "retained_part": "tail", "head_bytes": 0, "tail_bytes": 3,
+                "pool_limited": false, "redaction": false, "redactions": 0,
+                "debug": null})
         );
+        // Older summaries (before these fields) still read.
+        let old: CaptureSummary = serde_json::from_value(serde_json::json!({"seen": 5,
+            "retained": 3, "truncated": true, "head_bytes": 0, "tail_bytes": 3,
+            "pool_limited": false}))
+        .expect("readable");
+        assert_eq!((old.retained, old.redactions, old.debug), (3, 0, None));
+        let back: CaptureSummary = serde_json::from_value(value).expect("round trip");
+        assert_eq!(back, c.summary());
         let value = serde_json::to_value(&c).expect("serializable");
         assert_eq!(value["tail"], "cde");
         assert_eq!(value["seen"], 5);
+    }
+
+    #[test]
+    fn g10_summary_says_which_part_was_retained_with_byte_counts() {
+        let cases: [(usize, usize, usize, RetainedPart, u64, u64); 6] = [
+            (0, 16, 10, RetainedPart::All, 0, 10),
+            (4, 16, 10, RetainedPart::All, 4, 6),
+            (0, 8, 100, RetainedPart::Tail, 0, 8),
+            (8, 0, 100, RetainedPart::Head, 8, 0),
+            (4, 8, 100, RetainedPart::HeadAndTail, 4, 8),
+            (0, 0, 100, RetainedPart::Nothing, 0, 0),
+        ];
+        for (head, tail, len, part, head_bytes, tail_bytes) in cases {
+            let mut config = CaptureConfig::default();
+            config.head(head).tail(tail);
+            let c = captured(&config, &[&numbered(len)]);
+            let summary = c.summary();
+            assert_eq!(
+                (
+                    summary.retained_part,
+                    summary.head_bytes,
+                    summary.tail_bytes
+                ),
+                (part, head_bytes, tail_bytes),
+                "head {head} tail {tail} len {len}"
+            );
+            let json = serde_json::to_value(summary).expect("serializable");
+            assert_eq!(
+                json["retained_part"],
+                serde_json::to_value(part).expect("enum")
+            );
+        }
+        let names: Vec<String> = [
+            RetainedPart::All,
+            RetainedPart::Head,
+            RetainedPart::Tail,
+            RetainedPart::HeadAndTail,
+            RetainedPart::Nothing,
+        ]
+        .iter()
+        .map(|p| serde_json::to_value(p).expect("enum").to_string())
+        .collect();
+        assert_eq!(
+            names,
+            [
+                "\"all\"",
+                "\"head\"",
+                "\"tail\"",
+                "\"head_and_tail\"",
+                "\"nothing\""
+            ]
+        );
+    }
+
+    const SECRET_TOKEN: &str = "ghp_R4wS3cr3tT0kenAbCdEfGhIjKlMnOp";
+    const SECRET_KEY_BODY: &str =
+        "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj";
+
+    #[test]
+    fn g10_redaction_is_on_by_default_and_reaches_every_view() {
+        let stream = format!(
+            "starting upload\nAuthorization: Bearer {SECRET_TOKEN}\n\
+             -----BEGIN PRIVATE KEY-----\n{SECRET_KEY_BODY}\n-----END PRIVATE KEY-----\n\
+             upload failed: 403\n"
+        );
+        let c = captured(&CaptureConfig::default(), &[stream.as_bytes()]);
+        let summary = c.summary();
+        assert!(summary.redaction);
+        assert_eq!(summary.redactions, 2);
+        assert_eq!(
+            summary.retained,
+            stream.len() as u64,
+            "counts are the stream's"
+        );
+        assert!(!summary.truncated);
+        let views = [
+            c.render("stderr"),
+            c.excerpt("stderr", 4096),
+            c.excerpt("stderr", 60),
+            serde_json::to_string(&c).expect("serializable"),
+        ];
+        for view in &views {
+            assert!(!view.contains(SECRET_TOKEN), "{view}");
+            assert!(!view.contains(SECRET_KEY_BODY), "{view}");
+        }
+        assert_eq!(
+            views[0],
+            "starting upload\nAuthorization: Bearer [REDACTED]\n[REDACTED]\nupload failed: 403\n"
+        );
+        // Switched off: the bytes as they came (for a caller with its own scrubbing).
+        let mut off = CaptureConfig::default();
+        off.redact(false);
+        let raw = captured(&off, &[stream.as_bytes()]);
+        assert_eq!(raw.render("stderr"), stream);
+        assert_eq!(
+            (raw.summary().redaction, raw.summary().redactions),
+            (false, 0)
+        );
+    }
+
+    #[test]
+    fn g10_a_key_block_cut_by_the_retention_boundary_is_redacted_on_both_sides() {
+        // Head keeps the BEGIN line and part of the body; the tail starts
+        // inside the body and keeps the END line. Chunks cut mid-line too.
+        let body: String = (0..40)
+            .map(|i| format!("{SECRET_KEY_BODY}{i:02}\n"))
+            .collect();
+        let stream = format!(
+            "loading key\n-----BEGIN RSA PRIVATE KEY-----\n{body}-----END RSA PRIVATE KEY-----\nkey rejected\n"
+        );
+        let mut config = CaptureConfig::default();
+        config.head(120).tail(200);
+        let bytes = stream.as_bytes();
+        let c = captured(&config, &[&bytes[..7], &bytes[7..1000], &bytes[1000..]]);
+        let summary = c.summary();
+        assert_eq!(summary.retained_part, RetainedPart::HeadAndTail);
+        assert_eq!((summary.head_bytes, summary.tail_bytes), (120, 200));
+        assert_eq!(summary.redactions, 2, "one per side of the gap");
+        let rendered = c.render("stderr");
+        assert!(!rendered.contains(&SECRET_KEY_BODY[..20]), "{rendered}");
+        assert!(rendered.starts_with(&format!(
+            "[stderr truncated: kept first 120 and last 200 of {} bytes]\nloading key\n[REDACTED]\n[…",
+            stream.len()
+        )), "{rendered}");
+        assert!(
+            rendered.ends_with("bytes omitted …]\n[REDACTED]\nkey rejected\n"),
+            "{rendered}"
+        );
+        let excerpt = c.excerpt("stderr", 4096);
+        assert!(!excerpt.contains(&SECRET_KEY_BODY[..20]), "{excerpt}");
+        assert!(excerpt.ends_with("[REDACTED]\nkey rejected\n"), "{excerpt}");
+    }
+
+    #[test]
+    fn g10_debug_window_multiplies_budgets_within_limits_and_is_noted() {
+        let base = Instant::now();
+        let at = |ms: u64| Stamp::new(base + Duration::from_millis(ms), 1_000_000 + ms);
+        let mut debug = DebugMode::default();
+        let config = CaptureConfig::default();
+        // Off by default: the config is unchanged.
+        assert_eq!(debug.apply(at(0).instant, &config), config);
+        assert_eq!(debug.poll_timeout(), None);
+        // Limits: typed refusals, nothing opened.
+        assert_eq!(
+            debug.open(at(0), MAX_DEBUG_WINDOW + Duration::from_millis(1), 2),
+            Err(DebugModeError::DurationOutOfRange {
+                requested: MAX_DEBUG_WINDOW + Duration::from_millis(1),
+                max: MAX_DEBUG_WINDOW
+            })
+        );
+        assert!(matches!(
+            debug.open(at(0), Duration::ZERO, 2),
+            Err(DebugModeError::DurationOutOfRange { .. })
+        ));
+        for bad in [0, MAX_DEBUG_MULTIPLIER + 1] {
+            assert_eq!(
+                debug.open(at(0), Duration::from_secs(60), bad),
+                Err(DebugModeError::MultiplierOutOfRange {
+                    requested: bad,
+                    max: MAX_DEBUG_MULTIPLIER
+                })
+            );
+        }
+        assert_eq!(debug.windows_opened(), 0);
+        // A window of 60 s at ×4.
+        let mark = debug
+            .open(at(10), Duration::from_secs(60), 4)
+            .expect("within limits");
+        assert_eq!(
+            (
+                mark.window,
+                mark.multiplier,
+                mark.opened_unix_ms,
+                mark.closes_unix_ms
+            ),
+            (1, 4, 1_000_010, 1_060_010)
+        );
+        assert!(matches!(
+            debug.open(at(20), Duration::from_secs(1), 2),
+            Err(DebugModeError::AlreadyOpen { open }) if open == mark
+        ));
+        let during = debug.apply(at(30).instant, &config);
+        assert_eq!(during.get_debug(), Some(mark));
+        assert_eq!(during.wanted(), 4 * DEFAULT_TAIL);
+        let input = numbered(200_000);
+        let c = captured(&during, &[&input]);
+        assert_eq!(c.summary().tail_bytes, 4 * DEFAULT_TAIL as u64);
+        assert_eq!(c.summary().debug, Some(mark));
+        let json = serde_json::to_value(c.summary()).expect("serializable");
+        assert_eq!(json["debug"]["window"], 1);
+        assert_eq!(json["debug"]["multiplier"], 4);
+        // A pooled capture in debug mode still gets at most its grant.
+        let mut pool = RetentionPool::new(PoolConfig::default().limit(20_000).reserve(0));
+        let capture = OutputCapture::with_grant(&during, pool.grant(during.wanted()));
+        assert_eq!(capture.tail_limit(), 20_000);
+        assert!(capture.pool_limited());
+        let grant = capture.finish().into_grant().expect("pooled");
+        pool.release(grant).expect("own grant");
+        // At its end the window is over, even before handle_timeout.
+        assert_eq!(debug.poll_timeout(), Some(at(60_010).instant));
+        assert_eq!(debug.active(at(60_010).instant), None);
+        assert_eq!(debug.apply(at(60_010).instant, &config), config);
+        debug.handle_timeout(at(60_010).instant);
+        assert_eq!(debug.poll_timeout(), None);
+        // A new window gets a new number; close ends it early.
+        let second = debug
+            .open(at(70_000), Duration::from_secs(5), 1)
+            .expect("ok");
+        assert_eq!(second.window, 2);
+        assert_eq!(debug.close(), Some(second));
+        assert_eq!(debug.active(at(70_001).instant), None);
+        assert_eq!(captured(&config, &[b"x"]).summary().debug, None);
     }
 
     #[test]

@@ -313,9 +313,19 @@ pub struct ClientMetrics {
     pub inbox_peak_depth: u64,
     /// Messages taken from the inbox.
     pub inbox_delivered: u64,
-    /// Longest time a message waited in the inbox, in microseconds.
+    /// Longest time a message waited in the inbox, in microseconds
+    /// (serialized as `inbox_wait_max_ms`, milliseconds to the microsecond).
+    #[serde(
+        rename = "inbox_wait_max_ms",
+        serialize_with = "crate::duration_ms::serialize_micros"
+    )]
     pub inbox_wait_max_us: u64,
-    /// Total time messages waited in the inbox, in microseconds.
+    /// Total time messages waited in the inbox, in microseconds (serialized
+    /// as `inbox_wait_total_ms`, milliseconds to the microsecond).
+    #[serde(
+        rename = "inbox_wait_total_ms",
+        serialize_with = "crate::duration_ms::serialize_micros"
+    )]
     pub inbox_wait_total_us: u64,
     /// Server requests answered with an overload error.
     pub overload_rejects: u64,

@@ -107,7 +107,9 @@ use smallvec::SmallVec;
 use crate::call::{
     CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord, CallState, Stamp,
 };
-use crate::capture::{CaptureConfig, CaptureSummary, Grant, OutputCapture, DEFAULT_EXCERPT};
+use crate::capture::{
+    CaptureConfig, CaptureSummary, DebugMark, Grant, OutputCapture, DEFAULT_EXCERPT,
+};
 use crate::process::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
     SupervisorConfig,
@@ -212,6 +214,18 @@ impl HelperConfig {
     /// `handle_timeout` or answer.
     pub fn approval(&mut self, deadline_in: Option<Duration>) -> &mut Self {
         self.approval = deadline_in;
+        self
+    }
+
+    /// Runs the helper in a debug window (default `None`): both capture
+    /// budgets are multiplied by the mark's multiplier and every record of
+    /// the call carries the mark (`debug`). Take the mark from
+    /// [`DebugMode::active`](crate::capture::DebugMode::active) when the
+    /// call starts; set it after [`stdout`](Self::stdout) and
+    /// [`stderr`](Self::stderr), which replace the capture configs.
+    pub fn debug(&mut self, mark: Option<DebugMark>) -> &mut Self {
+        self.stdout.debug(mark);
+        self.stderr.debug(mark);
         self
     }
 
@@ -527,6 +541,9 @@ impl HelperRun {
         at: Stamp,
     ) -> Self {
         let mut lifecycle = CallLifecycle::new(&config.call, identity, at.unix_ms);
+        if let Some(mark) = config.stderr.get_debug().or(config.stdout.get_debug()) {
+            lifecycle.mark_debug(mark);
+        }
         lifecycle
             .validate(at)
             .expect("a new call is `received`, which always validates");
@@ -987,11 +1004,7 @@ impl HelperRun {
         }
         let (stdout, stdout_grant) = self.stdout.finish(self.config.excerpt_bytes);
         let (stderr, stderr_grant) = self.stderr.finish(self.config.excerpt_bytes);
-        self.lifecycle.observe_stderr(
-            stderr.summary.seen,
-            stderr.summary.retained,
-            stderr.summary.truncated,
-        );
+        self.lifecycle.observe_stderr_capture(&stderr.summary);
         self.grants = (stdout_grant, stderr_grant);
         let outcome = HelperOutcome {
             exit_status: process.as_ref().and_then(|p| p.exit_status),
@@ -2206,8 +2219,9 @@ mod tests {
         let json = serde_json::to_value(&o).expect("serializes");
         let empty = json!({
             "summary": {
-                "seen": 0, "retained": 0, "truncated": false,
-                "head_bytes": 0, "tail_bytes": 0, "pool_limited": false
+                "seen": 0, "retained": 0, "truncated": false, "retained_part": "all",
+                "head_bytes": 0, "tail_bytes": 0, "pool_limited": false,
+                "redaction": false, "redactions": 0, "debug": null
             },
             "text": "",
             "excerpt": "",

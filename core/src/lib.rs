@@ -50,8 +50,10 @@
 //! | [`serve`] | the serve loop's lifecycle: handler start/cancel/abort, the write in progress, drain after EOF, write-error policy |
 //! | [`server`] | server side: in-flight registry, cancel → abort, response suppression, outgoing limit |
 //! | [`capture`] | bounded head/tail capture of a byte stream and the process-wide retention pool |
+//! | [`redact`] | the fallback redactor of retained diagnostics: headers, private keys, obvious tokens |
 //! | [`process`] | the shutdown/cancel supervisor of one child process |
 //! | [`call`] | operation lifecycle and its call record |
+//! | [`duration_ms`] | durations in records and metrics as JSON numbers of milliseconds |
 //! | [`audit`] | hash-chained JSON-lines audit log and its offline verification |
 //! | [`budget`] | content budget for tool results |
 //! | [`proxy`] | the guard's decisions: a host session and a server session joined, limits both ways, cancel enforcement, records, the host that stopped reading |
@@ -68,6 +70,7 @@ pub mod capture;
 pub mod client;
 pub mod command;
 pub mod driver;
+pub mod duration_ms;
 pub mod frame;
 pub mod guard;
 pub mod handshake;
@@ -78,6 +81,7 @@ pub mod idset;
 pub mod message;
 pub mod process;
 pub mod proxy;
+pub mod redact;
 pub mod serve;
 pub mod server;
 

@@ -230,6 +230,10 @@ pub enum EndedBy {
 }
 
 /// What was observed over a child's life. Times are durations since spawn.
+///
+/// Serialized, every time is a number of milliseconds (to the microsecond)
+/// and its field name ends in `_ms` (`cancel_to_exit_ms`, `exited_at_ms`, …);
+/// see [`crate::duration_ms`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ProcessOutcome {
@@ -244,21 +248,53 @@ pub struct ProcessOutcome {
     pub stderr: Option<StreamEnd>,
     /// From the first shutdown or cancel request to the observed exit; `None`
     /// without a request, without an observed exit, or when the exit came first.
+    #[serde(
+        rename = "cancel_to_exit_ms",
+        with = "crate::duration_ms::option",
+        default
+    )]
     pub cancel_to_exit: Option<Duration>,
     /// When a shutdown was first requested.
+    #[serde(
+        rename = "shutdown_requested_at_ms",
+        with = "crate::duration_ms::option",
+        default
+    )]
     pub shutdown_requested_at: Option<Duration>,
     /// When a cancel was first requested.
+    #[serde(
+        rename = "cancel_requested_at_ms",
+        with = "crate::duration_ms::option",
+        default
+    )]
     pub cancel_requested_at: Option<Duration>,
     /// When stdin was closed (`CloseStdin` emitted).
+    #[serde(
+        rename = "stdin_closed_at_ms",
+        with = "crate::duration_ms::option",
+        default
+    )]
     pub stdin_closed_at: Option<Duration>,
     /// When `SIGTERM` was sent to the group; `None` if it never was.
+    #[serde(
+        rename = "term_sent_at_ms",
+        with = "crate::duration_ms::option",
+        default
+    )]
     pub term_sent_at: Option<Duration>,
     /// When `SIGKILL` was sent to the group; `None` if it never was. It may
     /// come after `exited_at`: the group outlived its leader.
+    #[serde(
+        rename = "kill_sent_at_ms",
+        with = "crate::duration_ms::option",
+        default
+    )]
     pub kill_sent_at: Option<Duration>,
     /// When the exit was observed.
+    #[serde(rename = "exited_at_ms", with = "crate::duration_ms::option", default)]
     pub exited_at: Option<Duration>,
     /// When supervision finished.
+    #[serde(rename = "finished_at_ms", with = "crate::duration_ms")]
     pub finished_at: Duration,
 }
 
