@@ -74,6 +74,10 @@ pub fn helper_options(stderr_tail: usize) -> HelperOptions {
         target: "test".into(),
         call_id: "call-1".into(),
         session_id: "suite".into(),
+        // Budgets of its own: the gates run side by side in one process,
+        // and the process-wide pool (the default) would make each run's
+        // grant depend on the others. The pool has its own gate.
+        pool: None,
         ..HelperOptions::default()
     };
     let mut stderr = CaptureConfig::default();

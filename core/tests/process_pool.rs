@@ -1,0 +1,23 @@
+//! G10: by default every capture in the process draws on one retention pool
+//! of 256 KiB — a `Client`'s stderr and both streams of every helper run.
+
+use mcp_stdio_core::capture::{SharedRetentionPool, DEFAULT_POOL_LIMIT};
+use mcp_stdio_core::helper::HelperOptions;
+use mcp_stdio_core::host::ClientOptions;
+
+#[test]
+fn g10_clients_and_helpers_share_the_process_pool_by_default() {
+    let client = ClientOptions::default()
+        .stderr_pool
+        .expect("a pool by default");
+    let helper = HelperOptions::default().pool.expect("a pool by default");
+    let process = SharedRetentionPool::process();
+    assert_eq!(process.stats().limit, DEFAULT_POOL_LIMIT as u64);
+    // One pool: a grant from the client's is in use in the helper's.
+    let before = helper.stats().in_use;
+    let grant = client.grant(4096);
+    assert_eq!(helper.stats().in_use, before + 4096);
+    assert_eq!(process.stats().in_use, before + 4096);
+    client.release(grant).expect("its own pool");
+    assert_eq!(helper.stats().in_use, before);
+}
