@@ -19,7 +19,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mcp_stdio_core::capture::{CaptureConfig, DEFAULT_EXCERPT, DEFAULT_TAIL};
+use mcp_stdio_core::capture::{
+    CaptureConfig, PoolConfig, SharedRetentionPool, DEFAULT_EXCERPT, DEFAULT_TAIL,
+};
 use mcp_stdio_core::frame::DEFAULT_MAX_FRAME;
 use mcp_stdio_core::process::SupervisorConfig;
 use serde::Deserialize;
@@ -84,6 +86,9 @@ pub(crate) struct GuardSettings {
     pub(crate) proxy: ProxyConfig,
     pub(crate) supervisor: SupervisorConfig,
     pub(crate) stderr_capture: CaptureConfig,
+    /// The process's retention pool: `stderr_retained_process_bytes` (default
+    /// 256 KiB), which the stderr capture draws its budget from.
+    pub(crate) stderr_pool: SharedRetentionPool,
     pub(crate) stderr_forward_bytes: u64,
     pub(crate) stderr_excerpt_bytes: usize,
 }
@@ -135,8 +140,7 @@ impl GuardSettings {
         let tail = args
             .stderr_tail
             .or(file.stderr_retained_per_call_bytes)
-            .unwrap_or(DEFAULT_TAIL)
-            .min(file.stderr_retained_process_bytes.unwrap_or(usize::MAX));
+            .unwrap_or(DEFAULT_TAIL);
         let retain = args.retain.or(file.retain).unwrap_or(Retain::Tail);
         let head = match retain {
             Retain::Tail => 0,
@@ -151,6 +155,13 @@ impl GuardSettings {
             proxy,
             supervisor,
             stderr_capture,
+            stderr_pool: {
+                let mut pool = PoolConfig::default();
+                if let Some(bytes) = file.stderr_retained_process_bytes {
+                    pool.limit(bytes);
+                }
+                SharedRetentionPool::new(&pool)
+            },
             stderr_forward_bytes: args
                 .stderr_budget
                 .or(file.stderr_forward_bytes)

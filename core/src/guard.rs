@@ -64,7 +64,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::call::{CallRecord, Stamp};
-use crate::capture::{CaptureConfig, CaptureSummary, OutputCapture};
+use crate::capture::{CaptureConfig, CaptureSummary, OutputCapture, SharedRetentionPool};
 use crate::frame::ReadRoom;
 use crate::process::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
@@ -88,6 +88,7 @@ pub struct GuardConfig {
     proxy: ProxyConfig,
     supervisor: SupervisorConfig,
     stderr_capture: CaptureConfig,
+    stderr_pool: Option<SharedRetentionPool>,
     stderr_forward: u64,
     final_flush: Duration,
 }
@@ -98,6 +99,7 @@ impl Default for GuardConfig {
             proxy: ProxyConfig::default(),
             supervisor: SupervisorConfig::default(),
             stderr_capture: CaptureConfig::default(),
+            stderr_pool: Some(SharedRetentionPool::process()),
             stderr_forward: DEFAULT_STDERR_FORWARD,
             final_flush: DEFAULT_FINAL_FLUSH,
         }
@@ -122,6 +124,16 @@ impl GuardConfig {
     /// case is the capture's `head + tail`).
     pub fn stderr_capture(&mut self, capture: CaptureConfig) -> &mut Self {
         self.stderr_capture = capture;
+        self
+    }
+
+    /// Sets the retention pool the stderr capture draws its budget from:
+    /// the capture keeps at most what the pool grants (default
+    /// [`SharedRetentionPool::process`], 256 KiB for the whole process; the
+    /// CLI builds one of `stderr_retained_process_bytes`). `None`: the
+    /// capture's own `head + tail` alone.
+    pub fn stderr_pool(&mut self, pool: Option<SharedRetentionPool>) -> &mut Self {
+        self.stderr_pool = pool;
         self
     }
 
@@ -232,7 +244,13 @@ impl GuardSession {
         Self {
             proxy: Proxy::new(config.proxy.clone()),
             supervisor: ProcessSupervisor::new(config.supervisor),
-            stderr: OutputCapture::new(&config.stderr_capture),
+            stderr: match &config.stderr_pool {
+                Some(pool) => OutputCapture::with_grant(
+                    &config.stderr_capture,
+                    pool.grant(config.stderr_capture.wanted()),
+                ),
+                None => OutputCapture::new(&config.stderr_capture),
+            },
             stderr_forwarded: 0,
             stderr_marker_shown: false,
             stderr_out: VecDeque::new(),
@@ -737,6 +755,33 @@ mod tests {
         let mut s = GuardSession::new(config);
         s.handle_spawned(clock.at(0));
         (s, clock)
+    }
+
+    /// G10: the stderr capture keeps at most what the process's pool
+    /// grants, even when the per-call budget is larger.
+    #[test]
+    fn g10_stderr_capture_is_bounded_by_the_pool() {
+        let mut pool = crate::capture::PoolConfig::default();
+        pool.limit(4096).reserve(0);
+        let pool = SharedRetentionPool::new(&pool);
+        let mut capture = CaptureConfig::default();
+        capture.tail(16 * 1024);
+        let mut config = GuardConfig::default();
+        config
+            .stderr_capture(capture)
+            .stderr_pool(Some(pool.clone()));
+        let clock = Clock {
+            base: Instant::now(),
+        };
+        let mut s = GuardSession::new(config);
+        s.handle_spawned(clock.at(0));
+        assert_eq!(pool.stats().in_use, 4096);
+        for i in 0..64 {
+            s.handle_server_stderr(clock.at(i), &[b'e'; 1024]);
+        }
+        let report = s.report(256);
+        assert_eq!(report.stderr.retained, 4096, "{:?}", report.stderr);
+        assert_eq!(report.stderr.seen, 64 * 1024);
     }
 
     fn actions(s: &mut GuardSession) -> Vec<GuardAction> {

@@ -139,6 +139,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         .proxy(proxy)
         .supervisor(settings.supervisor)
         .stderr_capture(settings.stderr_capture.clone())
+        .stderr_pool(Some(settings.stderr_pool.clone()))
         .stderr_forward(settings.stderr_forward_bytes);
     let mut session = GuardSession::new(config);
     let code = drive(&mut session, &mut child, pid, audit).await;
