@@ -713,7 +713,9 @@ impl Driver {
         loop {
             // The one clock read of this turn.
             let now = Instant::now();
-            // Inputs: commands, cancels, the exit, stdout, stderr, the clock.
+            // Inputs: commands (each after the cancels flagged before it, so a
+            // `cancel` then a `request` reach the wire in that order, G6),
+            // cancels, the exit, stdout, stderr, the clock.
             self.take_commands(now);
             if !self.kill_requested && self.shared.dropped.load(Ordering::Acquire) {
                 // The Client was dropped and its group killed: fail what waits.
@@ -767,7 +769,12 @@ impl Driver {
         self.commands_more = false;
         for _ in 0..COMMANDS_PER_TURN {
             match self.commands.try_recv() {
-                Ok(cmd) => self.core.handle_command(now, cmd),
+                Ok(cmd) => {
+                    // A cancel flagged before this command was sent goes out
+                    // before it (G6): one atomic swap when none is flagged.
+                    self.core.handle_cancels(now);
+                    self.core.handle_command(now, cmd);
+                }
                 // Disconnected cannot happen: this thread holds a sender.
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => return,
             }

@@ -477,3 +477,42 @@ fn g10_the_stderr_grant_goes_back_to_the_pool_on_shutdown_and_on_drop() {
     assert!(back.is_some(), "{:?}", pool.stats());
     assert_eq!(pool.stats().in_use, 0);
 }
+
+/// G6: a cancel issued before the next request reaches the server before it,
+/// in every round: the driver takes flagged cancels before the turn's
+/// commands. `cat` echoes what it receives, in order.
+#[test]
+fn g6_cancel_then_request_reach_the_wire_in_that_order() {
+    let client = Client::spawn(
+        &mcp_stdio_blocking::CommandSpec::new("cat"),
+        ClientOptions::default(),
+    )
+    .expect("spawn cat");
+    let mut order = Vec::new();
+    // Kept: a dropped request would send a cancel of its own.
+    let mut seconds = Vec::new();
+    for round in 0..8 {
+        let timeout = Some(Duration::from_secs(20));
+        let first = client.start_request("first", None, timeout).expect("sent");
+        first.cancel("then the next request");
+        seconds.push(client.start_request("second", None, timeout).expect("sent"));
+        order.clear();
+        let end = Instant::now() + Duration::from_secs(10);
+        while order.len() < 3 {
+            let left = end.saturating_duration_since(Instant::now());
+            match client.next_incoming(Some(left)) {
+                Some(IncomingMessage::Request(r, _)) => order.push(r.method),
+                Some(IncomingMessage::Notification(n)) => order.push(n.method),
+                Some(_) => {}
+                None => panic!("round {round}: nothing came back, got {order:?}"),
+            }
+        }
+        assert_eq!(
+            order,
+            ["first", "notifications/cancelled", "second"],
+            "round {round}"
+        );
+    }
+    eprintln!("blocking: cancel before the next request in 8 rounds: {order:?}");
+    let _ = client.kill();
+}

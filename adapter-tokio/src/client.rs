@@ -490,6 +490,10 @@ impl Driver {
             };
             // The one clock read of this turn.
             let now = Instant::now();
+            // Cancels flagged before this turn go out before what the turn
+            // brings: a `cancel` then a `request` reach the wire in that
+            // order (G6).
+            self.core.handle_cancels(now);
             match wake {
                 Wake::Stdout(Ok(n)) if n > 0 => {
                     self.core.handle_stdout_read(now, n);
@@ -650,6 +654,58 @@ async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// G6: a cancel issued before the next request reaches the server before
+    /// it, in every round. On a current-thread runtime the driver sees both
+    /// in one turn. `cat` echoes what it receives, in order.
+    #[test]
+    fn g6_cancel_then_request_reach_the_wire_in_that_order() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async {
+            let client =
+                Client::spawn(&CommandSpec::new("cat"), ClientOptions::default()).expect("cat");
+            let mut order = Vec::new();
+            // Kept: a dropped request would send a cancel of its own.
+            let mut seconds = Vec::new();
+            for round in 0..8 {
+                let timeout = Some(Duration::from_secs(20));
+                let first = client
+                    .start_request("first", None, timeout)
+                    .await
+                    .expect("sent");
+                first.cancel("then the next request");
+                seconds.push(
+                    client
+                        .start_request("second", None, timeout)
+                        .await
+                        .expect("sent"),
+                );
+                let seen = tokio::time::timeout(Duration::from_secs(10), async {
+                    let mut seen = Vec::new();
+                    while seen.len() < 3 {
+                        match client.next_incoming().await {
+                            Some(IncomingMessage::Request(r, _)) => seen.push(r.method),
+                            Some(IncomingMessage::Notification(n)) => seen.push(n.method),
+                            None => panic!("the session ended in round {round}"),
+                        }
+                    }
+                    seen
+                })
+                .await;
+                order = seen.unwrap_or_else(|_| panic!("round {round}: nothing came back"));
+                assert_eq!(
+                    order,
+                    ["first", "notifications/cancelled", "second"],
+                    "round {round}"
+                );
+            }
+            eprintln!("tokio: cancel before the next request in 8 rounds: {order:?}");
+            let _ = client.kill().await;
+        });
+    }
 
     /// G6: a cancel issued while the command queue is full still reaches the
     /// server. `cat` is the server: whatever reaches its stdin comes back as a
