@@ -40,7 +40,8 @@
 //! | the approval deadline passed | `denied` (reason `approval_timeout`) | — |
 //! | [`HelperRun::cancel`] before the helper was spawned (while awaiting approval, before `Spawn` was polled, or while spawning when the spawn then failed) | `cancelled` | — |
 //! | the spawn failed, or the approval deadline was not representable | `failed_before_dispatch` (with the reason) | — |
-//! | [`HelperRun::cancel`] after the spawn (also while spawning when the spawn then succeeded, and after the exit while a stream is still open) | `cancelled_after_dispatch` | — |
+//! | [`HelperRun::cancel`] after the spawn (also while spawning when the spawn then succeeded, and after the exit while a stream is still open) | `cancelled_after_dispatch` (`cancel_reason: "caller"`) | — |
+//! | the streams reached [`HelperConfig::max_duration`] (the same cancel path) | `cancelled_after_dispatch` (`cancel_reason: "max_duration"`) | — |
 //! | killed because a capture overflowed ([`HelperConfig::kill_on_overflow`]), no cancel before | `force_killed` | — |
 //! | supervision gave up without observing an exit | `unknown` | — |
 //! | the helper exited by itself with code 0 | `completed` | `succeeded` |
@@ -51,6 +52,14 @@
 //! status, the stream ends and the stderr counters are attached as facts
 //! whatever the state. `exit_status` is only ever one actually observed: a
 //! helper that was never spawned, or whose exit was never seen, has `null`.
+//!
+//! # Discovery
+//!
+//! A run built from [`HelperConfig::discovery`] only finds out what the
+//! operation will be. It has its own smaller budgets and maximum duration, no
+//! approval step, and its records say `kind: "discovery"` with the
+//! discovery's own `operation` name; the operation it resolves is a run of
+//! its own, approved with the resolved target.
 //!
 //! # What the adapter does, in order
 //!
@@ -2564,7 +2573,10 @@ mod tests {
             [HelperAction::SignalGroup(Signal::Term)]
         ));
         assert_eq!(run.state(), CallState::CancelledAfterDispatch);
-        assert_eq!(run.record().cancel_reason(), Some(CancelReason::MaxDuration));
+        assert_eq!(
+            run.record().cancel_reason(),
+            Some(CancelReason::MaxDuration)
+        );
         // Now only the supervisor's grace is pending; a caller's cancel adds nothing.
         assert_eq!(run.poll_timeout(), Some(clock.at(8 * S).instant));
         run.cancel(clock.at(6 * S + 1));
@@ -2621,7 +2633,11 @@ mod tests {
         let o = finished(drain(&mut run));
         assert_eq!(o.record.state(), CallState::CancelledAfterDispatch);
         assert_eq!(o.record.cancel_reason(), Some(CancelReason::MaxDuration));
-        assert_eq!(o.exit_status, Some(ExitStatus::Code(0)), "the observed exit");
+        assert_eq!(
+            o.exit_status,
+            Some(ExitStatus::Code(0)),
+            "the observed exit"
+        );
     }
 
     #[test]
