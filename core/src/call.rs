@@ -278,6 +278,33 @@ pub enum CallOutcome {
     LocalFailure,
 }
 
+/// What kind of flow a call is: the operation itself, or a discovery run
+/// that only resolves what the operation will be.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CallKind {
+    /// The operation a person approves (or a policy authorizes).
+    #[default]
+    Operation,
+    /// A non-operation flow run to find out what the operation will be (for
+    /// example resolving a configured name to an endpoint); never the
+    /// operation it helps to resolve.
+    Discovery,
+}
+
+/// Why a call was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CancelReason {
+    /// The caller cancelled it (`notifications/cancelled`, the client gone, a
+    /// tool's own cancel).
+    Caller,
+    /// Its output streams reached their maximum duration.
+    MaxDuration,
+}
+
 /// What an event records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -373,7 +400,7 @@ impl Serialize for EventLog {
 /// `events_dropped`, `stderr_bytes_seen`, `stderr_bytes_retained`,
 /// `stderr_truncated`, `stderr_retained_part`, `stderr_head_bytes`,
 /// `stderr_tail_bytes`, `stderr_redactions`, `exit_status`, `stream_end`,
-/// `debug`. Fields that are not known are `null`, never an invented value: in
+/// `debug`, `kind`, `cancel_reason`. Fields that are not known are `null`, never an invented value: in
 /// particular `exit_status` is `null` until an exit was actually observed.
 ///
 /// `stderr_retained_part` says which part of stderr was kept (`all`, `head`,
@@ -382,6 +409,12 @@ impl Serialize for EventLog {
 /// `stderr_redactions` counts the secrets the fallback redactor replaced in
 /// them; `debug` is the [`DebugMark`] of the debug window the call ran in
 /// (higher capture budgets), `null` outside any window.
+///
+/// `kind` is [`CallKind`]: `operation`, or `discovery` for a run that only
+/// resolves what the operation will be (its `operation` is then the
+/// discovery's own name). `cancel_reason` is [`CancelReason`] for a
+/// `cancelled` or `cancelled_after_dispatch` call whose canceller said why
+/// (`caller`, `max_duration`), `null` otherwise.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CallRecord {
     call_id: String,
@@ -407,6 +440,8 @@ pub struct CallRecord {
     exit_status: Option<ExitStatus>,
     stream_end: Option<StreamEnd>,
     debug: Option<DebugMark>,
+    kind: CallKind,
+    cancel_reason: Option<CancelReason>,
 }
 
 impl CallRecord {
@@ -501,6 +536,14 @@ impl CallRecord {
     /// How the output streams ended (the worst of those reported), if known.
     pub fn stream_end(&self) -> Option<StreamEnd> {
         self.stream_end
+    }
+    /// Operation or discovery.
+    pub fn kind(&self) -> CallKind {
+        self.kind
+    }
+    /// Why the call was cancelled, when it was and the canceller said why.
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        self.cancel_reason
     }
 }
 
@@ -615,6 +658,8 @@ impl CallLifecycle {
                 exit_status: None,
                 stream_end: None,
                 debug: None,
+                kind: CallKind::Operation,
+                cancel_reason: None,
             },
             approval_deadline: None,
         };
@@ -738,6 +783,13 @@ impl CallLifecycle {
         self.transition(at, to, allowed, None)
     }
 
+    /// [`cancel`](Self::cancel), recording why (`cancel_reason`).
+    pub fn cancel_because(&mut self, at: Stamp, reason: CancelReason) -> Result<(), CallError> {
+        self.cancel(at)?;
+        self.record.cancel_reason = Some(reason);
+        Ok(())
+    }
+
     /// Before dispatch (`received`, `validated`, `awaiting_approval`,
     /// `authorized`) → `failed_before_dispatch`, with a reason (cut to the
     /// text limit).
@@ -799,6 +851,12 @@ impl CallLifecycle {
     /// the call starts, in the window it started in.
     pub fn mark_debug(&mut self, mark: DebugMark) {
         self.record.debug = Some(mark);
+    }
+
+    /// Marks the call as an operation or a discovery flow (default
+    /// operation). Set it when the call starts.
+    pub fn mark_kind(&mut self, kind: CallKind) {
+        self.record.kind = kind;
     }
 
     /// Records the exit status actually observed (the last call wins).
@@ -1452,6 +1510,8 @@ mod tests {
                 "exit_status": null,
                 "stream_end": "eof_after_cancel",
                 "debug": null,
+                "kind": "operation",
+                "cancel_reason": null,
             })
         );
         // Once observed, the status appears; a code 0 only when observed.
@@ -1545,6 +1605,33 @@ mod tests {
 
     fn arb_cmd() -> impl Strategy<Value = Cmd> {
         (0..CMDS.len()).prop_map(|i| CMDS[i])
+    }
+
+    #[test]
+    fn cancel_reason_and_kind_are_recorded_only_when_stated() {
+        let clock = Clock::new();
+        let mut c = call_in(CallState::Dispatched, &clock);
+        assert_eq!(c.record().kind(), CallKind::Operation);
+        assert_eq!(c.record().cancel_reason(), None);
+        c.mark_kind(CallKind::Discovery);
+        c.cancel_because(clock.at(5), CancelReason::MaxDuration)
+            .expect("a dispatched call cancels");
+        assert_eq!(c.state(), CallState::CancelledAfterDispatch);
+        let v = serde_json::to_value(c.record()).expect("serializes");
+        assert_eq!(v["kind"], "discovery");
+        assert_eq!(v["cancel_reason"], "max_duration");
+
+        // An illegal cancel records no reason.
+        let mut done = call_in(CallState::Dispatched, &clock);
+        done.complete(clock.at(5), CallOutcome::Succeeded)
+            .expect("legal");
+        assert!(done
+            .cancel_because(clock.at(6), CancelReason::Caller)
+            .is_err());
+        assert_eq!(done.record().cancel_reason(), None);
+        let v = serde_json::to_value(done.record()).expect("serializes");
+        assert_eq!(v["kind"], "operation");
+        assert_eq!(v["cancel_reason"], serde_json::Value::Null);
     }
 
     proptest! {

@@ -40,7 +40,8 @@
 //! | the approval deadline passed | `denied` (reason `approval_timeout`) | — |
 //! | [`HelperRun::cancel`] before the helper was spawned (while awaiting approval, before `Spawn` was polled, or while spawning when the spawn then failed) | `cancelled` | — |
 //! | the spawn failed, or the approval deadline was not representable | `failed_before_dispatch` (with the reason) | — |
-//! | [`HelperRun::cancel`] after the spawn (also while spawning when the spawn then succeeded, and after the exit while a stream is still open) | `cancelled_after_dispatch` | — |
+//! | [`HelperRun::cancel`] after the spawn (also while spawning when the spawn then succeeded, and after the exit while a stream is still open) | `cancelled_after_dispatch` (`cancel_reason: "caller"`) | — |
+//! | the streams reached [`HelperConfig::max_duration`] (the same cancel path) | `cancelled_after_dispatch` (`cancel_reason: "max_duration"`) | — |
 //! | killed because a capture overflowed ([`HelperConfig::kill_on_overflow`]), no cancel before | `force_killed` | — |
 //! | supervision gave up without observing an exit | `unknown` | — |
 //! | the helper exited by itself with code 0 | `completed` | `succeeded` |
@@ -51,6 +52,14 @@
 //! status, the stream ends and the stderr counters are attached as facts
 //! whatever the state. `exit_status` is only ever one actually observed: a
 //! helper that was never spawned, or whose exit was never seen, has `null`.
+//!
+//! # Discovery
+//!
+//! A run built from [`HelperConfig::discovery`] only finds out what the
+//! operation will be. It has its own smaller budgets and maximum duration, no
+//! approval step, and its records say `kind: "discovery"` with the
+//! discovery's own `operation` name; the operation it resolves is a run of
+//! its own, approved with the resolved target.
 //!
 //! # What the adapter does, in order
 //!
@@ -105,7 +114,8 @@ use serde::Serialize;
 use smallvec::SmallVec;
 
 use crate::call::{
-    CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord, CallState, Stamp,
+    CallConfig, CallIdentity, CallKind, CallLifecycle, CallOutcome, CallRecord, CallState,
+    CancelReason, Stamp,
 };
 use crate::capture::{
     CaptureConfig, CaptureSummary, DebugMark, Grant, OutputCapture, DEFAULT_EXCERPT,
@@ -117,6 +127,27 @@ use crate::process::{
 
 /// Default stdout capture of a helper: the newest 64 KiB.
 pub const DEFAULT_STDOUT_TAIL: usize = 64 * 1024;
+
+/// Default maximum duration of a helper's output streams, from the spawn: 10
+/// minutes. Long enough for a slow clone, build or transfer; short enough
+/// that a helper stuck writing retries cannot hold its pool grant, its pipes
+/// and its readers for the life of the server.
+pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(10 * 60);
+
+/// Default stdout capture of a discovery run: the newest 16 KiB (a resolved
+/// name, an endpoint, a short listing).
+pub const DISCOVERY_STDOUT_TAIL: usize = 16 * 1024;
+
+/// Default stderr capture of a discovery run: the newest 4 KiB (enough for
+/// the error that explains a failed lookup).
+pub const DISCOVERY_STDERR_TAIL: usize = 4 * 1024;
+
+/// Default agent excerpt of a discovery run's streams: 1 KiB each.
+pub const DISCOVERY_EXCERPT: usize = 1024;
+
+/// Default maximum duration of a discovery run's streams: 30 seconds. A
+/// lookup that takes longer is stuck; the operation waits on it.
+pub const DISCOVERY_MAX_DURATION: Duration = Duration::from_secs(30);
 
 /// The most actions a [`HelperRun`] ever holds queued: one each of
 /// `RequestApproval`, `Spawn`, `SignalGroup(Term)`, `SignalGroup(Kill)`,
@@ -137,6 +168,8 @@ pub struct HelperConfig {
     excerpt_bytes: usize,
     kill_on_overflow: bool,
     approval: Option<Duration>,
+    max_duration: Duration,
+    kind: CallKind,
     call: CallConfig,
 }
 
@@ -151,12 +184,49 @@ impl Default for HelperConfig {
             excerpt_bytes: DEFAULT_EXCERPT,
             kill_on_overflow: false,
             approval: None,
+            max_duration: DEFAULT_MAX_DURATION,
+            kind: CallKind::Operation,
             call: CallConfig::default(),
         }
     }
 }
 
 impl HelperConfig {
+    /// The configuration of a discovery run: a helper run only to find out
+    /// what the operation will be (resolve a configured name to an endpoint,
+    /// list what exists), a flow of its own that is not the operation.
+    ///
+    /// - Its own, smaller output budget: stdout the newest
+    ///   [`DISCOVERY_STDOUT_TAIL`] (16 KiB), stderr the newest
+    ///   [`DISCOVERY_STDERR_TAIL`] (4 KiB), excerpts of [`DISCOVERY_EXCERPT`]
+    ///   (1 KiB); 20 KiB retained at most. It is a separate configuration, so
+    ///   it never draws from the operation's per-call budget; its grants come
+    ///   from the process-wide pool like every capture's, because the pool
+    ///   bounds the process's memory, which discovery output occupies too.
+    /// - Its streams' maximum duration is [`DISCOVERY_MAX_DURATION`] (30 s).
+    /// - No approval step: [`approval`](Self::approval) is ignored (and a
+    ///   note in the record says so). The operation it resolves is approved
+    ///   on its own, with the resolved target on the card.
+    /// - Its records say `kind: "discovery"`. Give the run an `operation`
+    ///   naming the discovery itself (e.g. `resolve-host`), never the
+    ///   operation it helps to resolve.
+    ///
+    /// Every setter still applies, so each of these can be changed.
+    pub fn discovery() -> Self {
+        let mut stdout = CaptureConfig::default();
+        stdout.head(0).tail(DISCOVERY_STDOUT_TAIL);
+        let mut stderr = CaptureConfig::default();
+        stderr.head(0).tail(DISCOVERY_STDERR_TAIL);
+        Self {
+            stdout,
+            stderr,
+            excerpt_bytes: DISCOVERY_EXCERPT,
+            max_duration: DISCOVERY_MAX_DURATION,
+            kind: CallKind::Discovery,
+            ..Self::default()
+        }
+    }
+
     /// The cancel graces (see [`SupervisorConfig`]; default 2 s `SIGTERM`
     /// grace, 1 s reader drain deadline). The stdin grace is unused: a helper
     /// has no stdin pipe, so a cancel sends `SIGTERM` at once.
@@ -211,9 +281,25 @@ impl HelperConfig {
     /// the run is built (default `None`: authorized by policy, spawned at
     /// once). A deadline too large to represent as an `Instant` ends the run
     /// `failed_before_dispatch`; `Duration::ZERO` denies at the first
-    /// `handle_timeout` or answer.
+    /// `handle_timeout` or answer. Ignored by a
+    /// [`discovery`](Self::discovery) run, which has no approval step.
     pub fn approval(&mut self, deadline_in: Option<Duration>) -> &mut Self {
         self.approval = deadline_in;
+        self
+    }
+
+    /// The maximum duration of the helper's output streams, counted from the
+    /// spawn (default [`DEFAULT_MAX_DURATION`] = 10 minutes;
+    /// [`DISCOVERY_MAX_DURATION`] = 30 s for a discovery run). When it is
+    /// reached and the run is still going (the helper alive, or a descendant
+    /// still holding a stream), the run is cancelled through the supervisor
+    /// exactly like a caller's cancel — `SIGTERM` to the group, `SIGKILL`
+    /// after the grace, the readers drained within their deadline — and the
+    /// call ends `cancelled_after_dispatch` with `cancel_reason:
+    /// "max_duration"`. A duration too large to add to the spawn instant
+    /// never fires. Memory: none (one deadline).
+    pub fn max_duration(&mut self, duration: Duration) -> &mut Self {
+        self.max_duration = duration;
         self
     }
 
@@ -260,9 +346,23 @@ impl HelperConfig {
         self.kill_on_overflow
     }
 
-    /// The approval deadline, if an approval step is configured.
+    /// The approval deadline, if an approval step is configured; always
+    /// `None` for a discovery run (it has no approval step).
     pub fn get_approval(&self) -> Option<Duration> {
-        self.approval
+        match self.kind {
+            CallKind::Discovery => None,
+            _ => self.approval,
+        }
+    }
+
+    /// The maximum duration of the output streams.
+    pub fn get_max_duration(&self) -> Duration {
+        self.max_duration
+    }
+
+    /// Operation or discovery (see [`discovery`](Self::discovery)).
+    pub fn get_kind(&self) -> CallKind {
+        self.kind
     }
 
     /// The call record's limits.
@@ -514,8 +614,11 @@ pub struct HelperRun {
     phase: Phase,
     stdout: Stream,
     stderr: Stream,
-    /// A cancel arrived after the spawn (or while spawning).
+    /// A cancel arrived after the spawn (or while spawning), or the streams
+    /// reached their maximum duration.
     cancel_requested: bool,
+    /// When the streams reach their maximum duration; set at the spawn.
+    stream_deadline: Option<Instant>,
     killed_on_overflow: bool,
     /// Bounded by [`ACTION_QUEUE_CAPACITY`]: each kind is queued at most once.
     actions: SmallVec<[HelperAction; ACTION_QUEUE_CAPACITY]>,
@@ -544,6 +647,7 @@ impl HelperRun {
         if let Some(mark) = config.stderr.get_debug().or(config.stdout.get_debug()) {
             lifecycle.mark_debug(mark);
         }
+        lifecycle.mark_kind(config.kind);
         lifecycle
             .validate(at)
             .expect("a new call is `received`, which always validates");
@@ -554,6 +658,7 @@ impl HelperRun {
             stdout: Stream::new(StreamName::Stdout, stdout_grant),
             stderr: Stream::new(StreamName::Stderr, stderr_grant),
             cancel_requested: false,
+            stream_deadline: None,
             killed_on_overflow: false,
             actions: SmallVec::new(),
             finished_polled: false,
@@ -561,7 +666,11 @@ impl HelperRun {
             ignored_inputs: 0,
             config,
         };
-        match run.config.approval {
+        if run.config.kind == CallKind::Discovery && run.config.approval.is_some() {
+            run.lifecycle
+                .note(at.unix_ms, "approval ignored: a discovery run has none");
+        }
+        match run.config.get_approval() {
             Some(deadline_in) => match run.lifecycle.request_approval(at, deadline_in) {
                 Ok(()) => {
                     let deadline = run
@@ -664,11 +773,12 @@ impl HelperRun {
             .dispatch(at)
             .expect("spawning happens only in state `authorized`, which dispatches");
         self.supervisor.handle_spawned(at.instant, HELPER_PIPES);
+        self.stream_deadline = at.instant.checked_add(self.config.max_duration);
         self.stdout.start(&self.config.stdout);
         self.stderr.start(&self.config.stderr);
         if self.cancel_requested {
             self.lifecycle
-                .cancel(at)
+                .cancel_because(at, CancelReason::Caller)
                 .expect("a `dispatched` call can always be cancelled");
             self.supervisor.cancel(at.instant);
         }
@@ -686,7 +796,7 @@ impl HelperRun {
         }
         if self.cancel_requested {
             self.lifecycle
-                .cancel(at)
+                .cancel_because(at, CancelReason::Caller)
                 .expect("spawning happens only in state `authorized`, which cancels");
             self.lifecycle
                 .note(at.unix_ms, &format!("spawn failed: {reason}"));
@@ -758,9 +868,10 @@ impl HelperRun {
     }
 
     /// Time has reached `at`: an expired approval becomes `denied`
-    /// (`approval_timeout`) and ends the run unspawned; the supervisor's
-    /// graces and drain deadlines escalate. Before any deadline it does
-    /// nothing.
+    /// (`approval_timeout`) and ends the run unspawned; streams past their
+    /// [maximum duration](HelperConfig::max_duration) cancel the run
+    /// (`cancel_reason: "max_duration"`); the supervisor's graces and drain
+    /// deadlines escalate. Before any deadline it does nothing.
     pub fn handle_timeout(&mut self, at: Stamp) {
         match self.phase {
             Phase::AwaitingApproval => {
@@ -770,6 +881,12 @@ impl HelperRun {
                 }
             }
             Phase::Running => {
+                if self
+                    .stream_deadline_running()
+                    .is_some_and(|deadline| at.instant >= deadline)
+                {
+                    self.max_duration_reached(at);
+                }
                 self.supervisor.handle_timeout(at.instant);
                 self.pump(at);
             }
@@ -804,7 +921,7 @@ impl HelperRun {
         match self.phase {
             Phase::AwaitingApproval | Phase::SpawnQueued => {
                 // An expired approval wins: the call is then `denied`.
-                let _ = self.lifecycle.cancel(at);
+                let _ = self.lifecycle.cancel_because(at, CancelReason::Caller);
                 self.finish(at, None);
             }
             Phase::Spawning => {
@@ -821,7 +938,7 @@ impl HelperRun {
                 self.cancel_requested = true;
                 if self.lifecycle.state() == CallState::Dispatched {
                     self.lifecycle
-                        .cancel(at)
+                        .cancel_because(at, CancelReason::Caller)
                         .expect("a `dispatched` call can always be cancelled");
                 } else {
                     // Already force-killed on overflow: the kill is under way.
@@ -860,17 +977,19 @@ impl HelperRun {
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must next be called: the
-    /// approval deadline while awaiting approval, the supervisor's next
-    /// deadline while running; `None` otherwise.
+    /// approval deadline while awaiting approval; while running, the earlier
+    /// of the streams' maximum duration (until a cancel or an overflow kill
+    /// is under way) and the supervisor's next deadline; `None` otherwise.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match (
+        [
             self.lifecycle.poll_timeout(),
             self.supervisor.poll_timeout(),
-        ) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+            self.stream_deadline_running(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     // ---- internals ----
@@ -878,6 +997,31 @@ impl HelperRun {
     fn ignore(&mut self, what: &'static str) {
         self.ignored_inputs = self.ignored_inputs.saturating_add(1);
         tracing::debug!(input = what, "helper run ignored an input");
+    }
+
+    /// The streams' maximum duration, while it can still fire.
+    fn stream_deadline_running(&self) -> Option<Instant> {
+        if self.phase != Phase::Running || self.cancel_requested || self.killed_on_overflow {
+            return None;
+        }
+        self.stream_deadline
+    }
+
+    /// The streams ran past their maximum duration: cancel through the
+    /// supervisor, as a caller's cancel would, and say why.
+    fn max_duration_reached(&mut self, at: Stamp) {
+        self.cancel_requested = true;
+        self.lifecycle
+            .cancel_because(at, CancelReason::MaxDuration)
+            .expect("the deadline runs only while the call is `dispatched`");
+        self.lifecycle.note(
+            at.unix_ms,
+            &format!(
+                "streams reached their maximum duration of {} ms",
+                self.config.max_duration.as_millis()
+            ),
+        );
+        self.supervisor.cancel(at.instant);
     }
 
     fn queue_spawn(&mut self) {
@@ -1092,7 +1236,8 @@ mod fuzzing {
             .stderr(stderr)
             .excerpt_bytes(small(&mut u, 128))
             .kill_on_overflow(u.arbitrary().unwrap_or(false))
-            .approval(approval);
+            .approval(approval)
+            .max_duration(ms(&mut u));
         config
             .supervisor_mut()
             .term_grace(ms(&mut u))
@@ -1862,8 +2007,8 @@ mod tests {
         assert_eq!(run.record().stderr_bytes_seen(), 240_000);
         assert_eq!(
             run.poll_timeout(),
-            None,
-            "no deadline while the helper runs"
+            Some(clock.at(20 * S).instant + DEFAULT_MAX_DURATION),
+            "no deadline but the streams' maximum duration while the helper runs"
         );
         assert_eq!(run.state(), CallState::Dispatched);
     }
@@ -2399,5 +2544,212 @@ mod tests {
             let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
             fuzz_helper_run(&data);
         }
+    }
+
+    #[test]
+    fn max_duration_cancels_through_the_supervisor_and_says_why() {
+        let clock = Clock::new();
+        let mut config = HelperConfig::default();
+        config.max_duration(Duration::from_secs(5));
+        assert_eq!(
+            HelperConfig::default().get_max_duration(),
+            DEFAULT_MAX_DURATION
+        );
+        let mut run = new_run(config, &clock);
+        spawn(&mut run, &clock, S);
+        assert_eq!(run.poll_timeout(), Some(clock.at(6 * S).instant));
+        // Output, however much, never moves the deadline.
+        for i in 0..1_000 {
+            run.handle_stderr(clock.at(S + i), b"retrying\n");
+        }
+        assert_eq!(run.poll_timeout(), Some(clock.at(6 * S).instant));
+        run.handle_timeout(clock.at(6 * S - 1));
+        assert!(drain(&mut run).is_empty(), "spurious");
+        assert_eq!(run.state(), CallState::Dispatched);
+
+        run.handle_timeout(clock.at(6 * S));
+        assert!(matches!(
+            drain(&mut run).as_slice(),
+            [HelperAction::SignalGroup(Signal::Term)]
+        ));
+        assert_eq!(run.state(), CallState::CancelledAfterDispatch);
+        assert_eq!(
+            run.record().cancel_reason(),
+            Some(CancelReason::MaxDuration)
+        );
+        // Now only the supervisor's grace is pending; a caller's cancel adds nothing.
+        assert_eq!(run.poll_timeout(), Some(clock.at(8 * S).instant));
+        run.cancel(clock.at(6 * S + 1));
+        assert!(drain(&mut run).is_empty());
+        run.handle_timeout(clock.at(8 * S));
+        assert!(matches!(
+            drain(&mut run).as_slice(),
+            [HelperAction::SignalGroup(Signal::Kill)]
+        ));
+        run.handle_exited(clock.at(8 * S + 1), ExitStatus::Signal(9));
+        run.handle_stdout_eof(clock.at(8 * S + 1));
+        run.handle_stderr_eof(clock.at(8 * S + 1));
+        let o = finished(drain(&mut run));
+        assert_eq!(o.record.state(), CallState::CancelledAfterDispatch);
+        assert_eq!(o.record.cancel_reason(), Some(CancelReason::MaxDuration));
+        assert_eq!(o.exit_status, Some(ExitStatus::Signal(9)));
+        let p = o.process.as_ref().expect("spawned");
+        assert_eq!(p.ended_by, EndedBy::ExitedAfterKill);
+        let notes: Vec<_> = o.record.events().filter_map(|e| e.detail.clone()).collect();
+        assert_eq!(
+            notes,
+            [
+                "streams reached their maximum duration of 5000 ms",
+                "sigterm sent to the group",
+                "sigkill sent to the group"
+            ]
+        );
+        let v = serde_json::to_value(&o.record).expect("serializes");
+        assert_eq!(v["cancel_reason"], "max_duration");
+        assert_eq!(v["kind"], "operation");
+        assert_eq!(run.poll_timeout(), None);
+    }
+
+    #[test]
+    fn max_duration_fires_while_a_descendant_holds_a_stream_after_the_exit() {
+        let clock = Clock::new();
+        let mut config = HelperConfig::default();
+        config.max_duration(Duration::from_secs(5));
+        let mut run = new_run(config, &clock);
+        spawn(&mut run, &clock, 0);
+        // The exit comes just before the limit, so it fires before the
+        // supervisor's drain deadline after the exit.
+        run.handle_exited(clock.at(4_500), ExitStatus::Code(0));
+        run.handle_stdout_eof(clock.at(4_500));
+        assert!(drain(&mut run).is_empty(), "stderr still open");
+        assert_eq!(run.poll_timeout(), Some(clock.at(5 * S).instant));
+        run.handle_timeout(clock.at(5 * S));
+        // The supervisor's rule after the exit: the descendants get SIGKILL.
+        assert!(matches!(
+            drain(&mut run).as_slice(),
+            [HelperAction::SignalGroup(Signal::Kill)]
+        ));
+        run.handle_stderr_eof(clock.at(5 * S + 10));
+        let o = finished(drain(&mut run));
+        assert_eq!(o.record.state(), CallState::CancelledAfterDispatch);
+        assert_eq!(o.record.cancel_reason(), Some(CancelReason::MaxDuration));
+        assert_eq!(
+            o.exit_status,
+            Some(ExitStatus::Code(0)),
+            "the observed exit"
+        );
+    }
+
+    #[test]
+    fn max_duration_is_not_armed_after_a_cancel_or_before_the_spawn_and_never_overflows() {
+        let clock = Clock::new();
+        let mut config = with_approval(30);
+        config.max_duration(Duration::from_secs(1));
+        let mut run = new_run(config, &clock);
+        assert_eq!(run.poll_timeout(), Some(clock.at(30 * S).instant));
+        run.approve(clock.at(10 * S)).expect("in time");
+        assert_eq!(run.poll_timeout(), None, "not before the spawn");
+        spawn(&mut run, &clock, 10 * S);
+        assert_eq!(run.poll_timeout(), Some(clock.at(11 * S).instant));
+        run.cancel(clock.at(10 * S + 1));
+        let _ = drain(&mut run);
+        assert_eq!(run.record().cancel_reason(), Some(CancelReason::Caller));
+        // Only the supervisor's TERM grace, not the stream deadline, is pending.
+        assert_eq!(run.poll_timeout(), Some(clock.at(12 * S + 1).instant));
+        run.handle_timeout(clock.at(11 * S));
+        assert!(drain(&mut run).is_empty());
+        assert_eq!(run.record().cancel_reason(), Some(CancelReason::Caller));
+
+        // A duration past what an Instant can hold never fires.
+        let mut config = HelperConfig::default();
+        config.max_duration(Duration::MAX);
+        let mut run = new_run(config, &clock);
+        spawn(&mut run, &clock, 0);
+        assert_eq!(run.poll_timeout(), None);
+        run.handle_timeout(clock.at(3_600 * S));
+        assert!(drain(&mut run).is_empty());
+        assert_eq!(run.state(), CallState::Dispatched);
+    }
+
+    #[test]
+    fn discovery_has_its_own_budget_no_approval_and_is_recorded_as_discovery() {
+        let clock = Clock::new();
+        let mut config = HelperConfig::discovery();
+        config.approval(Some(Duration::from_secs(30)));
+        assert_eq!(config.get_kind(), CallKind::Discovery);
+        assert_eq!(config.get_approval(), None, "no approval step");
+        assert_eq!(config.get_stdout().wanted(), DISCOVERY_STDOUT_TAIL);
+        assert_eq!(config.get_stderr().wanted(), DISCOVERY_STDERR_TAIL);
+        assert!(config.get_stdout().wanted() < HelperConfig::default().get_stdout().wanted());
+        assert!(config.get_stderr().wanted() < HelperConfig::default().get_stderr().wanted());
+        assert_eq!(config.get_excerpt_bytes(), DISCOVERY_EXCERPT);
+        assert_eq!(config.get_max_duration(), DISCOVERY_MAX_DURATION);
+
+        let discovery = CallIdentity {
+            call_id: "c_7f2a.d1",
+            session_id: "s_1",
+            operation: "resolve-host",
+            target: "prod",
+        };
+        let mut run = HelperRun::new(config, discovery, None, None, clock.at(0));
+        assert_eq!(run.state(), CallState::Authorized, "authorized by policy");
+        assert_eq!(run.approval_deadline(), None);
+        assert_eq!(run.record().decision_reason(), Some(DecisionReason::Policy));
+        spawn(&mut run, &clock, 1);
+        assert_eq!(
+            run.poll_timeout(),
+            Some(clock.at(1).instant + DISCOVERY_MAX_DURATION)
+        );
+        run.handle_stdout(clock.at(2), &[b'h'; 20_000]);
+        run.handle_stderr(clock.at(2), &[b'w'; 10_000]);
+        run.handle_stdout_eof(clock.at(3));
+        run.handle_stderr_eof(clock.at(3));
+        run.handle_exited(clock.at(3), ExitStatus::Code(0));
+        let o = finished(drain(&mut run));
+        assert!(o.succeeded());
+        assert_eq!(o.stdout.summary.retained, DISCOVERY_STDOUT_TAIL as u64);
+        assert_eq!(o.stderr.summary.retained, DISCOVERY_STDERR_TAIL as u64);
+        assert!(o.stdout.excerpt.len() <= DISCOVERY_EXCERPT);
+        let r = &o.record;
+        assert_eq!(r.kind(), CallKind::Discovery);
+        assert_eq!(r.operation(), "resolve-host");
+        assert!(!transitions(r).contains(&CallState::AwaitingApproval));
+        assert!(r
+            .events()
+            .any(|e| e.detail.as_deref() == Some("approval ignored: a discovery run has none")));
+        let v = serde_json::to_value(r).expect("serializes");
+        assert_eq!(v["kind"], "discovery");
+        assert_eq!(v["operation"], "resolve-host");
+        assert_eq!(v["approval_deadline_unix_ms"], serde_json::Value::Null);
+        assert_eq!(v["cancel_reason"], serde_json::Value::Null);
+
+        // The operation it resolved is a run of its own, recorded as the operation.
+        let mut op = new_run(with_approval(30), &clock);
+        assert_eq!(op.record().kind(), CallKind::Operation);
+        assert_eq!(op.record().operation(), "ssh.exec");
+        assert!(matches!(
+            drain(&mut op).as_slice(),
+            [HelperAction::RequestApproval { .. }]
+        ));
+    }
+
+    #[test]
+    fn discovery_grants_come_from_the_pool_at_the_discovery_budget() {
+        let clock = Clock::new();
+        let mut pool = RetentionPool::new(PoolConfig::default().limit(256 * 1024));
+        let config = HelperConfig::discovery();
+        let g1 = pool.grant(config.get_stdout().wanted());
+        let g2 = pool.grant(config.get_stderr().wanted());
+        assert_eq!(pool.in_use(), DISCOVERY_STDOUT_TAIL + DISCOVERY_STDERR_TAIL);
+        let mut run = HelperRun::new(config, identity(), Some(g1), Some(g2), clock.at(0));
+        run.cancel(clock.at(1));
+        let _ = finished(drain(&mut run));
+        assert_eq!(run.record().cancel_reason(), Some(CancelReason::Caller));
+        assert_eq!(run.record().state(), CallState::Cancelled);
+        let (g1, g2) = run.take_grants();
+        for grant in [g1, g2].into_iter().flatten() {
+            pool.release(grant).expect("from this pool");
+        }
+        assert_eq!(pool.in_use(), 0);
     }
 }

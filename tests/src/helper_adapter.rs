@@ -431,6 +431,8 @@ macro_rules! helper_suite {
             g12_approval_denied_or_expired_never_spawns,
             g12_helper_cancel_after_dispatch_is_recorded,
             g10_fifty_concurrent_helpers_stay_within_the_pool,
+            g11_helper_max_duration_cancels_through_the_supervisor,
+            g12_discovery_has_its_own_budget_and_no_approval,
         );
     };
     (@each $adapter:ty; $($name:ident),* $(,)?) => {
@@ -441,4 +443,154 @@ macro_rules! helper_suite {
             }
         )*
     };
+}
+
+/// G11/G12: a helper whose streams outlive their maximum duration is
+/// cancelled through the supervisor (TERM, grace, KILL, drain), and the
+/// record says why (`cancel_reason: "max_duration"`).
+pub fn g11_helper_max_duration_cancels_through_the_supervisor<A: HelperAdapter>() {
+    use mcp_stdio_core::call::CancelReason;
+    const MAX: Duration = Duration::from_millis(500);
+    const GRACE: Duration = Duration::from_millis(500);
+    let limited = |args: &[&str]| {
+        let mut o = helper_options(4096);
+        o.config.max_duration(MAX);
+        job(helper_command(args), o)
+    };
+    let t = Instant::now();
+    let reports = A::run_helpers(vec![
+        limited(&["sleep", "30"]),
+        limited(&["ignore-term", "30"]),
+    ]);
+    let took = t.elapsed();
+    let wants = [
+        (ExitStatus::Signal(15), EndedBy::ExitedAfterTerm),
+        (ExitStatus::Signal(9), EndedBy::ExitedAfterKill),
+    ];
+    for (r, (status, ended_by)) in reports.iter().zip(wants) {
+        let o = &r.outcome;
+        let p = o.process.as_ref().expect("spawned");
+        let json = serde_json::to_value(&o.record).expect("serializes");
+        eprintln!(
+            "{}: max duration {MAX:?}: ended {:?}, exit {:?}, cancel -> exit {:?}, \
+             state {}, cancel_reason {}, final record exists: {}; all done in {took:?}",
+            A::NAME,
+            p.ended_by,
+            o.exit_status,
+            p.cancel_to_exit,
+            o.record.state(),
+            json["cancel_reason"],
+            o.record.state().is_terminal()
+        );
+        assert_eq!(o.record.state(), CallState::CancelledAfterDispatch);
+        assert_eq!(o.record.cancel_reason(), Some(CancelReason::MaxDuration));
+        assert_eq!(json["cancel_reason"], "max_duration");
+        assert!(o.record.events().any(|e| e
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("maximum duration of 500 ms"))));
+        assert_eq!(o.exit_status, Some(status));
+        assert_eq!(o.record.exit_status(), Some(status));
+        assert_eq!(p.ended_by, ended_by);
+        let cancel_to_exit = p.cancel_to_exit.expect("cancelled");
+        assert!(
+            cancel_to_exit < GRACE + Duration::from_secs(3),
+            "cancel -> exit {cancel_to_exit:?}"
+        );
+    }
+    let killed = &reports[1].outcome;
+    assert!(killed.stderr.text.contains("SIGTERM received and ignored"));
+    assert!(
+        killed.process.as_ref().and_then(|p| p.cancel_to_exit) >= Some(GRACE),
+        "KILL only after the grace"
+    );
+    // Max duration + grace + drain, plus generous slack; the helpers would sleep 30 s.
+    assert!(
+        took < MAX + GRACE + Duration::from_millis(500) + Duration::from_secs(4),
+        "no hang: {took:?}"
+    );
+}
+
+/// G12: a discovery run has its own (smaller) output budget, no approval
+/// step even with a deadline configured, and is recorded as discovery under
+/// its own name; the operation beside it still goes through its approval.
+pub fn g12_discovery_has_its_own_budget_and_no_approval<A: HelperAdapter>() {
+    use mcp_stdio_core::call::CallKind;
+    use mcp_stdio_core::helper::{HelperConfig, DISCOVERY_STDERR_TAIL, DISCOVERY_STDOUT_TAIL};
+    let mut pool_config = PoolConfig::default();
+    pool_config.limit(256 * 1024);
+    let pool = SharedRetentionPool::new(&pool_config);
+    let deny = Some(ApprovalScript {
+        approve: false,
+        after: Duration::from_millis(10),
+    });
+    let mut d = helper_options(4096);
+    d.config = HelperConfig::discovery();
+    d.config.approval(Some(Duration::from_secs(5)));
+    d.pool = Some(pool.clone());
+    d.operation = "resolve-target".into();
+    d.call_id = "call-1.discovery".into();
+    let discovery = HelperJob {
+        command: helper_command(&["flood-both", "0.3"]),
+        options: d,
+        cancel_after: None,
+        approval: deny,
+    };
+    let mut o = helper_options(4096);
+    o.config.approval(Some(Duration::from_secs(5)));
+    let operation = HelperJob {
+        command: helper_command(&["exit", "0"]),
+        options: o,
+        cancel_after: None,
+        approval: deny,
+    };
+    let t = Instant::now();
+    let reports = A::run_helpers(vec![discovery, operation]);
+    let (d, op) = (&reports[0], &reports[1]);
+    let stats = pool.stats();
+    let o = &d.outcome;
+    let json = serde_json::to_value(&o.record).expect("serializes");
+    eprintln!(
+        "{}: discovery in {:?}: kind {}, operation {}, state {}, approval requested {:?}, \
+         stdout {}/{} B, stderr {}/{} B retained/seen, pool peak {}; operation beside it {}",
+        A::NAME,
+        t.elapsed(),
+        json["kind"],
+        json["operation"],
+        o.record.state(),
+        d.approval_requested_after,
+        o.stdout.summary.retained,
+        o.stdout.summary.seen,
+        o.stderr.summary.retained,
+        o.stderr.summary.seen,
+        stats.peak,
+        op.outcome.record.state()
+    );
+    assert_eq!(d.approval_requested_after, None, "no approval step");
+    assert!(o.succeeded(), "ran to its end: {:?}", o.record.state());
+    assert_eq!(o.record.kind(), CallKind::Discovery);
+    assert_eq!(json["kind"], "discovery");
+    assert_eq!(json["operation"], "resolve-target");
+    assert!(json["approval_deadline_unix_ms"].is_null());
+    assert!(o.stdout.summary.seen > DISCOVERY_STDOUT_TAIL as u64);
+    assert!(o.stderr.summary.seen > DISCOVERY_STDERR_TAIL as u64);
+    assert_eq!(o.stdout.summary.retained, DISCOVERY_STDOUT_TAIL as u64);
+    assert_eq!(o.stderr.summary.retained, DISCOVERY_STDERR_TAIL as u64);
+    assert_marker(
+        &o.stderr.text,
+        "stderr",
+        DISCOVERY_STDERR_TAIL as u64,
+        o.stderr.summary.seen,
+    );
+    assert_eq!(
+        stats.peak,
+        (DISCOVERY_STDOUT_TAIL + DISCOVERY_STDERR_TAIL) as u64,
+        "discovery's grants are its own budget"
+    );
+    assert_eq!(stats.in_use, 0, "every grant came back");
+    // The operation beside it asked, and the denial held.
+    assert!(op.approval_requested_after.is_some());
+    assert_eq!(op.outcome.record.state(), CallState::Denied);
+    assert_eq!(op.outcome.record.kind(), CallKind::Operation);
+    assert_eq!(op.outcome.record.operation(), "fixture-helper");
 }
