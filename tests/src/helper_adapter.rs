@@ -793,6 +793,131 @@ pub fn g7_scenario_cancel_while_the_card_is_shown<A: HelperAdapter>() {
     assert!(has_final, "the final record reached the sink");
 }
 
+/// Article: "run the same fixtures with concurrent calls". The scenario
+/// helpers run side by side with four floods, all drawing on one 64 KiB
+/// pool of their own at 16 KiB per call: the pool's peak stays within its
+/// limit, every grant comes back, and every call ends in its expected state
+/// with its final record in the sink.
+pub fn g10_scenarios_side_by_side_stay_within_one_pool<A: HelperAdapter>() {
+    const LIMIT: usize = 64 * 1024;
+    let mut pool_config = PoolConfig::default();
+    pool_config.limit(LIMIT);
+    let pool = SharedRetentionPool::new(&pool_config);
+    let mut logs = Vec::new();
+    let mut add =
+        |args: &[&str], id: &str, approval: Option<ApprovalScript>, cancel: Option<u64>| {
+            let mut o = helper_options(16 * 1024);
+            o.pool = Some(pool.clone());
+            // A small stdout budget, so the stderr captures share the pool.
+            let mut stdout = CaptureConfig::default();
+            stdout.tail(1024);
+            o.config.stdout(stdout);
+            if approval.is_some() {
+                o.config.approval(Some(Duration::from_secs(5)));
+            }
+            let (o, log) = logged(o, id);
+            let mut j = job(helper_command(args), o);
+            j.approval = approval;
+            j.cancel_after = cancel.map(Duration::from_millis);
+            logs.push((id.to_string(), log));
+            j
+        };
+    let approve = Some(ApprovalScript {
+        approve: true,
+        after: Duration::from_millis(300),
+    });
+    let never = Some(ApprovalScript {
+        approve: true,
+        after: Duration::from_secs(20),
+    });
+    let mut jobs = vec![
+        add(
+            &["succeed-then-flood", "3"],
+            "flood-after-success",
+            None,
+            Some(400),
+        ),
+        add(
+            &["stderr-then-exit", "100000", "0"],
+            "exit-after-approval",
+            approve,
+            None,
+        ),
+        add(
+            &["invalid-utf8-long-line", "100000"],
+            "invalid-long",
+            None,
+            None,
+        ),
+        add(&["wrapper-grandchild", "30"], "wrapper", None, None),
+        add(&["sleep", "30"], "cancel-card", never, Some(300)),
+    ];
+    for i in 0..4 {
+        jobs.push(add(
+            &["flood-stderr", "1"],
+            &format!("flood-{i}"),
+            None,
+            Some(6000),
+        ));
+    }
+    let t = Instant::now();
+    let reports = A::run_helpers(jobs);
+    if let Some(pid) = reports[3]
+        .outcome
+        .stdout
+        .text
+        .lines()
+        .find_map(|l| l.strip_prefix("grandchild "))
+        .and_then(|p| p.trim().parse().ok())
+    {
+        let gone = wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
+            !pid_alive(pid)
+        });
+        if gone.is_none() {
+            let _ = signal_pid(pid, Signal::SIGKILL);
+        }
+        assert!(gone.is_some(), "the wrapper's grandchild outlived the run");
+    }
+    let stats = pool.stats();
+    eprintln!(
+        "{}: {} scenario runs side by side in {:?}: pool peak {} of {} B, {} grants ({} short)",
+        A::NAME,
+        reports.len(),
+        t.elapsed(),
+        stats.peak,
+        stats.limit,
+        stats.grants,
+        stats.short_grants
+    );
+    let expected = [
+        CallState::CancelledAfterDispatch,
+        CallState::Completed,
+        CallState::Completed,
+        CallState::Completed,
+        CallState::Cancelled,
+    ];
+    for (i, (r, (id, log))) in reports.iter().zip(&logs).enumerate() {
+        let has_final = print_facts::<A>(&format!("side-by-side {id}"), r, log);
+        assert!(has_final, "{id}: the final record reached the sink");
+        let want = expected.get(i).copied().unwrap_or(CallState::Completed);
+        assert_eq!(r.outcome.record.state(), want, "{id}");
+        assert!(r.outcome.stderr.summary.retained <= 16 * 1024, "{id}");
+    }
+    assert!(stats.peak <= LIMIT as u64, "pool peak {}", stats.peak);
+    assert_eq!(stats.grants, 18, "every capture drew on the pool");
+    assert!(stats.short_grants > 0, "the pool bounded the grants");
+    assert_eq!(
+        (stats.in_use, stats.outstanding),
+        (0, 0),
+        "every grant came back"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "no hang: {:?}",
+        t.elapsed()
+    );
+}
+
 /// Pids of processes whose command line has the argument `arg`.
 fn processes_with_arg(arg: &str) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -883,6 +1008,7 @@ macro_rules! helper_suite {
             g10_scenario_invalid_bytes_and_a_line_longer_than_the_limit,
             g12_scenario_slow_reader_card_stays_available_deadline_not_reset,
             g7_scenario_cancel_while_the_card_is_shown,
+            g10_scenarios_side_by_side_stay_within_one_pool,
         );
     };
     (@each $adapter:ty; $($name:ident),* $(,)?) => {
