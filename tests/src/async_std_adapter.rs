@@ -20,7 +20,7 @@ use mcp_stdio_core::message::{Id, RawValue};
 use mcp_stdio_core::CommandSpec;
 
 use crate::adapter::{Adapter, Outcome, SuiteClient, SuiteIncoming, SuitePending};
-use crate::helper_adapter::{ApprovalClock, HelperAdapter, HelperJob, HelperRunReport};
+use crate::helper_adapter::{HelperAdapter, HelperJob, HelperRunReport, RunClock};
 
 /// The async-std adapter.
 #[derive(Debug)]
@@ -130,18 +130,21 @@ impl SuiteClient for AsyncStdClient {
 }
 
 async fn run_one(job: HelperJob) -> HelperRunReport {
+    task::sleep(job.start_after).await;
     let cancel = CancelToken::new();
+    let clock = RunClock::default();
     let canceller = job.cancel_after.map(|d| {
         let cancel = cancel.clone();
+        let clock = clock.clone();
         task::spawn(async move {
             task::sleep(d).await;
+            clock.cancelled();
             cancel.cancel();
         })
     });
-    let clock = ApprovalClock::default();
     let script = job.approval;
-    let approver = |_request: ApprovalRequest| {
-        clock.mark();
+    let approver = |request: ApprovalRequest| {
+        clock.approval_requested(request.deadline);
         async move {
             match script {
                 Some(s) => {
@@ -154,14 +157,12 @@ async fn run_one(job: HelperJob) -> HelperRunReport {
     };
     let start = Instant::now();
     let outcome = run_helper_with_approval(&job.command, &job.options, &cancel, &approver).await;
+    let end = Instant::now();
     if let Some(c) = canceller {
         // Dropping an async-std `JoinHandle` detaches the task; cancel it.
         c.cancel().await;
     }
-    HelperRunReport {
-        outcome,
-        approval_requested_after: clock.get().map(|t| t.duration_since(start)),
-    }
+    HelperRunReport::new(outcome, start, end, &clock)
 }
 
 impl HelperAdapter for AsyncStd {

@@ -20,7 +20,7 @@ use mcp_stdio_core::message::{Id, RawValue};
 use mcp_stdio_core::CommandSpec;
 
 use crate::adapter::{Adapter, Outcome, SuiteClient, SuiteIncoming, SuitePending};
-use crate::helper_adapter::{ApprovalClock, HelperAdapter, HelperJob, HelperRunReport};
+use crate::helper_adapter::{HelperAdapter, HelperJob, HelperRunReport, RunClock};
 
 /// The blocking adapter.
 #[derive(Debug)]
@@ -125,27 +125,30 @@ impl SuiteClient for BlockingClient {
 }
 
 fn run_one(job: HelperJob) -> HelperRunReport {
+    thread::sleep(job.start_after);
     let cancel = CancelToken::new();
+    let clock = RunClock::default();
     // A second token as a "run is over" signal, so the canceller thread
     // stops waiting as soon as the run ends.
     let finished = CancelToken::new();
     let canceller = job.cancel_after.map(|d| {
         let cancel = cancel.clone();
+        let clock = clock.clone();
         let finished = finished.clone();
         thread::spawn(move || {
             if !finished.wait_timeout(d) {
+                clock.cancelled();
                 cancel.cancel();
             }
         })
     });
-    let clock = ApprovalClock::default();
     let script = job.approval;
     // Owns its captures (`Clone + 'static`): the adapter runs it on a thread
     // of its own, which may outlive the run (an answer after the deadline).
     let approver = {
         let clock = clock.clone();
-        move |_request: ApprovalRequest| {
-            clock.mark();
+        move |request: ApprovalRequest| {
+            clock.approval_requested(request.deadline);
             match script {
                 Some(s) => {
                     thread::sleep(s.after);
@@ -157,14 +160,12 @@ fn run_one(job: HelperJob) -> HelperRunReport {
     };
     let start = Instant::now();
     let outcome = run_helper_with_approval(&job.command, &job.options, &cancel, &approver);
+    let end = Instant::now();
     finished.cancel();
     if let Some(c) = canceller {
         c.join().expect("the canceller never panics");
     }
-    HelperRunReport {
-        outcome,
-        approval_requested_after: clock.get().map(|t| t.duration_since(start)),
-    }
+    HelperRunReport::new(outcome, start, end, &clock)
 }
 
 impl HelperAdapter for Blocking {

@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::call::CallState;
-use mcp_stdio_core::capture::{CaptureConfig, PoolConfig, SharedRetentionPool};
-use mcp_stdio_core::helper::{HelperOptions, HelperOutcome};
+use mcp_stdio_core::call::{CallRecord, CallState, DecisionReason};
+use mcp_stdio_core::capture::{CaptureConfig, PoolConfig, RetainedPart, SharedRetentionPool};
+use mcp_stdio_core::helper::{HelperOptions, HelperOutcome, RecordSink};
 use mcp_stdio_core::process::{EndedBy, StreamEnd};
 use mcp_stdio_core::{CommandSpec, ExitStatus};
 
@@ -28,6 +28,39 @@ pub struct HelperRunReport {
     pub outcome: HelperOutcome,
     /// From the call to the approval request, if one was raised.
     pub approval_requested_after: Option<Duration>,
+    /// The deadline shown with the (first) approval request, from the moment
+    /// it was shown.
+    pub approval_deadline_in: Option<Duration>,
+    /// How many times the approver was asked (the card was drawn).
+    pub approval_requests: u32,
+    /// From the call to the cancel, if the job cancelled.
+    pub cancelled_after: Option<Duration>,
+    /// From the call to its outcome.
+    pub took: Duration,
+}
+
+impl HelperRunReport {
+    /// The report of a run that started at `start` and ended at `end`.
+    pub fn new(outcome: HelperOutcome, start: Instant, end: Instant, clock: &RunClock) -> Self {
+        let m = clock.moments();
+        Self {
+            outcome,
+            approval_requested_after: m.approval_requested.map(|t| t.duration_since(start)),
+            approval_deadline_in: m
+                .approval_requested
+                .zip(m.approval_deadline)
+                .map(|(shown, deadline)| deadline.saturating_duration_since(shown)),
+            approval_requests: m.approval_requests,
+            cancelled_after: m.cancelled.map(|t| t.duration_since(start)),
+            took: end.duration_since(start),
+        }
+    }
+
+    /// From the cancel to the outcome (the process exited and both readers
+    /// finished), if the job cancelled.
+    pub fn cancel_to_end(&self) -> Option<Duration> {
+        self.cancelled_after.map(|c| self.took.saturating_sub(c))
+    }
 }
 
 /// An adapter's `run_helper`, behind a synchronous interface.
@@ -58,6 +91,8 @@ pub struct HelperJob {
     pub cancel_after: Option<Duration>,
     /// The approver's behaviour (used when `options.config` has an approval deadline).
     pub approval: Option<ApprovalScript>,
+    /// Start the run this long after the others (its clock starts then).
+    pub start_after: Duration,
 }
 
 /// A fixture-helper command.
@@ -96,6 +131,7 @@ fn job(command: CommandSpec, options: HelperOptions) -> HelperJob {
         options,
         cancel_after: None,
         approval: None,
+        start_after: Duration::ZERO,
     }
 }
 
@@ -189,14 +225,14 @@ fn grandchild_pid(stdout: &str) -> u32 {
         .unwrap_or_else(|| panic!("no grandchild pid in {stdout:?}"))
 }
 
-/// G11: a wrapper exits while its grandchild keeps writing stderr: the
-/// group kill ends the grandchild and the run finishes.
+/// G11, article scenario "a wrapper exits while a descendant holds
+/// stderr": the group kill ends the grandchild and the run finishes, with
+/// its final record.
 pub fn g11_helper_wrapper_exits_grandchild_killed_with_the_group<A: HelperAdapter>() {
     let t = Instant::now();
-    let r = A::run_helper(job(
-        helper_command(&["wrapper-grandchild", "30"]),
-        helper_options(4096),
-    ));
+    let (o, log) = logged(helper_options(4096), "call-wrapper");
+    let r = A::run_helper(job(helper_command(&["wrapper-grandchild", "30"]), o));
+    let has_final = print_facts::<A>("wrapper-exits-grandchild-in-group", &r, &log);
     let pid = grandchild_pid(&r.outcome.stdout.text);
     let gone = wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
         !pid_alive(pid)
@@ -217,16 +253,17 @@ pub fn g11_helper_wrapper_exits_grandchild_killed_with_the_group<A: HelperAdapte
         "the group was killed after the leader exited"
     );
     assert!(r.outcome.stderr.text.contains("helper-grandchild: alive"));
+    assert!(r.took < Duration::from_secs(10), "no hang: {:?}", r.took);
+    assert!(has_final, "the final record reached the sink");
 }
 
 /// G11: a grandchild that escaped with `setsid` holds stderr: the reader
 /// deadline ends the run with `abandoned_after_deadline`, no hang.
 pub fn g11_helper_escaped_grandchild_reader_abandoned<A: HelperAdapter>() {
     let t = Instant::now();
-    let r = A::run_helper(job(
-        helper_command(&["escaped-grandchild", "30"]),
-        helper_options(4096),
-    ));
+    let (o, log) = logged(helper_options(4096), "call-escaped");
+    let r = A::run_helper(job(helper_command(&["escaped-grandchild", "30"]), o));
+    let has_final = print_facts::<A>("wrapper-exits-escaped-grandchild", &r, &log);
     let took = t.elapsed();
     let pid = grandchild_pid(&r.outcome.stdout.text);
     let _ = signal_pid(pid, Signal::SIGKILL);
@@ -237,7 +274,12 @@ pub fn g11_helper_escaped_grandchild_reader_abandoned<A: HelperAdapter>() {
     );
     assert_eq!(p.stderr, Some(StreamEnd::AbandonedAfterDeadline));
     assert_eq!(r.outcome.exit_status, Some(ExitStatus::Code(0)));
+    assert_eq!(
+        r.outcome.record.stream_end(),
+        Some(StreamEnd::AbandonedAfterDeadline)
+    );
     assert!(took < Duration::from_secs(10), "no hang: {took:?}");
+    assert!(has_final, "the final record reached the sink");
 }
 
 /// G12: the approval request is raised at once, without waiting for any
@@ -255,6 +297,7 @@ pub fn g12_approval_timing_independent_of_stderr_volume<A: HelperAdapter>() {
                 approve: true,
                 after: Duration::from_millis(10),
             }),
+            start_after: Duration::ZERO,
         }
     };
     let quiet = A::run_helpers((0..5).map(|_| approval_job()).collect());
@@ -311,6 +354,7 @@ pub fn g12_approval_denied_or_expired_never_spawns<A: HelperAdapter>() {
             approve: false,
             after: Duration::from_millis(10),
         }),
+        start_after: Duration::ZERO,
     };
     let slow = HelperJob {
         approval: Some(ApprovalScript {
@@ -330,15 +374,38 @@ pub fn g12_approval_denied_or_expired_never_spawns<A: HelperAdapter>() {
     assert!(json["exit_status"].is_null());
 }
 
-/// G12: stderr after success, then a cancel while the process is still
-/// draining: the final state says the remote side may have acted.
+/// G12, article scenario "a flood after the external operation succeeded,
+/// with a cancel during cleanup": the helper reports success on stdout, then
+/// floods stderr; the cancel arrives while it does. TERM ends it, both
+/// streams are drained to EOF, and the final state says the remote side may
+/// have acted (`cancelled_after_dispatch`, never `failed`).
 pub fn g12_helper_cancel_after_dispatch_is_recorded<A: HelperAdapter>() {
-    let mut j = job(helper_command(&["flood-stderr", "5"]), helper_options(4096));
-    j.cancel_after = Some(Duration::from_millis(200));
+    let (o, log) = logged(helper_options(4096), "call-flood-after-success");
+    let mut j = job(helper_command(&["succeed-then-flood", "5"]), o);
+    j.cancel_after = Some(Duration::from_millis(300));
     let r = A::run_helper(j);
-    assert_eq!(r.outcome.record.state(), CallState::CancelledAfterDispatch);
-    assert!(r.outcome.record.stderr_bytes_seen() > 0);
-    assert_eq!(r.outcome.record.exit_status(), Some(ExitStatus::Signal(15)));
+    let has_final = print_facts::<A>("flood-after-success-cancel-in-cleanup", &r, &log);
+    let o = &r.outcome;
+    assert_eq!(o.stdout.text, "helper: operation succeeded\n");
+    assert_eq!(o.record.state(), CallState::CancelledAfterDispatch);
+    let s = o.stderr.summary;
+    assert!(s.seen > 4096 && s.truncated, "the flood ran: {s:?}");
+    assert!(s.retained <= 4096);
+    assert_marker(&o.stderr.text, "stderr", s.retained, s.seen);
+    assert_eq!(o.record.stderr_bytes_seen(), s.seen);
+    assert_eq!(o.record.exit_status(), Some(ExitStatus::Signal(15)));
+    let p = o.process.as_ref().expect("spawned");
+    assert_eq!(p.ended_by, EndedBy::ExitedAfterTerm);
+    assert_eq!(p.stdout, Some(StreamEnd::EofAfterCancel));
+    assert_eq!(p.stderr, Some(StreamEnd::EofAfterCancel));
+    let exit = p.cancel_to_exit.expect("exit observed after the cancel");
+    assert!(exit < Duration::from_secs(2), "cancel -> exit {exit:?}");
+    let to_end = r.cancel_to_end().expect("the job cancelled");
+    assert!(
+        to_end < Duration::from_secs(5),
+        "cancel -> outcome {to_end:?}"
+    );
+    assert!(has_final, "the final record reached the sink");
 }
 
 /// G10: 50 concurrent helpers flooding stderr share one process-wide pool:
@@ -383,25 +450,532 @@ pub fn g10_fifty_concurrent_helpers_stay_within_the_pool<A: HelperAdapter>() {
     }
 }
 
-/// Shared scaffolding: the approval latency clock.
+/// The records a run's [`RecordSink`] received, in order.
 #[derive(Debug, Clone, Default)]
-pub struct ApprovalClock(Arc<Mutex<Option<Instant>>>);
+pub struct RecordLog(Arc<Mutex<Vec<CallRecord>>>);
 
-impl ApprovalClock {
-    /// Records the first call.
-    pub fn mark(&self) {
-        let mut g = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        g.get_or_insert_with(Instant::now);
-    }
-    /// When it was first called.
-    pub fn get(&self) -> Option<Instant> {
-        *self
-            .0
+impl RecordLog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<CallRecord>> {
+        self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+    /// A sink appending to this log (a handful of records per run: one per
+    /// state change, then the final one).
+    pub fn sink(&self) -> RecordSink {
+        let log = self.clone();
+        RecordSink::new(move |r| log.lock().push(r.clone()))
+    }
+    /// The records so far.
+    pub fn records(&self) -> Vec<CallRecord> {
+        self.lock().clone()
+    }
+    /// True when the sink's last record is terminal and is the outcome's
+    /// final record.
+    pub fn has_final(&self, outcome: &HelperOutcome) -> bool {
+        self.lock()
+            .last()
+            .is_some_and(|last| last.state().is_terminal() && *last == outcome.record)
+    }
+}
+
+/// Options with a record log attached.
+fn logged(mut options: HelperOptions, call_id: &str) -> (HelperOptions, RecordLog) {
+    let log = RecordLog::default();
+    options.records = Some(log.sink());
+    options.call_id = call_id.into();
+    (options, log)
+}
+
+/// The article's facts for one scenario run, printed on one line; returns
+/// whether the expected final record reached the sink.
+fn print_facts<A: HelperAdapter>(scenario: &str, r: &HelperRunReport, log: &RecordLog) -> bool {
+    let o = &r.outcome;
+    let peak = log
+        .records()
+        .iter()
+        .map(CallRecord::stderr_bytes_retained)
+        .chain([o.stderr.summary.retained])
+        .max()
+        .unwrap_or(0);
+    let has_final = log.has_final(o);
+    eprintln!(
+        "FACTS {} {scenario}: peak retained stderr {peak} B (+ stdout {} B), \
+         approval latency {:?} (deadline {:?}, card drawn {}x), cancel->exit {:?} \
+         (cancel->outcome {:?}), run {:?}, final state {}, expected record {}",
+        A::NAME,
+        o.stdout.summary.retained,
+        r.approval_requested_after,
+        r.approval_deadline_in,
+        r.approval_requests,
+        o.process.as_ref().and_then(|p| p.cancel_to_exit),
+        r.cancel_to_end(),
+        r.took,
+        o.record.state().as_str(),
+        if has_final { "present" } else { "MISSING" },
+    );
+    has_final
+}
+
+/// Checks the records the sink got before the spawn: none carries stderr
+/// (output from elsewhere is never attached to a call that has no process).
+fn assert_nothing_attached_before_dispatch(log: &RecordLog) {
+    let records = log.records();
+    let awaiting: Vec<_> = records
+        .iter()
+        .filter(|r| r.state() == CallState::AwaitingApproval)
+        .collect();
+    assert!(!awaiting.is_empty(), "no awaiting_approval record");
+    for r in awaiting {
+        assert_eq!(r.stderr_bytes_seen(), 0, "stderr attached before the spawn");
+    }
+}
+
+/// The card's deadline as the records state it, in ms after the request;
+/// the same in every record that carries it (never reset).
+fn record_deadline_ms(log: &RecordLog) -> u64 {
+    let spans: Vec<u64> = log
+        .records()
+        .iter()
+        .filter_map(|r| {
+            let asked = r.approval_requested_unix_ms()?;
+            Some(r.approval_deadline_unix_ms()? - asked)
+        })
+        .collect();
+    assert!(!spans.is_empty(), "no record carries the approval deadline");
+    assert!(
+        spans.windows(2).all(|w| w[0] == w[1]),
+        "the deadline moved between records: {spans:?}"
+    );
+    spans[0]
+}
+
+fn approval_job(
+    args: &[&str],
+    deadline: Duration,
+    answer: ApprovalScript,
+    id: &str,
+) -> (HelperJob, RecordLog) {
+    let mut o = helper_options(4096);
+    o.config.approval(Some(deadline));
+    let (o, log) = logged(o, id);
+    let mut j = job(helper_command(args), o);
+    j.approval = Some(answer);
+    (j, log)
+}
+
+fn flood_job(secs: &str, id: &str) -> HelperJob {
+    let mut o = helper_options(4096);
+    o.call_id = id.into();
+    let mut j = job(helper_command(&["flood-stderr", secs]), o);
+    j.cancel_after = Some(Duration::from_secs(6));
+    j
+}
+
+/// Article scenario "stderr before approval". No helper process exists before
+/// its approval, so the stderr before the card comes from elsewhere: another
+/// helper flooding for 300 ms before the call arrives. The card is shown at
+/// once with its full deadline, nothing of that stderr is attached to the
+/// call, and the approved helper's record holds its own stderr only.
+pub fn g12_scenario_stderr_before_approval<A: HelperAdapter>() {
+    let deadline = Duration::from_secs(5);
+    let (mut call, log) = approval_job(
+        &["exit", "0"],
+        deadline,
+        ApprovalScript {
+            approve: true,
+            after: Duration::from_millis(200),
+        },
+        "call-before",
+    );
+    call.start_after = Duration::from_millis(300);
+    let reports = A::run_helpers(vec![flood_job("1.5", "flood-before"), call]);
+    let (flood, r) = (&reports[0], &reports[1]);
+    let has_final = print_facts::<A>("stderr-before-approval", r, &log);
+    let latency = r.approval_requested_after.expect("the card was shown");
+    assert!(flood.outcome.stderr.summary.seen > 0, "the flood ran");
+    assert!(
+        latency < Duration::from_millis(500),
+        "card after {latency:?}"
+    );
+    assert_eq!(r.approval_requests, 1, "the card is drawn once");
+    let shown = r.approval_deadline_in.expect("a deadline");
+    assert!(
+        shown <= deadline && shown + Duration::from_millis(250) > deadline,
+        "the card's deadline {shown:?} is not the configured {deadline:?}"
+    );
+    assert_eq!(record_deadline_ms(&log), 5000);
+    assert_nothing_attached_before_dispatch(&log);
+    assert!(r.outcome.succeeded(), "{:?}", r.outcome.record);
+    assert_eq!(r.outcome.stderr.text, "helper stderr line\n");
+    assert_eq!(r.outcome.record.stderr_bytes_seen(), 19);
+    assert!(has_final, "the final record reached the sink");
+}
+
+/// Article scenario "stderr during approval, exit right after approval":
+/// other helpers flood while the card is up; once approved, the helper
+/// writes 100 000 bytes of stderr and exits at once. Every byte is drained
+/// after the exit, the tail is kept with its marker, the call completes.
+pub fn g12_scenario_stderr_during_approval_exit_right_after<A: HelperAdapter>() {
+    let (call, log) = approval_job(
+        &["stderr-then-exit", "100000", "0"],
+        Duration::from_secs(5),
+        ApprovalScript {
+            approve: true,
+            after: Duration::from_millis(500),
+        },
+        "call-during",
+    );
+    let mut jobs = vec![call];
+    jobs.extend((0..3).map(|i| flood_job("1.5", &format!("flood-during-{i}"))));
+    let reports = A::run_helpers(jobs);
+    let r = &reports[0];
+    let has_final = print_facts::<A>("stderr-during-approval-exit-after", r, &log);
+    let latency = r.approval_requested_after.expect("the card was shown");
+    assert!(
+        latency < Duration::from_millis(500),
+        "card after {latency:?}"
+    );
+    assert_eq!(r.approval_requests, 1);
+    assert_eq!(record_deadline_ms(&log), 5000);
+    assert_nothing_attached_before_dispatch(&log);
+    let s = r.outcome.stderr.summary;
+    assert_eq!(
+        (s.seen, s.retained),
+        (100_000, 4096),
+        "drained after the exit"
+    );
+    assert_marker(&r.outcome.stderr.text, "stderr", 4096, 100_000);
+    assert!(r.outcome.succeeded(), "{:?}", r.outcome.record);
+    let p = r.outcome.process.as_ref().expect("spawned");
+    assert_eq!(p.stderr, Some(StreamEnd::Eof));
+    assert_eq!(r.outcome.record.stderr_bytes_seen(), 100_000);
+    assert!(r.outcome.record.stderr_truncated());
+    assert!(r.took < Duration::from_secs(10), "no hang: {:?}", r.took);
+    assert!(has_final, "the final record reached the sink");
+}
+
+/// Article scenario "invalid bytes plus one line longer than the retention
+/// limit", in one helper: counted exactly, the tail kept with its marker,
+/// invalid bytes replaced, the record says a tail was kept.
+pub fn g10_scenario_invalid_bytes_and_a_line_longer_than_the_limit<A: HelperAdapter>() {
+    let (o, log) = logged(helper_options(4096), "call-invalid-long");
+    let r = A::run_helper(job(
+        helper_command(&["invalid-utf8-long-line", "100000"]),
+        o,
+    ));
+    let has_final = print_facts::<A>("invalid-bytes-and-long-line", &r, &log);
+    let invalid_line = 35_u64;
+    let s = r.outcome.stderr.summary;
+    assert_eq!(s.seen, 2 * invalid_line + 100_001);
+    assert_eq!(s.retained, 4096);
+    assert_marker(&r.outcome.stderr.text, "stderr", 4096, s.seen);
+    let text = &r.outcome.stderr.text;
+    assert!(text.contains('\u{FFFD}'), "invalid bytes replaced");
+    assert!(text.ends_with(" end\n"), "the last line is whole");
+    assert!(text.contains("LLLL\n"), "the long line's end is kept");
+    let rec = &r.outcome.record;
+    assert!(rec.stderr_truncated());
+    assert_eq!(rec.stderr_retained_part(), RetainedPart::Tail);
+    assert_eq!(rec.stderr_tail_bytes(), 4096);
+    assert!(r.outcome.succeeded());
+    assert!(has_final, "the final record reached the sink");
+}
+
+/// Article scenario "the slow reader": the bridge drains floods while the
+/// card is up. An answer within the deadline is still accepted (the card
+/// stays available); an answer after it is a timeout at the deadline fixed
+/// when the card was shown (stderr arriving never resets it).
+pub fn g12_scenario_slow_reader_card_stays_available_deadline_not_reset<A: HelperAdapter>() {
+    let deadline = Duration::from_secs(2);
+    let (mut in_time, log_in) = approval_job(
+        &["exit", "0"],
+        deadline,
+        ApprovalScript {
+            approve: true,
+            after: Duration::from_millis(1000),
+        },
+        "call-in-time",
+    );
+    let (mut late, log_late) = approval_job(
+        &["exit", "0"],
+        deadline,
+        ApprovalScript {
+            approve: true,
+            after: Duration::from_millis(3500),
+        },
+        "call-late",
+    );
+    in_time.start_after = Duration::from_millis(200);
+    late.start_after = Duration::from_millis(200);
+    let mut jobs = vec![in_time, late];
+    jobs.extend((0..4).map(|i| flood_job("3.5", &format!("flood-slow-{i}"))));
+    let reports = A::run_helpers(jobs);
+    let drained: u64 = reports[2..]
+        .iter()
+        .map(|r| r.outcome.stderr.summary.seen)
+        .sum();
+    eprintln!(
+        "{}: slow reader: {drained} B drained while the cards were up",
+        A::NAME
+    );
+    let (a, b) = (&reports[0], &reports[1]);
+    let a_final = print_facts::<A>("slow-reader-answer-in-time", a, &log_in);
+    let b_final = print_facts::<A>("slow-reader-answer-late", b, &log_late);
+    assert!(drained > 1 << 20, "the floods were drained ({drained} B)");
+    for (r, log) in [(a, &log_in), (b, &log_late)] {
+        assert_eq!(r.approval_requests, 1, "the card is drawn once");
+        let shown = r.approval_deadline_in.expect("a deadline");
+        assert!(
+            shown <= deadline && shown + Duration::from_millis(250) > deadline,
+            "card deadline {shown:?}"
+        );
+        assert_eq!(record_deadline_ms(log), 2000);
+        assert_nothing_attached_before_dispatch(log);
+    }
+    assert!(a.outcome.succeeded(), "in time: {:?}", a.outcome.record);
+    assert_eq!(b.outcome.record.state(), CallState::Denied);
+    assert_eq!(
+        b.outcome.record.decision_reason(),
+        Some(DecisionReason::ApprovalTimeout)
+    );
+    assert!(b.outcome.process.is_none(), "never spawned");
+    // The deadline is fixed when the call starts, just before the card is
+    // shown: the run ends at it, neither before nor (much) after.
+    let asked = b.approval_requested_after.expect("shown");
+    assert!(
+        b.took >= deadline && b.took < asked + deadline + Duration::from_millis(1500),
+        "the late card's run took {:?} (shown after {asked:?}, deadline {deadline:?})",
+        b.took
+    );
+    assert!(a_final && b_final, "the final records reached the sink");
+}
+
+/// Article scenario "cancel while the card is shown": the run ends at once,
+/// `cancelled`, no helper process exists (it was never started, and none
+/// with its arguments runs), and the final lifecycle record is written.
+pub fn g7_scenario_cancel_while_the_card_is_shown<A: HelperAdapter>() {
+    let token = format!(
+        "30.{}{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    );
+    let (mut call, log) = approval_job(
+        &["sleep", &token],
+        Duration::from_secs(30),
+        ApprovalScript {
+            approve: true,
+            after: Duration::from_secs(20),
+        },
+        "call-cancel-card",
+    );
+    call.cancel_after = Some(Duration::from_millis(300));
+    let r = A::run_helper(call);
+    let has_final = print_facts::<A>("cancel-while-card-shown", &r, &log);
+    let alive = wait_until(Duration::from_secs(2), Duration::from_millis(50), || {
+        processes_with_arg(&token).is_empty()
+    });
+    assert!(
+        alive.is_some(),
+        "a helper runs: {:?}",
+        processes_with_arg(&token)
+    );
+    assert_eq!(r.approval_requests, 1);
+    assert_eq!(r.outcome.record.state(), CallState::Cancelled);
+    assert!(r.outcome.process.is_none(), "never spawned");
+    assert_eq!(r.outcome.exit_status, None);
+    let to_end = r.cancel_to_end().expect("the job cancelled");
+    assert!(to_end < Duration::from_secs(2), "cancel took {to_end:?}");
+    assert!(
+        !log.records().iter().any(|rec| rec.state().was_dispatched()),
+        "a record claims a dispatch"
+    );
+    assert!(has_final, "the final record reached the sink");
+}
+
+/// Article: "run the same fixtures with concurrent calls". The scenario
+/// helpers run side by side with four floods, all drawing on one 64 KiB
+/// pool of their own at 16 KiB per call: the pool's peak stays within its
+/// limit, every grant comes back, and every call ends in its expected state
+/// with its final record in the sink.
+pub fn g10_scenarios_side_by_side_stay_within_one_pool<A: HelperAdapter>() {
+    const LIMIT: usize = 64 * 1024;
+    let mut pool_config = PoolConfig::default();
+    pool_config.limit(LIMIT);
+    let pool = SharedRetentionPool::new(&pool_config);
+    let mut logs = Vec::new();
+    let mut add =
+        |args: &[&str], id: &str, approval: Option<ApprovalScript>, cancel: Option<u64>| {
+            let mut o = helper_options(16 * 1024);
+            o.pool = Some(pool.clone());
+            // A small stdout budget, so the stderr captures share the pool.
+            let mut stdout = CaptureConfig::default();
+            stdout.tail(1024);
+            o.config.stdout(stdout);
+            if approval.is_some() {
+                o.config.approval(Some(Duration::from_secs(5)));
+            }
+            let (o, log) = logged(o, id);
+            let mut j = job(helper_command(args), o);
+            j.approval = approval;
+            j.cancel_after = cancel.map(Duration::from_millis);
+            logs.push((id.to_string(), log));
+            j
+        };
+    let approve = Some(ApprovalScript {
+        approve: true,
+        after: Duration::from_millis(300),
+    });
+    let never = Some(ApprovalScript {
+        approve: true,
+        after: Duration::from_secs(20),
+    });
+    let mut jobs = vec![
+        add(
+            &["succeed-then-flood", "3"],
+            "flood-after-success",
+            None,
+            Some(400),
+        ),
+        add(
+            &["stderr-then-exit", "100000", "0"],
+            "exit-after-approval",
+            approve,
+            None,
+        ),
+        add(
+            &["invalid-utf8-long-line", "100000"],
+            "invalid-long",
+            None,
+            None,
+        ),
+        add(&["wrapper-grandchild", "30"], "wrapper", None, None),
+        add(&["sleep", "30"], "cancel-card", never, Some(300)),
+    ];
+    for i in 0..4 {
+        jobs.push(add(
+            &["flood-stderr", "1"],
+            &format!("flood-{i}"),
+            None,
+            Some(6000),
+        ));
+    }
+    let t = Instant::now();
+    let reports = A::run_helpers(jobs);
+    if let Some(pid) = reports[3]
+        .outcome
+        .stdout
+        .text
+        .lines()
+        .find_map(|l| l.strip_prefix("grandchild "))
+        .and_then(|p| p.trim().parse().ok())
+    {
+        let gone = wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
+            !pid_alive(pid)
+        });
+        if gone.is_none() {
+            let _ = signal_pid(pid, Signal::SIGKILL);
+        }
+        assert!(gone.is_some(), "the wrapper's grandchild outlived the run");
+    }
+    let stats = pool.stats();
+    eprintln!(
+        "{}: {} scenario runs side by side in {:?}: pool peak {} of {} B, {} grants ({} short)",
+        A::NAME,
+        reports.len(),
+        t.elapsed(),
+        stats.peak,
+        stats.limit,
+        stats.grants,
+        stats.short_grants
+    );
+    let expected = [
+        CallState::CancelledAfterDispatch,
+        CallState::Completed,
+        CallState::Completed,
+        CallState::Completed,
+        CallState::Cancelled,
+    ];
+    for (i, (r, (id, log))) in reports.iter().zip(&logs).enumerate() {
+        let has_final = print_facts::<A>(&format!("side-by-side {id}"), r, log);
+        assert!(has_final, "{id}: the final record reached the sink");
+        let want = expected.get(i).copied().unwrap_or(CallState::Completed);
+        assert_eq!(r.outcome.record.state(), want, "{id}");
+        assert!(r.outcome.stderr.summary.retained <= 16 * 1024, "{id}");
+    }
+    assert!(stats.peak <= LIMIT as u64, "pool peak {}", stats.peak);
+    assert_eq!(stats.grants, 18, "every capture drew on the pool");
+    assert!(stats.short_grants > 0, "the pool bounded the grants");
+    assert_eq!(
+        (stats.in_use, stats.outstanding),
+        (0, 0),
+        "every grant came back"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "no hang: {:?}",
+        t.elapsed()
+    );
+}
+
+/// Pids of processes whose command line has the argument `arg`.
+fn processes_with_arg(arg: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        cmdline
+            .split(|b| *b == 0)
+            .any(|a| a == arg.as_bytes())
+            .then_some(pid)
+    })
+    .collect()
+}
+
+/// Shared scaffolding: when the approval was requested (and with which
+/// deadline, how often) and when the job cancelled.
+#[derive(Debug, Clone, Default)]
+pub struct RunClock(Arc<Mutex<RunMoments>>);
+
+/// What a [`RunClock`] saw.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunMoments {
+    /// The first approval request.
+    pub approval_requested: Option<Instant>,
+    /// The deadline of the first approval request.
+    pub approval_deadline: Option<Instant>,
+    /// Approval requests seen.
+    pub approval_requests: u32,
+    /// The cancel.
+    pub cancelled: Option<Instant>,
+}
+
+impl RunClock {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunMoments> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+    /// The approver was asked, with this deadline.
+    pub fn approval_requested(&self, deadline: Instant) {
+        let mut g = self.lock();
+        g.approval_requests += 1;
+        if g.approval_requested.is_none() {
+            g.approval_requested = Some(Instant::now());
+            g.approval_deadline = Some(deadline);
+        }
+    }
+    /// The job cancels now.
+    pub fn cancelled(&self) {
+        self.lock().cancelled.get_or_insert_with(Instant::now);
+    }
+    /// What was seen so far.
+    pub fn moments(&self) -> RunMoments {
+        *self.lock()
     }
 }
 
@@ -433,6 +1007,12 @@ macro_rules! helper_suite {
             g10_fifty_concurrent_helpers_stay_within_the_pool,
             g11_helper_max_duration_cancels_through_the_supervisor,
             g12_discovery_has_its_own_budget_and_no_approval,
+            g12_scenario_stderr_before_approval,
+            g12_scenario_stderr_during_approval_exit_right_after,
+            g10_scenario_invalid_bytes_and_a_line_longer_than_the_limit,
+            g12_scenario_slow_reader_card_stays_available_deadline_not_reset,
+            g7_scenario_cancel_while_the_card_is_shown,
+            g10_scenarios_side_by_side_stay_within_one_pool,
         );
     };
     (@each $adapter:ty; $($name:ident),* $(,)?) => {
@@ -535,6 +1115,7 @@ pub fn g12_discovery_has_its_own_budget_and_no_approval<A: HelperAdapter>() {
         options: d,
         cancel_after: None,
         approval: deny,
+        start_after: Duration::ZERO,
     };
     let mut o = helper_options(4096);
     o.config.approval(Some(Duration::from_secs(5)));
@@ -543,6 +1124,7 @@ pub fn g12_discovery_has_its_own_budget_and_no_approval<A: HelperAdapter>() {
         options: o,
         cancel_after: None,
         approval: deny,
+        start_after: Duration::ZERO,
     };
     let t = Instant::now();
     let reports = A::run_helpers(vec![discovery, operation]);

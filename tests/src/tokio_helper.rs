@@ -4,22 +4,25 @@ use std::time::Instant;
 
 use mcp_stdio_tokio::{run_helper_with_approval, ApprovalRequest, CancelToken};
 
-use crate::helper_adapter::{ApprovalClock, HelperAdapter, HelperJob, HelperRunReport};
+use crate::helper_adapter::{HelperAdapter, HelperJob, HelperRunReport, RunClock};
 use crate::tokio_adapter::Tokio;
 
 async fn run_one(job: HelperJob) -> HelperRunReport {
+    tokio::time::sleep(job.start_after).await;
     let cancel = CancelToken::new();
+    let clock = RunClock::default();
     let canceller = job.cancel_after.map(|d| {
         let cancel = cancel.clone();
+        let clock = clock.clone();
         tokio::spawn(async move {
             tokio::time::sleep(d).await;
+            clock.cancelled();
             cancel.cancel();
         })
     });
-    let clock = ApprovalClock::default();
     let script = job.approval;
-    let approver = |_request: ApprovalRequest| {
-        clock.mark();
+    let approver = |request: ApprovalRequest| {
+        clock.approval_requested(request.deadline);
         async move {
             match script {
                 Some(s) => {
@@ -32,13 +35,11 @@ async fn run_one(job: HelperJob) -> HelperRunReport {
     };
     let start = Instant::now();
     let outcome = run_helper_with_approval(&job.command, &job.options, &cancel, &approver).await;
+    let end = Instant::now();
     if let Some(c) = canceller {
         c.abort();
     }
-    HelperRunReport {
-        outcome,
-        approval_requested_after: clock.get().map(|t| t.duration_since(start)),
-    }
+    HelperRunReport::new(outcome, start, end, &clock)
 }
 
 impl HelperAdapter for Tokio {

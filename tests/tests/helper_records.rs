@@ -57,6 +57,7 @@ fn records_on<A: HelperAdapter>() {
         options,
         cancel_after: None,
         approval: None,
+        start_after: Duration::ZERO,
     });
     let took = started.elapsed();
     let outcome = report.outcome;

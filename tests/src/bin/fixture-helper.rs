@@ -21,6 +21,10 @@
 //!                              group) before it reports ready: a group kill misses it, it holds
 //!                              stderr open and exits by itself after SECONDS
 //!   stderr-then-exit BYTES CODE  BYTES bytes of stderr, then exit CODE
+//!   succeed-then-flood SECONDS "helper: operation succeeded\n" on stdout (the external
+//!                              operation is done), then flood-stderr SECONDS, exits 0
+//!   invalid-utf8-long-line BYTES  an invalid UTF-8 line, one line of BYTES 'L' bytes, and
+//!                              the invalid UTF-8 line again, all on stderr; exits 0
 //!   grandchild-stderr SECONDS  (internal) writes "helper-grandchild: alive N\n" to stderr every
 //!                              50 ms for SECONDS; prints "ready\n" on stdout once started
 //!   escaped-grandchild-stderr SECONDS  (internal) setsid(), then as grandchild-stderr
@@ -121,6 +125,27 @@ fn main() {
             }
             drop(err);
             std::process::exit(code);
+        }
+        "succeed-then-flood" => {
+            let d = seconds(&args);
+            {
+                let mut out = io::stdout().lock();
+                let _ = out.write_all(b"helper: operation succeeded\n");
+                let _ = out.flush();
+            }
+            flood(&mut io::stderr(), d);
+        }
+        "invalid-utf8-long-line" => {
+            let total: usize = arg(&args, 1, "BYTES");
+            let invalid: &[u8] = b"helper invalid utf-8: \xff\xfe \xc3\x28 \xe2\x82 end\n";
+            let mut err = io::stderr().lock();
+            let mut line = invalid.to_vec();
+            line.extend_from_slice(&vec![b'L'; total]);
+            line.push(b'\n');
+            line.extend_from_slice(invalid);
+            if err.write_all(&line).is_err() {
+                std::process::exit(1);
+            }
         }
         "" => usage_error("missing MODE"),
         other => usage_error(&format!("unknown mode {other:?}")),
