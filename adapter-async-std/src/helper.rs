@@ -245,6 +245,9 @@ async fn own_run(
     let mut err_buf = vec![0u8; READ_CHUNK];
     loop {
         while let Some(action) = run.poll_action() {
+            // The record of each new state goes out before the action it
+            // leads to: `authorized` before the spawn (G12).
+            tap.observe(&run, sink);
             match action {
                 HelperAction::RequestApproval { deadline } => {
                     let (answer, answered) = async_channel::bounded(1);

@@ -197,6 +197,9 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
 
         // Outputs, in the core's order.
         while let Some(action) = run.poll_action() {
+            // The record of each new state goes out before the action it
+            // leads to: `authorized` before the spawn (G12).
+            tap.observe(&run, sink);
             match action {
                 HelperAction::RequestApproval { deadline } => {
                     let request = run.approval_request(deadline);

@@ -134,6 +134,9 @@ fn start_helper(server: &mut Server, seen: &mut Vec<String>) {
 fn start_helper_with(server: &mut Server, seen: &mut Vec<String>, ignore_term: bool) {
     server.send(&json!({"jsonrpc":"2.0","id":7,"method":"tools/call",
         "params":{"name":"helper","arguments":{"seconds":30,"ignore_term":ignore_term}}}));
+    // The attempt is on record before the process exists (G12).
+    let authorized = server.wait_for("\"state\":\"authorized\"", PROMPT, seen);
+    assert!(authorized.contains("record 7 "), "{authorized}");
     let dispatched = server.wait_for("\"state\":\"dispatched\"", PROMPT, seen);
     assert!(dispatched.contains("record 7 "), "{dispatched}");
 }
