@@ -1597,6 +1597,29 @@ impl RecordSink {
     pub fn emit(&self, record: &CallRecord) {
         (self.0)(record);
     }
+
+    /// A sink that appends every record to `chain` (G12: the audit chain of
+    /// [`crate::audit`]) and hands each resulting line — the record with its
+    /// sequence number and hash, plus `\n` — to `write_line`, which puts it
+    /// on disk (the core does no I/O). An append that fails (the chain was
+    /// refused a line before) is logged and the record dropped from the chain.
+    pub fn to_audit(
+        chain: std::sync::Arc<std::sync::Mutex<crate::audit::AuditChain>>,
+        write_line: impl Fn(Vec<u8>) + Send + Sync + 'static,
+    ) -> Self {
+        Self::new(move |record| {
+            let line = chain
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .append(record);
+            match line {
+                Ok(line) => write_line(line),
+                Err(e) => {
+                    tracing::warn!(error = %e, "helper record not appended to the audit chain")
+                }
+            }
+        })
+    }
 }
 
 impl std::fmt::Debug for RecordSink {
