@@ -35,7 +35,7 @@ use async_process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use event_listener::{Event, EventListener};
 use futures_lite::future::{or, race};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, Stream};
-use mcp_stdio_core::client::{ClientMetrics, Incoming, RequestFailure, SendError};
+use mcp_stdio_core::client::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
 pub use mcp_stdio_core::driver::CancelHandle;
 use mcp_stdio_core::driver::{
     CallCancel, CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED,
@@ -362,7 +362,23 @@ impl Client {
             .await
     }
 
-    /// Sends a request with its own timeout (`None`: no deadline) and waits.
+    /// Sends a request with an explicit deadline — the session's default,
+    /// none at all, or after a duration ([`Deadline`]) — and waits.
+    /// Dropping the future before it completes cancels the request (G6).
+    pub async fn request_with_deadline(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        deadline: Deadline,
+    ) -> Outcome {
+        self.request_with_timeout(method, params, deadline.as_timeout())
+            .await
+    }
+
+    /// Sends a request with its own timeout and waits. `None` takes the
+    /// session's default timeout; for no deadline at all use
+    /// [`request_with_deadline`](Self::request_with_deadline) with
+    /// [`Deadline::None`].
     ///
     /// Dropping the future before it completes cancels the request (G6).
     /// The driver answers only with the outcome (no id first, unlike

@@ -35,7 +35,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::{ClientMetrics, Incoming, RequestFailure, SendError};
+use mcp_stdio_core::client::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
 pub use mcp_stdio_core::driver::CancelHandle;
 use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
@@ -342,8 +342,23 @@ impl Client {
             .wait()
     }
 
-    /// Sends a request with its own timeout (`None`: no deadline) and blocks
-    /// until its result.
+    /// Sends a request with an explicit deadline — the session's default,
+    /// none at all, or after a duration ([`Deadline`]) — and blocks until its
+    /// result.
+    pub fn request_with_deadline(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        deadline: Deadline,
+    ) -> Outcome {
+        self.start_request(method, params, deadline.as_timeout())?
+            .wait()
+    }
+
+    /// Sends a request with its own timeout and blocks until its result.
+    /// `None` takes the session's default timeout; for no deadline at all use
+    /// [`request_with_deadline`](Self::request_with_deadline) with
+    /// [`Deadline::None`].
     pub fn request_with_timeout(
         &self,
         method: &str,

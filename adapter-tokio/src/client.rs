@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::{ClientMetrics, Incoming, RequestFailure, SendError};
+use mcp_stdio_core::client::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
 pub use mcp_stdio_core::driver::CancelHandle;
 use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
 use mcp_stdio_core::frame::ReadRoom;
@@ -242,7 +242,23 @@ impl Client {
             .await
     }
 
-    /// Sends a request with its own timeout (`None`: no deadline) and waits.
+    /// Sends a request with an explicit deadline — the session's default,
+    /// none at all, or after a duration ([`Deadline`]) — and waits.
+    pub async fn request_with_deadline(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        deadline: Deadline,
+    ) -> Outcome {
+        self.start_request(method, params, deadline.as_timeout())
+            .await?
+            .await
+    }
+
+    /// Sends a request with its own timeout and waits. `None` takes the
+    /// session's default timeout; for no deadline at all use
+    /// [`request_with_deadline`](Self::request_with_deadline) with
+    /// [`Deadline::None`].
     pub async fn request_with_timeout(
         &self,
         method: &str,
@@ -654,6 +670,65 @@ async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// G6: an explicit deadline. `cat` never answers (it echoes the request
+    /// back as a server→client request): `After` times out at its duration,
+    /// `None` outlives a short session default, `Default` takes it.
+    #[test]
+    fn g6_request_deadline_after_none_and_default() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async {
+            let mut options = ClientOptions::default();
+            options
+                .config
+                .session_mut()
+                .default_timeout(Some(Duration::from_millis(200)));
+            let client = Client::spawn(&CommandSpec::new("cat"), options).expect("cat");
+            let t = Instant::now();
+            let r = client
+                .request_with_deadline("slow", None, Deadline::After(Duration::from_millis(50)))
+                .await;
+            let took = t.elapsed();
+            assert!(
+                matches!(
+                    r,
+                    Err(RequestError::Failed(RequestFailure::TimedOut { .. }))
+                ),
+                "{r:?}"
+            );
+            assert!(
+                took >= Duration::from_millis(50) && took < Duration::from_secs(5),
+                "{took:?}"
+            );
+            let t = Instant::now();
+            let r = client
+                .request_with_deadline("slow", None, Deadline::Default)
+                .await;
+            assert!(
+                matches!(
+                    r,
+                    Err(RequestError::Failed(RequestFailure::TimedOut { .. }))
+                ),
+                "{r:?}"
+            );
+            assert!(
+                t.elapsed() >= Duration::from_millis(200),
+                "{:?}",
+                t.elapsed()
+            );
+            let none = client.request_with_deadline("slow", None, Deadline::None);
+            let waited = tokio::time::timeout(Duration::from_millis(600), none).await;
+            assert!(
+                waited.is_err(),
+                "no deadline: still waiting after 3× the default"
+            );
+            eprintln!("tokio: After(50 ms) timed out after {took:?}; None still waiting at 600 ms");
+            let _ = client.kill().await;
+        });
+    }
 
     /// G6: a cancel issued before the next request reaches the server before
     /// it, in every round. On a current-thread runtime the driver sees both

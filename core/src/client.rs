@@ -269,6 +269,49 @@ pub enum Incoming {
     Notification(Notification),
 }
 
+/// When a request stops waiting for its response, said explicitly.
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_stdio_core::client::Deadline;
+///
+/// assert_eq!(Deadline::Default.as_timeout(), None);
+/// assert_eq!(Deadline::None.as_timeout(), Some(Duration::MAX));
+/// assert_eq!(Deadline::After(Duration::from_secs(5)).as_timeout(), Some(Duration::from_secs(5)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Deadline {
+    /// The session's default ([`ClientConfig::default_timeout`], 60 s unless
+    /// configured otherwise).
+    #[default]
+    Default,
+    /// No deadline: the request waits for its response, a cancel, or the end
+    /// of the session.
+    None,
+    /// This long after the request is sent; then it fails as timed out and is
+    /// cancelled on the server (G6).
+    After(Duration),
+}
+
+impl Deadline {
+    /// The `timeout` argument of [`ClientSession::request`] meaning the same:
+    /// `None` for the default, `Some(Duration::MAX)` for no deadline.
+    pub fn as_timeout(self) -> Option<Duration> {
+        match self {
+            Self::Default => None,
+            Self::None => Some(Duration::MAX),
+            Self::After(d) => Some(d),
+        }
+    }
+}
+
+impl From<Duration> for Deadline {
+    fn from(d: Duration) -> Self {
+        Self::After(d)
+    }
+}
+
 /// Something the application must see.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -556,6 +599,11 @@ impl ClientSession {
 
     /// Sends a request. `timeout` overrides the configured default; the
     /// deadline runs from `now`. Returns the id the completion will carry.
+    ///
+    /// `timeout`: `None` takes the configured default
+    /// ([`ClientConfig::default_timeout`]); `Some(d)` waits `d`;
+    /// `Some(Duration::MAX)` waits with no deadline at all (what
+    /// [`Deadline::None`] gives, see [`Deadline::as_timeout`]).
     pub fn request(
         &mut self,
         now: Instant,
@@ -584,7 +632,9 @@ impl ClientSession {
             Pending {
                 is_initialize: method == INITIALIZE,
                 sent_at: now,
-                deadline: timeout.and_then(|t| now.checked_add(t)),
+                deadline: timeout
+                    .filter(|t| *t != Duration::MAX)
+                    .and_then(|t| now.checked_add(t)),
             },
         );
         Ok(id)

@@ -807,3 +807,34 @@ fn large_result_is_the_frame_itself_in_any_member_order() {
         );
     }
 }
+
+/// G6: a request's deadline is explicit — the default, none, or after a
+/// duration — whatever the session's default timeout.
+#[test]
+fn g6_deadline_is_default_none_or_after_a_duration() {
+    use mcp_stdio_core::client::Deadline;
+    let mut cfg = ClientConfig::default();
+    cfg.default_timeout(Some(Duration::from_secs(60)));
+    let now = Instant::now();
+    let deadline_of = |d: Deadline| {
+        let mut c = ClientSession::new(cfg.clone());
+        c.request(now, "tools/call", None, d.as_timeout()).unwrap();
+        c.poll_timeout()
+    };
+    assert_eq!(
+        deadline_of(Deadline::Default),
+        Some(now + Duration::from_secs(60))
+    );
+    assert_eq!(deadline_of(Deadline::None), None, "no deadline at all");
+    assert_eq!(
+        deadline_of(Deadline::After(Duration::from_millis(5))),
+        Some(now + Duration::from_millis(5))
+    );
+    // With no deadline, time passing fails nothing.
+    let mut c = ClientSession::new(cfg.clone());
+    let id = c
+        .request(now, "tools/call", None, Deadline::None.as_timeout())
+        .unwrap();
+    c.handle_timeout(now + Duration::from_secs(365 * 24 * 3600));
+    assert_eq!(c.pending_len(), 1, "{id} still waits");
+}
