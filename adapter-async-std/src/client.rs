@@ -226,6 +226,7 @@ pub struct Client {
     pid: u32,
     finished: Arc<AtomicBool>,
     client_info: mcp_stdio_core::handshake::Implementation,
+    client_capabilities: Option<Box<RawValue>>,
     request_timeout: Option<Duration>,
 }
 
@@ -284,6 +285,7 @@ impl Client {
 
         let request_timeout = options.config.get_session().get_default_timeout();
         let client_info = options.client_info.clone();
+        let client_capabilities = options.client_capabilities.clone();
         let now = Instant::now();
         let mut core = ClientDriver::new(options, pid, now, cancels.clone());
         if stdout.is_none() {
@@ -332,6 +334,7 @@ impl Client {
             pid,
             finished,
             client_info,
+            client_capabilities,
             request_timeout,
         };
         Ok((client, driver))
@@ -347,7 +350,7 @@ impl Client {
     /// `notifications/initialized`. Notifications the server sends before its
     /// answer are kept for [`next_incoming`](Self::next_incoming).
     pub async fn initialize(&self) -> Result<InitializeResult, InitializeError> {
-        let params = initialize_params(&self.client_info, None);
+        let params = initialize_params(&self.client_info, self.client_capabilities.as_deref());
         let result = self
             .request_with_timeout("initialize", Some(params), self.request_timeout)
             .await?;

@@ -270,6 +270,7 @@ pub struct Client {
     io_thread: Option<JoinHandle<Option<SessionRecord>>>,
     pid: u32,
     client_info: mcp_stdio_core::handshake::Implementation,
+    client_capabilities: Option<Box<RawValue>>,
     request_timeout: Option<Duration>,
 }
 
@@ -284,6 +285,7 @@ impl Client {
     /// its stdin close.
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> io::Result<Self> {
         let client_info = options.client_info.clone();
+        let client_capabilities = options.client_capabilities.clone();
         let request_timeout = options.config.get_session().get_default_timeout();
         let (driver, commands, shared) = Driver::spawn(command, options)?;
         let pid = driver.pid;
@@ -314,6 +316,7 @@ impl Client {
             io_thread: Some(io_thread),
             pid,
             client_info,
+            client_capabilities,
             request_timeout,
         })
     }
@@ -328,7 +331,7 @@ impl Client {
     /// `notifications/initialized`. Notifications the server sends before its
     /// answer are kept for [`next_incoming`](Self::next_incoming).
     pub fn initialize(&self) -> Result<InitializeResult, InitializeError> {
-        let params = initialize_params(&self.client_info, None);
+        let params = initialize_params(&self.client_info, self.client_capabilities.as_deref());
         let result = self.request_with_timeout("initialize", Some(params), self.request_timeout)?;
         let init = check_initialize_result(result.get())?;
         self.notify("notifications/initialized", None)?;

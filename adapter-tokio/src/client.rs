@@ -168,6 +168,7 @@ pub struct Client {
     pid: u32,
     finished: Arc<AtomicBool>,
     client_info: mcp_stdio_core::handshake::Implementation,
+    client_capabilities: Option<Box<RawValue>>,
     request_timeout: Option<Duration>,
 }
 
@@ -195,6 +196,7 @@ impl Client {
         });
         let request_timeout = options.config.get_session().get_default_timeout();
         let client_info = options.client_info.clone();
+        let client_capabilities = options.client_capabilities.clone();
         let driver = Driver::new(
             ClientDriver::new(options, pid, Instant::now(), cancels.clone()),
             child,
@@ -212,6 +214,7 @@ impl Client {
             pid,
             finished,
             client_info,
+            client_capabilities,
             request_timeout,
         })
     }
@@ -226,7 +229,7 @@ impl Client {
     /// `notifications/initialized`. Notifications the server sends before its
     /// answer are kept for [`next_incoming`](Self::next_incoming).
     pub async fn initialize(&self) -> Result<InitializeResult, InitializeError> {
-        let params = initialize_params(&self.client_info, None);
+        let params = initialize_params(&self.client_info, self.client_capabilities.as_deref());
         let result = self
             .request_with_timeout("initialize", Some(params), self.request_timeout)
             .await?;
@@ -670,6 +673,43 @@ async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The client declares its capabilities and info in `initialize`. `cat`
+    /// echoes the request back, so the test reads what the server got.
+    #[test]
+    fn initialize_declares_the_client_capabilities_and_info() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async {
+            let mut options = ClientOptions::default();
+            options.client_info.name = "my-host".to_owned();
+            options.client_capabilities = Some(
+                RawValue::from_string(r#"{"roots":{"listChanged":true},"sampling":{}}"#.into())
+                    .expect("JSON"),
+            );
+            let client = Client::spawn(&CommandSpec::new("cat"), options).expect("cat");
+            let seen = async {
+                loop {
+                    if let Some(IncomingMessage::Request(r, _)) = client.next_incoming().await {
+                        if r.method == "initialize" {
+                            return r.params.expect("params");
+                        }
+                    }
+                }
+            };
+            let params = tokio::select! {
+                p = seen => p,
+                r = client.initialize() => panic!("cat cannot answer initialize: {r:?}"),
+            };
+            let v: serde_json::Value = serde_json::from_str(params.get()).expect("JSON");
+            assert_eq!(v["capabilities"]["roots"]["listChanged"], true, "{v}");
+            assert!(v["capabilities"]["sampling"].is_object(), "{v}");
+            assert_eq!(v["clientInfo"]["name"], "my-host", "{v}");
+            let _ = client.kill().await;
+        });
+    }
 
     /// G6: an explicit deadline. `cat` never answers (it echoes the request
     /// back as a server→client request): `After` times out at its duration,

@@ -204,6 +204,10 @@ pub struct ClientOptions {
     pub stderr_pool: Option<SharedRetentionPool>,
     /// Who the client says it is in `initialize`.
     pub client_info: Implementation,
+    /// The capabilities the client declares in `initialize` (a raw JSON
+    /// object, e.g. `{"roots":{"listChanged":true},"sampling":{}}`); `None`
+    /// sends `{}`.
+    pub client_capabilities: Option<Box<RawValue>>,
 }
 
 impl Default for ClientOptions {
@@ -212,6 +216,7 @@ impl Default for ClientOptions {
             config: HostConfig::default(),
             stderr_pool: Some(SharedRetentionPool::process()),
             client_info: Implementation::default(),
+            client_capabilities: None,
         }
     }
 }

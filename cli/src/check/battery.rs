@@ -198,6 +198,7 @@ impl Battery<'_> {
                 name: "mcp-stdio-check".to_owned(),
                 version: env!("CARGO_PKG_VERSION").to_owned(),
             },
+            client_capabilities: None,
         }
     }
 
