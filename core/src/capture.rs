@@ -1381,7 +1381,7 @@ fn check_excerpt(captured: &Captured, input: &[u8], max: usize) {
     assert!(shown < input.len(), "marker only when bytes are missing");
     let suffix = &input[input.len() - shown..];
     assert!(
-        suffix.first().map_or(true, |&b| !is_continuation(b)),
+        suffix.first().is_none_or(|&b| !is_continuation(b)),
         "char boundary"
     );
     assert_eq!(

@@ -43,6 +43,7 @@ use crate::message::{
     encode_error, encode_notification, encode_request, encode_result, DecodeError, EncodeError,
     ErrorObject, Id, Message, Notification, RawResult, RawValue, Request, SERVER_ERROR,
 };
+use crate::violation_log::{warn_violation, ViolationLog};
 
 /// The method name of the MCP handshake request, which must never be cancelled.
 pub const INITIALIZE: &str = "initialize";
@@ -454,6 +455,8 @@ struct SessionState {
     metrics: ClientMetrics,
     /// Bytes of the frame in progress at the moment a limit was crossed.
     oversized_seen: u64,
+    /// Rate limit of the warnings about the server's protocol violations.
+    violations: ViolationLog,
 }
 
 impl ClientSession {
@@ -473,6 +476,7 @@ impl ClientSession {
                 closed: None,
                 metrics: ClientMetrics::default(),
                 oversized_seen: 0,
+                violations: ViolationLog::default(),
             },
             config,
         }
@@ -744,7 +748,13 @@ impl SessionState {
             FrameEvent::Frame(text) => self.on_frame(now, text),
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 self.oversized_seen = limit as u64 + 1;
-                tracing::debug!(limit, ?id_hint, "oversized frame from server");
+                warn_violation!(
+                    self.violations,
+                    now,
+                    limit,
+                    ?id_hint,
+                    "oversized frame from server"
+                );
                 if let Some(id) = id_hint {
                     self.fail_oversized(id, limit);
                 }
@@ -771,7 +781,7 @@ impl SessionState {
                     FrameError::TruncatedAtEof { .. } => "truncated_at_eof",
                     _ => "framing",
                 };
-                tracing::debug!(error = %e, "framing error on server stdout");
+                warn_violation!(self.violations, now, error = %e, "framing error on server stdout");
                 *self.metrics.parse_errors.entry(kind).or_default() += 1;
             }
         }
@@ -807,7 +817,7 @@ impl SessionState {
             Ok(m) => m,
             Err((e, text)) => {
                 *self.metrics.parse_errors.entry(e.kind()).or_default() += 1;
-                tracing::debug!(error = %e, "undecodable frame from server");
+                warn_violation!(self.violations, now, error = %e, "undecodable frame from server");
                 // A broken response still names its request: fail it now
                 // rather than at its deadline.
                 let scan = &text.as_bytes()[..text.len().min(self.config.framer_id_scan())];

@@ -154,7 +154,7 @@ pub fn fuzz_framer(data: &[u8]) {
     let one_shot = run_framer(&config, input, &[]);
     let chunked = run_framer(&config, input, &cuts);
     assert_eq!(one_shot, chunked, "G4: chunking changed the events");
-    let (zeroed, take) = (cuts.len() % 2 == 0, cuts.len() % 3 == 0);
+    let (zeroed, take) = (cuts.len().is_multiple_of(2), cuts.len().is_multiple_of(3));
     assert_eq!(
         one_shot,
         run_framer_reads(&config, input, &cuts, zeroed, take),

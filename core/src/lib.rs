@@ -60,6 +60,7 @@
 //! | [`guard`] | the guard's whole session: proxy, server supervisor and stderr budget joined; exit status |
 //! | [`id_scan`] | the streaming, constant-memory scan of a whole oversized frame for its top-level id |
 //! | [`idset`] | the bounded, insertion-ordered set of remembered request ids |
+//! | [`violation_log`] | the rate limit of the WARN events about a peer's protocol violations |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -84,6 +85,7 @@ pub mod proxy;
 pub mod redact;
 pub mod serve;
 pub mod server;
+pub mod violation_log;
 
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

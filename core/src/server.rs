@@ -39,6 +39,7 @@ use crate::message::{
     Message, Notification, RawValue, Request, INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR,
     SERVER_ERROR,
 };
+use crate::violation_log::{warn_violation, ViolationLog};
 
 /// Limits of a [`ServerSession`].
 #[derive(Debug, Clone)]
@@ -304,6 +305,8 @@ struct ServerState {
     outgoing_bytes: usize,
     input_closed: bool,
     metrics: ServerMetrics,
+    /// Rate limit of the warnings about the client's protocol violations.
+    violations: ViolationLog,
 }
 
 impl ServerSession {
@@ -322,6 +325,7 @@ impl ServerSession {
                 outgoing_bytes: 0,
                 input_closed: false,
                 metrics: ServerMetrics::default(),
+                violations: ViolationLog::default(),
             },
         }
     }
@@ -369,21 +373,21 @@ impl ServerSession {
     // ---- inputs ----
 
     /// Bytes read from stdin, in any chunking (G4).
-    pub fn handle_stdin(&mut self, _now: Instant, chunk: &[u8]) {
+    pub fn handle_stdin(&mut self, now: Instant, chunk: &[u8]) {
         if self.state.input_closed || self.framer.is_closed() {
             return;
         }
         let state = &mut self.state;
-        self.framer.push(chunk, |ev| state.on_frame_event(ev));
+        self.framer.push(chunk, |ev| state.on_frame_event(now, ev));
         if self.framer.is_closed() {
             self.state.end_input();
         }
     }
 
     /// Stdin reached end-of-file.
-    pub fn handle_stdin_eof(&mut self, _now: Instant) {
+    pub fn handle_stdin_eof(&mut self, now: Instant) {
         let state = &mut self.state;
-        self.framer.finish(|ev| state.on_frame_event(ev));
+        self.framer.finish(|ev| state.on_frame_event(now, ev));
         self.state.end_input();
     }
 
@@ -524,11 +528,17 @@ struct CancelParams {
 }
 
 impl ServerState {
-    fn on_frame_event(&mut self, ev: FrameEvent<'_>) {
+    fn on_frame_event(&mut self, now: Instant, ev: FrameEvent<'_>) {
         match ev {
-            FrameEvent::Frame(text) => self.on_frame(&text),
+            FrameEvent::Frame(text) => self.on_frame(now, &text),
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
-                tracing::debug!(limit, ?id_hint, "oversized request on stdin");
+                warn_violation!(
+                    self.violations,
+                    now,
+                    limit,
+                    ?id_hint,
+                    "oversized request on stdin"
+                );
                 if let Some(id) = id_hint {
                     self.reply_oversized(&id, limit);
                 }
@@ -549,6 +559,7 @@ impl ServerState {
                     _ => "framing",
                 };
                 *self.metrics.parse_errors.entry(kind).or_default() += 1;
+                warn_violation!(self.violations, now, error = %e, "framing error on stdin");
                 if kind == "invalid_utf8" {
                     self.reply_error(None, &ErrorObject::new(PARSE_ERROR, "invalid UTF-8"));
                 }
@@ -565,11 +576,12 @@ impl ServerState {
         self.reply_error(Some(id), &err);
     }
 
-    fn on_frame(&mut self, text: &str) {
+    fn on_frame(&mut self, now: Instant, text: &str) {
         let msg = match Message::decode(text) {
             Ok(m) => m,
             Err(e) => {
                 *self.metrics.parse_errors.entry(e.kind()).or_default() += 1;
+                warn_violation!(self.violations, now, error = %e, "undecodable frame on stdin");
                 let (code, id) = match e {
                     DecodeError::Json { .. } => (PARSE_ERROR, None),
                     _ => {

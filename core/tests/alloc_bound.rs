@@ -242,7 +242,7 @@ fn scenarios(via: Via) {
                 line += 1;
                 let header = format!(r#"{{"id":{line},"x":""#);
                 put(chunk, at + 1, header.as_bytes());
-                let len = if line % 2 == 0 {
+                let len = if line.is_multiple_of(2) {
                     MAX_FRAME
                 } else {
                     MAX_FRAME + 1 + line % 97

@@ -20,6 +20,11 @@ use std::sync::OnceLock;
 /// Lines waiting for the relay thread, for the whole process.
 pub const RELAY_QUEUE: usize = 1024;
 
+/// The `tracing` target of the forwarded server stderr lines, so they can be
+/// filtered on their own (`RUST_LOG=info,mcp_stdio::server_stderr=off`).
+/// Each line is one INFO event with the server's `pid` as a field.
+pub const SERVER_STDERR_TARGET: &str = "mcp_stdio::server_stderr";
+
 /// What waits for the relay thread.
 enum Note {
     /// A line of server `pid`'s stderr.
@@ -57,8 +62,9 @@ static DROPPED: AtomicU64 = AtomicU64::new(0);
 /// Dropped since the process started.
 static DROPPED_TOTAL: AtomicU64 = AtomicU64::new(0);
 
-/// Hands one stderr line of server `pid` to the relay thread. Never blocks:
-/// a full queue (the subscriber fell behind) drops the line and counts it.
+/// Hands one stderr line of server `pid` to the relay thread, which logs it
+/// at INFO under [`SERVER_STDERR_TARGET`]. Never blocks: a full queue (the
+/// subscriber fell behind) drops the line and counts it.
 pub fn forward_server_stderr(pid: u32, line: String) {
     relay(Note::Line(pid, line));
 }
@@ -123,7 +129,7 @@ fn start() -> Option<SyncSender<Note>> {
 fn emit(note: Note) {
     match note {
         Note::Line(pid, line) => {
-            tracing::info!(target: "mcp_stdio::server_stderr", pid, "{line}");
+            tracing::info!(target: SERVER_STDERR_TARGET, pid, "{line}");
         }
         Note::Serve {
             level,

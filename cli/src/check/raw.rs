@@ -230,7 +230,7 @@ impl RawServer {
             let ev = self.next_event(deadline).await?;
             let hit = match &ev {
                 RawEvent::Message(Message::Response(r), _) => &r.id == id,
-                RawEvent::Oversized(hint) => hint.as_ref().map_or(true, |h| h == id),
+                RawEvent::Oversized(hint) => hint.as_ref().is_none_or(|h| h == id),
                 _ => false,
             };
             if hit {
