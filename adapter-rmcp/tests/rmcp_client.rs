@@ -1,0 +1,132 @@
+//! The rmcp client through [`ClientTransport`] against the conformance suite's
+//! fixture server (a real process; `fixture-server` is a bin of `mcp-stdio-tests`,
+//! built by `cargo build -p mcp-stdio-tests --bins` or any workspace build).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use mcp_stdio_rmcp::{ClientOptions, ClientTransport, CommandSpec};
+use rmcp::model::CallToolRequestParams;
+use rmcp::ServiceExt;
+
+/// Generous: "at once" is milliseconds; CI machines are slow, never this slow.
+const PROMPT: Duration = Duration::from_secs(10);
+
+fn fixture() -> PathBuf {
+    // Test binaries live in `target/<profile>/deps`; the workspace's bins one level up.
+    let exe = std::env::current_exe().expect("the test's own path");
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>")
+        .join("fixture-server");
+    assert!(
+        path.exists(),
+        "{} missing: run `cargo build -p mcp-stdio-tests --bins`",
+        path.display()
+    );
+    path
+}
+
+fn args(value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    match value {
+        serde_json::Value::Object(map) => map,
+        _ => panic!("tool arguments are an object"),
+    }
+}
+
+fn text_of(result: &rmcp::model::CallToolResult) -> String {
+    let value = serde_json::to_value(result).expect("result serializes");
+    value["content"][0]["text"]
+        .as_str()
+        .expect("a text block")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn g12_rmcp_client_initializes_lists_calls_and_the_record_is_reachable() {
+    let transport = ClientTransport::spawn(&CommandSpec::new(fixture()), ClientOptions::default())
+        .expect("spawn the fixture");
+    let mut session = transport.session();
+    let pid = session.pid();
+    let client = ().serve(transport).await.expect("rmcp initializes");
+    let info = client.peer_info().expect("server info after initialize");
+    let server = info.server_info.as_ref().expect("serverInfo");
+    assert_eq!(server.name, "fixture-server");
+
+    let tools = client.list_all_tools().await.expect("tools/list");
+    assert!(tools.iter().any(|t| t.name == "echo"), "echo is listed");
+
+    let result = client
+        .call_tool(
+            CallToolRequestParams::new("echo")
+                .with_arguments(args(serde_json::json!({"text": "hi rmcp"}))),
+        )
+        .await
+        .expect("tools/call echo");
+    assert_eq!(text_of(&result), "hi rmcp");
+
+    let started = Instant::now();
+    client.cancel().await.expect("rmcp closes the transport");
+    let record = tokio::time::timeout(PROMPT, session.record())
+        .await
+        .expect("the record is published promptly")
+        .expect("closed, not dropped");
+    eprintln!("pid {pid}: shutdown and record in {:?}", started.elapsed());
+    assert!(
+        record.exit_status().is_some(),
+        "the server was reaped: {:?}",
+        record.process
+    );
+    assert!(
+        record.metrics.frames >= 3,
+        "initialize, tools/list, tools/call answered"
+    );
+}
+
+#[tokio::test]
+async fn g3_rmcp_request_with_an_oversized_response_id_last_fails_at_once() {
+    let mut options = ClientOptions::default();
+    options.config.session_mut().max_frame(64 * 1024);
+    let transport =
+        ClientTransport::spawn(&CommandSpec::new(fixture()), options).expect("spawn the fixture");
+    let mut session = transport.session();
+    let client = ().serve(transport).await.expect("rmcp initializes");
+
+    // 4 MiB, the id the last member: found only at the frame's end, with
+    // nothing of the frame kept.
+    let started = Instant::now();
+    let call = client.call_tool(
+        CallToolRequestParams::new("big_id_last")
+            .with_arguments(args(serde_json::json!({"bytes": 4 * 1024 * 1024}))),
+    );
+    let outcome = tokio::time::timeout(PROMPT, call)
+        .await
+        .expect("the oversized response fails the request, no hang");
+    let elapsed = started.elapsed();
+    eprintln!("oversized id-last response failed the request in {elapsed:?}");
+    let error = outcome.expect_err("the response passed the wire limit");
+    let message = error.to_string();
+    assert!(
+        message.contains("wire limit"),
+        "rmcp sees our error: {message}"
+    );
+
+    // Only that request failed: the session goes on.
+    let result = client
+        .call_tool(
+            CallToolRequestParams::new("echo")
+                .with_arguments(args(serde_json::json!({"text": "still here"}))),
+        )
+        .await
+        .expect("the session survives the oversized response");
+    assert_eq!(text_of(&result), "still here");
+
+    client.cancel().await.expect("rmcp closes the transport");
+    let record = session.record().await.expect("closed, not dropped");
+    assert_eq!(record.metrics.oversized_frames, 1);
+    assert_eq!(
+        record.metrics.oversized_ids_missing, 0,
+        "the id was recovered"
+    );
+}
