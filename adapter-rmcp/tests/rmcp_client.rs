@@ -130,3 +130,86 @@ async fn g3_rmcp_request_with_an_oversized_response_id_last_fails_at_once() {
         "the id was recovered"
     );
 }
+
+#[tokio::test]
+async fn g5_server_request_reaches_rmcp_and_its_answer_reaches_the_server() {
+    let transport = ClientTransport::spawn(&CommandSpec::new(fixture()), ClientOptions::default())
+        .expect("spawn the fixture");
+    let client = ().serve(transport).await.expect("rmcp initializes");
+    // The fixture sends a `ping` request to the client and returns only once
+    // it is answered: rmcp answers it, under the server's own id.
+    let started = Instant::now();
+    let call = client.call_tool(
+        CallToolRequestParams::new("server_request").with_arguments(args(serde_json::json!({}))),
+    );
+    let result = tokio::time::timeout(PROMPT, call)
+        .await
+        .expect("the server's request was answered, no hang")
+        .expect("tools/call server_request");
+    eprintln!("server→client ping round trip in {:?}", started.elapsed());
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    client.cancel().await.expect("rmcp closes the transport");
+}
+
+#[tokio::test]
+async fn g4_stderr_flood_stays_within_the_budget_and_the_tail_is_on_record() {
+    let transport = ClientTransport::spawn(&CommandSpec::new(fixture()), ClientOptions::default())
+        .expect("spawn the fixture");
+    let mut session = transport.session();
+    let client = ().serve(transport).await.expect("rmcp initializes");
+    let flood: u64 = 16 * 1024 * 1024;
+    let started = Instant::now();
+    let call = client.call_tool(
+        CallToolRequestParams::new("stderr_flood")
+            .with_arguments(args(serde_json::json!({"bytes": flood}))),
+    );
+    tokio::time::timeout(PROMPT, call)
+        .await
+        .expect("a stderr flood nobody reads does not stall the server")
+        .expect("tools/call stderr_flood");
+    eprintln!("16 MiB of stderr went through in {:?}", started.elapsed());
+    client.cancel().await.expect("rmcp closes the transport");
+    let record = session.record().await.expect("closed, not dropped");
+    eprintln!(
+        "stderr seen {} retained {} truncated {}",
+        record.stderr.seen, record.stderr.retained, record.stderr.truncated
+    );
+    assert!(record.stderr.seen >= flood, "every byte was read");
+    assert!(record.stderr.truncated, "the budget cut it");
+    assert!(record.stderr.retained < flood / 4, "memory stayed bounded");
+}
+
+#[tokio::test]
+async fn g11_a_server_ignoring_eof_and_term_is_killed_on_close() {
+    let mut options = ClientOptions::default();
+    options
+        .config
+        .supervisor_mut()
+        .stdin_close_grace(Duration::from_millis(300))
+        .term_grace(Duration::from_millis(300));
+    let mut command = CommandSpec::new(fixture());
+    command.args(["--ignore-stdin-eof", "--ignore-sigterm"]);
+    let transport = ClientTransport::spawn(&command, options).expect("spawn the fixture");
+    let mut session = transport.session();
+    let client = ().serve(transport).await.expect("rmcp initializes");
+    let started = Instant::now();
+    tokio::time::timeout(PROMPT, client.cancel())
+        .await
+        .expect("close does not hang on a stubborn server")
+        .expect("rmcp closes the transport");
+    let record = session.record().await.expect("closed, not dropped");
+    eprintln!(
+        "stubborn server ended by {:?} after {:?}",
+        record.process.ended_by,
+        started.elapsed()
+    );
+    assert_eq!(
+        record.process.ended_by,
+        mcp_stdio_core::process::EndedBy::ExitedAfterKill
+    );
+    assert!(
+        record.stderr_tail.contains("SIGTERM received and ignored"),
+        "TERM was sent first: {}",
+        record.stderr_tail
+    );
+}
