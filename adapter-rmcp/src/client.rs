@@ -14,7 +14,7 @@ use mcp_stdio_tokio::{
 use rmcp::model::{ErrorCode, ErrorData, JsonRpcMessage, NumberOrString, RequestId};
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use tokio::sync::{mpsc, watch, RwLock};
+use tokio::sync::{mpsc, watch, Notify, RwLock};
 
 /// Server→client requests waiting for rmcp's answer. rmcp answers every
 /// request it receives; past this many unanswered, the transport answers the
@@ -51,6 +51,8 @@ struct Shared {
     /// The server's requests waiting for rmcp's answer (≤ [`MAX_PENDING_SERVER_REQUESTS`]).
     responders: Mutex<HashMap<Id, Responder>>,
     outcomes: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
+    /// Signalled each time one of rmcp's requests leaves `in_flight`.
+    settled: Notify,
     record: watch::Sender<Option<Arc<SessionRecord>>>,
 }
 
@@ -118,6 +120,7 @@ impl ClientTransport {
                 in_flight: Mutex::new(HashMap::new()),
                 responders: Mutex::new(HashMap::new()),
                 outcomes: outcomes_tx,
+                settled: Notify::new(),
                 record,
             }),
             outcomes,
@@ -151,10 +154,17 @@ impl Transport<RoleClient> for ClientTransport {
             if self.incoming_done {
                 // The session is over: rmcp's requests still in flight resolve
                 // promptly (as closed); hand over their outcomes, then end.
-                if lock(&self.shared.in_flight).is_empty() {
-                    return self.outcomes.try_recv().ok();
+                if let Ok(outcome) = self.outcomes.try_recv() {
+                    return Some(outcome);
                 }
-                return self.outcomes.recv().await;
+                if lock(&self.shared.in_flight).is_empty() {
+                    return None;
+                }
+                tokio::select! {
+                    outcome = self.outcomes.recv() => return outcome,
+                    // A cancelled request settles without an outcome.
+                    () = self.shared.settled.notified() => continue,
+                }
             }
             let guard = self.shared.client.read().await;
             let client = guard.as_ref()?;
@@ -275,6 +285,8 @@ async fn send(
                     let _ = shared.outcomes.send(message).await;
                 }
                 lock(&shared.in_flight).remove(&to_id(&rmcp_id));
+                // `notify_one` keeps a permit: a receive that looks later still sees it.
+                shared.settled.notify_one();
             });
             Ok(())
         }

@@ -213,3 +213,53 @@ async fn g11_a_server_ignoring_eof_and_term_is_killed_on_close() {
         record.stderr_tail
     );
 }
+
+#[tokio::test]
+async fn g6_rmcp_cancel_reaches_the_server_under_the_sessions_id() {
+    use rmcp::model::{CallToolRequest, ClientRequest};
+    use rmcp::service::PeerRequestOptions;
+
+    let transport = ClientTransport::spawn(&CommandSpec::new(fixture()), ClientOptions::default())
+        .expect("spawn the fixture");
+    let mut session = transport.session();
+    let client = ().serve(transport).await.expect("rmcp initializes");
+    // 100 × 100 ms of work that stops at a cancel.
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("slow").with_arguments(args(
+            serde_json::json!({"chunks": 100, "delay_ms": 100, "honour_cancel": true}),
+        )),
+    ));
+    let handle = client
+        .peer()
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+        .expect("the request goes out");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    handle
+        .cancel(Some("no longer needed".into()))
+        .await
+        .expect("rmcp sends its cancel");
+    // The session still answers, and the fixture saw the cancel.
+    let result = client
+        .call_tool(
+            CallToolRequestParams::new("echo")
+                .with_arguments(args(serde_json::json!({"text": "after cancel"}))),
+        )
+        .await
+        .expect("tools/call echo");
+    assert_eq!(text_of(&result), "after cancel");
+    client.cancel().await.expect("rmcp closes the transport");
+    let elapsed = started.elapsed();
+    let record = session.record().await.expect("closed, not dropped");
+    eprintln!("cancel, echo and close in {elapsed:?}");
+    assert!(
+        record.stderr_tail.contains("cancel received"),
+        "the server got the cancel: {}",
+        record.stderr_tail
+    );
+    assert!(
+        elapsed < PROMPT,
+        "the cancelled work did not hold up the close"
+    );
+}
