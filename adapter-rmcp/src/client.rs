@@ -273,7 +273,7 @@ async fn send(
             let pending = {
                 let guard = shared.client.read().await;
                 let client = guard.as_ref().ok_or(TransportError::Closed)?;
-                // No deadline of our own: rmcp applies its own request timeouts.
+                // `None`: the session's default deadline (`ClientConfig::default_timeout`); rmcp adds its own.
                 client.start_request(&method, params, None).await?
             };
             lock(&shared.in_flight).insert(to_id(&rmcp_id), pending.cancel_handle());

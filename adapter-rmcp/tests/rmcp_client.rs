@@ -86,6 +86,15 @@ async fn g12_rmcp_client_initializes_lists_calls_and_the_record_is_reachable() {
 
 #[tokio::test]
 async fn g3_rmcp_request_with_an_oversized_response_id_last_fails_at_once() {
+    oversized_response_fails_that_request_at_once("big_id_last").await;
+}
+
+#[tokio::test]
+async fn g3_rmcp_request_with_an_oversized_response_id_first_fails_at_once() {
+    oversized_response_fails_that_request_at_once("big").await;
+}
+
+async fn oversized_response_fails_that_request_at_once(tool: &'static str) {
     let mut options = ClientOptions::default();
     options.config.session_mut().max_frame(64 * 1024);
     let transport =
@@ -93,18 +102,18 @@ async fn g3_rmcp_request_with_an_oversized_response_id_last_fails_at_once() {
     let mut session = transport.session();
     let client = ().serve(transport).await.expect("rmcp initializes");
 
-    // 4 MiB, the id the last member: found only at the frame's end, with
-    // nothing of the frame kept.
+    // 4 MiB; with `big_id_last` the id is the last member, found only at the
+    // frame's end, with nothing of the frame kept.
     let started = Instant::now();
     let call = client.call_tool(
-        CallToolRequestParams::new("big_id_last")
+        CallToolRequestParams::new(tool)
             .with_arguments(args(serde_json::json!({"bytes": 4 * 1024 * 1024}))),
     );
     let outcome = tokio::time::timeout(PROMPT, call)
         .await
         .expect("the oversized response fails the request, no hang");
     let elapsed = started.elapsed();
-    eprintln!("oversized id-last response failed the request in {elapsed:?}");
+    eprintln!("oversized response ({tool}) failed the request in {elapsed:?}");
     let error = outcome.expect_err("the response passed the wire limit");
     let message = error.to_string();
     assert!(
