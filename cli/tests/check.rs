@@ -559,3 +559,129 @@ fn g3_large_response_row_warns_on_an_over_limit_answer_without_an_id() {
     assert!(value.contains("without a usable top-level id"), "{row:#}");
     assert!(value.contains("then ping"), "{row:#}");
 }
+
+/// A fresh path in the temp dir for one test's report file.
+fn temp_report(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("mcp-stdio-check-{}-{name}.xml", std::process::id()))
+}
+
+/// The `name` attribute of every `<testcase>`, in order, and the element's text up to its end.
+fn junit_cases(xml: &str) -> Vec<(String, String)> {
+    xml.split("<testcase ")
+        .skip(1)
+        .map(|case| {
+            let name = case
+                .strip_prefix("name=\"")
+                .and_then(|rest| rest.split('"').next())
+                .expect("every testcase starts with its name");
+            let body = case
+                .split("</testcase>")
+                .next()
+                .expect("split yields at least one part");
+            assert!(case.contains("</testcase>"), "unclosed testcase: {case}");
+            (name.to_owned(), body.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn junit_has_one_testcase_per_row_matching_the_json_verdicts() {
+    let path = temp_report("json");
+    let path_s = path.to_string_lossy().into_owned();
+    let flags = fixture_flags();
+    let args: Vec<&str> = ["--quiet", "--junit", path_s.as_str()]
+        .into_iter()
+        .chain(flags.iter().map(String::as_str))
+        .collect();
+    let start = Instant::now();
+    let (doc, code) = check_json(&args);
+    eprintln!("check --json --junit: {:?}", start.elapsed());
+    let xml = std::fs::read_to_string(&path).expect("--junit wrote its file");
+    let _ = std::fs::remove_file(&path);
+    let rows = rows(&doc);
+    assert!(
+        xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"),
+        "{xml}"
+    );
+    assert_eq!(xml.matches("<testsuites ").count(), 1, "{xml}");
+    assert!(xml.trim_end().ends_with("</testsuites>"), "{xml}");
+    let cases = junit_cases(&xml);
+    let names: Vec<&str> = cases.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ROW_IDS, "{xml}");
+    let mut fails = 0;
+    for (id, body) in &cases {
+        let status = status(&rows, id);
+        assert_eq!(body.contains("<failure "), status == "FAIL", "{id}: {body}");
+        assert_eq!(body.contains("<skipped "), status == "SKIP", "{id}: {body}");
+        assert!(
+            body.contains(&format!("<system-out>{status} ")),
+            "{id}: {body}"
+        );
+        let time: f64 = body
+            .split("time=\"")
+            .nth(1)
+            .and_then(|t| t.split('"').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{id}: no time in seconds: {body}"));
+        assert!((0.0..60.0).contains(&time), "{id}: time {time}");
+        fails += usize::from(status == "FAIL");
+    }
+    assert!(
+        xml.contains(&format!("tests=\"10\" failures=\"{fails}\"")),
+        "{xml}"
+    );
+    assert_eq!(code, if fails == 0 { 0 } else { 1 }, "{doc:#}");
+}
+
+#[test]
+fn markdown_has_one_line_per_row_and_agrees_with_the_junit_file() {
+    let path = temp_report("md");
+    let path_s = path.to_string_lossy().into_owned();
+    let start = Instant::now();
+    // The built-in server: rows FAIL and WARN on purpose, so both formats have something to say.
+    let (out, _) = check(&["--quiet", "--markdown", "--junit", path_s.as_str()]);
+    eprintln!("check --markdown --junit: {:?}", start.elapsed());
+    let xml = std::fs::read_to_string(&path).expect("--junit wrote its file");
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(1), "the built-in server fails rows");
+    let md = String::from_utf8(out.stdout).expect("UTF-8 markdown");
+    let row_lines: Vec<&str> = md
+        .lines()
+        .filter(|l| {
+            l.strip_prefix("| ")
+                .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .collect();
+    assert_eq!(row_lines.len(), ROW_IDS.len(), "{md}");
+    for (i, line) in row_lines.iter().enumerate() {
+        assert!(line.starts_with(&format!("| {} | ", i + 1)), "{line}");
+        assert_eq!(line.replace("\\|", "").matches('|').count(), 6, "{line}");
+    }
+    let md_fails = row_lines.iter().filter(|l| l.contains(" FAIL |")).count();
+    let md_skips = row_lines.iter().filter(|l| l.contains(" SKIP |")).count();
+    assert!(md_fails > 0, "{md}");
+    assert_eq!(xml.matches("<failure ").count(), md_fails, "{xml}\n{md}");
+    assert_eq!(xml.matches("<skipped ").count(), md_skips, "{xml}\n{md}");
+    assert_eq!(junit_cases(&xml).len(), ROW_IDS.len(), "{xml}");
+    assert!(md.contains("→ FAILED**"), "{md}");
+}
+
+#[test]
+fn an_unwritable_junit_file_exits_2_after_printing_the_report() {
+    let (out, _) = check(&[
+        "--quiet",
+        "--timeout",
+        "2",
+        "--junit",
+        "/nonexistent-dir/report.xml",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--junit /nonexistent-dir/report.xml"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("mcp-stdio check: true"));
+}

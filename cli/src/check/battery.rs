@@ -139,23 +139,35 @@ pub(crate) async fn run(settings: &Settings) -> Result<Report, String> {
         init_ok: false,
     };
     let mut rows = Vec::with_capacity(ROW_COUNT);
-    rows.extend(b.handshake().await?);
-    rows.push(b.malformed().await);
-    rows.push(b.large().await);
-    rows.push(b.slow_reader().await);
-    rows.push(b.cancel().await);
-    rows.push(b.stdin_eof().await);
-    rows.push(b.sigterm().await);
+    let mut t = Instant::now();
+    // Both rows come from one session: the first carries its time.
+    let [init, hygiene] = b.handshake().await?;
+    rows.push(init.timed(lap(&mut t)));
+    rows.push(hygiene);
+    rows.push(b.malformed().await.timed(lap(&mut t)));
+    rows.push(b.large().await.timed(lap(&mut t)));
+    rows.push(b.slow_reader().await.timed(lap(&mut t)));
+    rows.push(b.cancel().await.timed(lap(&mut t)));
+    rows.push(b.stdin_eof().await.timed(lap(&mut t)));
+    rows.push(b.sigterm().await.timed(lap(&mut t)));
     b.progress(STDERR_VOLUME);
-    rows.push(b.stderr_volume());
+    rows.push(b.stderr_volume().timed(lap(&mut t)));
     b.progress(LEFTOVERS);
-    rows.push(b.leftovers());
+    rows.push(b.leftovers().timed(lap(&mut t)));
     Ok(Report::new(
         settings.server.clone(),
         settings.builtin,
         rows,
         start.elapsed(),
     ))
+}
+
+/// The time since `*t`, restarting the clock for the next row.
+fn lap(t: &mut Instant) -> Duration {
+    let now = Instant::now();
+    let d = now.duration_since(*t);
+    *t = now;
+    d
 }
 
 struct Battery<'a> {

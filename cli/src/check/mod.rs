@@ -10,6 +10,7 @@
 
 mod battery;
 pub(crate) mod builtin;
+mod ci;
 mod procs;
 mod raw;
 mod report;
@@ -42,14 +43,23 @@ shows real findings on a fresh machine.",
     after_long_help = ROWS_HELP,
     after_help = "Rows: initialize, stdout hygiene, malformed line, large response, slow reader, \
 cancel, stdin EOF, SIGTERM, stderr volume, leftover processes (see --help for each rule).\n\
-Exit status: 0 when no row FAILs (PASS/WARN/SKIP only), 1 when any row FAILs, 2 on usage errors.\n\n\
+Exit status: 0 when no row FAILs (PASS/WARN/SKIP only), 1 when any row FAILs, 2 on usage errors \
+or when the --junit file cannot be written.\n\n\
 Example:\n  mcp-stdio check -- node build/index.js\n  mcp-stdio check --json --large-tool search \
 --large-args '{\"query\":\"*\"}' -- python -m my_server"
 )]
 pub(crate) struct CheckArgs {
     /// Print the result as one JSON document on stdout instead of the table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "markdown")]
     pub(crate) json: bool,
+    /// Print the result as a Markdown summary on stdout instead of the table
+    /// (for a CI job page, e.g. `>> "$GITHUB_STEP_SUMMARY"`).
+    #[arg(long)]
+    pub(crate) markdown: bool,
+    /// Also write the result as JUnit XML to FILE: one test case per row; FAIL is a
+    /// failure, SKIP is skipped, WARN passes with a note in its system-out.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) junit: Option<std::path::PathBuf>,
     /// Bound on every step (spawn to answer, each request, each wait), in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     pub(crate) timeout: f64,
@@ -142,15 +152,19 @@ Rows (each PASS / WARN / FAIL / SKIP with its measured value):
         group (Linux /proc). FAIL: any, with their pids (they are then killed);
         SKIP on other systems.
 
-Exit status: 0 when no row FAILs (PASS/WARN/SKIP only), 1 when any row FAILs, 2 on usage errors.
-The table (or --json document) goes to stdout; progress lines go to stderr.
+Exit status: 0 when no row FAILs (PASS/WARN/SKIP only), 1 when any row FAILs, 2 on usage errors \
+or when the --junit file cannot be written.
+The table (or --json document, or --markdown summary) goes to stdout; progress lines go to stderr.
+--junit FILE also writes JUnit XML: one test case per row, named by its id; FAIL rows are
+<failure>, SKIP rows <skipped>, WARN rows pass with the warning in <system-out>.
 
 Examples:
   mcp-stdio check
       the built-in misbehaving server: several rows FAIL or WARN on purpose
   mcp-stdio check -- node build/index.js
   mcp-stdio check --json --large-tool big --large-args '{\"bytes\":2000000}' \\
-      --slow-tool slow --slow-args '{\"ms\":5000}' -- ./target/release/my-server --stdio";
+      --slow-tool slow --slow-args '{\"ms\":5000}' -- ./target/release/my-server --stdio
+  mcp-stdio check --junit report.xml --markdown -- ./my-server >> \"$GITHUB_STEP_SUMMARY\"";
 
 /// Runs `check`; returns the exit status.
 pub(crate) async fn run(args: CheckArgs) -> ExitCode {
@@ -170,9 +184,23 @@ pub(crate) async fn run(args: CheckArgs) -> ExitCode {
     };
     let text = if args.json {
         report.to_json() + "\n"
+    } else if args.markdown {
+        report.to_markdown()
     } else {
         report.to_table()
     };
+    let mut code = if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILED)
+    };
+    if let Some(path) = &args.junit {
+        // A CI job must not pass on a report it could not keep.
+        if let Err(e) = std::fs::write(path, report.to_junit()) {
+            eprintln!("mcp-stdio check: writing --junit {}: {e}", path.display());
+            code = ExitCode::from(EXIT_USAGE);
+        }
+    }
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         // A reader that went away (`| head`) is not our failure to report.
@@ -180,11 +208,7 @@ pub(crate) async fn run(args: CheckArgs) -> ExitCode {
             eprintln!("mcp-stdio check: writing the report: {e}");
         }
     }
-    if report.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_FAILED)
-    }
+    code
 }
 
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {

@@ -22,7 +22,8 @@ pub(crate) enum Status {
 }
 
 impl Status {
-    fn label(self) -> &'static str {
+    /// The word shown in the table.
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Self::Pass => "PASS",
             Self::Warn => "WARN",
@@ -59,6 +60,9 @@ pub(crate) struct Row {
     pub(crate) detail: Option<String>,
     /// The measured values, for machines (milliseconds, bytes, counts).
     pub(crate) measured: Map<String, Value>,
+    /// Wall time the row took (`time` in `--junit`); rows run on one session share it.
+    #[serde(skip)]
+    pub(crate) elapsed: Duration,
 }
 
 impl Row {
@@ -72,7 +76,14 @@ impl Row {
             value: value.into(),
             detail: None,
             measured: Map::new(),
+            elapsed: Duration::ZERO,
         }
+    }
+
+    /// Sets the wall time the row took.
+    pub(crate) fn timed(mut self, elapsed: Duration) -> Self {
+        self.elapsed = elapsed;
+        self
     }
 
     /// Adds the explanation shown under the row.
@@ -114,10 +125,14 @@ pub(crate) struct Report {
 /// Count of rows per status.
 #[derive(Debug, Default, Serialize)]
 pub(crate) struct Summary {
-    pass: usize,
-    warn: usize,
-    fail: usize,
-    skip: usize,
+    /// Rows that passed.
+    pub(crate) pass: usize,
+    /// Rows that warned.
+    pub(crate) warn: usize,
+    /// Rows that failed.
+    pub(crate) fail: usize,
+    /// Rows not run.
+    pub(crate) skip: usize,
 }
 
 impl Report {
