@@ -60,18 +60,6 @@ const STDERR_READ: usize = 16 * 1024;
 
 type Outcome = Result<RawResult, RequestError>;
 
-/// A waker that does nothing, for polling a read once: a read that is not
-/// ready is waited for by the next wait, with the driver's own waker.
-fn noop_waker() -> std::task::Waker {
-    struct Noop;
-    impl std::task::Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
-    static NOOP: std::sync::OnceLock<std::task::Waker> = std::sync::OnceLock::new();
-    NOOP.get_or_init(|| std::task::Waker::from(Arc::new(Noop)))
-        .clone()
-}
-
 /// A one-shot reply: a capacity-1 channel used for a single `try_send`.
 fn oneshot<T>() -> (Sender<T>, Receiver<T>) {
     async_channel::bounded(1)
@@ -855,7 +843,7 @@ impl Driver {
     /// response is many reads, and each turn through the wait re-polls every
     /// branch.
     fn drain_stdout(&mut self, now: Instant) {
-        let waker = noop_waker();
+        let waker = mcp_stdio_sys::poll_once::noop_waker();
         let mut cx = Context::from_waker(&waker);
         for _ in 1..STDOUT_READS_PER_WAKE {
             let Some(pipe) = self.stdout.as_mut() else {

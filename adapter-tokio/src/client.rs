@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use mcp_stdio_core::client::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
@@ -587,7 +587,7 @@ impl Driver {
 /// times, without a turn through the `select` (a large response is many
 /// reads; each turn re-polls every branch).
 fn drain_stdout(stdout: &mut Option<ChildStdout>, core: &mut ClientDriver<OneShot>, now: Instant) {
-    let waker = noop_waker();
+    let waker = mcp_stdio_sys::poll_once::noop_waker();
     let mut cx = Context::from_waker(&waker);
     for _ in 1..STDOUT_READS_PER_WAKE {
         let Some(r) = stdout.as_mut() else {
@@ -611,17 +611,6 @@ fn drain_stdout(stdout: &mut Option<ChildStdout>, core: &mut ClientDriver<OneSho
             Poll::Pending => return,
         }
     }
-}
-
-/// A waker that does nothing, for polling a read once: a read that is not
-/// ready is waited for by the next `select`, with the task's own waker.
-fn noop_waker() -> Waker {
-    struct Noop;
-    impl std::task::Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
-    static NOOP: std::sync::OnceLock<Waker> = std::sync::OnceLock::new();
-    NOOP.get_or_init(|| Waker::from(Arc::new(Noop))).clone()
 }
 
 async fn read_opt<R: tokio::io::AsyncRead + Unpin>(

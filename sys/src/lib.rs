@@ -26,6 +26,7 @@ pub use stdio::{NonBlockingStdio, StdioKind};
 pub use tied::spawn_tied;
 pub mod helper_owners;
 pub mod log_relay;
+pub mod poll_once;
 
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::{CommandSpec, ExitStatus};

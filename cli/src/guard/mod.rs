@@ -490,7 +490,7 @@ fn drain_server_stdout(
     session: &mut GuardSession,
     at: Stamp,
 ) {
-    let waker = std::task::Waker::from(std::sync::Arc::new(NoopWake));
+    let waker = mcp_stdio_sys::poll_once::noop_waker();
     let mut cx = std::task::Context::from_waker(&waker);
     for _ in 1..SERVER_READS_PER_WAKE {
         let Some(r) = server_out.as_mut() else {
@@ -513,14 +513,6 @@ fn drain_server_stdout(
             std::task::Poll::Pending => return,
         }
     }
-}
-
-/// A waker that does nothing: a read polled once and not ready is waited for
-/// by the next `select`.
-struct NoopWake;
-
-impl std::task::Wake for NoopWake {
-    fn wake(self: std::sync::Arc<Self>) {}
 }
 
 async fn read_opt<R: tokio::io::AsyncRead + Unpin>(
