@@ -156,18 +156,7 @@ impl Report {
             );
         }
         let _ = writeln!(out);
-        let s = &self.summary;
-        let _ = writeln!(
-            out,
-            "**{} checks in {:.1} s: {} PASS, {} WARN, {} FAIL, {} SKIP → {}**",
-            self.rows.len(),
-            self.elapsed_ms as f64 / 1000.0,
-            s.pass,
-            s.warn,
-            s.fail,
-            s.skip,
-            if self.ok { "OK" } else { "FAILED" }
-        );
+        let _ = writeln!(out, "**{}**", self.verdict("→"));
         out
     }
 }

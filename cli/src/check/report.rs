@@ -196,10 +196,15 @@ impl Report {
             }
         }
         let _ = writeln!(out);
+        let _ = writeln!(out, "{}", self.verdict("->"));
+        out
+    }
+
+    /// The closing line: counts, time and the verdict after `arrow`.
+    pub(crate) fn verdict(&self, arrow: &str) -> String {
         let s = &self.summary;
-        let _ = writeln!(
-            out,
-            "{} checks in {:.1} s: {} PASS, {} WARN, {} FAIL, {} SKIP -> {}",
+        format!(
+            "{} checks in {:.1} s: {} PASS, {} WARN, {} FAIL, {} SKIP {arrow} {}",
             self.rows.len(),
             self.elapsed_ms as f64 / 1000.0,
             s.pass,
@@ -207,8 +212,7 @@ impl Report {
             s.fail,
             s.skip,
             if self.ok { "OK" } else { "FAILED" }
-        );
-        out
+        )
     }
 }
 
