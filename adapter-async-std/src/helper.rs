@@ -243,6 +243,11 @@ async fn own_run(
     let mut armed: Option<Instant> = None;
     let mut out_buf = vec![0u8; READ_CHUNK];
     let mut err_buf = vec![0u8; READ_CHUNK];
+    if cancel.is_cancelled() {
+        // Cancelled before the run began: it ends without a spawn (G7).
+        cancel_seen = true;
+        run.cancel(stamp());
+    }
     loop {
         while let Some(action) = run.poll_action() {
             // The record of each new state goes out before the action it

@@ -602,3 +602,19 @@ fn smol_block_on_runs_helpers() {
     assert_eq!(c.record.state(), CallState::CancelledAfterDispatch);
     assert!(took < Duration::from_secs(5), "no hang: {took:?}");
 }
+
+/// G7: a token cancelled before the run begins ends it without a spawn.
+#[test]
+fn g7_helper_cancelled_before_it_starts_never_spawns() {
+    let cancel = CancelToken::new();
+    cancel.cancel();
+    let t = Instant::now();
+    let o = block_on(run_helper(
+        &helper(&["sleep", "30"]),
+        &options(1024),
+        &cancel,
+    ));
+    eprintln!("async-std: pre-cancelled run ended in {:?}", t.elapsed());
+    assert!(o.process.is_none(), "spawned despite the cancel");
+    assert_eq!(o.record.state(), CallState::Cancelled);
+}

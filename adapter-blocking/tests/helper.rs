@@ -518,3 +518,15 @@ fn g11_the_leader_is_reaped_and_its_group_empty_when_run_helper_returns() {
     assert!(!leader_exists, "the leader {leader} was not reaped");
     assert!(members.is_empty(), "group {leader} still has {members:?}");
 }
+
+/// G7: a token cancelled before the run begins ends it without a spawn.
+#[test]
+fn g7_helper_cancelled_before_it_starts_never_spawns() {
+    let cancel = CancelToken::new();
+    cancel.cancel();
+    let t = Instant::now();
+    let o = run_helper(&helper(&["sleep", "30"]), &options(1024), &cancel);
+    eprintln!("blocking: pre-cancelled run ended in {:?}", t.elapsed());
+    assert_never_spawned(&o);
+    assert_eq!(o.record.state(), CallState::Cancelled);
+}

@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,7 +12,7 @@ use mcp_stdio_sys::log_relay::{self, Level};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::stdio;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 /// Bytes read from stdin per read call.
@@ -24,38 +23,12 @@ const HANDLER_NOTIFY_QUEUE: usize = 256;
 /// What a handler returns: a raw result, or a JSON-RPC error.
 pub type HandlerResult = Result<Box<RawValue>, ErrorObject>;
 
-/// A cancellation signal that reaches a handler (G7).
-#[derive(Debug, Clone, Default)]
-pub struct CancelToken(Arc<(AtomicBool, Notify)>);
-
-impl CancelToken {
-    /// A token not yet cancelled.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Cancels: every waiter of [`cancelled`](Self::cancelled) wakes.
-    pub fn cancel(&self) {
-        self.0 .0.store(true, Ordering::Release);
-        self.0 .1.notify_waiters();
-    }
-
-    /// Whether [`cancel`](Self::cancel) was called.
-    pub fn is_cancelled(&self) -> bool {
-        self.0 .0.load(Ordering::Acquire)
-    }
-
-    /// Completes once the token is cancelled.
-    pub async fn cancelled(&self) {
-        loop {
-            let notified = self.0 .1.notified();
-            if self.is_cancelled() {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
+/// A cancellation signal that reaches a handler (G7): tokio-util's
+/// [`CancellationToken`](tokio_util::sync::CancellationToken) itself, so a
+/// token a tokio application already holds (or a child of it) is what
+/// [`RequestContext::cancel_token`] gives and [`run_helper`](crate::run_helper)
+/// takes. The alias keeps the name the other adapters use.
+pub type CancelToken = tokio_util::sync::CancellationToken;
 
 /// What a handler gets besides its request.
 #[derive(Debug, Clone)]
