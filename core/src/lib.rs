@@ -40,6 +40,7 @@
 //! | module | what it decides |
 //! | --- | --- |
 //! | [`frame`] | newline framing with a byte limit, discard-to-newline recovery, bounded id recovery |
+//! | `codec` | (feature `tokio-util`) the framer as tokio-util's `Decoder`, framing errors as items |
 //! | [`message`] | JSON-RPC 2.0 messages with raw payloads; encoding under the wire limit |
 //! | [`client`] | host side of a session: ids, pending map, deadlines, cancel, inbox, overload |
 //! | [`host`] | a session with a spawned server: protocol, process and stderr as one machine |
@@ -69,6 +70,8 @@ pub mod budget;
 pub mod call;
 pub mod capture;
 pub mod client;
+#[cfg(feature = "tokio-util")]
+pub mod codec;
 pub mod command;
 pub mod driver;
 pub mod duration_ms;
