@@ -69,6 +69,7 @@ pub const MIN_MAX_TEXT_BYTES: usize = 8;
 
 /// Limits of one call record.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CallConfig {
     max_events: usize,
     max_text_bytes: usize,

@@ -100,6 +100,7 @@ pub const ACTION_QUEUE_CAPACITY: usize = 5;
 /// A duration so large that `now + duration` overflows [`Instant`] means
 /// "never": that step then waits for the child instead of escalating.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SupervisorConfig {
     stdin_close_grace: Duration,
     term_grace: Duration,
