@@ -156,7 +156,7 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
     let _ticket = mcp_stdio_sys::helper_owners::OwnerTicket::new();
     let mut run = options.start(stamp());
     let mut tap = RecordTap::default();
-    let sink = options.records.as_ref();
+    let sink = options.get_records();
     let mut guard = GroupGuard(None);
     let mut helper: Option<Helper> = None;
     let mut approval: Option<Receiver<bool>> = None;

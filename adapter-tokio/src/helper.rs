@@ -156,7 +156,7 @@ async fn own_run(
     let _ticket = mcp_stdio_sys::helper_owners::OwnerTicket::new();
     let mut run = options.start(stamp());
     let mut tap = RecordTap::default();
-    let sink = options.records.as_ref();
+    let sink = options.get_records();
     let mut guard = GroupGuard(None);
     let mut child: Option<Child> = None;
     let mut stdout: Option<ChildStdout> = None;
