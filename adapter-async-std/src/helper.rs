@@ -99,7 +99,7 @@ pub async fn run_helper(
     run_helper_with_approval(command, options, cancel, &NoApprover).await
 }
 
-/// [`run_helper`] with an approval step when `options.config` has an
+/// [`run_helper`] with an approval step when `options.get_config()` has an
 /// approval deadline: the request is raised before the spawn, without
 /// waiting for any output, and its deadline runs on the clock alone. The
 /// approver's future is raced against that deadline and `cancel`, so one

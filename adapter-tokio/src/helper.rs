@@ -82,7 +82,7 @@ struct Ask {
     answer: oneshot::Sender<bool>,
 }
 
-/// [`run_helper`] with an approval step when `options.config` has an
+/// [`run_helper`] with an approval step when `options.get_config()` has an
 /// approval deadline: the request is raised before the spawn, without
 /// waiting for any output, and its deadline runs on the clock alone. The
 /// approver runs in this future (it may borrow); the run itself in its

@@ -142,7 +142,8 @@ impl ClientConfig {
 
     /// Extra room in the outgoing queue for messages the session writes by
     /// itself (cancels and overload rejections), default 64 KiB. When even
-    /// this is used up such a message is dropped and counted.
+    /// this is used up such a message is dropped and counted. Worst case: the
+    /// queue holds `max_outgoing_bytes` plus this many bytes.
     pub fn control_reserve_bytes(&mut self, bytes: usize) -> &mut Self {
         self.control_reserve_bytes = bytes;
         self

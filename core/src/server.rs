@@ -92,7 +92,8 @@ impl ServerConfig {
     /// for stdout (default 8 MiB). Past it [`ServerSession::notify`] fails with
     /// backpressure and automatic error replies are dropped and counted.
     /// Handler responses are not counted here: they are bounded by
-    /// `max_concurrent`.
+    /// `max_concurrent`. Worst case: this many bytes queued, plus one
+    /// message of at most `max_frame` admitted into an empty queue.
     pub fn max_outgoing_bytes(&mut self, bytes: usize) -> &mut Self {
         self.max_outgoing_bytes = bytes;
         self

@@ -89,7 +89,7 @@ pub struct HelperJob {
     pub options: HelperOptions,
     /// Cancel after this long, if set.
     pub cancel_after: Option<Duration>,
-    /// The approver's behaviour (used when `options.config` has an approval deadline).
+    /// The approver's behaviour (used when `options.get_config()` has an approval deadline).
     pub approval: Option<ApprovalScript>,
     /// Start the run this long after the others (its clock starts then).
     pub start_after: Duration,
