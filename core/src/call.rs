@@ -319,6 +319,7 @@ pub enum CallEventKind {
 
 /// One timestamped event of a call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct CallEvent {
     /// Position of the event among all events of the call, from 0. A jump
     /// between neighbours shows where events were dropped.

@@ -70,6 +70,7 @@ pub fn initialize_params(
 /// What the server said about itself in its `initialize` result.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct InitializeResult {
     /// The negotiated protocol version.
     pub protocol_version: String,

@@ -198,6 +198,7 @@ pub enum Signal {
 
 /// What the adapter must do, from [`ProcessSupervisor::poll_action`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ProcessAction {
     /// Close (drop) the write end of the child's stdin pipe.
     CloseStdin,

@@ -200,6 +200,7 @@ pub enum Responded {
 /// Where one in-flight request stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RequestState {
     /// The handler is running.
     Running,
