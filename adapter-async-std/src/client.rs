@@ -271,9 +271,9 @@ impl Client {
             let _ = wake_tx.try_send(());
         });
 
-        let request_timeout = options.config.get_session().get_default_timeout();
-        let client_info = options.client_info.clone();
-        let client_capabilities = options.client_capabilities.clone();
+        let request_timeout = options.get_default_timeout();
+        let client_info = options.get_client_info().clone();
+        let client_capabilities = options.get_client_capabilities().map(ToOwned::to_owned);
         let now = Instant::now();
         let mut core = ClientDriver::new(options, pid, now, cancels.clone());
         if stdout.is_none() {

@@ -99,7 +99,7 @@ pub async fn run_helper(
     run_helper_with_approval(command, options, cancel, &NoApprover).await
 }
 
-/// [`run_helper`] with an approval step when `options.config` has an
+/// [`run_helper`] with an approval step when `options.get_config()` has an
 /// approval deadline: the request is raised before the spawn, without
 /// waiting for any output, and its deadline runs on the clock alone. The
 /// approver's future is raced against that deadline and `cancel`, so one
@@ -136,7 +136,7 @@ pub async fn run_helper_with_approval<A: Approver>(
             match run.poll_action() {
                 Some(HelperAction::Finished(outcome)) => {
                     options.release(&mut run);
-                    tap.finish(&outcome.record, options.records.as_ref());
+                    tap.finish(&outcome.record, options.get_records());
                     return *outcome;
                 }
                 Some(_) => {}
@@ -229,7 +229,7 @@ async fn own_run(
     let cancel = &cancel;
     let mut run = options.start(stamp());
     let mut tap = RecordTap::default();
-    let sink = options.records.as_ref();
+    let sink = options.get_records();
     let mut helper: Option<Spawned> = None;
     let mut stdout: Option<ChildStdout> = None;
     let mut stderr: Option<ChildStderr> = None;

@@ -208,8 +208,7 @@ where
     let max_frame = life.max_frame();
     // At most `max_concurrent` handlers exist (the core refuses more), each
     // sending one `Done`: their sends never wait.
-    let (done_tx, done_rx) =
-        async_channel::bounded::<Done>(options.config.get_max_concurrent().max(1));
+    let (done_tx, done_rx) = async_channel::bounded::<Done>(options.get_max_concurrent().max(1));
     let (notify_tx, notify_rx) = async_channel::bounded(HANDLER_NOTIFY_QUEUE);
     // One token per running handler: at most `max_concurrent`.
     let mut tasks: HashMap<Id, CancelToken> = HashMap::new();
@@ -342,7 +341,7 @@ where
         Some(e) if life.report().end == ServeEnd::WriteFailed => Err(e),
         _ => {
             let mut report = life.report();
-            report.helpers_unfinished_at_exit = wait_for_helpers(options.helper_grace).await;
+            report.helpers_unfinished_at_exit = wait_for_helpers(options.get_helper_grace()).await;
             Ok(report)
         }
     }

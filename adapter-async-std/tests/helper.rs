@@ -15,7 +15,6 @@ use async_io::Timer;
 use async_std::task::block_on;
 use futures_lite::future::{or, zip};
 use mcp_stdio_async_std::core::call::{CallOutcome, CallState, DecisionReason};
-use mcp_stdio_async_std::core::capture::CaptureConfig;
 use mcp_stdio_async_std::core::process::{EndedBy, StreamEnd};
 use mcp_stdio_async_std::core::ExitStatus;
 use mcp_stdio_async_std::{
@@ -44,17 +43,13 @@ fn helper(args: &[&str]) -> CommandSpec {
 
 /// A stderr budget of `stderr_tail` bytes and short graces, so tests are quick.
 fn options(stderr_tail: usize) -> HelperOptions {
-    let mut o = HelperOptions {
-        operation: "fixture-helper".into(),
-        target: "test".into(),
-        call_id: "call-1".into(),
-        session_id: "async-std".into(),
-        ..HelperOptions::default()
-    };
-    let mut stderr = CaptureConfig::default();
-    stderr.tail(stderr_tail);
-    o.config.stderr(stderr);
-    o.config
+    let mut o = HelperOptions::default();
+    o.operation("fixture-helper")
+        .target("test")
+        .call_id("call-1")
+        .session_id("async-std");
+    o.config_mut().stderr_mut().tail(stderr_tail);
+    o.config_mut()
         .supervisor_mut()
         .term_grace(Duration::from_millis(500))
         .reader_drain_deadline(Duration::from_millis(500));
@@ -63,7 +58,7 @@ fn options(stderr_tail: usize) -> HelperOptions {
 
 fn with_approval(deadline: Duration) -> HelperOptions {
     let mut o = options(4096);
-    o.config.approval(Some(deadline));
+    o.config_mut().approval(Some(deadline));
     o
 }
 
@@ -546,7 +541,7 @@ fn g11_dropping_the_run_after_the_leader_exited_kills_its_grandchild() {
     let mut o = options(4096);
     // Long enough that the core's own kill after the leader's exit does not
     // come first: only the dropped run's guard can end the grandchild.
-    o.config
+    o.config_mut()
         .supervisor_mut()
         .reader_drain_deadline(Duration::from_secs(20));
     let cancel = CancelToken::new();

@@ -12,7 +12,6 @@ use async_std::task::{block_on, JoinHandle};
 use futures_lite::io::BufReader;
 use futures_lite::{AsyncBufReadExt, AsyncWriteExt};
 use mcp_stdio_async_std::core::message::{to_raw, ErrorObject, Request};
-use mcp_stdio_async_std::core::server::ServerConfig;
 use mcp_stdio_async_std::{
     serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeOptions, ServeReport,
 };
@@ -164,12 +163,8 @@ fn bounded_concurrency_refuses_beyond_max_concurrent() {
             }
             Ok(to_raw(&json!({})).expect("JSON"))
         };
-        let mut config = ServerConfig::default();
-        config.max_concurrent(1);
-        let options = ServeOptions {
-            config,
-            ..ServeOptions::default()
-        };
+        let mut options = ServeOptions::default();
+        options.max_concurrent(1);
         let mut peer = Peer::start(options, handler);
         peer.send(request(1, "wait_for_cancel")).await;
         peer.send(request(2, "ping")).await;
@@ -199,12 +194,8 @@ fn g9_oversized_result_becomes_an_error_and_a_panic_becomes_internal_error() {
                 _ => Err(ErrorObject::new(-32601, "no such method")),
             }
         };
-        let mut config = ServerConfig::default();
-        config.max_frame(1024);
-        let options = ServeOptions {
-            config,
-            ..ServeOptions::default()
-        };
+        let mut options = ServeOptions::default();
+        options.max_frame(1024);
         let mut peer = Peer::start(options, handler);
         peer.send(request(1, "big")).await;
         let r = peer.recv().await.expect("response 1");
@@ -230,10 +221,8 @@ fn stdin_eof_drains_in_flight_work_within_the_drain_timeout() {
             async_std::task::sleep(Duration::from_secs(wait)).await;
             HandlerResult::Ok(to_raw(&json!({})).expect("JSON"))
         };
-        let options = ServeOptions {
-            drain_timeout: Duration::from_millis(200),
-            ..ServeOptions::default()
-        };
+        let mut options = ServeOptions::default();
+        options.drain_timeout(Duration::from_millis(200));
         let mut peer = Peer::start(options, handler);
         peer.send(request(1, "forever")).await;
         peer.send(request(2, "quick")).await;

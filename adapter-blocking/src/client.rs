@@ -284,9 +284,9 @@ impl Client {
     /// the thread that called `spawn` may exit). Elsewhere the server sees
     /// its stdin close.
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> io::Result<Self> {
-        let client_info = options.client_info.clone();
-        let client_capabilities = options.client_capabilities.clone();
-        let request_timeout = options.config.get_session().get_default_timeout();
+        let client_info = options.get_client_info().clone();
+        let client_capabilities = options.get_client_capabilities().map(ToOwned::to_owned);
+        let request_timeout = options.get_default_timeout();
         let (driver, commands, shared) = Driver::spawn(command, options)?;
         let pid = driver.pid;
         let cancels = driver.core.cancels().clone();
@@ -1035,10 +1035,8 @@ mod tests {
     fn abandoning_a_session_that_cannot_start_releases_its_grant() {
         use mcp_stdio_core::capture::{PoolConfig, SharedRetentionPool};
         let pool = SharedRetentionPool::new(PoolConfig::default().limit(1 << 20));
-        let options = ClientOptions {
-            stderr_pool: Some(pool.clone()),
-            ..ClientOptions::default()
-        };
+        let mut options = ClientOptions::default();
+        options.stderr_pool(Some(pool.clone()));
         let (driver, _commands, _shared) =
             Driver::spawn(&CommandSpec::new("cat"), options).expect("spawn cat");
         let pid = driver.pid;
@@ -1123,7 +1121,7 @@ mod tests {
         NO_PIDFD.with(|f| f.set(true));
         let mut options = ClientOptions::default();
         options
-            .config
+            .config_mut()
             .supervisor_mut()
             .stdin_close_grace(Duration::from_secs(5));
         let client = Client::spawn(&CommandSpec::new("cat"), options).expect("spawn cat");

@@ -136,7 +136,7 @@ pub fn run_helper(
     run_helper_with_approval(command, options, cancel, &NoApprover)
 }
 
-/// [`run_helper`] with an approval step when `options.config` has an
+/// [`run_helper`] with an approval step when `options.get_config()` has an
 /// approval deadline: the request is raised before the spawn, without
 /// waiting for any output, and its deadline runs on the clock alone.
 ///
@@ -156,7 +156,7 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
     let _ticket = mcp_stdio_sys::helper_owners::OwnerTicket::new();
     let mut run = options.start(stamp());
     let mut tap = RecordTap::default();
-    let sink = options.records.as_ref();
+    let sink = options.get_records();
     let mut guard = GroupGuard(None);
     let mut helper: Option<Helper> = None;
     let mut approval: Option<Receiver<bool>> = None;

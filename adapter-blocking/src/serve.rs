@@ -237,7 +237,7 @@ where
     let life = ServeLifecycle::new(&options);
     let mut coordinator = Coordinator {
         pool: Pool::new(
-            options.config.get_max_concurrent(),
+            options.get_max_concurrent(),
             handler.clone(),
             inputs_tx.clone(),
         ),
@@ -251,7 +251,7 @@ where
     };
     // Returning drops `write_tx`: the writer ends after its last message.
     let mut report = coordinator.run(&inputs)?;
-    report.helpers_unfinished_at_exit = wait_for_helpers(options.helper_grace);
+    report.helpers_unfinished_at_exit = wait_for_helpers(options.get_helper_grace());
     Ok(report)
 }
 

@@ -465,7 +465,7 @@ fn g10_the_stderr_grant_goes_back_to_the_pool_on_shutdown_and_on_drop() {
     use mcp_stdio_blocking::core::capture::{PoolConfig, SharedRetentionPool};
     let pool = SharedRetentionPool::new(PoolConfig::default().limit(1 << 20));
     let mut opts = options(4 << 20);
-    opts.stderr_pool = Some(pool.clone());
+    opts.stderr_pool(Some(pool.clone()));
     let a = start(&[], opts.clone());
     let b = start(&[], opts);
     assert_eq!(pool.stats().outstanding, 2);

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::{group_members, pid_alive, wait_until};
 use mcp_stdio_blocking::core::call::{CallOutcome, CallState, DecisionReason};
-use mcp_stdio_blocking::core::capture::CaptureConfig;
 use mcp_stdio_blocking::core::process::{EndedBy, StreamEnd};
 use mcp_stdio_blocking::core::ExitStatus;
 use mcp_stdio_blocking::{
@@ -43,17 +42,13 @@ fn helper(args: &[&str]) -> CommandSpec {
 
 /// Options with a stderr budget of `stderr_tail` bytes and short graces.
 fn options(stderr_tail: usize) -> HelperOptions {
-    let mut o = HelperOptions {
-        operation: "fixture-helper".into(),
-        target: "test".into(),
-        call_id: "call-1".into(),
-        session_id: "blocking".into(),
-        ..HelperOptions::default()
-    };
-    let mut stderr = CaptureConfig::default();
-    stderr.tail(stderr_tail);
-    o.config.stderr(stderr);
-    o.config
+    let mut o = HelperOptions::default();
+    o.operation("fixture-helper")
+        .target("test")
+        .call_id("call-1")
+        .session_id("blocking");
+    o.config_mut().stderr_mut().tail(stderr_tail);
+    o.config_mut()
         .supervisor_mut()
         .term_grace(Duration::from_millis(500))
         .reader_drain_deadline(Duration::from_millis(500));
@@ -311,7 +306,7 @@ fn g11_escaped_grandchild_reader_is_abandoned_without_a_hang() {
 #[test]
 fn g12_approved_helper_runs_after_the_answer() {
     let mut o = options(4096);
-    o.config.approval(Some(Duration::from_secs(5)));
+    o.config_mut().approval(Some(Duration::from_secs(5)));
     let (approver, _release) = ScriptedApprover::new(Some((true, Duration::from_millis(50))));
     let t = Instant::now();
     let out = run_helper_with_approval(
@@ -332,7 +327,7 @@ fn g12_approved_helper_runs_after_the_answer() {
 #[test]
 fn g12_denied_helper_is_never_spawned() {
     let mut o = options(4096);
-    o.config.approval(Some(Duration::from_secs(5)));
+    o.config_mut().approval(Some(Duration::from_secs(5)));
     let (approver, _release) = ScriptedApprover::new(Some((false, Duration::from_millis(20))));
     let t = Instant::now();
     let out = run_helper_with_approval(
@@ -350,7 +345,7 @@ fn g12_denied_helper_is_never_spawned() {
 #[test]
 fn g12_late_approval_is_a_timeout_and_the_run_does_not_wait_for_it() {
     let mut o = options(4096);
-    o.config.approval(Some(Duration::from_millis(300)));
+    o.config_mut().approval(Some(Duration::from_millis(300)));
     let (approver, _release) = ScriptedApprover::new(Some((true, Duration::from_secs(2))));
     let t = Instant::now();
     let out = run_helper_with_approval(
@@ -382,7 +377,7 @@ fn g12_late_approval_is_a_timeout_and_the_run_does_not_wait_for_it() {
 #[test]
 fn g12_approver_that_never_answers_does_not_block_past_the_deadline() {
     let mut o = options(4096);
-    o.config.approval(Some(Duration::from_millis(300)));
+    o.config_mut().approval(Some(Duration::from_millis(300)));
     let (approver, release) = ScriptedApprover::new(None);
     let t = Instant::now();
     let out = run_helper_with_approval(
@@ -407,7 +402,7 @@ fn g12_approver_that_never_answers_does_not_block_past_the_deadline() {
 #[test]
 fn g7_cancel_while_awaiting_approval_ends_the_run_unspawned() {
     let mut o = options(4096);
-    o.config.approval(Some(Duration::from_secs(30)));
+    o.config_mut().approval(Some(Duration::from_secs(30)));
     let (approver, _release) = ScriptedApprover::new(None);
     let cancel = CancelToken::new();
     let canceller = cancel_after(&cancel, Duration::from_millis(200));
@@ -425,7 +420,7 @@ fn g7_cancel_while_awaiting_approval_ends_the_run_unspawned() {
 #[test]
 fn g12_a_panicking_approver_is_a_denial() {
     let mut o = options(4096);
-    o.config.approval(Some(Duration::from_secs(30)));
+    o.config_mut().approval(Some(Duration::from_secs(30)));
     let approver = |_r: ApprovalRequest| -> bool { panic!("approver bug (expected in this test)") };
     let t = Instant::now();
     let out = run_helper_with_approval(&helper(&["exit", "0"]), &o, &CancelToken::new(), &approver);
@@ -438,7 +433,7 @@ fn g12_a_panicking_approver_is_a_denial() {
 #[test]
 fn g12_run_helper_without_an_approver_denies_a_configured_approval() {
     let mut o = options(4096);
-    o.config.approval(Some(Duration::from_secs(30)));
+    o.config_mut().approval(Some(Duration::from_secs(30)));
     let out = run_helper(&helper(&["exit", "0"]), &o, &CancelToken::new());
     assert_eq!(out.record.state(), CallState::Denied);
     assert_never_spawned(&out);
@@ -465,9 +460,7 @@ fn g12_spawn_failure_is_failed_before_dispatch() {
 fn g10_stdout_flood_is_drained_and_the_group_is_gone_afterwards() {
     // Both streams flood for 1 s; the run drains them to EOF on one thread.
     let mut o = options(4096);
-    let mut stdout = CaptureConfig::default();
-    stdout.tail(8192);
-    o.config.stdout(stdout);
+    o.config_mut().stdout_mut().tail(8192);
     let t = Instant::now();
     let out = run_helper(&helper(&["flood-both", "1"]), &o, &CancelToken::new());
     let took = t.elapsed();

@@ -192,7 +192,7 @@ fn g7_cancel_sets_the_handler_flag_and_suppresses_its_response() {
 #[test]
 fn g7_a_handler_that_ignores_its_token_keeps_its_slot_until_it_returns() {
     let mut options = ServeOptions::default();
-    options.config.max_concurrent(1);
+    options.max_concurrent(1);
     let release = Arc::new(AtomicBool::new(false));
     let r2 = release.clone();
     let (started_tx, started) = mpsc::channel::<()>();
@@ -244,7 +244,7 @@ fn g7_a_handler_that_ignores_its_token_keeps_its_slot_until_it_returns() {
 #[test]
 fn g9_an_oversized_result_becomes_an_error_for_its_id() {
     let mut options = ServeOptions::default();
-    options.config.max_frame(4096);
+    options.max_frame(4096);
     let handler = |r: Request, ctx: RequestContext| -> HandlerResult {
         // 4096 - 1024 bytes of room for content under the limit.
         assert!(ctx.result_budget().is_some());
@@ -318,10 +318,8 @@ fn g5_a_blocked_writer_never_stalls_the_reader() {
 
 #[test]
 fn drain_after_eof_is_bounded_and_abandoned_handlers_are_counted() {
-    let options = ServeOptions {
-        drain_timeout: Duration::from_millis(200),
-        ..ServeOptions::default()
-    };
+    let mut options = ServeOptions::default();
+    options.drain_timeout(Duration::from_millis(200));
     let (flag_tx, flag) = mpsc::channel::<bool>();
     let flag_tx = std::sync::Mutex::new(flag_tx);
     let handler = move |r: Request, ctx: RequestContext| -> HandlerResult {

@@ -194,9 +194,9 @@ impl Client {
             // `notify_one` stores a permit: a wake while the driver is busy is not lost.
             move || wake.notify_one()
         });
-        let request_timeout = options.config.get_session().get_default_timeout();
-        let client_info = options.client_info.clone();
-        let client_capabilities = options.client_capabilities.clone();
+        let request_timeout = options.get_default_timeout();
+        let client_info = options.get_client_info().clone();
+        let client_capabilities = options.get_client_capabilities().map(ToOwned::to_owned);
         let driver = Driver::new(
             ClientDriver::new(options, pid, Instant::now(), cancels.clone()),
             child,
@@ -662,6 +662,7 @@ async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mcp_stdio_core::handshake::Implementation;
 
     /// The client declares its capabilities and info in `initialize`. `cat`
     /// echoes the request back, so the test reads what the server got.
@@ -673,11 +674,12 @@ mod tests {
             .expect("a runtime");
         rt.block_on(async {
             let mut options = ClientOptions::default();
-            options.client_info.name = "my-host".to_owned();
-            options.client_capabilities = Some(
-                RawValue::from_string(r#"{"roots":{"listChanged":true},"sampling":{}}"#.into())
-                    .expect("JSON"),
-            );
+            options
+                .client_info(Implementation::new("my-host", "1.0.0"))
+                .client_capabilities(Some(
+                    RawValue::from_string(r#"{"roots":{"listChanged":true},"sampling":{}}"#.into())
+                        .expect("JSON"),
+                ));
             let client = Client::spawn(&CommandSpec::new("cat"), options).expect("cat");
             let seen = async {
                 loop {
@@ -711,10 +713,7 @@ mod tests {
             .expect("a runtime");
         rt.block_on(async {
             let mut options = ClientOptions::default();
-            options
-                .config
-                .session_mut()
-                .default_timeout(Some(Duration::from_millis(200)));
+            options.default_timeout(Some(Duration::from_millis(200)));
             let client = Client::spawn(&CommandSpec::new("cat"), options).expect("cat");
             let t = Instant::now();
             let r = client

@@ -82,7 +82,7 @@ struct Ask {
     answer: oneshot::Sender<bool>,
 }
 
-/// [`run_helper`] with an approval step when `options.config` has an
+/// [`run_helper`] with an approval step when `options.get_config()` has an
 /// approval deadline: the request is raised before the spawn, without
 /// waiting for any output, and its deadline runs on the clock alone. The
 /// approver runs in this future (it may borrow); the run itself in its
@@ -156,7 +156,7 @@ async fn own_run(
     let _ticket = mcp_stdio_sys::helper_owners::OwnerTicket::new();
     let mut run = options.start(stamp());
     let mut tap = RecordTap::default();
-    let sink = options.records.as_ref();
+    let sink = options.get_records();
     let mut guard = GroupGuard(None);
     let mut child: Option<Child> = None;
     let mut stdout: Option<ChildStdout> = None;

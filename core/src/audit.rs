@@ -439,6 +439,7 @@ impl EntryCounts {
 /// A seal entry's record (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Seal {
     /// Always [`PHASE_SEAL`].
     pub phase: String,
@@ -848,6 +849,7 @@ pub enum SealField {
 /// The first bad line of a log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("audit log line {line}: {kind}")]
+#[non_exhaustive]
 pub struct VerifyError {
     /// 1-based line number.
     pub line: u64,

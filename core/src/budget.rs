@@ -50,6 +50,7 @@ pub const DEFAULT_MAX_CURSOR_BYTES: usize = 128;
 
 /// How the summary text is worded, and the cursor reservation.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BudgetConfig {
     noun_one: String,
     noun_many: String,

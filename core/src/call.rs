@@ -69,6 +69,7 @@ pub const MIN_MAX_TEXT_BYTES: usize = 8;
 
 /// Limits of one call record.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CallConfig {
     max_events: usize,
     max_text_bytes: usize,
@@ -318,6 +319,7 @@ pub enum CallEventKind {
 
 /// One timestamped event of a call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct CallEvent {
     /// Position of the event among all events of the call, from 0. A jump
     /// between neighbours shows where events were dropped.

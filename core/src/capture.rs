@@ -112,6 +112,7 @@ pub const MAX_DEBUG_MULTIPLIER: u32 = 8;
 /// by default; a [`DebugMark`] from an open [`DebugMode`] window multiplies
 /// both limits and is noted in the summary).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CaptureConfig {
     head: usize,
     tail: usize,
@@ -886,6 +887,7 @@ impl DebugMode {
 /// defaults, 14 captures of 16 KiB take the general part and 64 more still get
 /// 512 bytes each, so the 51st concurrent capture still keeps its last lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PoolConfig {
     limit: usize,
     reserve: usize,

@@ -67,6 +67,7 @@ pub enum OverloadPolicy {
 ///
 /// Every limit bounds memory; the module doc gives the worst-case formula.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClientConfig {
     framer: FramerConfig,
     max_in_flight: usize,
@@ -94,15 +95,15 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
-    /// The framing limits for the server's stdout (wire limit default 4 MiB,
-    /// id scan default 256 bytes, oversized policy default discard). The same
-    /// `max_frame` also limits what this session sends.
-    pub fn framer(&mut self, framer: FramerConfig) -> &mut Self {
-        self.framer = framer;
-        self
+    /// Edits the framing limits for the server's stdout in place (wire limit
+    /// default 4 MiB, id scan default 256 bytes, oversized policy default
+    /// discard). The same `max_frame` also limits what this session sends.
+    pub fn framer_mut(&mut self) -> &mut FramerConfig {
+        &mut self.framer
     }
 
-    /// Shorthand for the wire limit in both directions (default 4 MiB).
+    /// Sets the wire limit in both directions (default 4 MiB): the same knob
+    /// as [`FramerConfig::max_frame`] of [`framer_mut`](Self::framer_mut).
     /// Worst case: one frame of this size buffered by the framer.
     pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
         self.framer.max_frame(bytes);
@@ -141,7 +142,8 @@ impl ClientConfig {
 
     /// Extra room in the outgoing queue for messages the session writes by
     /// itself (cancels and overload rejections), default 64 KiB. When even
-    /// this is used up such a message is dropped and counted.
+    /// this is used up such a message is dropped and counted. Worst case: the
+    /// queue holds `max_outgoing_bytes` plus this many bytes.
     pub fn control_reserve_bytes(&mut self, bytes: usize) -> &mut Self {
         self.control_reserve_bytes = bytes;
         self
@@ -155,11 +157,16 @@ impl ClientConfig {
         self
     }
 
-    /// Timeout applied by [`ClientSession::request`] when the caller gives
-    /// none (default 60 s; `None` means no deadline).
+    /// Sets the timeout applied by [`ClientSession::request`] when the caller
+    /// gives none (default 60 s; `None` means no deadline). Memory: none.
     pub fn default_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
         self.default_timeout = timeout;
         self
+    }
+
+    /// The framing limits.
+    pub fn get_framer(&self) -> &FramerConfig {
+        &self.framer
     }
 
     /// The wire limit in bytes.

@@ -901,7 +901,7 @@ mod tests {
     #[test]
     fn g9_one_message_held_and_backpressure_reaches_request() {
         let mut r = rig(|o| {
-            o.config
+            o.config_mut()
                 .session_mut()
                 .max_frame(4096)
                 .max_outgoing_bytes(200);
@@ -950,7 +950,7 @@ mod tests {
     fn g6_every_cancel_reaches_the_wire_once_without_a_queue() {
         let max = 128;
         let mut r = rig(|o| {
-            o.config.session_mut().max_in_flight(max);
+            o.config_mut().session_mut().max_in_flight(max);
         });
         let started: Vec<_> = (0..max)
             .map(|_| r.request("slow", None).expect("sent"))
@@ -1132,7 +1132,7 @@ mod tests {
     #[test]
     fn g11_finish_completes_every_waiter_and_closes_the_registry() {
         let mut r = rig(|o| {
-            o.config
+            o.config_mut()
                 .supervisor_mut()
                 .stdin_close_grace(Duration::from_millis(10))
                 .term_grace(Duration::from_millis(10));

@@ -197,6 +197,7 @@ pub enum OversizedPolicy {
 
 /// Framer limits.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct FramerConfig {
     max_frame: usize,
     id_scan_limit: usize,

@@ -84,6 +84,7 @@ pub const DEFAULT_FINAL_FLUSH: Duration = Duration::from_secs(2);
 
 /// Limits of a guard session.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct GuardConfig {
     proxy: ProxyConfig,
     supervisor: SupervisorConfig,
@@ -107,24 +108,23 @@ impl Default for GuardConfig {
 }
 
 impl GuardConfig {
-    /// Sets the proxy's limits (see [`ProxyConfig`]; its `max_buffered` is
-    /// the bound on bytes waiting for a host that stopped reading).
-    pub fn proxy(&mut self, proxy: ProxyConfig) -> &mut Self {
-        self.proxy = proxy;
-        self
+    /// Edits the proxy's limits in place (see [`ProxyConfig`]: wire limit
+    /// 4 MiB, 16 MiB buffered each way; its `max_buffered` is the bound on
+    /// bytes waiting for a host that stopped reading).
+    pub fn proxy_mut(&mut self) -> &mut ProxyConfig {
+        &mut self.proxy
     }
 
-    /// Sets the shutdown graces and the reader drain deadline.
-    pub fn supervisor(&mut self, supervisor: SupervisorConfig) -> &mut Self {
-        self.supervisor = supervisor;
-        self
+    /// Edits the shutdown graces and the reader drain deadline in place (see
+    /// [`SupervisorConfig`]: 2 s, 2 s, 1 s).
+    pub fn supervisor_mut(&mut self) -> &mut SupervisorConfig {
+        &mut self.supervisor
     }
 
-    /// Sets what of the server's stderr is kept for the report (its worst
-    /// case is the capture's `head + tail`).
-    pub fn stderr_capture(&mut self, capture: CaptureConfig) -> &mut Self {
-        self.stderr_capture = capture;
-        self
+    /// Edits in place what of the server's stderr is kept for the report
+    /// (default: last 16 KiB; worst case the capture's `head + tail`).
+    pub fn stderr_capture_mut(&mut self) -> &mut CaptureConfig {
+        &mut self.stderr_capture
     }
 
     /// Sets the retention pool the stderr capture draws its budget from:
@@ -597,19 +597,20 @@ mod fuzzing {
 
     pub(super) fn run(data: &[u8]) {
         let mut u = Unstructured::new(data);
-        let mut proxy = ProxyConfig::default();
-        proxy
+        let mut config = GuardConfig::default();
+        config
+            .proxy_mut()
             .max_frame(u.int_in_range(64..=512usize).unwrap_or(128))
             .max_buffered(u.int_in_range(0..=4096usize).unwrap_or(1024))
             .max_notes(4);
         let grace = Duration::from_millis(u.int_in_range(0..=50u64).unwrap_or(10));
-        let mut sup = SupervisorConfig::default();
-        sup.stdin_close_grace(grace)
+        config
+            .supervisor_mut()
+            .stdin_close_grace(grace)
             .term_grace(grace)
             .reader_drain_deadline(grace);
         let forward = u.int_in_range(0..=64u64).unwrap_or(16);
-        let mut config = GuardConfig::default();
-        config.proxy(proxy).supervisor(sup).stderr_forward(forward);
+        config.stderr_forward(forward);
         let mut s = GuardSession::new(config);
         let base = Instant::now();
         let mut ms = 0u64;
@@ -742,13 +743,13 @@ mod tests {
     }
 
     fn session(max_buffered: usize) -> (GuardSession, Clock) {
-        let mut proxy = ProxyConfig::default();
-        proxy.max_buffered(max_buffered);
-        let mut sup = SupervisorConfig::default();
-        sup.stdin_close_grace(Duration::from_secs(1))
-            .term_grace(Duration::from_secs(1));
         let mut config = GuardConfig::default();
-        config.proxy(proxy).supervisor(sup).stderr_forward(10);
+        config.proxy_mut().max_buffered(max_buffered);
+        config
+            .supervisor_mut()
+            .stdin_close_grace(Duration::from_secs(1))
+            .term_grace(Duration::from_secs(1));
+        config.stderr_forward(10);
         let clock = Clock {
             base: Instant::now(),
         };
@@ -764,12 +765,9 @@ mod tests {
         let mut pool = crate::capture::PoolConfig::default();
         pool.limit(4096).reserve(0);
         let pool = SharedRetentionPool::new(&pool);
-        let mut capture = CaptureConfig::default();
-        capture.tail(16 * 1024);
         let mut config = GuardConfig::default();
-        config
-            .stderr_capture(capture)
-            .stderr_pool(Some(pool.clone()));
+        config.stderr_capture_mut().tail(16 * 1024);
+        config.stderr_pool(Some(pool.clone()));
         let clock = Clock {
             base: Instant::now(),
         };

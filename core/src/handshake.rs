@@ -16,8 +16,12 @@ pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] =
 /// The version proposed in `initialize`.
 pub const LATEST_PROTOCOL_VERSION: &str = SUPPORTED_PROTOCOL_VERSIONS[0];
 
-/// Who the host says it is.
+/// Who a peer says it is (`clientInfo`, `serverInfo`).
+///
+/// `#[non_exhaustive]`: the protocol has grown this object before (`title`),
+/// so build one with [`Implementation::new`].
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Implementation {
     /// Name, e.g. `mcp-stdio`.
     pub name: String,
@@ -27,9 +31,16 @@ pub struct Implementation {
 
 impl Default for Implementation {
     fn default() -> Self {
+        Self::new("mcp-stdio", env!("CARGO_PKG_VERSION"))
+    }
+}
+
+impl Implementation {
+    /// A name and a version, e.g. `Implementation::new("my-host", "1.2.0")`.
+    pub fn new(name: &str, version: &str) -> Self {
         Self {
-            name: "mcp-stdio".to_owned(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
+            name: name.to_owned(),
+            version: version.to_owned(),
         }
     }
 }
@@ -59,6 +70,7 @@ pub fn initialize_params(
 /// What the server said about itself in its `initialize` result.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct InitializeResult {
     /// The negotiated protocol version.
     pub protocol_version: String,

@@ -161,6 +161,7 @@ const HELPER_PIPES: ChildPipes = ChildPipes::OUTPUTS;
 
 /// Limits and policies of one [`HelperRun`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HelperConfig {
     supervisor: SupervisorConfig,
     stdout: CaptureConfig,
@@ -227,34 +228,28 @@ impl HelperConfig {
         }
     }
 
-    /// The cancel graces (see [`SupervisorConfig`]; default 2 s `SIGTERM`
-    /// grace, 1 s reader drain deadline). The stdin grace is unused: a helper
-    /// has no stdin pipe, so a cancel sends `SIGTERM` at once.
-    pub fn supervisor(&mut self, config: SupervisorConfig) -> &mut Self {
-        self.supervisor = config;
-        self
-    }
-
-    /// Mutable access to the cancel graces.
+    /// Edits the cancel graces in place (see [`SupervisorConfig`]; default
+    /// 2 s `SIGTERM` grace, 1 s reader drain deadline). The stdin grace is
+    /// unused: a helper has no stdin pipe, so a cancel sends `SIGTERM` at once.
     pub fn supervisor_mut(&mut self) -> &mut SupervisorConfig {
         &mut self.supervisor
     }
 
-    /// The per-call stdout budget (default: last [`DEFAULT_STDOUT_TAIL`] =
-    /// 64 KiB, no head). Allocated in full at the spawn, or as much as the
-    /// stdout grant allows. Past it the stream is still drained and counted.
-    /// Set a head for helpers whose first lines matter.
-    pub fn stdout(&mut self, config: CaptureConfig) -> &mut Self {
-        self.stdout = config;
-        self
+    /// Edits the per-call stdout budget in place (default: last
+    /// [`DEFAULT_STDOUT_TAIL`] = 64 KiB, no head). Allocated in full at the
+    /// spawn, or as much as the stdout grant allows: worst case `head + tail`
+    /// bytes. Past it the stream is still drained and counted. Set a head
+    /// for helpers whose first lines matter.
+    pub fn stdout_mut(&mut self) -> &mut CaptureConfig {
+        &mut self.stdout
     }
 
-    /// The per-call stderr budget (default: last
+    /// Edits the per-call stderr budget in place (default: last
     /// [`DEFAULT_TAIL`](crate::capture::DEFAULT_TAIL) = 16 KiB, no head).
-    /// Allocated in full at the spawn, or as much as the stderr grant allows.
-    pub fn stderr(&mut self, config: CaptureConfig) -> &mut Self {
-        self.stderr = config;
-        self
+    /// Allocated in full at the spawn, or as much as the stderr grant allows:
+    /// worst case `head + tail` bytes.
+    pub fn stderr_mut(&mut self) -> &mut CaptureConfig {
+        &mut self.stderr
     }
 
     /// Bytes of each stream's agent excerpt, marker included (default
@@ -307,18 +302,18 @@ impl HelperConfig {
     /// budgets are multiplied by the mark's multiplier and every record of
     /// the call carries the mark (`debug`). Take the mark from
     /// [`DebugMode::active`](crate::capture::DebugMode::active) when the
-    /// call starts; set it after [`stdout`](Self::stdout) and
-    /// [`stderr`](Self::stderr), which replace the capture configs.
+    /// call starts. The same knob as [`CaptureConfig::debug`] of both
+    /// [`stdout_mut`](Self::stdout_mut) and [`stderr_mut`](Self::stderr_mut).
     pub fn debug(&mut self, mark: Option<DebugMark>) -> &mut Self {
         self.stdout.debug(mark);
         self.stderr.debug(mark);
         self
     }
 
-    /// The call record's limits (see [`CallConfig`]).
-    pub fn call(&mut self, config: CallConfig) -> &mut Self {
-        self.call = config;
-        self
+    /// Edits the call record's limits in place (see [`CallConfig`]: 64
+    /// events of at most 512 bytes of text each).
+    pub fn call_mut(&mut self) -> &mut CallConfig {
+        &mut self.call
     }
 
     /// The cancel graces.
@@ -1220,10 +1215,14 @@ mod fuzzing {
     pub(super) fn run(data: &[u8]) {
         let mut u = Unstructured::new(data);
         let mut config = HelperConfig::default();
-        let mut stdout = CaptureConfig::default();
-        stdout.head(small(&mut u, 16)).tail(small(&mut u, 64));
-        let mut stderr = CaptureConfig::default();
-        stderr.head(small(&mut u, 16)).tail(small(&mut u, 64));
+        config
+            .stdout_mut()
+            .head(small(&mut u, 16))
+            .tail(small(&mut u, 64));
+        config
+            .stderr_mut()
+            .head(small(&mut u, 16))
+            .tail(small(&mut u, 64));
         let approval = match u.int_in_range(0..=15u8).unwrap_or(1) {
             0 => Some(Duration::MAX),
             1..=7 => None,
@@ -1232,8 +1231,6 @@ mod fuzzing {
         // Mostly poll after every step, as adapters do; sometimes let actions pile up.
         let auto_drain = u.int_in_range(0..=3u8).unwrap_or(0) != 0;
         config
-            .stdout(stdout)
-            .stderr(stderr)
             .excerpt_bytes(small(&mut u, 128))
             .kill_on_overflow(u.arbitrary().unwrap_or(false))
             .approval(approval)
@@ -1666,26 +1663,26 @@ impl RecordTap {
 
 /// Everything an adapter's `run_helper` takes besides the command and the
 /// cancel signal: limits, the shared retention pool and the call's identity.
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_stdio_core::helper::HelperOptions;
+///
+/// let mut options = HelperOptions::default();
+/// options.call_id("c_1").operation("git.log").target("/srv/repo");
+/// options.config_mut().max_duration(Duration::from_secs(30));
+/// assert_eq!(options.get_operation(), "git.log");
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HelperOptions {
-    /// Budgets, graces, the overflow policy and the approval deadline.
-    pub config: HelperConfig,
-    /// The process-wide budget shared by every capture. Default:
-    /// [`SharedRetentionPool::process`](crate::capture::SharedRetentionPool::process)
-    /// (256 KiB for the whole process, `Client` stderr included); `None`:
-    /// this run's captures are bounded by `config` alone.
-    pub pool: Option<crate::capture::SharedRetentionPool>,
-    /// Stable id of the call (for the record and the audit log).
-    pub call_id: String,
-    /// Id of the session the call belongs to.
-    pub session_id: String,
-    /// The operation, e.g. the tool name.
-    pub operation: String,
-    /// The target as shown to a person approving it (a path, a host, …).
-    pub target: String,
-    /// Where the run's records go as they are made, the final one included
-    /// (see [`RecordSink`]); `None`: only the outcome carries the record.
-    pub records: Option<RecordSink>,
+    config: HelperConfig,
+    pool: Option<crate::capture::SharedRetentionPool>,
+    call_id: String,
+    session_id: String,
+    operation: String,
+    target: String,
+    records: Option<RecordSink>,
 }
 
 impl Default for HelperOptions {
@@ -1703,6 +1700,93 @@ impl Default for HelperOptions {
 }
 
 impl HelperOptions {
+    /// Edits the budgets, graces, overflow policy and approval deadline in
+    /// place (see [`HelperConfig`]: 64 KiB stdout and 16 KiB stderr kept,
+    /// 10 minutes at most).
+    pub fn config_mut(&mut self) -> &mut HelperConfig {
+        &mut self.config
+    }
+
+    /// Sets the process-wide budget shared by every capture. Default:
+    /// [`SharedRetentionPool::process`](crate::capture::SharedRetentionPool::process)
+    /// (256 KiB for the whole process, `Client` stderr included); `None`:
+    /// this run's captures are bounded by the config alone.
+    pub fn pool(&mut self, pool: Option<crate::capture::SharedRetentionPool>) -> &mut Self {
+        self.pool = pool;
+        self
+    }
+
+    /// Sets the stable id of the call, for the record and the audit log
+    /// (default empty; cut to the call record's text limit, 512 bytes).
+    pub fn call_id(&mut self, id: &str) -> &mut Self {
+        id.clone_into(&mut self.call_id);
+        self
+    }
+
+    /// Sets the id of the session the call belongs to (default empty; cut
+    /// like the call id).
+    pub fn session_id(&mut self, id: &str) -> &mut Self {
+        id.clone_into(&mut self.session_id);
+        self
+    }
+
+    /// Sets the operation, e.g. the tool name (default empty; cut like the
+    /// call id).
+    pub fn operation(&mut self, operation: &str) -> &mut Self {
+        operation.clone_into(&mut self.operation);
+        self
+    }
+
+    /// Sets the target as shown to a person approving it: a path, a host, …
+    /// (default empty; cut like the call id).
+    pub fn target(&mut self, target: &str) -> &mut Self {
+        target.clone_into(&mut self.target);
+        self
+    }
+
+    /// Sets where the run's records go as they are made, the final one
+    /// included (see [`RecordSink`]); default `None`: only the outcome
+    /// carries the record.
+    pub fn records(&mut self, sink: Option<RecordSink>) -> &mut Self {
+        self.records = sink;
+        self
+    }
+
+    /// The budgets, graces and policies.
+    pub fn get_config(&self) -> &HelperConfig {
+        &self.config
+    }
+
+    /// The retention pool, if any.
+    pub fn get_pool(&self) -> Option<&crate::capture::SharedRetentionPool> {
+        self.pool.as_ref()
+    }
+
+    /// The call id.
+    pub fn get_call_id(&self) -> &str {
+        &self.call_id
+    }
+
+    /// The session id.
+    pub fn get_session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The operation.
+    pub fn get_operation(&self) -> &str {
+        &self.operation
+    }
+
+    /// The target.
+    pub fn get_target(&self) -> &str {
+        &self.target
+    }
+
+    /// Where the records go, if anywhere.
+    pub fn get_records(&self) -> Option<&RecordSink> {
+        self.records.as_ref()
+    }
+
     /// Starts the state machine: takes grants from the pool (if any) and
     /// validates the call; poll its actions next.
     pub fn start(&self, at: Stamp) -> HelperRun {
@@ -2248,9 +2332,8 @@ mod tests {
     fn g10_kill_on_overflow_signals_the_group_once() {
         let clock = Clock::new();
         let mut config = HelperConfig::default();
-        let mut stderr = CaptureConfig::default();
-        stderr.tail(64);
-        config.stderr(stderr).kill_on_overflow(true);
+        config.stderr_mut().tail(64);
+        config.kill_on_overflow(true);
         let mut run = new_run(config, &clock);
         spawn(&mut run, &clock, 0);
         run.handle_stderr(clock.at(1), &[b'e'; 64]);
@@ -2290,9 +2373,8 @@ mod tests {
     fn g10_overflow_after_a_cancel_does_not_count_as_an_overflow_kill() {
         let clock = Clock::new();
         let mut config = HelperConfig::default();
-        config
-            .stdout(CaptureConfig::default().tail(8).clone())
-            .kill_on_overflow(true);
+        config.stdout_mut().tail(8);
+        config.kill_on_overflow(true);
         let mut run = new_run(config, &clock);
         spawn(&mut run, &clock, 0);
         run.cancel(clock.at(1));

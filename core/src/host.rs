@@ -30,6 +30,7 @@ use crate::process::{
 
 /// Limits for forwarding the server's stderr to logs, line by line.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct StderrForwardConfig {
     max_line_bytes: usize,
     max_total_bytes: u64,
@@ -71,7 +72,11 @@ impl StderrForwardConfig {
 }
 
 /// Limits and policies of a [`HostSession`].
+///
+/// Nested configs are edited in place (`session_mut()`) and read with
+/// `get_session()`; see the crate's "Configuration" section.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HostConfig {
     session: ClientConfig,
     supervisor: SupervisorConfig,
@@ -93,45 +98,36 @@ impl Default for HostConfig {
 }
 
 impl HostConfig {
-    /// The protocol session's limits (see [`ClientConfig`]).
-    pub fn session(&mut self, config: ClientConfig) -> &mut Self {
-        self.session = config;
-        self
-    }
-
-    /// Mutable access to the protocol session's limits.
+    /// Edits the protocol session's limits in place (see [`ClientConfig`]:
+    /// wire limit default 4 MiB, 128 requests in flight, 8 MiB outgoing).
     pub fn session_mut(&mut self) -> &mut ClientConfig {
         &mut self.session
     }
 
-    /// The shutdown graces (see [`SupervisorConfig`]).
-    pub fn supervisor(&mut self, config: SupervisorConfig) -> &mut Self {
-        self.supervisor = config;
-        self
-    }
-
-    /// Mutable access to the shutdown graces.
+    /// Edits the shutdown graces in place (see [`SupervisorConfig`]: 2 s
+    /// after closing stdin, 2 s after `SIGTERM`, 1 s reader drain).
     pub fn supervisor_mut(&mut self) -> &mut SupervisorConfig {
         &mut self.supervisor
     }
 
-    /// The per-process stderr capture budget (default: last 16 KiB). When a
-    /// retention pool grant is given, the capture keeps at most the grant.
-    pub fn stderr(&mut self, config: CaptureConfig) -> &mut Self {
-        self.stderr = config;
-        self
+    /// Edits the per-process stderr capture budget in place (default: last
+    /// 16 KiB, no head; worst case `head + tail` bytes). When a retention
+    /// pool grant is given, the capture keeps at most the grant.
+    pub fn stderr_mut(&mut self) -> &mut CaptureConfig {
+        &mut self.stderr
     }
 
-    /// Bytes of stderr in the record's agent excerpt (default 4 KiB).
+    /// Sets the bytes of stderr in the record's agent excerpt (default
+    /// 4 KiB; one string of at most this size, built at the end).
     pub fn stderr_excerpt_bytes(&mut self, bytes: usize) -> &mut Self {
         self.stderr_excerpt_bytes = bytes;
         self
     }
 
-    /// Line forwarding of stderr to logs (see [`StderrForwardConfig`]).
-    pub fn stderr_forward(&mut self, config: StderrForwardConfig) -> &mut Self {
-        self.stderr_forward = config;
-        self
+    /// Edits the line forwarding of stderr to logs in place (see
+    /// [`StderrForwardConfig`]: 2 KiB lines, 64 KiB in all, 64 queued).
+    pub fn stderr_forward_mut(&mut self) -> &mut StderrForwardConfig {
+        &mut self.stderr_forward
     }
 
     /// The protocol session's limits.
@@ -139,9 +135,24 @@ impl HostConfig {
         &self.session
     }
 
+    /// The shutdown graces.
+    pub fn get_supervisor(&self) -> &SupervisorConfig {
+        &self.supervisor
+    }
+
     /// The stderr capture budget.
     pub fn get_stderr(&self) -> &CaptureConfig {
         &self.stderr
+    }
+
+    /// The size of the record's stderr excerpt.
+    pub fn get_stderr_excerpt_bytes(&self) -> usize {
+        self.stderr_excerpt_bytes
+    }
+
+    /// The stderr line forwarding limits.
+    pub fn get_stderr_forward(&self) -> &StderrForwardConfig {
+        &self.stderr_forward
     }
 }
 
@@ -193,21 +204,30 @@ pub enum HostAction {
 }
 
 /// Everything an adapter's `Client::spawn` takes besides the command.
+///
+/// The knobs set most often have direct setters ([`max_frame`](Self::max_frame),
+/// [`default_timeout`](Self::default_timeout), [`stderr_tail`](Self::stderr_tail));
+/// every other limit is in [`config_mut`](Self::config_mut).
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_stdio_core::host::ClientOptions;
+///
+/// let mut options = ClientOptions::default();
+/// options
+///     .max_frame(1 << 20)
+///     .default_timeout(Some(Duration::from_secs(10)))
+///     .stderr_tail(4096);
+/// options.config_mut().supervisor_mut().term_grace(Duration::from_millis(500));
+/// assert_eq!(options.get_max_frame(), 1 << 20);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClientOptions {
-    /// Limits and policies of the session.
-    pub config: HostConfig,
-    /// The process-wide stderr budget shared by every capture; each client
-    /// asks it for `config`'s stderr budget and gives it back at the end.
-    /// Default: [`SharedRetentionPool::process`] (256 KiB for the whole
-    /// process); `None`: this client's capture is bounded by `config` alone.
-    pub stderr_pool: Option<SharedRetentionPool>,
-    /// Who the client says it is in `initialize`.
-    pub client_info: Implementation,
-    /// The capabilities the client declares in `initialize` (a raw JSON
-    /// object, e.g. `{"roots":{"listChanged":true},"sampling":{}}`); `None`
-    /// sends `{}`.
-    pub client_capabilities: Option<Box<RawValue>>,
+    config: HostConfig,
+    stderr_pool: Option<SharedRetentionPool>,
+    client_info: Implementation,
+    client_capabilities: Option<Box<RawValue>>,
 }
 
 impl Default for ClientOptions {
@@ -222,6 +242,97 @@ impl Default for ClientOptions {
 }
 
 impl ClientOptions {
+    /// Edits the session's limits and policies in place (see [`HostConfig`]).
+    pub fn config_mut(&mut self) -> &mut HostConfig {
+        &mut self.config
+    }
+
+    /// Sets the wire limit in both directions (default 4 MiB). Worst case:
+    /// one frame of this size buffered while it arrives, and each response
+    /// waiting to be polled up to this size. The same knob as
+    /// [`ClientConfig::max_frame`].
+    pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
+        self.config.session.max_frame(bytes);
+        self
+    }
+
+    /// Sets the deadline of a request that asks for the default (default
+    /// 60 s; `None`: such requests have no deadline). The same knob as
+    /// [`ClientConfig::default_timeout`].
+    pub fn default_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
+        self.config.session.default_timeout(timeout);
+        self
+    }
+
+    /// Sets how many of the newest stderr bytes this client keeps for its
+    /// record (default 16 KiB; allocated in full at the spawn, or as much as
+    /// the pool grants). The same knob as [`CaptureConfig::tail`] of
+    /// [`HostConfig::stderr_mut`].
+    pub fn stderr_tail(&mut self, bytes: usize) -> &mut Self {
+        self.config.stderr.tail(bytes);
+        self
+    }
+
+    /// Sets the process-wide stderr budget shared by every capture; the
+    /// client asks it for the stderr capture's budget and gives it back at
+    /// the end. Default: [`SharedRetentionPool::process`] (256 KiB for the
+    /// whole process); `None`: this client's capture is bounded by the
+    /// config alone.
+    pub fn stderr_pool(&mut self, pool: Option<SharedRetentionPool>) -> &mut Self {
+        self.stderr_pool = pool;
+        self
+    }
+
+    /// Sets who the client says it is in `initialize` (default `mcp-stdio`
+    /// and this crate's version).
+    pub fn client_info(&mut self, info: Implementation) -> &mut Self {
+        self.client_info = info;
+        self
+    }
+
+    /// Sets the capabilities the client declares in `initialize`: a raw JSON
+    /// object, e.g. `{"roots":{"listChanged":true},"sampling":{}}` (default
+    /// `None`, which sends `{}`).
+    pub fn client_capabilities(&mut self, capabilities: Option<Box<RawValue>>) -> &mut Self {
+        self.client_capabilities = capabilities;
+        self
+    }
+
+    /// The session's limits and policies.
+    pub fn get_config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    /// The wire limit in bytes.
+    pub fn get_max_frame(&self) -> usize {
+        self.config.session.get_max_frame()
+    }
+
+    /// The default request deadline (`None`: no deadline).
+    pub fn get_default_timeout(&self) -> Option<Duration> {
+        self.config.session.get_default_timeout()
+    }
+
+    /// The stderr tail kept for the record, in bytes.
+    pub fn get_stderr_tail(&self) -> usize {
+        self.config.stderr.get_tail()
+    }
+
+    /// The stderr retention pool, if any.
+    pub fn get_stderr_pool(&self) -> Option<&SharedRetentionPool> {
+        self.stderr_pool.as_ref()
+    }
+
+    /// Who the client says it is.
+    pub fn get_client_info(&self) -> &Implementation {
+        &self.client_info
+    }
+
+    /// The declared client capabilities (`None`: `{}`).
+    pub fn get_client_capabilities(&self) -> Option<&RawValue> {
+        self.client_capabilities.as_deref()
+    }
+
     /// Builds the host session for a new child, taking a grant from the pool.
     pub fn new_host_session(&self) -> HostSession {
         let grant = self
@@ -745,12 +856,10 @@ mod tests {
     fn g10_stderr_forwarding_is_budgeted_and_the_capture_keeps_the_tail() {
         let t0 = Instant::now();
         let mut cfg = HostConfig::default();
-        let mut fwd = StderrForwardConfig::default();
-        fwd.max_total_bytes(100).max_line_bytes(10);
-        cfg.stderr_forward(fwd);
-        let mut cap = CaptureConfig::default();
-        cap.tail(64);
-        cfg.stderr(cap);
+        cfg.stderr_forward_mut()
+            .max_total_bytes(100)
+            .max_line_bytes(10);
+        cfg.stderr_mut().tail(64);
         let mut h = HostSession::new(cfg, None);
         h.handle_spawned(t0);
         for _ in 0..1000 {

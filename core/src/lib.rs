@@ -35,6 +35,52 @@
 //! Skipping a poll never loses data, but it leaves output queued and counted
 //! against the queue's limit.
 //!
+//! ## Configuration
+//!
+//! Every option and config type in the workspace (`ClientOptions`,
+//! `ServeOptions`, `HelperOptions` and the `*Config` types they hold) follows
+//! one style, after `std::process::Command` and quinn's `TransportConfig`:
+//!
+//! - **Build from [`Default`]**, then call setters; fields are private and the
+//!   types are `#[non_exhaustive]`, so a new knob is never a breaking change.
+//! - **A setter is named after its knob** and chains:
+//!   `fn name(&mut self, value) -> &mut Self`. Its doc line gives the default
+//!   and, when the knob bounds memory, the worst case it allows.
+//! - **A getter is `get_name(&self)`**, where callers need to read the value
+//!   back (the bare name is the setter). State machines keep plain getters
+//!   (`config()`, `metrics()`): they have no setters to clash with.
+//! - **A nested config is edited in place** with `name_mut(&mut self) ->
+//!   &mut Sub` and read with `get_name(&self) -> &Sub`; there is no third
+//!   accessor. To replace one whole, assign through it:
+//!   `*options.config_mut().supervisor_mut() = graces`.
+//! - **The knobs set most often are on the options type itself**
+//!   ([`ClientOptions::max_frame`](host::ClientOptions::max_frame),
+//!   [`default_timeout`](host::ClientOptions::default_timeout),
+//!   [`stderr_tail`](host::ClientOptions::stderr_tail);
+//!   [`ServeOptions::max_frame`](serve::ServeOptions::max_frame),
+//!   [`max_concurrent`](serve::ServeOptions::max_concurrent)). Such a
+//!   shortcut has the name of the knob it sets one level down, so one knob
+//!   never has two names.
+//! - **Shared handles are values**: a retention pool or a record sink is set
+//!   with `name(Option<Handle>)`; `None` turns it off.
+//!
+//! ```
+//! use std::time::Duration;
+//! use mcp_stdio_core::host::ClientOptions;
+//!
+//! let mut options = ClientOptions::default();
+//! options
+//!     .max_frame(1 << 20)
+//!     .default_timeout(None) // requests that ask for the default get no deadline
+//!     .stderr_tail(4096);
+//! options
+//!     .config_mut()
+//!     .session_mut()
+//!     .max_in_flight(32)
+//!     .inbox_capacity(64);
+//! assert_eq!(options.get_config().get_session().get_max_frame(), 1 << 20);
+//! ```
+//!
 //! ## Modules
 //!
 //! | module | what it decides |

@@ -100,6 +100,7 @@ pub const ACTION_QUEUE_CAPACITY: usize = 5;
 /// A duration so large that `now + duration` overflows [`Instant`] means
 /// "never": that step then waits for the child instead of escalating.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SupervisorConfig {
     stdin_close_grace: Duration,
     term_grace: Duration,
@@ -197,6 +198,7 @@ pub enum Signal {
 
 /// What the adapter must do, from [`ProcessSupervisor::poll_action`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ProcessAction {
     /// Close (drop) the write end of the child's stdin pipe.
     CloseStdin,

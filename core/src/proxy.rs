@@ -102,6 +102,7 @@ pub const MIN_MAX_FRAME: usize = 64;
 
 /// Limits and identity of a proxy.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProxyConfig {
     max_frame: usize,
     max_buffered: usize,
@@ -185,10 +186,10 @@ impl ProxyConfig {
         self
     }
 
-    /// Sets the limits of each call record (default [`CallConfig::default`]).
-    pub fn call(&mut self, call: CallConfig) -> &mut Self {
-        self.call = call;
-        self
+    /// Edits the limits of each call record in place (see [`CallConfig`]:
+    /// 64 events of at most 512 bytes of text each).
+    pub fn call_mut(&mut self) -> &mut CallConfig {
+        &mut self.call
     }
 
     /// Sets the session id written in every call record (default empty).
@@ -227,6 +228,10 @@ impl ProxyConfig {
     /// The note limit.
     pub fn get_max_notes(&self) -> usize {
         self.max_notes
+    }
+    /// The limits of each call record.
+    pub fn get_call(&self) -> &CallConfig {
+        &self.call
     }
 }
 

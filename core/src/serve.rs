@@ -70,20 +70,29 @@ pub const EXIT_WRITE_GRACE: Duration = Duration::from_secs(1);
 pub const RESULT_ENVELOPE_HEADROOM: usize = 1024;
 
 /// Limits of `serve`, the same for every adapter.
+///
+/// The knobs set most often have direct setters
+/// ([`max_frame`](Self::max_frame), [`max_concurrent`](Self::max_concurrent));
+/// every other session limit is in [`config_mut`](Self::config_mut).
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_stdio_core::serve::ServeOptions;
+///
+/// let mut options = ServeOptions::default();
+/// options
+///     .max_frame(1 << 20)
+///     .max_concurrent(16)
+///     .drain_timeout(Duration::from_secs(2));
+/// options.config_mut().max_queued_notifications(64);
+/// assert_eq!(options.get_max_frame(), 1 << 20);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServeOptions {
-    /// The session's limits (wire limit, concurrency, queues).
-    pub config: ServerConfig,
-    /// After stdin closes, how long in-flight handlers may run before they
-    /// are aborted (default [`DEFAULT_DRAIN_TIMEOUT`], 5 s). Output still
-    /// queued then gets [`EXIT_WRITE_GRACE`] more.
-    pub drain_timeout: Duration,
-    /// When the loop is over, how long `serve` still waits for helper runs
-    /// its handlers started (`run_helper`) to finish their own shutdown —
-    /// `SIGTERM`, grace, `SIGKILL`, drain — and write their final records,
-    /// before it returns (default [`DEFAULT_HELPER_GRACE`], 10 s). Runs
-    /// still going then are counted in [`ServeReport::helpers_unfinished_at_exit`].
-    pub helper_grace: Duration,
+    config: ServerConfig,
+    drain_timeout: Duration,
+    helper_grace: Duration,
 }
 
 /// Default [`ServeOptions::helper_grace`]: 10 s, more than a helper's default
@@ -97,6 +106,75 @@ impl Default for ServeOptions {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             helper_grace: DEFAULT_HELPER_GRACE,
         }
+    }
+}
+
+impl ServeOptions {
+    /// Edits the session's limits in place (see [`ServerConfig`]: wire
+    /// limit, concurrency, queues).
+    pub fn config_mut(&mut self) -> &mut ServerConfig {
+        &mut self.config
+    }
+
+    /// Sets the wire limit in both directions (default 4 MiB). Worst case:
+    /// one incoming frame of this size buffered, and one response of this
+    /// size per request in flight. The same knob as
+    /// [`ServerConfig::max_frame`].
+    pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
+        self.config.max_frame(bytes);
+        self
+    }
+
+    /// Sets how many requests are handled at once (default 64); one beyond it
+    /// gets error -32000 at once. The same knob as
+    /// [`ServerConfig::max_concurrent`].
+    pub fn max_concurrent(&mut self, n: usize) -> &mut Self {
+        self.config.max_concurrent(n);
+        self
+    }
+
+    /// Sets how long in-flight handlers may run after stdin closes before
+    /// they are aborted (default [`DEFAULT_DRAIN_TIMEOUT`], 5 s). Output
+    /// still queued then gets [`EXIT_WRITE_GRACE`] more. Memory: none.
+    pub fn drain_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.drain_timeout = timeout;
+        self
+    }
+
+    /// Sets how long `serve`, once its loop is over, still waits for helper
+    /// runs its handlers started (`run_helper`) to finish their own shutdown
+    /// — `SIGTERM`, grace, `SIGKILL`, drain — and write their final records,
+    /// before it returns (default [`DEFAULT_HELPER_GRACE`], 10 s). Runs
+    /// still going then are counted in
+    /// [`ServeReport::helpers_unfinished_at_exit`]. Memory: none.
+    pub fn helper_grace(&mut self, grace: Duration) -> &mut Self {
+        self.helper_grace = grace;
+        self
+    }
+
+    /// The session's limits.
+    pub fn get_config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// The wire limit in bytes.
+    pub fn get_max_frame(&self) -> usize {
+        self.config.get_max_frame()
+    }
+
+    /// The concurrency limit.
+    pub fn get_max_concurrent(&self) -> usize {
+        self.config.get_max_concurrent()
+    }
+
+    /// The drain deadline after stdin closes.
+    pub fn get_drain_timeout(&self) -> Duration {
+        self.drain_timeout
+    }
+
+    /// The wait for helper runs at the end.
+    pub fn get_helper_grace(&self) -> Duration {
+        self.helper_grace
     }
 }
 

@@ -43,6 +43,7 @@ use crate::violation_log::{warn_violation, ViolationLog};
 
 /// Limits of a [`ServerSession`].
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServerConfig {
     framer: FramerConfig,
     max_concurrent: usize,
@@ -64,14 +65,17 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
-    /// The framing limits for stdin (wire limit default 4 MiB). The same
-    /// `max_frame` limits every message written to stdout (G9).
-    pub fn framer(&mut self, framer: FramerConfig) -> &mut Self {
-        self.framer = framer;
-        self
+    /// Edits the framing limits for stdin in place (wire limit default
+    /// 4 MiB). The same `max_frame` limits every message written to stdout
+    /// (G9).
+    pub fn framer_mut(&mut self) -> &mut FramerConfig {
+        &mut self.framer
     }
 
-    /// Shorthand for the wire limit in both directions (default 4 MiB).
+    /// Sets the wire limit in both directions (default 4 MiB): the same knob
+    /// as [`FramerConfig::max_frame`] of [`framer_mut`](Self::framer_mut).
+    /// Worst case: one frame of this size buffered, and one queued response
+    /// of this size per request in flight.
     pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
         self.framer.max_frame(bytes);
         self
@@ -88,7 +92,8 @@ impl ServerConfig {
     /// for stdout (default 8 MiB). Past it [`ServerSession::notify`] fails with
     /// backpressure and automatic error replies are dropped and counted.
     /// Handler responses are not counted here: they are bounded by
-    /// `max_concurrent`.
+    /// `max_concurrent`. Worst case: this many bytes queued, plus one
+    /// message of at most `max_frame` admitted into an empty queue.
     pub fn max_outgoing_bytes(&mut self, bytes: usize) -> &mut Self {
         self.max_outgoing_bytes = bytes;
         self
@@ -107,6 +112,11 @@ impl ServerConfig {
     pub fn max_finished_remembered(&mut self, n: usize) -> &mut Self {
         self.max_finished_remembered = n;
         self
+    }
+
+    /// The framing limits.
+    pub fn get_framer(&self) -> &FramerConfig {
+        &self.framer
     }
 
     /// The wire limit in bytes.
@@ -190,6 +200,7 @@ pub enum Responded {
 /// Where one in-flight request stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RequestState {
     /// The handler is running.
     Running,

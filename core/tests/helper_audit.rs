@@ -22,13 +22,12 @@ fn g12_helper_records_go_to_the_audit_chain_and_verify() {
     let sink = RecordSink::to_audit(chain.clone(), move |line| {
         out.lock().unwrap().extend(line);
     });
-    let options = HelperOptions {
-        call_id: "c1".into(),
-        operation: "build".into(),
-        pool: None,
-        records: Some(sink.clone()),
-        ..HelperOptions::default()
-    };
+    let mut options = HelperOptions::default();
+    options
+        .call_id("c1")
+        .operation("build")
+        .pool(None)
+        .records(Some(sink.clone()));
     // The adapter's loop, on a virtual clock.
     let t0 = Instant::now();
     let at = |ms: u64| Stamp::new(t0 + Duration::from_millis(ms), 1_700_000_000_000 + ms);

@@ -8,9 +8,13 @@ use mcp_stdio_core::host::ClientOptions;
 #[test]
 fn g10_clients_and_helpers_share_the_process_pool_by_default() {
     let client = ClientOptions::default()
-        .stderr_pool
+        .get_stderr_pool()
+        .cloned()
         .expect("a pool by default");
-    let helper = HelperOptions::default().pool.expect("a pool by default");
+    let helper = HelperOptions::default()
+        .get_pool()
+        .cloned()
+        .expect("a pool by default");
     let process = SharedRetentionPool::process();
     assert_eq!(process.stats().limit, DEFAULT_POOL_LIMIT as u64);
     // One pool: a grant from the client's is in use in the helper's.

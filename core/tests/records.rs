@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use mcp_stdio_core::call::{CallIdentity, Stamp};
-use mcp_stdio_core::capture::{CaptureConfig, DebugMode, RetainedPart, DEFAULT_TAIL};
+use mcp_stdio_core::capture::{DebugMode, RetainedPart, DEFAULT_TAIL};
 use mcp_stdio_core::helper::{HelperAction, HelperConfig, HelperOutcome, HelperRun};
 use mcp_stdio_core::process::ExitStatus;
 
@@ -81,10 +81,8 @@ fn g10_helper_secrets_never_reach_the_record_or_the_excerpt() {
     let bytes = stream.as_bytes();
     let cut = stream.find(TOKEN).expect("token") + 5;
     let chunks: Vec<&[u8]> = vec![&bytes[..1000], &bytes[1000..cut], &bytes[cut..]];
-    let mut stderr = CaptureConfig::default();
-    stderr.tail(1024);
     let mut config = HelperConfig::default();
-    config.stderr(stderr);
+    config.stderr_mut().tail(1024);
     let outcome = run_helper(config, &clock, &chunks, false);
 
     let record = &outcome.record;
@@ -126,10 +124,8 @@ fn g10_helper_secrets_never_reach_the_record_or_the_excerpt() {
     assert_eq!(value["stderr"]["summary"]["redaction"], true);
 
     // Switched off in the config: the bytes as they came, and no count.
-    let mut raw = CaptureConfig::default();
-    raw.tail(1024).redact(false);
     let mut config = HelperConfig::default();
-    config.stderr(raw);
+    config.stderr_mut().tail(1024).redact(false);
     let outcome = run_helper(config, &clock, &chunks, false);
     assert!(outcome.stderr.text.contains(AWS));
     assert_eq!(outcome.record.stderr_redactions(), 0);

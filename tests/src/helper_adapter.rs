@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mcp_stdio_core::call::{CallRecord, CallState, DecisionReason};
-use mcp_stdio_core::capture::{CaptureConfig, PoolConfig, RetainedPart, SharedRetentionPool};
+use mcp_stdio_core::capture::{PoolConfig, RetainedPart, SharedRetentionPool};
 use mcp_stdio_core::helper::{HelperOptions, HelperOutcome, RecordSink};
 use mcp_stdio_core::process::{EndedBy, StreamEnd};
 use mcp_stdio_core::{CommandSpec, ExitStatus};
@@ -89,7 +89,7 @@ pub struct HelperJob {
     pub options: HelperOptions,
     /// Cancel after this long, if set.
     pub cancel_after: Option<Duration>,
-    /// The approver's behaviour (used when `options.config` has an approval deadline).
+    /// The approver's behaviour (used when `options.get_config()` has an approval deadline).
     pub approval: Option<ApprovalScript>,
     /// Start the run this long after the others (its clock starts then).
     pub start_after: Duration,
@@ -104,21 +104,17 @@ pub fn helper_command(args: &[&str]) -> CommandSpec {
 
 /// Helper options with a small stderr budget and short graces.
 pub fn helper_options(stderr_tail: usize) -> HelperOptions {
-    let mut o = HelperOptions {
-        operation: "fixture-helper".into(),
-        target: "test".into(),
-        call_id: "call-1".into(),
-        session_id: "suite".into(),
+    let mut o = HelperOptions::default();
+    o.operation("fixture-helper")
+        .target("test")
+        .call_id("call-1")
+        .session_id("suite")
         // Budgets of its own: the gates run side by side in one process,
         // and the process-wide pool (the default) would make each run's
         // grant depend on the others. The pool has its own gate.
-        pool: None,
-        ..HelperOptions::default()
-    };
-    let mut stderr = CaptureConfig::default();
-    stderr.tail(stderr_tail);
-    o.config.stderr(stderr);
-    o.config
+        .pool(None);
+    o.config_mut().stderr_mut().tail(stderr_tail);
+    o.config_mut()
         .supervisor_mut()
         .term_grace(Duration::from_millis(500))
         .reader_drain_deadline(Duration::from_millis(500));
@@ -288,7 +284,7 @@ pub fn g11_helper_escaped_grandchild_reader_abandoned<A: HelperAdapter>() {
 pub fn g12_approval_timing_independent_of_stderr_volume<A: HelperAdapter>() {
     let approval_job = || {
         let mut o = helper_options(4096);
-        o.config.approval(Some(Duration::from_secs(5)));
+        o.config_mut().approval(Some(Duration::from_secs(5)));
         HelperJob {
             command: helper_command(&["exit", "0"]),
             options: o,
@@ -345,7 +341,7 @@ pub fn g12_approval_timing_independent_of_stderr_volume<A: HelperAdapter>() {
 /// G12: approval denied and approval timeout never spawn; each has a record.
 pub fn g12_approval_denied_or_expired_never_spawns<A: HelperAdapter>() {
     let mut o = helper_options(4096);
-    o.config.approval(Some(Duration::from_millis(300)));
+    o.config_mut().approval(Some(Duration::from_millis(300)));
     let deny = HelperJob {
         command: helper_command(&["exit", "0"]),
         options: o.clone(),
@@ -417,8 +413,8 @@ pub fn g10_fifty_concurrent_helpers_stay_within_the_pool<A: HelperAdapter>() {
     let jobs: Vec<HelperJob> = (0..50)
         .map(|i| {
             let mut o = helper_options(16 * 1024);
-            o.pool = Some(pool.clone());
-            o.call_id = format!("call-{i}");
+            o.pool(Some(pool.clone()));
+            o.call_id(&format!("call-{i}"));
             let mut j = job(helper_command(&["flood-stderr", "1"]), o);
             j.cancel_after = Some(Duration::from_secs(10));
             j
@@ -482,8 +478,8 @@ impl RecordLog {
 /// Options with a record log attached.
 fn logged(mut options: HelperOptions, call_id: &str) -> (HelperOptions, RecordLog) {
     let log = RecordLog::default();
-    options.records = Some(log.sink());
-    options.call_id = call_id.into();
+    options.records(Some(log.sink()));
+    options.call_id(call_id);
     (options, log)
 }
 
@@ -557,7 +553,7 @@ fn approval_job(
     id: &str,
 ) -> (HelperJob, RecordLog) {
     let mut o = helper_options(4096);
-    o.config.approval(Some(deadline));
+    o.config_mut().approval(Some(deadline));
     let (o, log) = logged(o, id);
     let mut j = job(helper_command(args), o);
     j.approval = Some(answer);
@@ -566,7 +562,7 @@ fn approval_job(
 
 fn flood_job(secs: &str, id: &str) -> HelperJob {
     let mut o = helper_options(4096);
-    o.call_id = id.into();
+    o.call_id(id);
     let mut j = job(helper_command(&["flood-stderr", secs]), o);
     j.cancel_after = Some(Duration::from_secs(6));
     j
@@ -809,13 +805,11 @@ pub fn g10_scenarios_side_by_side_stay_within_one_pool<A: HelperAdapter>() {
     let mut add =
         |args: &[&str], id: &str, approval: Option<ApprovalScript>, cancel: Option<u64>| {
             let mut o = helper_options(16 * 1024);
-            o.pool = Some(pool.clone());
+            o.pool(Some(pool.clone()));
             // A small stdout budget, so the stderr captures share the pool.
-            let mut stdout = CaptureConfig::default();
-            stdout.tail(1024);
-            o.config.stdout(stdout);
+            o.config_mut().stdout_mut().tail(1024);
             if approval.is_some() {
-                o.config.approval(Some(Duration::from_secs(5)));
+                o.config_mut().approval(Some(Duration::from_secs(5)));
             }
             let (o, log) = logged(o, id);
             let mut j = job(helper_command(args), o);
@@ -1034,7 +1028,7 @@ pub fn g11_helper_max_duration_cancels_through_the_supervisor<A: HelperAdapter>(
     const GRACE: Duration = Duration::from_millis(500);
     let limited = |args: &[&str]| {
         let mut o = helper_options(4096);
-        o.config.max_duration(MAX);
+        o.config_mut().max_duration(MAX);
         job(helper_command(args), o)
     };
     let t = Instant::now();
@@ -1105,11 +1099,11 @@ pub fn g12_discovery_has_its_own_budget_and_no_approval<A: HelperAdapter>() {
         after: Duration::from_millis(10),
     });
     let mut d = helper_options(4096);
-    d.config = HelperConfig::discovery();
-    d.config.approval(Some(Duration::from_secs(5)));
-    d.pool = Some(pool.clone());
-    d.operation = "resolve-target".into();
-    d.call_id = "call-1.discovery".into();
+    *d.config_mut() = HelperConfig::discovery();
+    d.config_mut().approval(Some(Duration::from_secs(5)));
+    d.pool(Some(pool.clone()));
+    d.operation("resolve-target");
+    d.call_id("call-1.discovery");
     let discovery = HelperJob {
         command: helper_command(&["flood-both", "0.3"]),
         options: d,
@@ -1118,7 +1112,7 @@ pub fn g12_discovery_has_its_own_budget_and_no_approval<A: HelperAdapter>() {
         start_after: Duration::ZERO,
     };
     let mut o = helper_options(4096);
-    o.config.approval(Some(Duration::from_secs(5)));
+    o.config_mut().approval(Some(Duration::from_secs(5)));
     let operation = HelperJob {
         command: helper_command(&["exit", "0"]),
         options: o,

@@ -247,13 +247,15 @@ pub fn helper_command(seconds: f64, ignore_term: bool) -> mcp_stdio_core::Comman
 /// dropped), so the tests can read the lifecycle from stderr.
 pub fn helper_options(log: &'static str, id: &Id) -> mcp_stdio_core::helper::HelperOptions {
     let sink_id = id.clone();
-    mcp_stdio_core::helper::HelperOptions {
-        call_id: id.to_string(),
-        operation: "helper".to_owned(),
-        records: Some(mcp_stdio_core::helper::RecordSink::new(move |record| {
-            let json = serde_json::to_string(record).unwrap_or_default();
-            log_line!("{log} record {sink_id} {json}");
-        })),
-        ..Default::default()
-    }
+    let mut options = mcp_stdio_core::helper::HelperOptions::default();
+    options
+        .call_id(&id.to_string())
+        .operation("helper")
+        .records(Some(mcp_stdio_core::helper::RecordSink::new(
+            move |record| {
+                let json = serde_json::to_string(record).unwrap_or_default();
+                log_line!("{log} record {sink_id} {json}");
+            },
+        )));
+    options
 }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use mcp_stdio_core::call::Stamp;
-use mcp_stdio_core::capture::{CaptureConfig, DebugMode, RetainedPart};
+use mcp_stdio_core::capture::{DebugMode, RetainedPart};
 use mcp_stdio_core::helper::HelperOptions;
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_tests::async_std_adapter::AsyncStd;
@@ -37,20 +37,17 @@ fn records_on<A: HelperAdapter>() {
     let mark = debug
         .open(now, Duration::from_secs(60), 2)
         .expect("within limits");
-    let mut stderr = CaptureConfig::default();
-    stderr.tail(512);
-    let mut options = HelperOptions {
-        operation: "deploy.upload".into(),
-        target: "test".into(),
-        call_id: "call-records".into(),
-        session_id: "records".into(),
+    let mut options = HelperOptions::default();
+    options
+        .operation("deploy.upload")
+        .target("test")
+        .call_id("call-records")
+        .session_id("records")
         // Its own budgets: the process-wide pool is shared with the other
         // adapters' runs of this test, which may run at the same time.
-        pool: None,
-        ..HelperOptions::default()
-    };
-    options.config.stderr(stderr);
-    options.config.debug(debug.active(now.instant));
+        .pool(None);
+    options.config_mut().stderr_mut().tail(512);
+    options.config_mut().debug(debug.active(now.instant));
     let started = Instant::now();
     let report = A::run_helper(HelperJob {
         command: noisy_helper(),

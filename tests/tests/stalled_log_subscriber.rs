@@ -10,7 +10,6 @@
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::host::StderrForwardConfig;
 use mcp_stdio_tests::adapter::{Adapter, SuiteClient};
 use mcp_stdio_tests::async_std_adapter::AsyncStd;
 use mcp_stdio_tests::blocking_adapter::Blocking;
@@ -55,12 +54,10 @@ fn g1_client_keeps_reading_while_the_log_subscriber_is_stuck<A: Adapter>() {
     let mut leaks = LeakCheck::new::<A>("g1_stuck_log");
     let mut opts = options(1 << 20);
     // Enough forwarded lines to pass the relay's queue many times over.
-    opts.config.stderr_forward(
-        StderrForwardConfig::default()
-            .max_total_bytes(4 << 20)
-            .max_queued_lines(4096)
-            .clone(),
-    );
+    opts.config_mut()
+        .stderr_forward_mut()
+        .max_total_bytes(4 << 20)
+        .max_queued_lines(4096);
     let client = start::<A>(&mut leaks, &["--noisy-stderr", "400000"], opts);
     let t = Instant::now();
     let mut calls = 0_u32;

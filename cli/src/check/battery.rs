@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_core::client::{ClientMetrics, RequestFailure};
 use mcp_stdio_core::handshake::{Implementation, InitializeResult, LATEST_PROTOCOL_VERSION};
-use mcp_stdio_core::host::{ClientOptions, HostConfig, InitializeError, RequestError};
+use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError};
 use mcp_stdio_core::message::{to_raw, Id, Message, RawResult, RawValue};
 use mcp_stdio_core::process::{EndedBy, Signal};
 use mcp_stdio_core::{CommandSpec, ExitStatus, SessionRecord};
@@ -194,24 +194,20 @@ impl Battery<'_> {
     }
 
     fn options(&self) -> ClientOptions {
-        let mut config = HostConfig::default();
-        config
-            .session_mut()
+        let mut options = ClientOptions::default();
+        options
             .max_frame(self.s.max_frame)
-            .default_timeout(Some(self.s.timeout));
-        config
+            .default_timeout(Some(self.s.timeout))
+            .stderr_pool(None)
+            .client_info(Implementation::new(
+                "mcp-stdio-check",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .config_mut()
             .supervisor_mut()
             .stdin_close_grace(self.s.grace)
             .term_grace(self.s.grace);
-        ClientOptions {
-            config,
-            stderr_pool: None,
-            client_info: Implementation {
-                name: "mcp-stdio-check".to_owned(),
-                version: env!("CARGO_PKG_VERSION").to_owned(),
-            },
-            client_capabilities: None,
-        }
+        options
     }
 
     fn spawn(&self) -> Result<Client, String> {

@@ -341,6 +341,8 @@ impl RawServer {
                 // No reader is handed to the supervisor (see `finish`).
                 Some(ProcessAction::AbandonReaders) => {}
                 Some(ProcessAction::Finished(outcome)) => return outcome.ended_by,
+                // A step this loop does not carry out; the supervisor's deadlines still end it.
+                Some(_) => {}
                 None => {
                     let deadline = supervisor.poll_timeout();
                     if deadline.is_none() && !can_wait {

@@ -130,17 +130,17 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         }
     };
     let pid = child.id().unwrap_or(0);
-    let mut proxy = settings.proxy.clone();
-    proxy
-        .target(&spec.display().to_string())
-        .session_id(&session_id);
     let mut config = GuardConfig::default();
     config
-        .proxy(proxy)
-        .supervisor(settings.supervisor)
-        .stderr_capture(settings.stderr_capture.clone())
         .stderr_pool(Some(settings.stderr_pool.clone()))
         .stderr_forward(settings.stderr_forward_bytes);
+    *config.proxy_mut() = settings.proxy.clone();
+    config
+        .proxy_mut()
+        .target(&spec.display().to_string())
+        .session_id(&session_id);
+    *config.supervisor_mut() = settings.supervisor;
+    *config.stderr_capture_mut() = settings.stderr_capture.clone();
     let mut session = GuardSession::new(config);
     let code = drive(&mut session, &mut child, pid, audit).await;
     if let Some(path) = &args.metrics {

@@ -71,12 +71,9 @@ pub fn fixture_helper(args: &[&str]) -> CommandSpec {
 pub fn options(max_frame: usize) -> ClientOptions {
     let mut options = ClientOptions::default();
     options
-        .config
-        .session_mut()
         .max_frame(max_frame)
-        .default_timeout(Some(Duration::from_secs(20)));
-    options
-        .config
+        .default_timeout(Some(Duration::from_secs(20)))
+        .config_mut()
         .supervisor_mut()
         .stdin_close_grace(Duration::from_millis(500))
         .term_grace(Duration::from_millis(500))
@@ -92,7 +89,7 @@ pub fn options(max_frame: usize) -> ClientOptions {
 pub fn options_keeping_the_log(max_frame: usize) -> ClientOptions {
     let mut options = options(max_frame);
     options
-        .config
+        .config_mut()
         .supervisor_mut()
         .stdin_close_grace(Duration::from_secs(5));
     options

@@ -23,9 +23,7 @@ use crate::{group_members, pid_alive, proc_stat, signal_pid, wait_until, Signal}
 
 /// The graces of [`options`]: stdin close, SIGTERM, reader drain.
 fn graces(options: &ClientOptions) -> (Duration, Duration, Duration) {
-    // `ClientOptions` exposes the supervisor config only mutably.
-    let mut config = options.config.clone();
-    let s = config.supervisor_mut();
+    let s = options.get_config().get_supervisor();
     (
         s.get_stdin_close_grace(),
         s.get_term_grace(),
@@ -147,7 +145,7 @@ pub fn g11_grandchild_in_the_group_dies_with_the_group_kill<A: Adapter>() {
     let mut leaks = LeakCheck::new::<A>("g11_grandchild");
     let mut opts = options(4 << 20);
     // A wide window to find the grandchild before the group kill.
-    opts.config
+    opts.config_mut()
         .supervisor_mut()
         .reader_drain_deadline(Duration::from_secs(2));
     let (stdin_grace, term_grace, drain) = graces(&opts);
