@@ -27,6 +27,9 @@
 #![forbid(unsafe_code)]
 
 mod client;
+mod server;
 
 pub use client::{ClientTransport, SessionHandle, TransportError, MAX_PENDING_SERVER_REQUESTS};
+pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
 pub use mcp_stdio_tokio::{ClientOptions, CommandSpec, SessionRecord};
+pub use server::{ServerHandle, ServerReport, ServerTransport, MAX_QUEUED_FOR_RMCP};
