@@ -135,9 +135,12 @@ impl ServerHandler for Example {
             )]
             "roots" => {
                 let started = Instant::now();
-                let outcome = context.peer.list_roots().await;
+                let outcome = match context.peer.list_roots().await {
+                    Ok(roots) => format!("{} roots", roots.roots.len()),
+                    Err(e) => format!("error: {e}"),
+                };
                 text(format!(
-                    "{outcome:?} after {} ms",
+                    "{outcome} after {} ms",
                     started.elapsed().as_millis()
                 ))
             }
