@@ -11,7 +11,7 @@ use mcp_stdio_tokio::{
     CancelHandle, Client, ClientOptions, CommandSpec, IncomingMessage, RequestError, Responder,
     SessionRecord,
 };
-use rmcp::model::{ErrorCode, ErrorData, JsonRpcMessage, NumberOrString, RequestId};
+use rmcp::model::{ErrorCode, ErrorData, JsonRpcMessage, NumberOrString, RequestId, ServerResult};
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::sync::{mpsc, watch, Notify, RwLock};
@@ -386,9 +386,9 @@ fn outcome_message(
 ) -> Option<RxJsonRpcMessage<RoleClient>> {
     let error = match outcome {
         Ok(result) => {
-            let value = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result});
-            match serde_json::from_value::<RxJsonRpcMessage<RoleClient>>(value) {
-                Ok(message) => return Some(message),
+            // Straight from the raw text into rmcp's type: no intermediate `Value` tree.
+            match result.parse::<ServerResult>() {
+                Ok(result) => return Some(JsonRpcMessage::response(result, id)),
                 Err(e) => ErrorData::new(
                     ErrorCode::INTERNAL_ERROR,
                     format!("result does not decode: {e}"),
