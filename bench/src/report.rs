@@ -763,6 +763,24 @@ fn large_section(md: &mut String, results: &Results, verdicts: &mut Verdicts, fa
             last.2 = "reported".to_owned();
         }
     }
+    if let (Some(r), Some(o)) = (rmcp_t, warm("rmcp-ours")) {
+        // The same rmcp client code, its transport swapped (issue 13).
+        verdicts.add(
+            &format!("8 MiB result: rmcp over mcp-stdio ÷ rmcp's own transport{server}"),
+            format!(
+                "{:.2}× ({:.1} vs {r:.1} ms); host CPU {}",
+                o.median / r,
+                o.median,
+                cpu("rmcp-ours")
+                    .zip(rmcp_cpu)
+                    .map_or("–".into(), |(c, rc)| format!("{:.2}×", c.median / rc))
+            ),
+            None,
+        );
+        if let Some(last) = verdicts.rows.last_mut() {
+            last.2 = "reported".to_owned();
+        }
+    }
     if let Some(r) = rv_t {
         let v = per(&|c| warm(c).map(|s| s.median / r));
         verdicts.add(
