@@ -157,6 +157,8 @@ impl ServerTransport {
     /// Serves on this process's stdin and stdout with `options` (wire limit,
     /// concurrency, outgoing queue, drain deadline). Pipes and sockets are
     /// made non-blocking; their flags come back when the driver ends.
+    /// (`helper_grace` is `serve`'s wait for `run_helper` runs at exit; this
+    /// transport does not wait for them.)
     ///
     /// # Errors
     /// Setting stdin or stdout non-blocking failed.
