@@ -11,7 +11,7 @@ use mcp_stdio_tokio::{
     CancelHandle, Client, ClientOptions, CommandSpec, IncomingMessage, RequestError, Responder,
     SessionRecord,
 };
-use rmcp::model::{ErrorCode, ErrorData, JsonRpcMessage, NumberOrString, RequestId};
+use rmcp::model::{ErrorCode, ErrorData, JsonRpcMessage, NumberOrString, RequestId, ServerResult};
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::sync::{mpsc, watch, Notify, RwLock};
@@ -40,6 +40,14 @@ pub enum TransportError {
     /// The transport was already closed.
     #[error("transport closed")]
     Closed,
+    /// rmcp's server sent a request to the client (roots, sampling,
+    /// elicitation): the serve session does not carry server→client
+    /// requests, so it fails at once.
+    #[error("server-to-client request {method} is not supported over mcp-stdio's serve transport")]
+    ServerRequestUnsupported {
+        /// The request's method.
+        method: String,
+    },
 }
 
 /// State shared by the transport and the futures it hands to rmcp.
@@ -318,15 +326,7 @@ async fn send(
             let Some(id) = error.id else {
                 return Err(TransportError::Malformed("error without an id"));
             };
-            let object = ErrorObject {
-                code: i64::from(error.error.code.0),
-                message: error.error.message.into_owned(),
-                data: error
-                    .error
-                    .data
-                    .map(|d| serde_json::value::to_raw_value(&d))
-                    .transpose()?,
-            };
+            let object = error_object(error.error)?;
             respond(&shared, &id, Err(object)).await
         }
     }
@@ -347,8 +347,20 @@ async fn respond(
     }
 }
 
+/// rmcp's error as the core's JSON-RPC error object.
+pub(crate) fn error_object(error: ErrorData) -> Result<ErrorObject, serde_json::Error> {
+    Ok(ErrorObject {
+        code: i64::from(error.code.0),
+        message: error.message.into_owned(),
+        data: error
+            .data
+            .map(|d| serde_json::value::to_raw_value(&d))
+            .transpose()?,
+    })
+}
+
 /// The method and raw params of rmcp's typed request or notification.
-fn method_and_params<T: serde::Serialize>(
+pub(crate) fn method_and_params<T: serde::Serialize>(
     typed: &T,
 ) -> Result<(String, Option<Box<RawValue>>), TransportError> {
     let mut value = serde_json::to_value(typed)?;
@@ -374,9 +386,9 @@ fn outcome_message(
 ) -> Option<RxJsonRpcMessage<RoleClient>> {
     let error = match outcome {
         Ok(result) => {
-            let value = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result});
-            match serde_json::from_value::<RxJsonRpcMessage<RoleClient>>(value) {
-                Ok(message) => return Some(message),
+            // Straight from the raw text into rmcp's type: no intermediate `Value` tree.
+            match result.parse::<ServerResult>() {
+                Ok(result) => return Some(JsonRpcMessage::response(result, id)),
                 Err(e) => ErrorData::new(
                     ErrorCode::INTERNAL_ERROR,
                     format!("result does not decode: {e}"),
@@ -404,7 +416,7 @@ fn outcome_message(
     Some(JsonRpcMessage::error(error, Some(id)))
 }
 
-fn to_id(id: &RequestId) -> Id {
+pub(crate) fn to_id(id: &RequestId) -> Id {
     match id {
         NumberOrString::Number(n) => Id::Number(*n),
         NumberOrString::String(s) => Id::String(s.to_string()),

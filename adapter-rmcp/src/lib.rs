@@ -24,9 +24,45 @@
 //! that one request fails at once), a bounded stderr budget with a kept tail,
 //! the server in its own process group, the shutdown sequence stdin close →
 //! `SIGTERM` → `SIGKILL` to the group, and the session record.
+//!
+//! [`ServerTransport`] serves an rmcp server on this process's stdin and
+//! stdout through the same loop as `mcp_stdio_tokio::serve` (the core's
+//! [`ServeLifecycle`](mcp_stdio_core::serve::ServeLifecycle) decides, rmcp
+//! stands where the handlers stand):
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use mcp_stdio_rmcp::{ServeOptions, ServerTransport};
+//! use rmcp::ServiceExt;
+//!
+//! #[derive(Clone)]
+//! struct MyServer;
+//! impl rmcp::ServerHandler for MyServer {}
+//!
+//! let mut options = ServeOptions::default();
+//! options.max_frame(4 * 1024 * 1024);
+//! let transport = ServerTransport::stdio_with(&options)?;
+//! let mut handle = transport.handle();
+//! MyServer.serve(transport).await?.waiting().await?;
+//! let report = handle.report().await; // how it ended, the session's counters
+//! # let _ = report;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! What it brings over rmcp's `stdio()`: stdin is read while stdout is
+//! blocked and what waits for stdout is bounded (G1); a response over the
+//! wire limit becomes a JSON-RPC error for its id, a notification over it is
+//! dropped and counted (G9); a cancel reaches rmcp's handler and suppresses
+//! the response (G7); stdin EOF closes the transport for rmcp and drains with
+//! a deadline. Server→client requests fail at once with
+//! [`TransportError::ServerRequestUnsupported`].
 #![forbid(unsafe_code)]
 
 mod client;
+mod server;
 
 pub use client::{ClientTransport, SessionHandle, TransportError, MAX_PENDING_SERVER_REQUESTS};
+pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
 pub use mcp_stdio_tokio::{ClientOptions, CommandSpec, SessionRecord};
+pub use server::{ServerHandle, ServerReport, ServerTransport, MAX_QUEUED_FOR_RMCP};

@@ -25,7 +25,7 @@ mod client;
 mod helper;
 mod os;
 mod serve;
-mod stdio;
+pub mod stdio;
 
 pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responder};
 pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};

@@ -1,4 +1,4 @@
-//! This process's stdin and stdout for [`serve`](crate::serve): pipes and
+//! This process's stdin and stdout for [`serve`](crate::serve) and loops like it: pipes and
 //! sockets non-blocking through tokio's reactor (a write never waits for the
 //! client to read, G1); anything else (a terminal, a file) through tokio's
 //! blocking `stdin()`/`stdout()`.
@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Stdin, as `serve` reads it.
 #[derive(Debug)]
-pub(crate) struct Input {
+pub struct Input {
     kind: InputKind,
     /// Restores the descriptor's flags on drop, after `kind` is gone.
     _flags: Option<NonBlockingStdio>,
@@ -29,7 +29,7 @@ enum InputKind {
 
 /// Stdout, as `serve` writes it.
 #[derive(Debug)]
-pub(crate) struct Output {
+pub struct Output {
     kind: OutputKind,
     /// Restores the descriptor's flags on drop, after `kind` is gone.
     _flags: Option<NonBlockingStdio>,
@@ -50,7 +50,11 @@ fn socket(fd: std::os::fd::OwnedFd) -> io::Result<tokio::net::UnixStream> {
 }
 
 impl Input {
-    pub(crate) fn stdin() -> io::Result<Self> {
+    /// This process's stdin, non-blocking when it is a pipe or a socket.
+    ///
+    /// # Errors
+    /// Duplicating the descriptor or setting its flags failed.
+    pub fn stdin() -> io::Result<Self> {
         #[cfg(unix)]
         if let Some(flags) = NonBlockingStdio::stdin()? {
             use mcp_stdio_sys::StdioKind;
@@ -74,7 +78,11 @@ impl Input {
 }
 
 impl Output {
-    pub(crate) fn stdout() -> io::Result<Self> {
+    /// This process's stdout, non-blocking when it is a pipe or a socket.
+    ///
+    /// # Errors
+    /// Duplicating the descriptor or setting its flags failed.
+    pub fn stdout() -> io::Result<Self> {
         #[cfg(unix)]
         if let Some(flags) = NonBlockingStdio::stdout()? {
             use mcp_stdio_sys::StdioKind;

@@ -138,6 +138,7 @@ fn jobs(opts: &Opts, peers: &Peers) -> Vec<Job> {
             "async-std",
             "blocking",
             "rmcp",
+            "rmcp-ours",
             "raw",
             "raw-rawvalue",
         ] {
@@ -182,6 +183,7 @@ fn jobs(opts: &Opts, peers: &Peers) -> Vec<Job> {
             "blocking",
             "rmcp",
             "rmcp-lines",
+            "rmcp-ours",
             "raw",
         ] {
             jobs.push(own(scenario, client, n(3), None));
@@ -606,12 +608,13 @@ fn framing_section(md: &mut String, data: &FramingRow, verdicts: &mut Verdicts) 
 
 // ---------------------------------------------------------------- large
 
-const LARGE_CLIENTS: [(&str, &str); 9] = [
+const LARGE_CLIENTS: [(&str, &str); 10] = [
     ("tokio", "ours, tokio"),
     ("tokio-value", "ours, tokio + result parsed to `Value`"),
     ("async-std", "ours, async-std"),
     ("blocking", "ours, blocking"),
     ("rmcp", "rmcp (child process)"),
+    ("rmcp-ours", "rmcp over mcp-stdio (`ClientTransport`)"),
     ("raw", "raw pipe read (limit)"),
     ("raw-rawvalue", "raw read + `&RawValue` parse"),
     ("ts-sdk", "TypeScript SDK (node)"),
@@ -760,6 +763,24 @@ fn large_section(md: &mut String, results: &Results, verdicts: &mut Verdicts, fa
             last.2 = "reported".to_owned();
         }
     }
+    if let (Some(r), Some(o)) = (rmcp_t, warm("rmcp-ours")) {
+        // The same rmcp client code, its transport swapped (issue 13).
+        verdicts.add(
+            &format!("8 MiB result: rmcp over mcp-stdio ÷ rmcp's own transport{server}"),
+            format!(
+                "{:.2}× ({:.1} vs {r:.1} ms); host CPU {}",
+                o.median / r,
+                o.median,
+                cpu("rmcp-ours")
+                    .zip(rmcp_cpu)
+                    .map_or("–".into(), |(c, rc)| format!("{:.2}×", c.median / rc))
+            ),
+            None,
+        );
+        if let Some(last) = verdicts.rows.last_mut() {
+            last.2 = "reported".to_owned();
+        }
+    }
     if let Some(r) = rv_t {
         let v = per(&|c| warm(c).map(|s| s.median / r));
         verdicts.add(
@@ -832,6 +853,7 @@ fn ping_section(md: &mut String, results: &Results, verdicts: &mut Verdicts, qui
         ("blocking", "ours, blocking"),
         ("rmcp", "rmcp, stderr discarded"),
         ("rmcp-lines", "rmcp, stderr read line by line"),
+        ("rmcp-ours", "rmcp over mcp-stdio (`ClientTransport`)"),
         ("raw", "raw pipe (limit)"),
     ] {
         let (Some(p50), Some(p99)) = (per_proc(client, 50.0), per_proc(client, 99.0)) else {

@@ -10,6 +10,10 @@
 //! - `rmcp-4mib` (oversized): `AsyncRwTransport::with_max_line_length(4 MiB)`
 //!   over a child we spawn (`TokioChildProcess` does not expose the limit).
 //! - `rmcp-1mib` (id-last): the same with 1 MiB, the limit our clients get.
+//! - `rmcp-ours` (large, ping): rmcp's client over our transport,
+//!   `mcp_stdio_rmcp::ClientTransport` where `TokioChildProcess` was, with
+//!   `max_frame` = 16 MiB (rmcp's line limit); the server's stderr read
+//!   continuously into the budgeted capture, as with every client of ours.
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -33,8 +37,8 @@ use super::{
     bench_peer, big_params, cancel_setup, fixture, flood_params, huge_params, id_last_line,
     id_last_params, monotonic_ns, server_for, CaseResult, Stamps, Trial, CANCEL_TRIALS,
     CANCEL_WARMUP, FLOOD_BYTES, ID_LAST_LIMIT, ID_LAST_TRIALS, ID_LAST_WAIT, IN_FLIGHT_BYTES,
-    LARGE_BYTES, LARGE_CALLS, OVERSIZED_LIMIT, OVERSIZED_LINE, PATIENCE, PINGS, PING_AFTER,
-    PING_WARMUP, POLL, SETTLE,
+    LARGE_BYTES, LARGE_CALLS, LARGE_LIMIT, OVERSIZED_LIMIT, OVERSIZED_LINE, PATIENCE, PINGS,
+    PING_AFTER, PING_WARMUP, POLL, SETTLE,
 };
 use crate::mem::Probe;
 
@@ -48,6 +52,16 @@ async fn connect(program: PathBuf, stderr: Stdio) -> (Client, Option<ChildStderr
         .expect("spawn with rmcp");
     let client = ().serve(transport).await.expect("rmcp initialize");
     (client, stderr)
+}
+
+/// rmcp over our transport (`rmcp-ours`): the same rmcp client, our stdio.
+async fn connect_ours(program: PathBuf) -> Client {
+    let mut options = mcp_stdio_rmcp::ClientOptions::default();
+    options.max_frame(LARGE_LIMIT);
+    let command = mcp_stdio_rmcp::CommandSpec::new(program);
+    let transport = mcp_stdio_rmcp::ClientTransport::spawn(&command, options)
+        .expect("spawn with our transport");
+    ().serve(transport).await.expect("rmcp initialize")
 }
 
 /// `tools/call` params from our JSON form.
@@ -65,8 +79,13 @@ fn call_request(v: &serde_json::Value) -> ClientRequest {
     ClientRequest::CallToolRequest(CallToolRequest::new(call_params(v)))
 }
 
-async fn large(server: PathBuf) -> CaseResult {
-    let (client, _) = connect(server, Stdio::null()).await;
+/// `ours`: through [`connect_ours`] instead of `TokioChildProcess`.
+async fn large(server: PathBuf, ours: bool) -> CaseResult {
+    let client = if ours {
+        connect_ours(server).await
+    } else {
+        connect(server, Stdio::null()).await.0
+    };
     let params = call_params(&big_params(LARGE_BYTES));
     let mut out = CaseResult::default();
     for _ in 0..LARGE_CALLS {
@@ -82,9 +101,12 @@ async fn large(server: PathBuf) -> CaseResult {
 }
 
 /// `read_stderr`: pipe the server's stderr and read it line by line (lines
-/// dropped), as a host that logs it would; otherwise discard it.
-async fn ping(server: PathBuf, read_stderr: bool) -> CaseResult {
-    let (client, stderr) = if read_stderr {
+/// dropped), as a host that logs it would; otherwise discard it. `ours`:
+/// through [`connect_ours`] (which always reads stderr).
+async fn ping(server: PathBuf, read_stderr: bool, ours: bool) -> CaseResult {
+    let (client, stderr) = if ours {
+        (connect_ours(server).await, None)
+    } else if read_stderr {
         connect(server, Stdio::piped()).await
     } else {
         connect(server, Stdio::null()).await
@@ -393,9 +415,15 @@ pub(super) fn case(scenario: &str, client: &str) -> Option<CaseResult> {
         .build()
         .expect("a tokio runtime");
     Some(match (scenario, client) {
-        ("large" | "large-fast", "rmcp") => rt.block_on(large(server_for(scenario))),
-        ("ping" | "ping-quiet", "rmcp") => rt.block_on(ping(server_for(scenario), false)),
-        ("ping" | "ping-quiet", "rmcp-lines") => rt.block_on(ping(server_for(scenario), true)),
+        ("large" | "large-fast", "rmcp") => rt.block_on(large(server_for(scenario), false)),
+        ("large" | "large-fast", "rmcp-ours") => rt.block_on(large(server_for(scenario), true)),
+        ("ping" | "ping-quiet", "rmcp") => rt.block_on(ping(server_for(scenario), false, false)),
+        ("ping" | "ping-quiet", "rmcp-lines") => {
+            rt.block_on(ping(server_for(scenario), true, false))
+        }
+        ("ping" | "ping-quiet", "rmcp-ours") => {
+            rt.block_on(ping(server_for(scenario), false, true))
+        }
         ("flood", "rmcp-lines") => rt.block_on(flood(false)),
         ("flood", "rmcp-keep-all") => rt.block_on(flood(true)),
         ("cancel" | "cancel-early", "rmcp") => rt.block_on(cancel(scenario)),

@@ -1,0 +1,189 @@
+//! An rmcp server on mcp-stdio's hardened stdio: rmcp's `ServerHandler`
+//! over [`ServerTransport`]. The tests of this crate drive it as a real
+//! process (`tests/rmcp_server.rs`).
+//!
+//! Usage: `rmcp_server [--max-frame BYTES] [--max-outgoing BYTES] [--drain-ms MS]`
+//!
+//! Tools: `echo {text}`; `slow {seconds}` (stops at a cancel and says so on
+//! stderr); `big {bytes}` (a text result of that size); `log {bytes}` (a
+//! progress notification whose message has that size, then "sent"); `flood {count, bytes}`
+//! (that many progress notifications); `roots` (asks the client for its roots:
+//! this transport refuses server→client requests at once). At the end the
+//! transport's report goes to stderr as one JSON line after `report `.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mcp_stdio_rmcp::{ServeOptions, ServerTransport};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    Implementation, ListToolsResult, NumberOrString, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ServerHandler, ServiceExt};
+use serde_json::{json, Map, Value};
+
+#[derive(Clone)]
+struct Example;
+
+fn tool(name: &'static str, description: &'static str, properties: Value) -> Tool {
+    let schema = json!({"type": "object", "properties": properties});
+    let Value::Object(schema) = schema else {
+        unreachable!("a JSON object literal")
+    };
+    Tool::new(name, description, Arc::new(schema))
+}
+
+fn text(t: impl Into<String>) -> Result<CallToolResponse, ErrorData> {
+    Ok(CallToolResult::success(vec![ContentBlock::text(t)]).into())
+}
+
+/// A progress notification whose message is `bytes` bytes long.
+fn progress(step: u64, bytes: f64) -> ProgressNotificationParam {
+    let token = ProgressToken(NumberOrString::String("rmcp_server".into()));
+    ProgressNotificationParam::new(token, step as f64).with_message("p".repeat(bytes as usize))
+}
+
+fn number(args: &Map<String, Value>, key: &str) -> Result<f64, ErrorData> {
+    args.get(key)
+        .and_then(Value::as_f64)
+        .ok_or_else(|| ErrorData::invalid_params(format!("`{key}` must be a number"), None))
+}
+
+impl ServerHandler for Example {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
+            Implementation::new("mcp-stdio-rmcp-example", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let n = json!({"type": "number"});
+        Ok(ListToolsResult::with_all_items(vec![
+            tool(
+                "echo",
+                "Returns its text",
+                json!({"text": {"type": "string"}}),
+            ),
+            tool(
+                "slow",
+                "Sleeps, stopping at a cancel",
+                json!({"seconds": n}),
+            ),
+            tool("big", "A text result of `bytes` bytes", json!({"bytes": n})),
+            tool(
+                "log",
+                "A progress notification of `bytes` bytes",
+                json!({"bytes": n}),
+            ),
+            tool(
+                "flood",
+                "`count` progress notifications",
+                json!({"count": n, "bytes": n}),
+            ),
+            tool("roots", "Asks the client for its roots", json!({})),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        let id = context.id.clone();
+        match request.name.as_ref() {
+            "echo" => text(args.get("text").and_then(Value::as_str).unwrap_or_default()),
+            "slow" => {
+                let seconds = number(&args, "seconds")?;
+                let started = Instant::now();
+                eprintln!("rmcp_server: slow {id} started");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs_f64(seconds.clamp(0.0, 3600.0))) => text("slept"),
+                    () = context.ct.cancelled() => {
+                        eprintln!("rmcp_server: slow {id} cancelled after {} ms", started.elapsed().as_millis());
+                        Err(ErrorData::internal_error("cancelled", None))
+                    }
+                }
+            }
+            "big" => text("x".repeat(number(&args, "bytes")? as usize)),
+            "log" => {
+                let sent = context
+                    .peer
+                    .notify_progress(progress(0, number(&args, "bytes")?))
+                    .await;
+                text(format!("sent: {sent:?}"))
+            }
+            "flood" => {
+                let count = number(&args, "count")? as u64;
+                let bytes = number(&args, "bytes")?;
+                for i in 0..count {
+                    if let Err(e) = context.peer.notify_progress(progress(i, bytes)).await {
+                        return text(format!("stopped at {i}: {e}"));
+                    }
+                }
+                text(format!("sent {count}"))
+            }
+            #[expect(
+                deprecated,
+                reason = "roots are what rmcp offers for a server-to-client request"
+            )]
+            "roots" => {
+                let started = Instant::now();
+                let outcome = match context.peer.list_roots().await {
+                    Ok(roots) => format!("{} roots", roots.roots.len()),
+                    Err(e) => format!("error: {e}"),
+                };
+                text(format!(
+                    "{outcome} after {} ms",
+                    started.elapsed().as_millis()
+                ))
+            }
+            other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
+        }
+    }
+}
+
+fn options() -> ServeOptions {
+    let mut options = ServeOptions::default();
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value: u64 = args
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{flag} needs a number"));
+        match flag.as_str() {
+            "--max-frame" => {
+                options.max_frame(value as usize);
+            }
+            "--max-outgoing" => {
+                options.config_mut().max_outgoing_bytes(value as usize);
+            }
+            "--drain-ms" => {
+                options.drain_timeout(Duration::from_millis(value));
+            }
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    options
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let transport = ServerTransport::stdio_with(&options())?;
+    let mut handle = transport.handle();
+    eprintln!("rmcp_server: pid {} serving", std::process::id());
+    let ended = match Example.serve(transport).await {
+        Ok(service) => format!("{:?}", service.waiting().await?),
+        Err(e) => format!("initialize failed: {e}"),
+    };
+    let report = handle.report().await;
+    eprintln!("rmcp_server: ended ({ended})");
+    eprintln!("rmcp_server: report {}", serde_json::to_string(&report)?);
+    Ok(())
+}
