@@ -1013,7 +1013,12 @@ macro_rules! helper_suite {
         $(
             #[test]
             fn $name() {
-                $crate::helper_adapter::$name::<$adapter>();
+                // One case at a time, each failing if it leaves a descriptor open.
+                $crate::descriptors::run_checked(
+                    concat!(stringify!($name), " (", stringify!($adapter), ")"),
+                    $crate::helper_adapter::g10_helper_exit_codes_invalid_utf8_and_long_lines::<$adapter>,
+                    $crate::helper_adapter::$name::<$adapter>,
+                );
             }
         )*
     };

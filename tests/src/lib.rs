@@ -33,6 +33,7 @@
 pub mod adapter;
 pub mod async_std_adapter;
 pub mod blocking_adapter;
+pub mod descriptors;
 pub mod helper_adapter;
 pub mod interop;
 pub mod serve_tools;

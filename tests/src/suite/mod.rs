@@ -308,7 +308,12 @@ macro_rules! conformance_suite {
         $(
             #[test]
             fn $name() {
-                $crate::suite::$name::<$adapter>();
+                // One case at a time, each failing if it leaves a descriptor open.
+                $crate::descriptors::run_checked(
+                    concat!(stringify!($name), " (", stringify!($adapter), ")"),
+                    $crate::suite::g1_handshake_ping_echo_and_shutdown_record::<$adapter>,
+                    $crate::suite::$name::<$adapter>,
+                );
             }
         )*
     };
