@@ -15,6 +15,7 @@ use mcp_stdio_async_std::core::message::{to_raw, ErrorObject, Request};
 use mcp_stdio_async_std::core::server::ServerConfig;
 use mcp_stdio_async_std::{
     serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeOptions, ServeReport,
+    ServerBasics,
 };
 use serde_json::{json, Value};
 
@@ -28,7 +29,9 @@ struct Peer {
 }
 
 impl Peer {
-    fn start<H: Handler>(options: ServeOptions, handler: H) -> Self {
+    fn start<H: Handler>(mut options: ServeOptions, handler: H) -> Self {
+        // These tests are about handlers: every request reaches one.
+        options.basics(ServerBasics::passthrough());
         let (input, server_in) = Async::<UnixStream>::pair().expect("socketpair");
         let (server_out, output) = Async::<UnixStream>::pair().expect("socketpair");
         let server = async_std::task::spawn(serve_io(server_in, server_out, options, handler));
@@ -166,10 +169,8 @@ fn bounded_concurrency_refuses_beyond_max_concurrent() {
         };
         let mut config = ServerConfig::default();
         config.max_concurrent(1);
-        let options = ServeOptions {
-            config,
-            ..ServeOptions::default()
-        };
+        let mut options = ServeOptions::default();
+        options.config = config;
         let mut peer = Peer::start(options, handler);
         peer.send(request(1, "wait_for_cancel")).await;
         peer.send(request(2, "ping")).await;
@@ -201,10 +202,8 @@ fn g9_oversized_result_becomes_an_error_and_a_panic_becomes_internal_error() {
         };
         let mut config = ServerConfig::default();
         config.max_frame(1024);
-        let options = ServeOptions {
-            config,
-            ..ServeOptions::default()
-        };
+        let mut options = ServeOptions::default();
+        options.config = config;
         let mut peer = Peer::start(options, handler);
         peer.send(request(1, "big")).await;
         let r = peer.recv().await.expect("response 1");
@@ -230,10 +229,8 @@ fn stdin_eof_drains_in_flight_work_within_the_drain_timeout() {
             async_std::task::sleep(Duration::from_secs(wait)).await;
             HandlerResult::Ok(to_raw(&json!({})).expect("JSON"))
         };
-        let options = ServeOptions {
-            drain_timeout: Duration::from_millis(200),
-            ..ServeOptions::default()
-        };
+        let mut options = ServeOptions::default();
+        options.drain_timeout = Duration::from_millis(200);
         let mut peer = Peer::start(options, handler);
         peer.send(request(1, "forever")).await;
         peer.send(request(2, "quick")).await;

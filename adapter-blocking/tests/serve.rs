@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_blocking::core::message::{to_raw, ErrorObject, Request};
 use mcp_stdio_blocking::{
-    serve_io, Handler, HandlerResult, RequestContext, ServeOptions, ServeReport,
+    serve_io, Handler, HandlerResult, RequestContext, ServeOptions, ServeReport, ServerBasics,
 };
 use serde_json::{json, Value};
 
@@ -22,7 +22,9 @@ struct Peer {
 }
 
 impl Peer {
-    fn start<H: Handler>(options: ServeOptions, handler: H) -> Self {
+    fn start<H: Handler>(mut options: ServeOptions, handler: H) -> Self {
+        // These tests are about handlers: every request reaches one.
+        options.basics(ServerBasics::passthrough());
         let (ours, theirs) = UnixStream::pair().expect("socket pair");
         let server_in = theirs.try_clone().expect("clone");
         let server = std::thread::spawn(move || serve_io(server_in, theirs, options, handler));
@@ -318,10 +320,8 @@ fn g5_a_blocked_writer_never_stalls_the_reader() {
 
 #[test]
 fn drain_after_eof_is_bounded_and_abandoned_handlers_are_counted() {
-    let options = ServeOptions {
-        drain_timeout: Duration::from_millis(200),
-        ..ServeOptions::default()
-    };
+    let mut options = ServeOptions::default();
+    options.drain_timeout = Duration::from_millis(200);
     let (flag_tx, flag) = mpsc::channel::<bool>();
     let flag_tx = std::sync::Mutex::new(flag_tx);
     let handler = move |r: Request, ctx: RequestContext| -> HandlerResult {

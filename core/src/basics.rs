@@ -241,7 +241,10 @@ impl ServerBasics {
     /// [`BasicsError::Json`], [`BasicsError::InvalidTool`],
     /// [`BasicsError::DuplicateTool`], [`BasicsError::TooMany`],
     /// [`BasicsError::TooLarge`].
-    pub fn tool<T: Serialize + ?Sized>(&mut self, definition: &T) -> Result<&mut Self, BasicsError> {
+    pub fn tool<T: Serialize + ?Sized>(
+        &mut self,
+        definition: &T,
+    ) -> Result<&mut Self, BasicsError> {
         #[derive(Deserialize)]
         struct ToolShape<'a> {
             #[serde(borrow)]
@@ -254,8 +257,8 @@ impl ServerBasics {
         if !raw.get().starts_with('{') {
             return Err(BasicsError::InvalidTool("not a JSON object".to_owned()));
         }
-        let shape: ToolShape<'_> = serde_json::from_str(raw.get())
-            .map_err(|e| BasicsError::InvalidTool(e.to_string()))?;
+        let shape: ToolShape<'_> =
+            serde_json::from_str(raw.get()).map_err(|e| BasicsError::InvalidTool(e.to_string()))?;
         let name = shape.name.into_owned();
         if name.is_empty() || name.len() > MAX_TOOL_NAME_BYTES {
             return Err(BasicsError::InvalidTool(format!(
@@ -341,8 +344,7 @@ impl ServerBasics {
     /// passed to the handler) rather than answered -32601. Always `true`
     /// with the basics off.
     pub fn serves(&self, method: &str) -> bool {
-        if !self.answer || method == INITIALIZE || method == PING || self.methods.contains(method)
-        {
+        if !self.answer || method == INITIALIZE || method == PING || self.methods.contains(method) {
             return true;
         }
         let declared = |key: &str| self.capabilities.contains_key(key);
@@ -578,7 +580,9 @@ mod tests {
     }
 
     fn init(version: &str) -> Option<Value> {
-        Some(json!({"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}}))
+        Some(
+            json!({"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}}),
+        )
     }
 
     fn one_tool() -> ServerBasics {
@@ -606,7 +610,10 @@ mod tests {
             let mut r = BasicsRouter::new(one_tool());
             let v = answer(&mut r, "initialize", init(asked));
             assert_eq!(v["protocolVersion"], answered, "asked {asked:?}: {v}");
-            assert_eq!(v["serverInfo"], json!({"name": "echo-server", "version": "1.2.3"}));
+            assert_eq!(
+                v["serverInfo"],
+                json!({"name": "echo-server", "version": "1.2.3"})
+            );
             assert_eq!(v["instructions"], "say hi");
             // Tools given: `tools` is declared even though the capabilities did not say so.
             assert_eq!(v["capabilities"], json!({"tools": {}}));
@@ -636,7 +643,10 @@ mod tests {
     #[test]
     fn a_second_initialize_is_refused_and_keeps_the_first_version() {
         let mut r = BasicsRouter::new(ServerBasics::default());
-        assert_eq!(answer(&mut r, "initialize", init("2025-03-26"))["protocolVersion"], "2025-03-26");
+        assert_eq!(
+            answer(&mut r, "initialize", init("2025-03-26"))["protocolVersion"],
+            "2025-03-26"
+        );
         let v = answer(&mut r, "initialize", init("2025-11-25"));
         assert_eq!(v["error"], INVALID_REQUEST, "{v}");
         assert!(v["message"].as_str().unwrap().contains("2025-03-26"), "{v}");
@@ -673,7 +683,11 @@ mod tests {
             ("no/such", json!(METHOD_NOT_FOUND)),
         ] {
             let v = answer(&mut r, method, None);
-            let got = if v == json!("handler") { v } else { v["error"].clone() };
+            let got = if v == json!("handler") {
+                v
+            } else {
+                v["error"].clone()
+            };
             assert_eq!(got, expect, "{method}");
         }
         assert_eq!(r.metrics().method_not_found, 5);
@@ -686,10 +700,23 @@ mod tests {
         let mut b = ServerBasics::default();
         b.capabilities(&json!({"tools": {}, "prompts": {}, "completions": {}}))
             .unwrap();
-        for m in ["tools/list", "tools/call", "prompts/list", "prompts/get", "completion/complete", "initialize", "ping"] {
+        for m in [
+            "tools/list",
+            "tools/call",
+            "prompts/list",
+            "prompts/get",
+            "completion/complete",
+            "initialize",
+            "ping",
+        ] {
             assert!(b.serves(m), "{m}");
         }
-        for m in ["resources/read", "logging/setLevel", "tools/other", "toolsx/list"] {
+        for m in [
+            "resources/read",
+            "logging/setLevel",
+            "tools/other",
+            "toolsx/list",
+        ] {
             assert!(!b.serves(m), "{m}");
         }
         assert!(ServerBasics::passthrough().serves("anything/at/all"));
@@ -711,9 +738,18 @@ mod tests {
         assert_eq!(names, ["echo", "slow"]);
         assert_eq!(v["tools"][1]["description"], "d");
         let call = |name: Value| Some(json!({"name": name, "arguments": {}}));
-        assert_eq!(answer(&mut r, "tools/call", call(json!("echo"))), json!("handler"));
-        assert_eq!(answer(&mut r, "tools/call", call(json!("nope")))["error"], INVALID_PARAMS);
-        assert_eq!(answer(&mut r, "tools/call", call(json!(7)))["error"], INVALID_PARAMS);
+        assert_eq!(
+            answer(&mut r, "tools/call", call(json!("echo"))),
+            json!("handler")
+        );
+        assert_eq!(
+            answer(&mut r, "tools/call", call(json!("nope")))["error"],
+            INVALID_PARAMS
+        );
+        assert_eq!(
+            answer(&mut r, "tools/call", call(json!(7)))["error"],
+            INVALID_PARAMS
+        );
         assert_eq!(answer(&mut r, "tools/call", None)["error"], INVALID_PARAMS);
         assert_eq!(r.metrics().unknown_tools, 3);
     }
@@ -721,7 +757,8 @@ mod tests {
     #[test]
     fn declared_tools_without_a_list_go_to_the_handler() {
         let mut b = ServerBasics::default();
-        b.capabilities(&json!({"tools": {"listChanged": true}})).unwrap();
+        b.capabilities(&json!({"tools": {"listChanged": true}}))
+            .unwrap();
         let mut r = BasicsRouter::new(b);
         assert_eq!(answer(&mut r, "tools/list", None), json!("handler"));
         assert_eq!(answer(&mut r, "tools/call", None), json!("handler"));
@@ -735,7 +772,11 @@ mod tests {
     fn the_way_out_sends_every_request_to_the_handler() {
         let mut r = BasicsRouter::new(ServerBasics::passthrough());
         for m in ["initialize", "ping", "tools/list", "no/such"] {
-            assert_eq!(answer(&mut r, m, init("2025-06-18")), json!("handler"), "{m}");
+            assert_eq!(
+                answer(&mut r, m, init("2025-06-18")),
+                json!("handler"),
+                "{m}"
+            );
         }
         let mut b = one_tool();
         b.answer_basics(false);
@@ -771,18 +812,23 @@ mod tests {
             json!({"name": "n".repeat(MAX_TOOL_NAME_BYTES + 1), "inputSchema": {}}),
             json!({"name": 1, "inputSchema": {}}),
         ] {
-            assert!(matches!(b.tool(&bad), Err(BasicsError::InvalidTool(_))), "{bad}");
+            assert!(
+                matches!(b.tool(&bad), Err(BasicsError::InvalidTool(_))),
+                "{bad}"
+            );
         }
         b.tool(&json!({"name": "a", "inputSchema": {}})).unwrap();
         assert_eq!(
-            b.tool(&json!({"name": "a", "inputSchema": {}})).unwrap_err(),
+            b.tool(&json!({"name": "a", "inputSchema": {}}))
+                .unwrap_err(),
             BasicsError::DuplicateTool("a".into())
         );
         let big = json!({"name": "big", "inputSchema": {"d": "x".repeat(MAX_TOOL_LIST_BYTES)}});
         assert!(matches!(b.tool(&big), Err(BasicsError::TooLarge { .. })));
         assert_eq!(b.get_tool_names().collect::<Vec<_>>(), ["a"]);
         for i in 1..MAX_TOOLS {
-            b.tool(&json!({"name": format!("t{i}"), "inputSchema": {}})).unwrap();
+            b.tool(&json!({"name": format!("t{i}"), "inputSchema": {}}))
+                .unwrap();
         }
         assert!(matches!(
             b.tool(&json!({"name": "one-more", "inputSchema": {}})),
@@ -797,7 +843,10 @@ mod tests {
             b.method(format!("m{i}")).unwrap();
         }
         b.method("m0").unwrap();
-        assert!(matches!(b.method("m-new"), Err(BasicsError::TooMany { .. })));
+        assert!(matches!(
+            b.method("m-new"),
+            Err(BasicsError::TooMany { .. })
+        ));
         assert!(b.get_capabilities().is_empty());
         assert_eq!(b.get_instructions(), None);
         assert_eq!(b.get_server_info(), &Implementation::default());

@@ -512,9 +512,7 @@ impl ServeLifecycle {
                             }
                             Route::Answer(answer) => {
                                 // Cannot fail: the session registered this id just now.
-                                let _ = self
-                                    .session
-                                    .respond(&r.id, answer.as_ref().map(|v| &**v));
+                                let _ = self.session.respond(&r.id, answer.as_ref().map(|v| &**v));
                             }
                         }
                     } else {
@@ -669,7 +667,11 @@ mod fuzzing {
                 ServeAction::Start(r) => {
                     assert!(!finished, "started {} after the end", r.id);
                     // The basics are answered by the lifecycle, never by a handler.
-                    assert!(matches!(r.method.as_str(), "m" | "tools/call"), "{}", r.method);
+                    assert!(
+                        matches!(r.method.as_str(), "m" | "tools/call"),
+                        "{}",
+                        r.method
+                    );
                     assert!(running.insert(r.id.clone()), "started {} twice", r.id);
                 }
                 ServeAction::Cancel { id, .. } => {
@@ -1016,7 +1018,10 @@ mod tests {
     fn the_basics_are_answered_in_order_without_starting_a_handler() {
         let t = Instant::now();
         let mut s = ServeLifecycle::new(&one_tool_options());
-        s.handle_input(t, &line(1, "initialize", r#"{"protocolVersion":"2025-03-26"}"#));
+        s.handle_input(
+            t,
+            &line(1, "initialize", r#"{"protocolVersion":"2025-03-26"}"#),
+        );
         s.handle_input(t, &line(2, "ping", "{}"));
         s.handle_input(t, &line(3, "tools/list", "{}"));
         s.handle_input(t, &line(4, "resources/list", "{}"));
@@ -1065,7 +1070,11 @@ mod tests {
             s.handle_input(t, &line(id, "ping", "{}"));
         }
         assert!(actions(&mut s).is_empty());
-        assert!(s.outgoing_bytes() < 4 * 100 + 4096 + 200, "{}", s.outgoing_bytes());
+        assert!(
+            s.outgoing_bytes() < 4 * 100 + 4096 + 200,
+            "{}",
+            s.outgoing_bytes()
+        );
         let r = s.report();
         // One answer being written (it left the registry) plus four queued.
         assert_eq!(r.basics.answered, 5);
@@ -1076,7 +1085,10 @@ mod tests {
     fn the_way_out_starts_a_handler_for_initialize_and_ping() {
         let t = Instant::now();
         let mut s = ServeLifecycle::new(&handler_sees_all());
-        s.handle_input(t, &line(1, "initialize", r#"{"protocolVersion":"2025-03-26"}"#));
+        s.handle_input(
+            t,
+            &line(1, "initialize", r#"{"protocolVersion":"2025-03-26"}"#),
+        );
         s.handle_input(t, &line(2, "ping", "{}"));
         let a = actions(&mut s);
         assert_eq!(a.len(), 2);
