@@ -147,6 +147,12 @@ pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
 /// in-flight work drains (bounded by `drain_timeout`). Only protocol messages
 /// go to stdout (G13); log with `tracing` to stderr.
 ///
+/// `initialize` (with version negotiation), `ping`, unknown methods and,
+/// with tools given, `tools/list` are answered by `serve` itself from
+/// [`ServeOptions::basics`] (see [`ServerBasics`](crate::ServerBasics)); the
+/// handler sees the rest. [`ServerBasics::passthrough`](crate::ServerBasics::passthrough)
+/// hands it every request.
+///
 /// When stdin and stdout are pipes or sockets (as under every MCP host) they
 /// are read and written non-blocking through async-io's reactor: a client
 /// that stops reading stdout never stops this loop from reading stdin,

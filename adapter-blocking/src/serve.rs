@@ -187,6 +187,12 @@ pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
 /// in-flight work drains (bounded by `drain_timeout`). Only protocol messages
 /// go to stdout (G13); log with `tracing` to stderr.
 ///
+/// `initialize` (with version negotiation), `ping`, unknown methods and,
+/// with tools given, `tools/list` are answered by `serve` itself from
+/// [`ServeOptions::basics`] (see [`ServerBasics`](crate::ServerBasics)); the
+/// handler sees the rest. [`ServerBasics::passthrough`](crate::ServerBasics::passthrough)
+/// hands it every request.
+///
 /// # Errors
 /// Writing stdout failed (the client went away): every handler's token was
 /// cancelled.
