@@ -34,6 +34,11 @@
 //! - **Cancels of `initialize`** are ignored, as the spec requires (the
 //!   session does it).
 //!
+//! An answer is held to the wire limit like a handler's result (G9): one
+//! above `max_frame` goes out as error -32603 instead, so keep the tool list
+//! (at most [`MAX_TOOL_LIST_BYTES`]) under a lowered `max_frame`;
+//! [`ServerBasics::largest_answer`] says how large an answer can get.
+//!
 //! # The way out
 //!
 //! [`ServerBasics::passthrough`] (or [`answer_basics(false)`](ServerBasics::answer_basics))
@@ -338,6 +343,22 @@ impl ServerBasics {
     /// The methods added with [`method`](Self::method).
     pub fn get_methods(&self) -> impl Iterator<Item = &str> {
         self.methods.iter().map(String::as_str)
+    }
+
+    /// An upper bound of the largest answer built from these basics (the
+    /// `initialize` or the `tools/list` result, without the JSON-RPC
+    /// envelope), in bytes: compare it with the wire limit.
+    pub fn largest_answer(&self) -> usize {
+        // Per-key JSON overhead and the longest protocol version, rounded up.
+        const SLACK: usize = 256;
+        // A JSON string escape is at most 6 bytes per byte (`\u0001`).
+        const ESCAPE: usize = 6;
+        let info = self.server_info.name.len() + self.server_info.version.len();
+        let capabilities = serde_json::to_string(&self.capabilities).map_or(0, |s| s.len());
+        let instructions = self.instructions.as_ref().map_or(0, String::len);
+        let initialize = (info + instructions) * ESCAPE + capabilities + SLACK;
+        let tools_list = self.tools_bytes + self.tools.len() + SLACK;
+        initialize.max(tools_list)
     }
 
     /// Whether a request for `method` is served (answered by `serve` or
@@ -850,5 +871,26 @@ mod tests {
         assert!(b.get_capabilities().is_empty());
         assert_eq!(b.get_instructions(), None);
         assert_eq!(b.get_server_info(), &Implementation::default());
+    }
+
+    #[test]
+    fn largest_answer_bounds_the_real_answers() {
+        let mut b = one_tool();
+        b.capabilities(&json!({"logging": {}, "experimental": {"x": [1, 2, 3]}}))
+            .unwrap()
+            .instructions("é\"quoted\"\n".repeat(100))
+            .unwrap();
+        for i in 0..50 {
+            b.tool(&json!({"name": format!("t{i}"), "inputSchema": {"type": "object"}}))
+                .unwrap();
+        }
+        let bound = b.largest_answer();
+        let mut r = BasicsRouter::new(b);
+        for (m, p) in [("initialize", init("2025-06-18")), ("tools/list", None)] {
+            let Route::Answer(Ok(v)) = r.route(&request(m, p)) else {
+                panic!("{m} not answered")
+            };
+            assert!(v.get().len() <= bound, "{m}: {} > {bound}", v.get().len());
+        }
     }
 }

@@ -247,6 +247,18 @@ pub struct ServeLifecycle {
 impl ServeLifecycle {
     /// A new serve loop with `options`.
     pub fn new(options: &ServeOptions) -> Self {
+        let largest = options.basics.largest_answer();
+        let budget = options
+            .config
+            .get_max_frame()
+            .saturating_sub(RESULT_ENVELOPE_HEADROOM);
+        if options.basics.get_answer_basics() && largest > budget {
+            tracing::warn!(
+                largest,
+                budget,
+                "the server info, instructions or tool list can pass the wire limit; such an answer becomes error -32603"
+            );
+        }
         Self {
             session: ServerSession::new(options.config.clone()),
             router: BasicsRouter::new(options.basics.clone()),
