@@ -51,7 +51,7 @@
 //! # Worst-case memory
 //!
 //! That of the [`ServerSession`] (see [`crate::server`]) and of the
-//! [`ServerBasics`] (see [`crate::basics`]; about 1.2 MiB at most), plus one message
+//! [`ServerBasics`] (see [`crate::basics`]; about 1.3 MiB at most), plus one message
 //! being written (at most `max_frame` bytes; it was taken from the session's
 //! queue, so it is not counted twice), plus one id per running handler (at
 //! most `max_concurrent`).
@@ -121,7 +121,7 @@ impl ServeOptions {
     /// on, server info `mcp-stdio`, capabilities `{}`, so only `initialize`
     /// and `ping` are served until you declare more).
     /// [`ServerBasics::passthrough`] is the way out: the handler sees every
-    /// request. Bounded as [`crate::basics`] says (about 1.2 MiB at most).
+    /// request. Bounded as [`crate::basics`] says (about 1.3 MiB at most).
     pub fn basics(&mut self, basics: ServerBasics) -> &mut Self {
         self.basics = basics;
         self
