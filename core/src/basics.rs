@@ -29,6 +29,9 @@
 //!   [`BasicsMetrics::requests_before_initialize`]): the MCP lifecycle asks
 //!   the *client* not to send them; refusing them would only break clients
 //!   that probe with `tools/list` or `ping` first.
+//! - **The client's `clientInfo` and `capabilities`** are kept, bounded
+//!   ([`ClientHello`]): a malformed or oversized one is dropped, never a
+//!   reason to refuse the handshake.
 //! - **`notifications/initialized`** goes to the handler's notification
 //!   callback like every notification; nothing waits for it.
 //! - **Cancels of `initialize`** are ignored, as the spec requires (the
@@ -416,6 +419,23 @@ pub struct BasicsMetrics {
     pub requests_before_initialize: u64,
 }
 
+/// What the client said about itself in the `initialize` that was answered,
+/// kept within the same bounds as the server's own (at most
+/// [`MAX_SERVER_INFO_BYTES`] + [`MAX_CAPABILITIES_BYTES`]).
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct ClientHello {
+    /// The protocol version answered.
+    pub protocol_version: &'static str,
+    /// The client's `clientInfo`; `None` when absent, malformed or above
+    /// [`MAX_SERVER_INFO_BYTES`].
+    pub client_info: Option<Implementation>,
+    /// The client's `capabilities` (raw), for a server that wants to know
+    /// whether it may ask for sampling, roots or elicitation; `None` when
+    /// absent, not an object or above [`MAX_CAPABILITIES_BYTES`].
+    pub capabilities: Option<Box<RawValue>>,
+}
+
 /// Where a request goes.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -433,6 +453,7 @@ pub enum Route {
 pub struct BasicsRouter {
     basics: ServerBasics,
     protocol_version: Option<&'static str>,
+    client: Option<ClientHello>,
     metrics: BasicsMetrics,
 }
 
@@ -442,6 +463,7 @@ impl BasicsRouter {
         Self {
             basics,
             protocol_version: None,
+            client: None,
             metrics: BasicsMetrics::default(),
         }
     }
@@ -449,6 +471,11 @@ impl BasicsRouter {
     /// The protocol version `initialize` was answered with, once it was.
     pub fn protocol_version(&self) -> Option<&'static str> {
         self.protocol_version
+    }
+
+    /// What the client said in the `initialize` that was answered.
+    pub fn client(&self) -> Option<&ClientHello> {
+        self.client.as_ref()
     }
 
     /// The counters so far.
@@ -498,6 +525,11 @@ impl BasicsRouter {
         struct Params<'a> {
             #[serde(borrow)]
             protocol_version: Cow<'a, str>,
+            // Kept raw: a malformed one must not fail the handshake.
+            #[serde(default, borrow)]
+            client_info: Option<&'a RawValue>,
+            #[serde(default, borrow)]
+            capabilities: Option<&'a RawValue>,
         }
         if let Some(v) = self.protocol_version {
             self.metrics.initialize_refused += 1;
@@ -509,8 +541,8 @@ impl BasicsRouter {
         let parsed = params
             .ok_or_else(|| "no params".to_owned())
             .and_then(|p| serde_json::from_str::<Params<'_>>(p.get()).map_err(|e| e.to_string()));
-        let asked = match parsed {
-            Ok(p) => p.protocol_version,
+        let params = match parsed {
+            Ok(p) => p,
             Err(e) => {
                 self.metrics.initialize_refused += 1;
                 return Err(ErrorObject::new(
@@ -519,7 +551,7 @@ impl BasicsRouter {
                 ));
             }
         };
-        let version = negotiate_version(&asked);
+        let version = negotiate_version(&params.protocol_version);
         let capabilities = to_raw(&*self.basics.answered_capabilities()).map_err(internal)?;
         let result = InitializeResult {
             protocol_version: version.to_owned(),
@@ -528,8 +560,26 @@ impl BasicsRouter {
             instructions: self.basics.instructions.clone(),
         };
         let raw = to_raw(&result).map_err(internal)?;
-        tracing::debug!(asked = %asked, answered = version, "initialize answered");
+        let client = ClientHello {
+            protocol_version: version,
+            client_info: params
+                .client_info
+                .and_then(|i| serde_json::from_str::<Implementation>(i.get()).ok())
+                .filter(|i| i.name.len() + i.version.len() <= MAX_SERVER_INFO_BYTES),
+            capabilities: params
+                .capabilities
+                .filter(|c| c.get().len() <= MAX_CAPABILITIES_BYTES && c.get().starts_with('{'))
+                .map(ToOwned::to_owned),
+        };
+        tracing::debug!(
+            // Bounded: a client's version string can be as long as a frame.
+            asked_len = params.protocol_version.len(),
+            answered = version,
+            client = ?client.client_info,
+            "initialize answered"
+        );
         self.protocol_version = Some(version);
+        self.client = Some(client);
         Ok(raw)
     }
 
@@ -639,7 +689,43 @@ mod tests {
             // Tools given: `tools` is declared even though the capabilities did not say so.
             assert_eq!(v["capabilities"], json!({"tools": {}}));
             assert_eq!(r.protocol_version(), Some(answered));
+            let client = r.client().expect("the client's hello is kept");
+            assert_eq!(client.client_info, Some(Implementation::new("c", "1")));
+            assert_eq!(client.capabilities.as_ref().map(|c| c.get()), Some("{}"));
         }
+    }
+
+    #[test]
+    fn a_malformed_or_oversized_client_hello_does_not_fail_the_handshake() {
+        for params in [
+            json!({"protocolVersion": "2025-06-18"}),
+            json!({"protocolVersion": "2025-06-18", "clientInfo": 5, "capabilities": []}),
+            json!({"protocolVersion": "2025-06-18", "clientInfo": {"name": "n"}}),
+            json!({"protocolVersion": "2025-06-18",
+                   "clientInfo": {"name": "n".repeat(MAX_SERVER_INFO_BYTES), "version": "1"},
+                   "capabilities": {"x": "y".repeat(MAX_CAPABILITIES_BYTES)}}),
+        ] {
+            let mut r = BasicsRouter::new(ServerBasics::default());
+            let v = answer(&mut r, "initialize", Some(params.clone()));
+            assert_eq!(v["protocolVersion"], "2025-06-18", "{params}");
+            let client = r.client().expect("kept");
+            assert_eq!(client.client_info, None, "{params}");
+            assert!(client.capabilities.is_none(), "{params}");
+        }
+        let mut r = BasicsRouter::new(ServerBasics::default());
+        let _ = answer(
+            &mut r,
+            "initialize",
+            Some(json!({"protocolVersion": "2025-06-18",
+            "clientInfo": {"name": "host", "version": "2", "title": "Host"},
+            "capabilities": {"sampling": {}}})),
+        );
+        let client = r.client().unwrap();
+        assert_eq!(client.client_info, Some(Implementation::new("host", "2")));
+        assert_eq!(
+            client.capabilities.as_ref().unwrap().get(),
+            r#"{"sampling":{}}"#
+        );
     }
 
     #[test]

@@ -61,8 +61,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::basics::{BasicsMetrics, BasicsRouter, Route, ServerBasics};
+use crate::basics::{BasicsMetrics, BasicsRouter, ClientHello, Route, ServerBasics};
 use crate::budget::ResultBudget;
+use crate::handshake::Implementation;
 use crate::message::{ErrorObject, Id, Notification, RawValue, Request};
 use crate::server::{NotifyError, ServerConfig, ServerEvent, ServerMetrics, ServerSession};
 
@@ -176,6 +177,8 @@ pub struct ServeReport {
     /// The protocol version `initialize` was answered with by `serve`
     /// (`None` before, or with the basics off).
     pub protocol_version: Option<&'static str>,
+    /// Who the client said it was in that `initialize`.
+    pub client_info: Option<Implementation>,
     /// What `serve` answered by itself (all 0 with the basics off).
     pub basics: BasicsMetrics,
 }
@@ -291,6 +294,12 @@ impl ServeLifecycle {
         self.router.protocol_version()
     }
 
+    /// What the client said about itself (info, capabilities) in the
+    /// `initialize` the lifecycle answered.
+    pub fn client(&self) -> Option<&ClientHello> {
+        self.router.client()
+    }
+
     /// The wire limit, both directions.
     pub fn max_frame(&self) -> usize {
         self.session.config().get_max_frame()
@@ -373,6 +382,7 @@ impl ServeLifecycle {
             outgoing_peak: self.outgoing_peak,
             helpers_unfinished_at_exit: 0,
             protocol_version: self.router.protocol_version(),
+            client_info: self.router.client().and_then(|c| c.client_info.clone()),
             basics: self.router.metrics().clone(),
         }
     }
@@ -1063,6 +1073,10 @@ mod tests {
         let r = s.report();
         assert_eq!(r.protocol_version, Some("2025-03-26"));
         assert_eq!(s.protocol_version(), Some("2025-03-26"));
+        assert_eq!(
+            r.client_info, None,
+            "the test's initialize gave no clientInfo"
+        );
         assert_eq!(r.basics.answered, 5);
         assert_eq!(r.basics.method_not_found, 1);
         assert_eq!(r.basics.unknown_tools, 1);

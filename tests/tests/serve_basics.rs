@@ -188,6 +188,11 @@ fn serve_answers_initialize_ping_tools_list_and_unknown_methods_itself() {
         let report = s.finish();
         eprintln!("{name}: report {report}");
         assert_eq!(report["protocol_version"], "2025-03-26", "{name}");
+        assert_eq!(
+            report["client_info"],
+            json!({"name": "serve-basics-test", "version": "0"}),
+            "{name}"
+        );
         let basics = &report["basics"];
         // ping, tools/list, initialize, initialize, 2 unknown methods, unknown tool, ping.
         assert_eq!(basics["answered"], 8, "{name}: {basics}");
