@@ -18,6 +18,7 @@ use async_io::Timer;
 use event_listener::Event;
 use futures_lite::future::{or, race};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, FutureExt};
+use mcp_stdio_core::basics::ClientHello;
 use mcp_stdio_core::budget::ResultBudget;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
 use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
@@ -83,12 +84,20 @@ pub struct RequestContext {
     cancel: CancelToken,
     notify: Sender<(String, Option<Box<RawValue>>)>,
     max_frame: usize,
+    client: Option<Arc<ClientHello>>,
 }
 
 impl RequestContext {
     /// The request id.
     pub fn id(&self) -> &Id {
         &self.id
+    }
+
+    /// What the client said about itself (`clientInfo`, `capabilities`) in
+    /// `initialize`, when `serve` answered it before this request (`None`
+    /// with the basics off: the handler saw `initialize` itself).
+    pub fn client(&self) -> Option<&ClientHello> {
+        self.client.as_deref()
     }
 
     /// The request's cancellation token; pass it on to subprocesses and I/O
@@ -233,6 +242,7 @@ where
                         cancel: cancel.clone(),
                         notify: notify_tx.clone(),
                         max_frame,
+                        client: life.client().cloned(),
                     };
                     // Detached: the task reports its end over `done`.
                     drop(async_std::task::spawn(run_handler(

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use mcp_stdio_core::basics::ClientHello;
 use mcp_stdio_core::budget::ResultBudget;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
 use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
@@ -64,12 +65,20 @@ pub struct RequestContext {
     cancel: CancelToken,
     notify: mpsc::Sender<(String, Option<Box<RawValue>>)>,
     max_frame: usize,
+    client: Option<Arc<ClientHello>>,
 }
 
 impl RequestContext {
     /// The request id.
     pub fn id(&self) -> &Id {
         &self.id
+    }
+
+    /// What the client said about itself (`clientInfo`, `capabilities`) in
+    /// `initialize`, when `serve` answered it before this request (`None`
+    /// with the basics off: the handler saw `initialize` itself).
+    pub fn client(&self) -> Option<&ClientHello> {
+        self.client.as_deref()
     }
 
     /// The request's cancellation token; also pass it to
@@ -202,6 +211,7 @@ where
                         cancel: cancel.clone(),
                         notify: notify_tx.clone(),
                         max_frame,
+                        client: life.client().cloned(),
                     };
                     let h = handler.clone();
                     let inner = tokio::spawn(async move { h.call(request, ctx).await });

@@ -59,6 +59,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -453,7 +454,8 @@ pub enum Route {
 pub struct BasicsRouter {
     basics: ServerBasics,
     protocol_version: Option<&'static str>,
-    client: Option<ClientHello>,
+    /// Shared with every handler started after `initialize`.
+    client: Option<Arc<ClientHello>>,
     metrics: BasicsMetrics,
 }
 
@@ -473,8 +475,9 @@ impl BasicsRouter {
         self.protocol_version
     }
 
-    /// What the client said in the `initialize` that was answered.
-    pub fn client(&self) -> Option<&ClientHello> {
+    /// What the client said in the `initialize` that was answered (shared:
+    /// an adapter hands a clone of the `Arc` to each handler).
+    pub fn client(&self) -> Option<&Arc<ClientHello>> {
         self.client.as_ref()
     }
 
@@ -579,7 +582,7 @@ impl BasicsRouter {
             "initialize answered"
         );
         self.protocol_version = Some(version);
-        self.client = Some(client);
+        self.client = Some(Arc::new(client));
         Ok(raw)
     }
 

@@ -57,6 +57,7 @@
 //! most `max_concurrent`).
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -295,8 +296,9 @@ impl ServeLifecycle {
     }
 
     /// What the client said about itself (info, capabilities) in the
-    /// `initialize` the lifecycle answered.
-    pub fn client(&self) -> Option<&ClientHello> {
+    /// `initialize` the lifecycle answered; adapters hand it to each handler
+    /// started after it.
+    pub fn client(&self) -> Option<&Arc<ClientHello>> {
         self.router.client()
     }
 

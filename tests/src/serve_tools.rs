@@ -113,8 +113,8 @@ pub fn options(server_name: &str) -> ServeOptions {
     options
 }
 
-/// The tool definitions: `echo`, `slow` and `helper`.
-pub fn tools() -> [Value; 3] {
+/// The tool definitions: `echo`, `slow`, `helper` and `whoami`.
+pub fn tools() -> [Value; 4] {
     [
         json!({
             "name": "echo",
@@ -143,7 +143,18 @@ pub fn tools() -> [Value; 3] {
                 "required": ["seconds"],
             },
         }),
+        json!({
+            "name": "whoami",
+            "description": "Returns what the client said about itself in `initialize`, as JSON text.",
+            "inputSchema": { "type": "object" },
+        }),
     ]
+}
+
+/// The `whoami` tool's text: the handler's view of the client's
+/// `initialize` (`RequestContext::client`), as JSON; `null` when unknown.
+pub fn whoami(client: Option<&mcp_stdio_core::basics::ClientHello>) -> String {
+    serde_json::to_string(&client).unwrap_or_else(|e| e.to_string())
 }
 
 /// A tool result with one text block.
@@ -166,6 +177,8 @@ pub enum ToolCall {
     /// `helper {seconds, ignore_term?}`, 0 to 3600: a helper process
     /// sleeping that long (ignoring `SIGTERM` when asked).
     Helper(f64, bool),
+    /// `whoami {}`: what the client said in `initialize`.
+    WhoAmI,
 }
 
 fn bad_arguments(what: &str) -> ErrorObject {
@@ -207,6 +220,7 @@ pub fn parse_tool_call(request: &Request) -> Result<ToolCall, ErrorObject> {
             .filter(|s| (0.0..=3600.0).contains(s))
             .map(|s| ToolCall::Helper(s, args["ignore_term"].as_bool().unwrap_or(false)))
             .ok_or_else(|| bad_arguments("seconds (0..=3600)")),
+        Some("whoami") => Ok(ToolCall::WhoAmI),
         Some(other) => Err(ErrorObject::new(
             INVALID_PARAMS,
             format!("unknown tool: {other}"),

@@ -129,7 +129,7 @@ fn lines(from: impl std::io::Read + Send + 'static) -> Receiver<String> {
 fn initialize(version: &str) -> Option<Value> {
     Some(json!({
         "protocolVersion": version,
-        "capabilities": {},
+        "capabilities": {"roots": {"listChanged": true}},
         "clientInfo": {"name": "serve-basics-test", "version": "0"},
     }))
 }
@@ -154,7 +154,10 @@ fn serve_answers_initialize_ping_tools_list_and_unknown_methods_itself() {
             .iter()
             .filter_map(|t| t["name"].as_str())
             .collect();
-        assert_eq!(names, ["echo", "slow", "helper"], "{name}");
+        assert_eq!(names, ["echo", "slow", "helper", "whoami"], "{name}");
+        // Before initialize the handler knows nothing of the client.
+        let who = s.call("tools/call", Some(json!({"name": "whoami"})));
+        assert_eq!(who["content"][0]["text"], "null", "{name}: {who}");
 
         // A supported version is echoed.
         let init = s.call("initialize", initialize("2025-03-26"));
@@ -183,6 +186,17 @@ fn serve_answers_initialize_ping_tools_list_and_unknown_methods_itself() {
             Some(json!({"name": "echo", "arguments": {"text": "hi"}})),
         );
         assert_eq!(echo["content"][0]["text"], "hi", "{name}: {echo}");
+        // The handler sees the client's initialize, which `serve` answered.
+        let who = s.call("tools/call", Some(json!({"name": "whoami"})));
+        let who: Value = serde_json::from_str(who["content"][0]["text"].as_str().expect("text"))
+            .unwrap_or_else(|e| panic!("{name}: {e}: {who}"));
+        assert_eq!(
+            who,
+            json!({"protocol_version": "2025-03-26",
+                   "client_info": {"name": "serve-basics-test", "version": "0"},
+                   "capabilities": {"roots": {"listChanged": true}}}),
+            "{name}"
+        );
         assert_eq!(s.call("ping", Some(json!({}))), json!({}), "{name}");
 
         let report = s.finish();
@@ -199,9 +213,9 @@ fn serve_answers_initialize_ping_tools_list_and_unknown_methods_itself() {
         assert_eq!(basics["method_not_found"], 2, "{name}: {basics}");
         assert_eq!(basics["unknown_tools"], 1, "{name}: {basics}");
         assert_eq!(basics["initialize_refused"], 1, "{name}: {basics}");
-        assert_eq!(basics["requests_before_initialize"], 1, "{name}: {basics}");
-        // Ten requests admitted: eight answered by `serve`, two echo calls by the handler.
-        assert_eq!(report["metrics"]["requests"], 10, "{name}: {report}");
+        assert_eq!(basics["requests_before_initialize"], 2, "{name}: {basics}");
+        // Twelve requests admitted: eight answered by `serve`, four tool calls by the handler.
+        assert_eq!(report["metrics"]["requests"], 12, "{name}: {report}");
     }
 }
 

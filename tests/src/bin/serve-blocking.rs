@@ -8,11 +8,12 @@
 //!   initialize, ping,  answered by `serve` itself from the options (`serve_tools::options`):
 //!   tools/list         the client's protocolVersion when supported (else the latest), capabilities
 //!                      {tools:{}}, serverInfo {name:"mcp-stdio-serve-blocking", version}, instructions;
-//!                      tools echo, slow, helper; -32601 for other methods, -32602 for other tools
+//!                      tools echo, slow, helper, whoami; -32601 for other methods, -32602 for other tools
 //!   tools/call         the handler:
 //!     echo {text}      content [{type:"text", text}]
 //!     slow {seconds}   waits `seconds` or until its cancel token fires, whichever is first
 //!     helper {seconds} runs `fixture-helper sleep seconds` under `run_helper`
+//!     whoami {}        the client's initialize as the handler sees it (`RequestContext::client`)
 //!                      bad arguments: -32602
 //! ```
 //!
@@ -33,8 +34,8 @@ use std::time::Duration;
 use mcp_stdio_blocking::{serve, Handler, HandlerResult, RequestContext};
 use mcp_stdio_core::message::{to_raw, ErrorObject, Notification, Request};
 use mcp_stdio_tests::serve_tools::{
-    cancelled, helper_command, helper_options, options, parse_tool_call, text_result, CancelWatch,
-    ToolCall,
+    cancelled, helper_command, helper_options, options, parse_tool_call, text_result, whoami,
+    CancelWatch, ToolCall,
 };
 use serde_json::Value;
 
@@ -60,6 +61,7 @@ impl Handler for InteropServer {
 fn tools_call(call: ToolCall, ctx: &RequestContext) -> Result<Value, ErrorObject> {
     match call {
         ToolCall::Echo(text) => Ok(text_result(&text)),
+        ToolCall::WhoAmI => Ok(text_result(&whoami(ctx.client()))),
         ToolCall::Slow(seconds) => {
             let token = ctx.cancel_token().clone();
             let watch = CancelWatch::start(LOG, ctx.id().clone(), move || token.is_cancelled());
