@@ -54,7 +54,9 @@
 //! [`MAX_INSTRUCTIONS_BYTES`] + [`MAX_TOOL_LIST_BYTES`] (plus one name per
 //! tool, at most [`MAX_TOOLS`] × [`MAX_TOOL_NAME_BYTES`]) +
 //! [`MAX_EXTRA_METHODS`] × [`MAX_METHOD_NAME_BYTES`]: about 1.3 MiB, fixed
-//! when `serve` starts. An answer is built per request and queued like a
+//! when `serve` starts; plus the client's [`ClientHello`] once it said it
+//! (at most [`MAX_SERVER_INFO_BYTES`] + [`MAX_CAPABILITIES_BYTES`], shared
+//! by every handler). An answer is built per request and queued like a
 //! handler's response (one per request in flight, under `max_concurrent`).
 
 use std::borrow::Cow;
