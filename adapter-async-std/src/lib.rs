@@ -69,6 +69,7 @@ pub use serve::{
 };
 
 pub use mcp_stdio_core as core;
+pub use mcp_stdio_core::basics::{BasicsError, ServerBasics};
 pub use mcp_stdio_core::client::Deadline;
 pub use mcp_stdio_core::helper::{HelperConfig, HelperOptions, HelperOutcome};
 pub use mcp_stdio_core::host::{

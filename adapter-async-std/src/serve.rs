@@ -18,6 +18,7 @@ use async_io::Timer;
 use event_listener::Event;
 use futures_lite::future::{or, race};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, FutureExt};
+use mcp_stdio_core::basics::ClientHello;
 use mcp_stdio_core::budget::ResultBudget;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
 use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
@@ -83,12 +84,20 @@ pub struct RequestContext {
     cancel: CancelToken,
     notify: Sender<(String, Option<Box<RawValue>>)>,
     max_frame: usize,
+    client: Option<Arc<ClientHello>>,
 }
 
 impl RequestContext {
     /// The request id.
     pub fn id(&self) -> &Id {
         &self.id
+    }
+
+    /// What the client said about itself (`clientInfo`, `capabilities`) in
+    /// `initialize`, when `serve` answered it before this request (`None`
+    /// with the basics off: the handler saw `initialize` itself).
+    pub fn client(&self) -> Option<&ClientHello> {
+        self.client.as_deref()
     }
 
     /// The request's cancellation token; pass it on to subprocesses and I/O
@@ -146,6 +155,12 @@ pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
 /// Serves MCP on this process's stdin and stdout until stdin closes and
 /// in-flight work drains (bounded by `drain_timeout`). Only protocol messages
 /// go to stdout (G13); log with `tracing` to stderr.
+///
+/// `initialize` (with version negotiation), `ping`, unknown methods and,
+/// with tools given, `tools/list` are answered by `serve` itself from
+/// [`ServeOptions::basics`] (see [`ServerBasics`](crate::ServerBasics)); the
+/// handler sees the rest. [`ServerBasics::passthrough`](crate::ServerBasics::passthrough)
+/// hands it every request.
 ///
 /// When stdin and stdout are pipes or sockets (as under every MCP host) they
 /// are read and written non-blocking through async-io's reactor: a client
@@ -226,6 +241,7 @@ where
                         cancel: cancel.clone(),
                         notify: notify_tx.clone(),
                         max_frame,
+                        client: life.client().cloned(),
                     };
                     // Detached: the task reports its end over `done`.
                     drop(async_std::task::spawn(run_handler(

@@ -43,6 +43,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use mcp_stdio_core::basics::ClientHello;
 use mcp_stdio_core::budget::ResultBudget;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
 use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
@@ -131,12 +132,20 @@ pub struct RequestContext {
     cancel: CancelToken,
     inputs: SyncSender<Input>,
     max_frame: usize,
+    client: Option<Arc<ClientHello>>,
 }
 
 impl RequestContext {
     /// The request id.
     pub fn id(&self) -> &Id {
         &self.id
+    }
+
+    /// What the client said about itself (`clientInfo`, `capabilities`) in
+    /// `initialize`, when `serve` answered it before this request (`None`
+    /// with the basics off: the handler saw `initialize` itself).
+    pub fn client(&self) -> Option<&ClientHello> {
+        self.client.as_deref()
     }
 
     /// The request's cancellation token. A thread cannot be aborted from
@@ -186,6 +195,12 @@ pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
 /// Serves MCP on this process's stdin and stdout until stdin closes and
 /// in-flight work drains (bounded by `drain_timeout`). Only protocol messages
 /// go to stdout (G13); log with `tracing` to stderr.
+///
+/// `initialize` (with version negotiation), `ping`, unknown methods and,
+/// with tools given, `tools/list` are answered by `serve` itself from
+/// [`ServeOptions::basics`] (see [`ServerBasics`](crate::ServerBasics)); the
+/// handler sees the rest. [`ServerBasics::passthrough`](crate::ServerBasics::passthrough)
+/// hands it every request.
 ///
 /// # Errors
 /// Writing stdout failed (the client went away): every handler's token was
@@ -422,6 +437,7 @@ impl<H: Handler> Coordinator<H> {
             cancel: cancel.clone(),
             inputs: self.inputs_tx.clone(),
             max_frame: self.max_frame,
+            client: self.life.client().cloned(),
         };
         match self.pool.run(Job { request, ctx }) {
             Ok(()) => {

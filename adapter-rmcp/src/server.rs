@@ -155,7 +155,8 @@ impl ServerTransport {
     }
 
     /// Serves on this process's stdin and stdout with `options` (wire limit,
-    /// concurrency, outgoing queue, drain deadline). Pipes and sockets are
+    /// concurrency, outgoing queue, drain deadline; `serve`'s protocol basics
+    /// are left to rmcp, which answers every request itself). Pipes and sockets are
     /// made non-blocking; their flags come back when the driver ends.
     /// (`helper_grace` is `serve`'s wait for `run_helper` runs at exit; this
     /// transport does not wait for them.)
@@ -178,8 +179,12 @@ impl ServerTransport {
         let (commands, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         let (report_tx, report) = watch::channel(None);
         let server_requests_refused = Arc::new(AtomicU64::new(0));
+        // rmcp answers `initialize`, `ping` and every method itself: the
+        // core's protocol basics stay off whatever `options` say.
+        let mut options = options.clone();
+        options.basics_mut().answer_basics(false);
         let driver = Driver {
-            life: ServeLifecycle::new(options),
+            life: ServeLifecycle::new(&options),
             to_rmcp: Some(to_rmcp),
             commands: commands_rx,
             commands_open: true,

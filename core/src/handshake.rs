@@ -1,9 +1,11 @@
-//! The MCP initialize handshake: the request the host sends, and how the
-//! server's answer is judged (protocol version negotiation).
+//! The MCP initialize handshake: the request the host sends, how the
+//! server's answer is judged, and how a server picks its answer (protocol
+//! version negotiation).
 //!
 //! The host proposes the newest version it supports; the server answers with
-//! that version or another it supports; if the host does not support the
-//! answer, the session must not go on.
+//! that version when it supports it, else with its own latest
+//! ([`negotiate_version`]); if the host does not support the answer, the
+//! session must not go on.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,20 +31,31 @@ pub struct Implementation {
     pub version: String,
 }
 
+impl Implementation {
+    /// A name and a version, e.g. `Implementation::new("my-host", "1.2.0")`.
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            version: version.into(),
+        }
+    }
+}
+
 impl Default for Implementation {
     fn default() -> Self {
         Self::new("mcp-stdio", env!("CARGO_PKG_VERSION"))
     }
 }
 
-impl Implementation {
-    /// A name and a version, e.g. `Implementation::new("my-host", "1.2.0")`.
-    pub fn new(name: &str, version: &str) -> Self {
-        Self {
-            name: name.to_owned(),
-            version: version.to_owned(),
-        }
-    }
+/// The version a server answers to a client that asked for `requested`:
+/// that version when this crate speaks it, else [`LATEST_PROTOCOL_VERSION`]
+/// (the client then decides whether it can go on).
+pub fn negotiate_version(requested: &str) -> &'static str {
+    SUPPORTED_PROTOCOL_VERSIONS
+        .iter()
+        .find(|v| **v == requested)
+        .copied()
+        .unwrap_or(LATEST_PROTOCOL_VERSION)
 }
 
 /// Builds the `initialize` params: the latest protocol version, the given
@@ -116,6 +129,16 @@ mod tests {
         assert_eq!(v["protocolVersion"], LATEST_PROTOCOL_VERSION);
         assert_eq!(v["clientInfo"]["name"], "mcp-stdio");
         assert!(v["capabilities"].as_object().unwrap().is_empty());
+    }
+
+    #[test]
+    fn negotiate_version_echoes_a_supported_version_else_answers_the_latest() {
+        for v in SUPPORTED_PROTOCOL_VERSIONS {
+            assert_eq!(negotiate_version(v), *v);
+        }
+        assert_eq!(negotiate_version("2023-01-01"), LATEST_PROTOCOL_VERSION);
+        assert_eq!(negotiate_version(""), LATEST_PROTOCOL_VERSION);
+        assert_eq!(negotiate_version("2099-01-01"), LATEST_PROTOCOL_VERSION);
     }
 
     #[test]

@@ -93,6 +93,7 @@
 //! | [`driver`] | the client driver around a host session: commands, waiters, the write slot, lossless cancels |
 //! | [`helper`] | one run of a command-line helper inside a tool: approval, spawn, budgeted captures, cancel, outcome |
 //! | [`handshake`] | the MCP initialize request and protocol version negotiation |
+//! | [`basics`] | the protocol basics `serve` answers itself: `initialize` with version negotiation, `ping`, method-not-found, `tools/list` |
 //! | [`command`] | what to spawn: a program and its arguments, never a shell line |
 //! | [`serve`] | the serve loop's lifecycle: handler start/cancel/abort, the write in progress, drain after EOF, write-error policy |
 //! | [`server`] | server side: in-flight registry, cancel → abort, response suppression, outgoing limit |
@@ -112,6 +113,7 @@
 #![deny(missing_docs)]
 
 pub mod audit;
+pub mod basics;
 pub mod budget;
 pub mod call;
 pub mod capture;
@@ -141,6 +143,7 @@ pub mod violation_log;
 pub mod fuzzing;
 
 pub use audit::{AuditChain, AuditKey, AuditVerifier};
+pub use basics::{BasicsError, ServerBasics};
 pub use budget::ResultBudget;
 pub use call::{CallLifecycle, CallRecord, Stamp};
 pub use capture::{CaptureConfig, Captured, OutputCapture, RetentionPool};

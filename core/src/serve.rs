@@ -38,19 +38,33 @@
 //! [`wants_input`]: ServeLifecycle::wants_input
 //! [`is_finished`]: ServeLifecycle::is_finished
 //!
+//! # The protocol basics
+//!
+//! By default the lifecycle answers `initialize` (with version
+//! negotiation), `ping` and methods the server does not serve by itself,
+//! from the [`ServerBasics`] in the options, and with tools given also
+//! `tools/list` and calls of unknown tools (see [`crate::basics`]). Those
+//! requests never become a [`ServeAction::Start`]; their answers are queued
+//! like a handler's response. [`ServerBasics::passthrough`] is the way out:
+//! every request starts a handler.
+//!
 //! # Worst-case memory
 //!
-//! That of the [`ServerSession`] (see [`crate::server`]), plus one message
+//! That of the [`ServerSession`] (see [`crate::server`]) and of the
+//! [`ServerBasics`] (see [`crate::basics`]; about 1.3 MiB at most), plus one message
 //! being written (at most `max_frame` bytes; it was taken from the session's
 //! queue, so it is not counted twice), plus one id per running handler (at
 //! most `max_concurrent`).
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::basics::{BasicsMetrics, BasicsRouter, ClientHello, Route, ServerBasics};
 use crate::budget::ResultBudget;
+use crate::handshake::Implementation;
 use crate::message::{ErrorObject, Id, Notification, RawValue, Request};
 use crate::server::{NotifyError, ServerConfig, ServerEvent, ServerMetrics, ServerSession};
 
@@ -93,6 +107,7 @@ pub struct ServeOptions {
     config: ServerConfig,
     drain_timeout: Duration,
     helper_grace: Duration,
+    basics: ServerBasics,
 }
 
 /// Default [`ServeOptions::helper_grace`]: 10 s, more than a helper's default
@@ -105,6 +120,7 @@ impl Default for ServeOptions {
             config: ServerConfig::default(),
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             helper_grace: DEFAULT_HELPER_GRACE,
+            basics: ServerBasics::default(),
         }
     }
 }
@@ -176,6 +192,23 @@ impl ServeOptions {
     pub fn get_helper_grace(&self) -> Duration {
         self.helper_grace
     }
+
+    /// Edits what the server says about itself, and whether `serve` answers
+    /// `initialize`, `ping`, unknown methods and (with tools given)
+    /// `tools/list` from it by itself (default [`ServerBasics::default`]:
+    /// on, server info `mcp-stdio`, capabilities `{}`, so only `initialize`
+    /// and `ping` are served until you declare more). The way out, where the
+    /// handler sees every request: `answer_basics(false)`, or
+    /// `*options.basics_mut() = ServerBasics::passthrough()`. Bounded as
+    /// [`crate::basics`] says (about 1.3 MiB at most).
+    pub fn basics_mut(&mut self) -> &mut ServerBasics {
+        &mut self.basics
+    }
+
+    /// What `serve` answers by itself.
+    pub fn get_basics(&self) -> &ServerBasics {
+        &self.basics
+    }
 }
 
 /// How a `serve` loop ended.
@@ -218,6 +251,13 @@ pub struct ServeReport {
     /// returned, after waiting [`ServeOptions::helper_grace`] for them (set
     /// by the adapter; 0 from the core).
     pub helpers_unfinished_at_exit: u64,
+    /// The protocol version `initialize` was answered with by `serve`
+    /// (`None` before, or with the basics off).
+    pub protocol_version: Option<&'static str>,
+    /// Who the client said it was in that `initialize`.
+    pub client_info: Option<Implementation>,
+    /// What `serve` answered by itself (all 0 with the basics off).
+    pub basics: BasicsMetrics,
 }
 
 /// What the adapter must do for the application's handlers.
@@ -264,6 +304,8 @@ impl Writing {
 #[derive(Debug)]
 pub struct ServeLifecycle {
     session: ServerSession,
+    /// Answers the protocol basics before a handler is started.
+    router: BasicsRouter,
     drain_timeout: Duration,
     /// Handlers started whose end was not reported and that were not
     /// abandoned. At most `max_concurrent`: the session admits no more.
@@ -285,8 +327,21 @@ pub struct ServeLifecycle {
 impl ServeLifecycle {
     /// A new serve loop with `options`.
     pub fn new(options: &ServeOptions) -> Self {
+        let largest = options.basics.largest_answer();
+        let budget = options
+            .config
+            .get_max_frame()
+            .saturating_sub(RESULT_ENVELOPE_HEADROOM);
+        if options.basics.get_answer_basics() && largest > budget {
+            tracing::warn!(
+                largest,
+                budget,
+                "the server info, instructions or tool list can pass the wire limit; such an answer becomes error -32603"
+            );
+        }
         Self {
             session: ServerSession::new(options.config.clone()),
+            router: BasicsRouter::new(options.basics.clone()),
             drain_timeout: options.drain_timeout,
             running: HashSet::new(),
             actions: VecDeque::new(),
@@ -308,6 +363,19 @@ impl ServeLifecycle {
     /// The session inside (its registry and counters).
     pub fn session(&self) -> &ServerSession {
         &self.session
+    }
+
+    /// The protocol version `initialize` was answered with, once the
+    /// lifecycle answered it (never with the basics off).
+    pub fn protocol_version(&self) -> Option<&'static str> {
+        self.router.protocol_version()
+    }
+
+    /// What the client said about itself (info, capabilities) in the
+    /// `initialize` the lifecycle answered; adapters hand it to each handler
+    /// started after it.
+    pub fn client(&self) -> Option<&Arc<ClientHello>> {
+        self.router.client()
     }
 
     /// The wire limit, both directions.
@@ -391,6 +459,9 @@ impl ServeLifecycle {
             unwritten_at_exit: self.unwritten_at_exit,
             outgoing_peak: self.outgoing_peak,
             helpers_unfinished_at_exit: 0,
+            protocol_version: self.router.protocol_version(),
+            client_info: self.router.client().and_then(|c| c.client_info.clone()),
+            basics: self.router.metrics().clone(),
         }
     }
 
@@ -534,8 +605,16 @@ impl ServeLifecycle {
             match ev {
                 ServerEvent::Request(r) => {
                     if self.end == ServeEnd::Running {
-                        self.running.insert(r.id.clone());
-                        self.actions.push_back(ServeAction::Start(r));
+                        match self.router.route(&r) {
+                            Route::Handler => {
+                                self.running.insert(r.id.clone());
+                                self.actions.push_back(ServeAction::Start(r));
+                            }
+                            Route::Answer(answer) => {
+                                // Cannot fail: the session registered this id just now.
+                                let _ = self.session.respond(&r.id, answer.as_ref().map(|v| &**v));
+                            }
+                        }
                     } else {
                         self.session.handler_ended(&r.id);
                     }
@@ -663,12 +742,36 @@ mod fuzzing {
         Id::Number(i64::from(i % 8))
     }
 
+    /// A request with id `i % 8` and, by `i / 8`, a method the handler
+    /// serves, a basic the lifecycle answers, or one nobody serves.
+    fn request(i: u8) -> String {
+        let (method, params) = match (i / 8) % 8 {
+            0 | 1 => ("m", "{}"),
+            2 => ("ping", "{}"),
+            3 => ("initialize", r#"{"protocolVersion":"2025-06-18"}"#),
+            4 => ("tools/list", "{}"),
+            5 => ("tools/call", r#"{"name":"t"}"#),
+            6 => ("tools/call", r#"{"name":"unknown"}"#),
+            _ => ("no/such", "{}"),
+        };
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{method}\",\"params\":{params}}}\n",
+            id(i)
+        )
+    }
+
     /// Polls every action; tracks which handlers the adapter has running.
     fn act(s: &mut ServeLifecycle, running: &mut HashSet<Id>, finished: bool) {
         while let Some(a) = s.poll_action() {
             match a {
                 ServeAction::Start(r) => {
                     assert!(!finished, "started {} after the end", r.id);
+                    // The basics are answered by the lifecycle, never by a handler.
+                    assert!(
+                        matches!(r.method.as_str(), "m" | "tools/call"),
+                        "{}",
+                        r.method
+                    );
                     assert!(running.insert(r.id.clone()), "started {} twice", r.id);
                 }
                 ServeAction::Cancel { id, .. } => {
@@ -692,6 +795,12 @@ mod fuzzing {
             drain_timeout: Duration::from_millis(1500),
             ..ServeOptions::default()
         };
+        let mut basics = ServerBasics::default();
+        basics
+            .method("m")
+            .and_then(|b| b.tool(&serde_json::json!({"name": "t", "inputSchema": {}})))
+            .expect("valid basics");
+        *options.basics_mut() = basics;
         options
             .config
             .max_frame(MAX_FRAME)
@@ -703,11 +812,7 @@ mod fuzzing {
         for _ in 0..200 {
             let Ok(op) = u.arbitrary::<Op>() else { break };
             match op {
-                Op::Request(i) => s.handle_input(
-                    now,
-                    format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"m\"}}\n", id(i))
-                        .as_bytes(),
-                ),
+                Op::Request(i) => s.handle_input(now, request(i).as_bytes()),
                 Op::Cancel(i) => s.handle_input(
                     now,
                     format!(
@@ -808,6 +913,13 @@ mod tests {
         format!("{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{{\"requestId\":{id}}}}}\n").into_bytes()
     }
 
+    /// The lifecycle tests below are about handlers: every request starts one.
+    fn handler_sees_all() -> ServeOptions {
+        let mut o = ServeOptions::default();
+        o.basics_mut().answer_basics(false);
+        o
+    }
+
     fn actions(s: &mut ServeLifecycle) -> Vec<ServeAction> {
         std::iter::from_fn(|| s.poll_action()).collect()
     }
@@ -831,7 +943,7 @@ mod tests {
     #[test]
     fn g7_request_cancel_and_suppressed_response() {
         let t = Instant::now();
-        let mut s = ServeLifecycle::new(&ServeOptions::default());
+        let mut s = ServeLifecycle::new(&handler_sees_all());
         s.handle_input(t, &req(1, "slow"));
         let a = actions(&mut s);
         assert!(matches!(&a[..], [ServeAction::Start(r)] if r.id == Id::Number(1)));
@@ -846,7 +958,7 @@ mod tests {
     #[test]
     fn g1_input_keeps_flowing_while_a_write_is_stuck() {
         let t = Instant::now();
-        let mut s = ServeLifecycle::new(&ServeOptions::default());
+        let mut s = ServeLifecycle::new(&handler_sees_all());
         s.handle_input(t, &req(1, "a"));
         let _ = actions(&mut s);
         let big = to_raw(&"x".repeat(100_000)).unwrap();
@@ -869,7 +981,7 @@ mod tests {
         let t = Instant::now();
         let opts = ServeOptions {
             drain_timeout: Duration::from_millis(100),
-            ..ServeOptions::default()
+            ..handler_sees_all()
         };
         let mut s = ServeLifecycle::new(&opts);
         s.handle_input(t, &req(1, "a"));
@@ -903,7 +1015,7 @@ mod tests {
     #[test]
     fn eof_with_nothing_running_finishes_after_output_drains() {
         let t = Instant::now();
-        let mut s = ServeLifecycle::new(&ServeOptions::default());
+        let mut s = ServeLifecycle::new(&handler_sees_all());
         s.handle_input(t, &req(1, "a"));
         let _ = actions(&mut s);
         s.handle_input_eof(t);
@@ -919,7 +1031,7 @@ mod tests {
     #[test]
     fn write_failure_aborts_every_handler_and_ends() {
         let t = Instant::now();
-        let mut s = ServeLifecycle::new(&ServeOptions::default());
+        let mut s = ServeLifecycle::new(&handler_sees_all());
         s.handle_input(t, &req(1, "a"));
         s.handle_input(t, &req(2, "b"));
         let _ = actions(&mut s);
@@ -936,7 +1048,7 @@ mod tests {
     #[test]
     fn a_message_handed_out_whole_stays_counted_until_written() {
         let t = Instant::now();
-        let mut s = ServeLifecycle::new(&ServeOptions::default());
+        let mut s = ServeLifecycle::new(&handler_sees_all());
         s.handle_input(t, &req(1, "ping"));
         let _ = actions(&mut s);
         s.handler_finished(t, &Id::Number(1), Ok(&to_raw(&"pong").unwrap()));
@@ -956,7 +1068,7 @@ mod tests {
         let t = Instant::now();
         let opts = ServeOptions {
             drain_timeout: Duration::MAX,
-            ..ServeOptions::default()
+            ..handler_sees_all()
         };
         let mut s = ServeLifecycle::new(&opts);
         s.handle_input(t, &req(1, "a"));
@@ -971,7 +1083,7 @@ mod tests {
     #[test]
     fn g1_refused_notifications_are_counted_when_the_client_stops_reading() {
         let t = Instant::now();
-        let mut opts = ServeOptions::default();
+        let mut opts = handler_sees_all();
         opts.config.max_outgoing_bytes(1000);
         let mut s = ServeLifecycle::new(&opts);
         let params = to_raw(&"y".repeat(200)).unwrap();
@@ -984,5 +1096,108 @@ mod tests {
         assert!(refused > 0);
         assert_eq!(s.report().notifications_refused, refused);
         assert!(s.outgoing_bytes() < 1000 + 300, "{}", s.outgoing_bytes());
+    }
+
+    fn one_tool_options() -> ServeOptions {
+        let mut basics = ServerBasics::default();
+        basics
+            .server_info("one-tool", "0.1.0")
+            .and_then(|b| b.tool(&serde_json::json!({"name": "echo", "inputSchema": {}})))
+            .unwrap();
+        let mut o = ServeOptions::default();
+        *o.basics_mut() = basics;
+        o
+    }
+
+    fn line(id: u64, method: &str, params: &str) -> Vec<u8> {
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\",\"params\":{params}}}\n")
+            .into_bytes()
+    }
+
+    #[test]
+    fn the_basics_are_answered_in_order_without_starting_a_handler() {
+        let t = Instant::now();
+        let mut s = ServeLifecycle::new(&one_tool_options());
+        s.handle_input(
+            t,
+            &line(1, "initialize", r#"{"protocolVersion":"2025-03-26"}"#),
+        );
+        s.handle_input(t, &line(2, "ping", "{}"));
+        s.handle_input(t, &line(3, "tools/list", "{}"));
+        s.handle_input(t, &line(4, "resources/list", "{}"));
+        s.handle_input(t, &line(5, "tools/call", r#"{"name":"nope"}"#));
+        s.handle_input(t, &line(6, "tools/call", r#"{"name":"echo"}"#));
+        let a = actions(&mut s);
+        assert!(
+            matches!(&a[..], [ServeAction::Start(r)] if r.id == Id::Number(6)),
+            "{a:?}"
+        );
+        let out: Vec<serde_json::Value> = drain_output(&mut s, t)
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let ids: Vec<i64> = out.iter().map(|v| v["id"].as_i64().unwrap()).collect();
+        assert_eq!(ids, [1, 2, 3, 4, 5]);
+        assert_eq!(out[0]["result"]["protocolVersion"], "2025-03-26");
+        assert_eq!(out[0]["result"]["serverInfo"]["name"], "one-tool");
+        assert_eq!(out[1]["result"], serde_json::json!({}));
+        assert_eq!(out[2]["result"]["tools"][0]["name"], "echo");
+        assert_eq!(out[3]["error"]["code"], crate::message::METHOD_NOT_FOUND);
+        assert_eq!(out[4]["error"]["code"], crate::message::INVALID_PARAMS);
+        s.handler_finished(t, &Id::Number(6), Ok(&to_raw(&"echoed").unwrap()));
+        assert_eq!(drain_output(&mut s, t).len(), 1);
+        s.handle_input_eof(t);
+        assert!(s.is_finished());
+        let r = s.report();
+        assert_eq!(r.protocol_version, Some("2025-03-26"));
+        assert_eq!(s.protocol_version(), Some("2025-03-26"));
+        assert_eq!(
+            r.client_info, None,
+            "the test's initialize gave no clientInfo"
+        );
+        assert_eq!(r.basics.answered, 5);
+        assert_eq!(r.basics.method_not_found, 1);
+        assert_eq!(r.basics.unknown_tools, 1);
+        assert_eq!(r.metrics.requests, 6);
+        assert_eq!(r.metrics.responses, 6);
+    }
+
+    #[test]
+    fn g1_unread_basic_answers_stay_within_max_concurrent() {
+        // A client that sends pings and never reads: answers wait one per
+        // request in flight, then the session's overload reply takes over.
+        let t = Instant::now();
+        let mut o = one_tool_options();
+        o.config.max_concurrent(4).max_outgoing_bytes(4096);
+        let mut s = ServeLifecycle::new(&o);
+        for id in 0..10_000 {
+            s.handle_input(t, &line(id, "ping", "{}"));
+        }
+        assert!(actions(&mut s).is_empty());
+        assert!(
+            s.outgoing_bytes() < 4 * 100 + 4096 + 200,
+            "{}",
+            s.outgoing_bytes()
+        );
+        let r = s.report();
+        // One answer being written (it left the registry) plus four queued.
+        assert_eq!(r.basics.answered, 5);
+        assert_eq!(r.metrics.overload_rejects, 9_995);
+    }
+
+    #[test]
+    fn the_way_out_starts_a_handler_for_initialize_and_ping() {
+        let t = Instant::now();
+        let mut s = ServeLifecycle::new(&handler_sees_all());
+        s.handle_input(
+            t,
+            &line(1, "initialize", r#"{"protocolVersion":"2025-03-26"}"#),
+        );
+        s.handle_input(t, &line(2, "ping", "{}"));
+        let a = actions(&mut s);
+        assert_eq!(a.len(), 2);
+        assert!(a.iter().all(|a| matches!(a, ServeAction::Start(_))));
+        assert!(drain_output(&mut s, t).is_empty());
+        assert_eq!(s.report().protocol_version, None);
     }
 }

@@ -23,6 +23,7 @@ import traceback
 from importlib.metadata import version
 
 import anyio
+import mcp.types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -51,8 +52,10 @@ async def drive(args: argparse.Namespace, summary: dict, failures: list) -> None
                 t = time.monotonic()
                 init = await session.initialize()
                 summary["initialize_ms"] = round((time.monotonic() - t) * 1000, 1)
+                summary["requested_version"] = mcp.types.LATEST_PROTOCOL_VERSION
                 summary["protocol_version"] = init.protocol_version
                 summary["server_name"] = init.server_info.name
+                summary["instructions"] = init.instructions
                 summary["server_capabilities"] = init.capabilities.model_dump(exclude_none=True)
 
                 tools = await session.list_tools()

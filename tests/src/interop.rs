@@ -714,6 +714,19 @@ pub fn g7_python_sdk_client_cancel_reaches_our_serve_handler<A: Adapter>(serve_b
             .is_some_and(|n| n.starts_with("mcp-stdio-serve")),
         "{summary}"
     );
+    // `serve` answered initialize itself: the SDK's version when we speak it,
+    // else our latest, and the instructions of the binary's options.
+    let requested = summary["requested_version"].as_str().unwrap_or_default();
+    assert_eq!(
+        summary["protocol_version"],
+        json!(mcp_stdio_core::handshake::negotiate_version(requested)),
+        "{summary}"
+    );
+    assert_eq!(
+        summary["instructions"],
+        json!(crate::serve_tools::INSTRUCTIONS),
+        "{summary}"
+    );
     assert_eq!(summary["slow_outcome"], json!("cancelled"), "{summary}");
     let echo_ms = summary["echo_after_cancel_ms"].as_f64().expect("timed");
     assert!(echo_ms < 5000.0, "echo after cancel took {echo_ms} ms");

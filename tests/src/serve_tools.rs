@@ -1,12 +1,13 @@
-//! What the three `serve-<adapter>` interop binaries share: the answers that
-//! do not depend on the adapter (initialize, tools/list, argument checks) and
-//! the log line that proves a cancel reached a handler. Each binary keeps only
-//! the adapter-specific wait of `slow`.
+//! What the three `serve-<adapter>` interop binaries share: their options
+//! (`serve` answers `initialize`, `ping`, `tools/list`, unknown methods and
+//! unknown tools from them), the argument checks of the tools, and the log
+//! line that proves a cancel reached a handler. Each binary keeps only the
+//! adapter-specific wait of `slow`.
 
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::handshake::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
-use mcp_stdio_core::message::{ErrorObject, Id, INVALID_PARAMS};
+use mcp_stdio_core::message::{ErrorObject, Id, Request, INVALID_PARAMS, METHOD_NOT_FOUND};
+use mcp_stdio_core::serve::ServeOptions;
 use serde_json::{json, Value};
 
 /// Writes one diagnostic line to stderr through the non-blocking writer
@@ -87,27 +88,33 @@ pub fn finish(
     code
 }
 
-/// The `initialize` result: the client's protocol version when supported
-/// (else the latest), `capabilities {tools:{}}`, and `server_name`.
-pub fn initialize(params: &Value, log: &str, server_name: &str) -> Value {
-    let asked = params["protocolVersion"].as_str().unwrap_or_default();
-    let version = if SUPPORTED_PROTOCOL_VERSIONS.contains(&asked) {
-        asked
-    } else {
-        LATEST_PROTOCOL_VERSION
-    };
-    log_line!("{log} initialize: client asked {asked:?}, answering {version}");
-    json!({
-        "protocolVersion": version,
-        "capabilities": { "tools": {} },
-        "serverInfo": { "name": server_name, "version": env!("CARGO_PKG_VERSION") },
-    })
+/// The instructions every serve binary gives in `initialize`.
+pub const INSTRUCTIONS: &str =
+    "Test server: `echo` returns its text, `slow` waits, `helper` runs a helper process.";
+
+/// The options of a serve binary: the basics answered by `serve` — server
+/// info `server_name` with this crate's version, [`INSTRUCTIONS`], and the
+/// tools `echo`, `slow` and `helper` — so its handler sees only calls of
+/// these tools.
+pub fn options(server_name: &str) -> ServeOptions {
+    let mut options = ServeOptions::default();
+    let basics = options.basics_mut();
+    basics
+        .server_info(server_name, env!("CARGO_PKG_VERSION"))
+        .and_then(|b| b.instructions(INSTRUCTIONS))
+        .expect("the server info and instructions are within their bounds");
+    for tool in tools() {
+        basics
+            .tool(&tool)
+            .expect("the tools are valid and within bounds");
+    }
+    options
 }
 
-/// The `tools/list` result: `echo`, `slow` and `helper`.
-pub fn tools_list() -> Value {
-    json!({ "tools": [
-        {
+/// The tool definitions: `echo`, `slow`, `helper` and `whoami`.
+pub fn tools() -> [Value; 4] {
+    [
+        json!({
             "name": "echo",
             "description": "Returns `text` unchanged.",
             "inputSchema": {
@@ -115,8 +122,8 @@ pub fn tools_list() -> Value {
                 "properties": { "text": { "type": "string" } },
                 "required": ["text"],
             },
-        },
-        {
+        }),
+        json!({
             "name": "slow",
             "description": "Waits `seconds`, or until the request is cancelled.",
             "inputSchema": {
@@ -124,8 +131,8 @@ pub fn tools_list() -> Value {
                 "properties": { "seconds": { "type": "number" } },
                 "required": ["seconds"],
             },
-        },
-        {
+        }),
+        json!({
             "name": "helper",
             "description": "Runs `fixture-helper sleep seconds` with `run_helper`; its records go to stderr.",
             "inputSchema": {
@@ -133,8 +140,19 @@ pub fn tools_list() -> Value {
                 "properties": { "seconds": { "type": "number" } },
                 "required": ["seconds"],
             },
-        },
-    ]})
+        }),
+        json!({
+            "name": "whoami",
+            "description": "Returns what the client said about itself in `initialize`, as JSON text.",
+            "inputSchema": { "type": "object" },
+        }),
+    ]
+}
+
+/// The `whoami` tool's text: the handler's view of the client's
+/// `initialize` (`RequestContext::client`), as JSON; `null` when unknown.
+pub fn whoami(client: Option<&mcp_stdio_core::basics::ClientHello>) -> String {
+    serde_json::to_string(&client).unwrap_or_else(|e| e.to_string())
 }
 
 /// A tool result with one text block.
@@ -157,17 +175,33 @@ pub enum ToolCall {
     /// `helper {seconds, ignore_term?}`, 0 to 3600: a helper process
     /// sleeping that long (ignoring `SIGTERM` when asked).
     Helper(f64, bool),
+    /// `whoami {}`: what the client said in `initialize`.
+    WhoAmI,
 }
 
 fn bad_arguments(what: &str) -> ErrorObject {
     ErrorObject::new(INVALID_PARAMS, format!("invalid arguments: {what}"))
 }
 
-/// Checks a `tools/call`'s params: -32602 for an unknown tool or bad arguments.
+/// Checks a `tools/call` (the only request `serve` passes to the handler
+/// with [`options`]): -32602 for bad arguments, or for an unknown tool
+/// (which `serve` already refuses before the handler).
 ///
 /// # Errors
 /// The JSON-RPC error to answer with.
-pub fn parse_tool_call(params: &Value) -> Result<ToolCall, ErrorObject> {
+pub fn parse_tool_call(request: &Request) -> Result<ToolCall, ErrorObject> {
+    if request.method != "tools/call" {
+        // Unreachable while `serve` routes as documented; answered properly anyway.
+        return Err(ErrorObject::new(
+            METHOD_NOT_FOUND,
+            format!("Method not found: {}", request.method),
+        ));
+    }
+    let params: Value = match &request.params {
+        Some(raw) => serde_json::from_str(raw.get())
+            .map_err(|e| ErrorObject::new(INVALID_PARAMS, format!("params: {e}")))?,
+        None => Value::Null,
+    };
     let args = &params["arguments"];
     match params["name"].as_str() {
         Some("echo") => {
@@ -184,6 +218,7 @@ pub fn parse_tool_call(params: &Value) -> Result<ToolCall, ErrorObject> {
             .filter(|s| (0.0..=3600.0).contains(s))
             .map(|s| ToolCall::Helper(s, args["ignore_term"].as_bool().unwrap_or(false)))
             .ok_or_else(|| bad_arguments("seconds (0..=3600)")),
+        Some("whoami") => Ok(ToolCall::WhoAmI),
         Some(other) => Err(ErrorObject::new(
             INVALID_PARAMS,
             format!("unknown tool: {other}"),

@@ -5,14 +5,16 @@
 //! ```text
 //! USAGE: serve-async-std        (no arguments; MCP on stdin/stdout)
 //!
-//!   initialize         echoes the client's protocolVersion when supported (else the latest),
-//!                      capabilities {tools:{}}, serverInfo {name:"mcp-stdio-serve-async-std", version}
-//!   ping               {}
-//!   tools/list         echo, slow
-//!   tools/call
+//!   initialize, ping,  answered by `serve` itself from the options (`serve_tools::options`):
+//!   tools/list         the client's protocolVersion when supported (else the latest), capabilities
+//!                      {tools:{}}, serverInfo {name:"mcp-stdio-serve-async-std", version}, instructions;
+//!                      tools echo, slow, helper, whoami; -32601 for other methods, -32602 for other tools
+//!   tools/call         the handler:
 //!     echo {text}      content [{type:"text", text}]
 //!     slow {seconds}   waits `seconds` or until its cancel token fires, whichever is first
-//!   other methods      -32601; bad arguments or an unknown tool: -32602
+//!     helper {seconds} runs `fixture-helper sleep seconds` under `run_helper`
+//!     whoami {}        the client's initialize as the handler sees it (`RequestContext::client`)
+//!                      bad arguments: -32602
 //! ```
 //!
 //! stdout carries protocol messages only (G13); every diagnostic goes to stderr,
@@ -28,15 +30,13 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use mcp_stdio_async_std::{serve, Handler, HandlerResult, RequestContext, ServeOptions};
-use mcp_stdio_core::message::{
-    to_raw, ErrorObject, Notification, Request, INVALID_PARAMS, METHOD_NOT_FOUND,
-};
+use mcp_stdio_async_std::{serve, Handler, HandlerResult, RequestContext};
+use mcp_stdio_core::message::{to_raw, ErrorObject, Notification, Request};
 use mcp_stdio_tests::serve_tools::{
-    cancelled, helper_command, helper_options, initialize, parse_tool_call, text_result,
-    tools_list, CancelWatch, ToolCall,
+    cancelled, helper_command, helper_options, options, parse_tool_call, text_result, whoami,
+    CancelWatch, ToolCall,
 };
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// The prefix of every stderr line.
 const LOG: &str = "serve-async-std:";
@@ -46,23 +46,9 @@ struct InteropServer;
 
 impl Handler for InteropServer {
     async fn call(&self, request: Request, ctx: RequestContext) -> HandlerResult {
-        let params: Value = match &request.params {
-            Some(raw) => serde_json::from_str(raw.get())
-                .map_err(|e| ErrorObject::new(INVALID_PARAMS, format!("params: {e}")))?,
-            None => Value::Null,
-        };
-        let result = match request.method.as_str() {
-            "initialize" => initialize(&params, LOG, "mcp-stdio-serve-async-std"),
-            "ping" => json!({}),
-            "tools/list" => tools_list(),
-            "tools/call" => tools_call(&params, &ctx).await?,
-            other => {
-                return Err(ErrorObject::new(
-                    METHOD_NOT_FOUND,
-                    format!("method not found: {other}"),
-                ))
-            }
-        };
+        // `serve` answered initialize, ping, tools/list and every unknown
+        // method or tool from `options`: only calls of our tools get here.
+        let result = tools_call(parse_tool_call(&request)?, &ctx).await?;
         Ok(to_raw(&result).expect("a serde_json::Value always serializes"))
     }
 
@@ -71,9 +57,10 @@ impl Handler for InteropServer {
     }
 }
 
-async fn tools_call(params: &Value, ctx: &RequestContext) -> Result<Value, ErrorObject> {
-    match parse_tool_call(params)? {
+async fn tools_call(call: ToolCall, ctx: &RequestContext) -> Result<Value, ErrorObject> {
+    match call {
         ToolCall::Echo(text) => Ok(text_result(&text)),
+        ToolCall::WhoAmI => Ok(text_result(&whoami(ctx.client()))),
         ToolCall::Slow(seconds) => {
             let token = ctx.cancel_token().clone();
             let watch = CancelWatch::start(LOG, ctx.id().clone(), move || token.is_cancelled());
@@ -113,6 +100,6 @@ fn main() -> ExitCode {
 
 async fn run() -> ExitCode {
     let started = mcp_stdio_tests::serve_tools::start(LOG);
-    let result = serve(ServeOptions::default(), InteropServer).await;
+    let result = serve(options("mcp-stdio-serve-async-std"), InteropServer).await;
     mcp_stdio_tests::serve_tools::finish(LOG, started, result)
 }
