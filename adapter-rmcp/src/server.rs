@@ -22,12 +22,12 @@ use std::time::Instant;
 
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, SERVER_ERROR};
 use mcp_stdio_core::serve::{ServeAction, ServeLifecycle, ServeOptions, ServeReport};
-use mcp_stdio_tokio::stdio;
+use mcp_stdio_tokio::stdio::{self, write_or_flush, Wrote};
 use rmcp::model::JsonRpcMessage;
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 
 use crate::client::{error_object, method_and_params, to_id};
@@ -283,12 +283,6 @@ enum Command {
     Close,
 }
 
-/// What the output side did.
-enum Wrote {
-    Bytes(usize),
-    Flushed,
-}
-
 struct Driver {
     life: ServeLifecycle,
     /// `None` once no more input comes: rmcp's `receive` then ends.
@@ -509,25 +503,6 @@ fn rmcp_request(request: &Request) -> Result<RxJsonRpcMessage<RoleServer>, serde
         request.params.as_deref(),
     );
     serde_json::from_str(&text)
-}
-
-/// Writes some of `pending`, or flushes when nothing is pending. Cancel-safe:
-/// dropped unfinished, it has moved no bytes.
-async fn write_or_flush<W: AsyncWrite + Unpin>(
-    output: &mut W,
-    pending: Option<&[u8]>,
-) -> io::Result<Wrote> {
-    match pending {
-        Some(bytes) => loop {
-            match output.write(bytes).await {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => return Ok(Wrote::Bytes(n)),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        },
-        None => output.flush().await.map(|()| Wrote::Flushed),
-    }
 }
 
 async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {

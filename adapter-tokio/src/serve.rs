@@ -10,9 +10,9 @@ use mcp_stdio_core::budget::ResultBudget;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
 use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
 use mcp_stdio_sys::log_relay::{self, Level};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-use crate::stdio;
+use crate::stdio::{self, write_or_flush, Wrote};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
@@ -134,12 +134,6 @@ pub async fn serve<H: Handler>(options: ServeOptions, handler: H) -> std::io::Re
 enum Done {
     Finished(Id, HandlerResult),
     Aborted(Id),
-}
-
-/// What the output side did.
-enum Wrote {
-    Bytes(usize),
-    Flushed,
 }
 
 /// [`serve`] over any reader and writer (a pipe, a socket, a test harness).
@@ -285,25 +279,6 @@ where
             report.helpers_unfinished_at_exit = wait_for_helpers(options.get_helper_grace()).await;
             Ok(report)
         }
-    }
-}
-
-/// Writes some of `pending`, or flushes when nothing is pending. Cancel-safe:
-/// dropped unfinished, it has moved no bytes.
-async fn write_or_flush<W: AsyncWrite + Unpin>(
-    output: &mut W,
-    pending: Option<&[u8]>,
-) -> std::io::Result<Wrote> {
-    match pending {
-        Some(bytes) => loop {
-            match output.write(bytes).await {
-                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => return Ok(Wrote::Bytes(n)),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        },
-        None => output.flush().await.map(|()| Wrote::Flushed),
     }
 }
 

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use mcp_stdio_sys::NonBlockingStdio;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 /// Stdin, as `serve` reads it.
 #[derive(Debug)]
@@ -153,5 +153,39 @@ impl AsyncWrite for Output {
             OutputKind::Socket(_) => Poll::Ready(Ok(())),
             OutputKind::Blocking(s) => Pin::new(s).poll_shutdown(cx),
         }
+    }
+}
+
+/// What the output side of a loop did: some bytes of the pending message
+/// went out, or (nothing pending) the writer was flushed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wrote {
+    /// This many bytes were written.
+    Bytes(usize),
+    /// The writer was flushed.
+    Flushed,
+}
+
+/// Writes some of `pending`, or flushes when nothing is pending: the output
+/// branch of a loop that must never wait on a write alone (G1). Cancel-safe:
+/// dropped unfinished, it has moved no bytes. `EINTR` is retried; a write
+/// of zero bytes is `WriteZero`.
+///
+/// # Errors
+/// The write or the flush failed.
+pub async fn write_or_flush<W: AsyncWrite + Unpin>(
+    output: &mut W,
+    pending: Option<&[u8]>,
+) -> io::Result<Wrote> {
+    match pending {
+        Some(bytes) => loop {
+            match output.write(bytes).await {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => return Ok(Wrote::Bytes(n)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        },
+        None => output.flush().await.map(|()| Wrote::Flushed),
     }
 }
