@@ -368,3 +368,62 @@ pub fn g6_late_response_after_cancel_is_ignored_and_counted<A: Adapter>() {
     );
     leaks.assert_none_left();
 }
+
+/// G6: a request's deadline is explicit — the session's default (`None`
+/// here), none at all (`Duration::MAX`, what `Deadline::None` gives), or
+/// after a duration — and each behaves as it says: the explicit one fires at
+/// its time, the default one at the session's, the one without a deadline
+/// not at all (it is still running after both, and ends by its cancel).
+pub fn g6_request_deadline_is_the_default_none_or_after_a_duration<A: Adapter>() {
+    let (after, default) = (Duration::from_millis(150), Duration::from_millis(400));
+    let mut leaks = LeakCheck::new::<A>("g6_deadline");
+    let mut options = options_keeping_the_log(4 << 20);
+    options.default_timeout(Some(default));
+    let client = start::<A>(&mut leaks, &[], options);
+    let slow = || {
+        tool(
+            "slow",
+            json!({"chunks": 400, "delay_ms": 50, "honour_cancel": true}),
+        )
+    };
+    let t = Instant::now();
+    let explicit = client
+        .start("tools/call", slow(), Some(after))
+        .expect("sent");
+    let by_default = client.start("tools/call", slow(), None).expect("sent");
+    let unbounded = client
+        .start("tools/call", slow(), Some(Duration::MAX))
+        .expect("sent");
+    let timed_out = |r: &Result<_, RequestError>| match r {
+        Err(RequestError::Failed(RequestFailure::TimedOut { after, .. })) => *after,
+        other => panic!("expected a timeout, got {other:?}"),
+    };
+    let (r, _) = wait_within(explicit, PROMPT);
+    assert_eq!(timed_out(&r), after);
+    let explicit_at = t.elapsed();
+    let (r, _) = wait_within(by_default, PROMPT);
+    assert_eq!(timed_out(&r), default);
+    let default_at = t.elapsed();
+    // Twice the default later, the request without a deadline still runs.
+    std::thread::sleep(default * 2);
+    let still_running_at = t.elapsed();
+    unbounded.cancel("the test is done with it");
+    let (r, _) = wait_within(unbounded, PROMPT);
+    assert!(
+        matches!(
+            r,
+            Err(RequestError::Failed(RequestFailure::Cancelled { .. }))
+        ),
+        "expected the cancel to end it, got {r:?}"
+    );
+    let m = metrics(&*client);
+    assert_eq!(m.timeouts, 2, "{m:?}");
+    let (_, _) = shutdown_within::<A>(client, LONG);
+    eprintln!(
+        "{}: explicit {after:?} fired at {explicit_at:?}; default {default:?} at {default_at:?}; \
+         no deadline still running at {still_running_at:?}, ended by its cancel",
+        A::NAME
+    );
+    assert!(explicit_at >= after && default_at >= default);
+    leaks.assert_none_left();
+}

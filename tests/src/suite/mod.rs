@@ -290,6 +290,7 @@ macro_rules! conformance_suite {
             g8_cancel_during_a_subprocess_kills_it_then_ping_completes_promptly,
             g8_cancel_after_the_response_began_then_ping_completes,
             g6_g8_timeout_sends_a_cancel_that_reaches_the_work,
+            g6_request_deadline_is_the_default_none_or_after_a_duration,
             g6_late_response_after_cancel_is_ignored_and_counted,
             // G10: stderr flood
             g10_stderr_flood_is_budgeted_while_requests_keep_completing,
