@@ -22,6 +22,9 @@ use std::time::Instant;
 
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, SERVER_ERROR};
 use mcp_stdio_core::serve::{ServeAction, ServeLifecycle, ServeOptions, ServeReport};
+// The driver's own events go through the relay, never inline: a stalled
+// stderr under a blocking subscriber must not stall the loop (G1).
+use mcp_stdio_sys::log_relay::{self, Level};
 use mcp_stdio_tokio::stdio::{self, write_or_flush, Wrote};
 use rmcp::model::JsonRpcMessage;
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
@@ -331,7 +334,7 @@ impl Driver {
                         Ok(n) => self.life.handle_input(now, &buf[..n]),
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(e) => {
-                            tracing::debug!(error = %e, "reading stdin failed; treating it as end-of-file");
+                            log_relay::serve_event(Level::Debug, "reading stdin failed; treating it as end-of-file", Some(e.to_string()));
                             self.life.handle_input_eof(now);
                         }
                     }
@@ -345,7 +348,7 @@ impl Driver {
                         Ok(Wrote::Bytes(n)) => self.life.handle_written(now, n),
                         Ok(Wrote::Flushed) => self.life.handle_flushed(now),
                         Err(e) => {
-                            tracing::debug!(error = %e, "writing stdout failed; the client is gone");
+                            log_relay::serve_event(Level::Debug, "writing stdout failed; the client is gone", Some(e.to_string()));
                             self.counts.write_error = Some(e.to_string());
                             self.life.handle_write_failed(now);
                         }
@@ -372,7 +375,11 @@ impl Driver {
             match action {
                 ServeAction::Start(request) => self.start(request),
                 ServeAction::Cancel { id, reason } => {
-                    tracing::debug!(%id, ?reason, "request cancelled by the client");
+                    log_relay::serve_event(
+                        Level::Debug,
+                        "request cancelled by the client",
+                        Some(format!("id {id}, reason {reason:?}")),
+                    );
                     if !self.forward_cancel(&id, reason.as_deref()) {
                         self.counts.cancels_not_forwarded += 1;
                     }
@@ -423,7 +430,11 @@ impl Driver {
                 }
             }
             Err(e) => {
-                tracing::debug!(method = %notification.method, error = %e, "notification rmcp does not model, dropped");
+                log_relay::serve_event(
+                    Level::Debug,
+                    "notification rmcp does not model, dropped",
+                    Some(format!("{}: {e}", notification.method)),
+                );
                 self.counts.notifications_dropped += 1;
             }
         }
@@ -460,7 +471,11 @@ impl Driver {
             Some(Command::Notify { method, params }) => {
                 // Refused past the wire limit or the outgoing limit, and counted (G9, G1).
                 if let Err(e) = self.life.notify(now, &method, params.as_deref()) {
-                    tracing::debug!(%method, error = %e, "notification from rmcp refused");
+                    log_relay::serve_event(
+                        Level::Debug,
+                        "notification from rmcp refused",
+                        Some(format!("{method}: {e}")),
+                    );
                 }
             }
             Some(Command::Close) | None => {
