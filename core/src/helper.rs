@@ -63,10 +63,12 @@
 //!
 //! # What the adapter does, in order
 //!
-//! 1. Optionally take two grants from the process-wide
-//!    [`RetentionPool`](crate::capture::RetentionPool) (for
-//!    `config.get_stdout().wanted()` and `config.get_stderr().wanted()`).
-//! 2. [`HelperRun::new`]; write [`HelperRun::record`] to the audit log.
+//! 1. [`HelperRun::with_pool`] (or [`HelperOptions::start`]) with the
+//!    process-wide [`SharedRetentionPool`]: the run takes its two grants from
+//!    it when it is authorized, right before the spawn, so a call waiting for
+//!    its approval holds none of the pool. ([`HelperRun::new`] takes grants
+//!    already drawn.)
+//! 2. Write [`HelperRun::record`] to the audit log.
 //! 3. After this and after every later input or command, poll until nothing
 //!    is left: [`HelperRun::poll_action`] until `None`, then arm one timer for
 //!    [`HelperRun::poll_timeout`] and call [`HelperRun::handle_timeout`] when
@@ -118,7 +120,8 @@ use crate::call::{
     CancelReason, Stamp,
 };
 use crate::capture::{
-    CaptureConfig, CaptureSummary, DebugMark, Grant, OutputCapture, DEFAULT_EXCERPT,
+    CaptureConfig, CaptureSummary, DebugMark, Grant, OutputCapture, SharedRetentionPool,
+    DEFAULT_EXCERPT,
 };
 use crate::process::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
@@ -503,6 +506,13 @@ impl Stream {
         }
     }
 
+    /// Gives a stream that is not spawned yet its grant.
+    fn grant(&mut self, grant: Grant) {
+        if let Slot::Waiting(slot) = &mut self.slot {
+            *slot = Some(grant);
+        }
+    }
+
     /// Allocates the capture (at the spawn), within the grant if there is one.
     fn start(&mut self, config: &CaptureConfig) {
         if let Slot::Waiting(grant) = &mut self.slot {
@@ -619,6 +629,9 @@ pub struct HelperRun {
     actions: SmallVec<[HelperAction; ACTION_QUEUE_CAPACITY]>,
     finished_polled: bool,
     grants: (Option<Grant>, Option<Grant>),
+    /// Where the streams' grants come from when the run is authorized
+    /// ([`HelperRun::with_pool`]); `None` once taken, or without a pool.
+    pool: Option<SharedRetentionPool>,
     ignored_inputs: u64,
 }
 
@@ -636,6 +649,31 @@ impl HelperRun {
         identity: CallIdentity<'_>,
         stdout_grant: Option<Grant>,
         stderr_grant: Option<Grant>,
+        at: Stamp,
+    ) -> Self {
+        Self::build(config, identity, (stdout_grant, stderr_grant), None, at)
+    }
+
+    /// A run whose two grants are taken from `pool` when the run is
+    /// authorized — by policy, or when the approval arrives — right before
+    /// [`HelperAction::Spawn`]: a call waiting for approval, denied, expired
+    /// or cancelled before its spawn holds none of the pool, so open approval
+    /// cards never starve running helpers. Release them after `Finished`
+    /// ([`take_grants`](Self::take_grants)).
+    pub fn with_pool(
+        config: HelperConfig,
+        identity: CallIdentity<'_>,
+        pool: Option<SharedRetentionPool>,
+        at: Stamp,
+    ) -> Self {
+        Self::build(config, identity, (None, None), pool, at)
+    }
+
+    fn build(
+        config: HelperConfig,
+        identity: CallIdentity<'_>,
+        (stdout_grant, stderr_grant): (Option<Grant>, Option<Grant>),
+        pool: Option<SharedRetentionPool>,
         at: Stamp,
     ) -> Self {
         let mut lifecycle = CallLifecycle::new(&config.call, identity, at.unix_ms);
@@ -658,6 +696,7 @@ impl HelperRun {
             actions: SmallVec::new(),
             finished_polled: false,
             grants: (None, None),
+            pool,
             ignored_inputs: 0,
             config,
         };
@@ -1020,6 +1059,11 @@ impl HelperRun {
     }
 
     fn queue_spawn(&mut self) {
+        // Authorized: only now does the run draw on the pool (the spawn is next).
+        if let Some(pool) = self.pool.take() {
+            self.stdout.grant(pool.grant(self.config.stdout.wanted()));
+            self.stderr.grant(pool.grant(self.config.stderr.wanted()));
+        }
         self.phase = Phase::SpawnQueued;
         self.actions.push(HelperAction::Spawn);
     }
@@ -1677,7 +1721,7 @@ impl RecordTap {
 #[non_exhaustive]
 pub struct HelperOptions {
     config: HelperConfig,
-    pool: Option<crate::capture::SharedRetentionPool>,
+    pool: Option<SharedRetentionPool>,
     call_id: String,
     session_id: String,
     operation: String,
@@ -1689,7 +1733,7 @@ impl Default for HelperOptions {
     fn default() -> Self {
         Self {
             config: HelperConfig::default(),
-            pool: Some(crate::capture::SharedRetentionPool::process()),
+            pool: Some(SharedRetentionPool::process()),
             call_id: String::new(),
             session_id: String::new(),
             operation: String::new(),
@@ -1711,7 +1755,7 @@ impl HelperOptions {
     /// [`SharedRetentionPool::process`](crate::capture::SharedRetentionPool::process)
     /// (256 KiB for the whole process, `Client` stderr included); `None`:
     /// this run's captures are bounded by the config alone.
-    pub fn pool(&mut self, pool: Option<crate::capture::SharedRetentionPool>) -> &mut Self {
+    pub fn pool(&mut self, pool: Option<SharedRetentionPool>) -> &mut Self {
         self.pool = pool;
         self
     }
@@ -1758,7 +1802,7 @@ impl HelperOptions {
     }
 
     /// The retention pool, if any.
-    pub fn get_pool(&self) -> Option<&crate::capture::SharedRetentionPool> {
+    pub fn get_pool(&self) -> Option<&SharedRetentionPool> {
         self.pool.as_ref()
     }
 
@@ -1787,11 +1831,11 @@ impl HelperOptions {
         self.records.as_ref()
     }
 
-    /// Starts the state machine: takes grants from the pool (if any) and
-    /// validates the call; poll its actions next.
+    /// Starts the state machine and validates the call; poll its actions
+    /// next. The grants come from the pool (if any) when the call is
+    /// authorized, not before ([`HelperRun::with_pool`]).
     pub fn start(&self, at: Stamp) -> HelperRun {
-        let grant = |c: &CaptureConfig| self.pool.as_ref().map(|p| p.grant(c.wanted()));
-        HelperRun::new(
+        HelperRun::with_pool(
             self.config.clone(),
             CallIdentity {
                 call_id: &self.call_id,
@@ -1799,8 +1843,7 @@ impl HelperOptions {
                 operation: &self.operation,
                 target: &self.target,
             },
-            grant(&self.config.stdout),
-            grant(&self.config.stderr),
+            self.pool.clone(),
             at,
         )
     }
@@ -1877,6 +1920,62 @@ mod tests {
             Some(HelperAction::Finished(outcome)) => *outcome,
             other => panic!("expected Finished last, got {other:?}"),
         }
+    }
+
+    /// G10: a call draws on the retention pool only once it is authorized —
+    /// while its approval card is up, and when it is denied, it holds none
+    /// of the pool; after the run its grants go back.
+    #[test]
+    fn g10_a_call_awaiting_approval_holds_no_pool_grant() {
+        use crate::capture::PoolConfig;
+        let clock = Clock::new();
+        let pool = SharedRetentionPool::new(PoolConfig::default().limit(64 * 1024));
+        let outstanding = || pool.stats().outstanding;
+
+        // Denied: never granted.
+        let mut run = HelperRun::with_pool(
+            with_approval(30),
+            identity(),
+            Some(pool.clone()),
+            clock.at(0),
+        );
+        let _ = drain(&mut run);
+        assert_eq!(outstanding(), 0, "no grant while the card is up");
+        run.deny(clock.at(5)).expect("in time");
+        let _ = drain(&mut run);
+        assert!(matches!(run.take_grants(), (None, None)));
+        assert_eq!(
+            pool.stats().grants,
+            0,
+            "a denied call never drew on the pool"
+        );
+
+        // Approved: granted at the authorization, released at the end.
+        let mut run = HelperRun::with_pool(
+            with_approval(30),
+            identity(),
+            Some(pool.clone()),
+            clock.at(0),
+        );
+        let _ = drain(&mut run);
+        assert_eq!(outstanding(), 0);
+        run.approve(clock.at(5)).expect("in time");
+        assert_eq!(
+            outstanding(),
+            2,
+            "one grant per stream, taken at the authorization"
+        );
+        spawn(&mut run, &clock, 6);
+        run.handle_stdout_eof(clock.at(7));
+        run.handle_stderr_eof(clock.at(7));
+        run.handle_exited(clock.at(8), ExitStatus::Code(0));
+        let _ = finished(drain(&mut run));
+        let (a, b) = run.take_grants();
+        for grant in [a, b].into_iter().flatten() {
+            pool.release(grant).expect("grant of this pool");
+        }
+        assert_eq!(outstanding(), 0);
+        assert_eq!(pool.stats().in_use, 0);
     }
 
     /// Polls the `Spawn` action and reports the spawn at `ms`.
