@@ -29,6 +29,10 @@ use tokio::task::JoinHandle;
 
 /// Bytes read from stdout per read call.
 const READ_CHUNK: usize = 64 * 1024;
+/// Events read while a write waits and not yet taken by `next_event`: past
+/// it the write stops reading (one read can add at most `READ_CHUNK / 2`
+/// more, so the queue holds at most 1,024 + 32,768 small events).
+const MAX_QUEUED_EVENTS: usize = 1024;
 /// Frames larger than this are not parsed as a `serde_json::Value` to look
 /// for an error object (only decoded with the core's raw-value decoder).
 const SMALL_FRAME: usize = 64 * 1024;
@@ -158,21 +162,44 @@ impl RawServer {
         self.framer.stats().discarded_bytes
     }
 
-    /// Writes `bytes` to the server's stdin, within `deadline`.
+    /// Writes `bytes` to the server's stdin, within `deadline`, reading its
+    /// stdout meanwhile (G1): a server that reads stdin only once its own
+    /// output is taken must not stall the write. What is read is framed and
+    /// queued for [`next_event`](Self::next_event); past
+    /// [`MAX_QUEUED_EVENTS`] the write waits alone, still bounded by
+    /// `deadline`. Rows that leave stdout unread on purpose stop reading
+    /// only after their small writes are done.
     pub(crate) async fn write(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), RawError> {
-        let Some(stdin) = self.stdin.as_mut() else {
+        let Self {
+            stdin,
+            stdout,
+            framer,
+            events,
+            buf,
+            ..
+        } = self;
+        let Some(stdin) = stdin.as_mut() else {
             return Err(RawError::Io(std::io::ErrorKind::BrokenPipe.into()));
         };
         let deadline = tokio::time::Instant::from_std(deadline);
-        match tokio::time::timeout_at(deadline, async {
+        let write = async {
             stdin.write_all(bytes).await?;
             stdin.flush().await
-        })
-        .await
-        {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(RawError::Io(e)),
-            Err(_) => Err(RawError::Timeout),
+        };
+        tokio::pin!(write);
+        loop {
+            let room = events.len() < MAX_QUEUED_EVENTS;
+            tokio::select! {
+                r = &mut write => return r.map_err(RawError::Io),
+                r = read_opt(stdout, buf), if room && stdout.is_some() => match r {
+                    Ok(0) | Err(_) => {
+                        *stdout = None;
+                        framer.finish(|ev| push_event(events, ev));
+                    }
+                    Ok(n) => framer.push(&buf[..n], |ev| push_event(events, ev)),
+                },
+                () = tokio::time::sleep_until(deadline) => return Err(RawError::Timeout),
+            }
         }
     }
 
@@ -387,6 +414,15 @@ impl Drop for RawServer {
     }
 }
 
+/// Reads `stdout` if it is still open (else waits forever: a disabled
+/// branch of the caller's select).
+async fn read_opt(stdout: &mut Option<ChildStdout>, buf: &mut [u8]) -> std::io::Result<usize> {
+    match stdout {
+        Some(out) => out.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
 fn push_event(events: &mut VecDeque<RawEvent>, ev: FrameEvent<'_>) {
     match ev {
         FrameEvent::Frame(text) => events.push_back(classify(&text)),
@@ -428,5 +464,31 @@ fn classify(text: &str) -> RawEvent {
             }
             RawEvent::NotProtocol(e.kind())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// G1: a server that reads stdin only once its own (large) output was
+    /// taken: the write reads stdout meanwhile and completes, where a write
+    /// awaited alone would wait for the deadline with both pipes full.
+    #[tokio::test]
+    async fn g1_a_write_reads_stdout_meanwhile() {
+        let script = "head -c 1048576 /dev/zero | tr '\\0' a; echo; cat > /dev/null";
+        let spec = CommandSpec::from_argv(["sh", "-c", script]).expect("argv");
+        let mut raw = RawServer::spawn(&spec, 4 << 20).expect("spawn sh");
+        let payload = vec![b'x'; 1 << 20];
+        let t = Instant::now();
+        let wrote = raw.write(&payload, t + Duration::from_secs(20)).await;
+        eprintln!("1 MiB written while 1 MiB was read, in {:?}", t.elapsed());
+        assert!(wrote.is_ok(), "{wrote:?}");
+        match raw.next_event(t + Duration::from_secs(20)).await {
+            Ok(RawEvent::NotProtocol(_)) => {}
+            other => panic!("expected the long line as one non-protocol frame, got {other:?}"),
+        }
+        assert_eq!(raw.stdout_bytes(), (1 << 20) + 1);
+        let _ = raw.finish(Duration::from_millis(500)).await;
     }
 }
