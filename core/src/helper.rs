@@ -1246,6 +1246,9 @@ mod fuzzing {
         approval: bool,
         saw_request: bool,
         saw_spawn: bool,
+        /// The run was authorized: by policy (no approval step) or by an
+        /// approval it took.
+        authorized: bool,
         /// A denial, a cancel before `Spawn` was polled, or an approval timeout happened.
         spawn_forbidden: bool,
         spawn_reported: bool,
@@ -1283,9 +1286,13 @@ mod fuzzing {
             .supervisor_mut()
             .term_grace(ms(&mut u))
             .reader_drain_deadline(ms(&mut u));
-        let mut pool = RetentionPool::new(PoolConfig::default().limit(small(&mut u, 128)));
-        let pooled = u.arbitrary().unwrap_or(false);
-        let (g1, g2) = if pooled {
+        let limit = small(&mut u, 128);
+        let mut pool = RetentionPool::new(PoolConfig::default().limit(limit));
+        // 0: no pool; 1: grants drawn before the run (`new`); 2: drawn by the
+        // run at its authorization (`with_pool`).
+        let pooling = u.int_in_range(0..=2u8).unwrap_or(0);
+        let shared = SharedRetentionPool::new(PoolConfig::default().limit(limit));
+        let (g1, g2) = if pooling == 1 {
             (
                 Some(pool.grant(config.get_stdout().wanted())),
                 Some(pool.grant(config.get_stderr().wanted())),
@@ -1301,7 +1308,12 @@ mod fuzzing {
             operation: "helper",
             target: "fuzz",
         };
-        let run = HelperRun::new(config, identity, g1, g2, Stamp::new(base, T0_MS));
+        let at = Stamp::new(base, T0_MS);
+        let run = if pooling == 2 {
+            HelperRun::with_pool(config, identity, Some(shared.clone()), at)
+        } else {
+            HelperRun::new(config, identity, g1, g2, at)
+        };
         let mut h = Harness {
             approval: approval.is_some(),
             run,
@@ -1309,6 +1321,7 @@ mod fuzzing {
             now_ms: 0,
             saw_request: false,
             saw_spawn: false,
+            authorized: approval.is_none(),
             spawn_forbidden: false,
             spawn_reported: false,
             exit: None,
@@ -1329,9 +1342,25 @@ mod fuzzing {
         h.end();
         let (g1, g2) = h.run.take_grants();
         for grant in [g1, g2].into_iter().flatten() {
-            pool.release(grant).expect("grant came from this pool");
+            if pooling == 2 {
+                shared
+                    .release(grant)
+                    .expect("grant came from the shared pool");
+            } else {
+                pool.release(grant).expect("grant came from this pool");
+            }
         }
         assert_eq!(pool.in_use(), 0, "every grant came back");
+        assert_eq!(
+            shared.stats().outstanding,
+            0,
+            "every shared grant came back"
+        );
+        if pooling == 2 {
+            // Drawn at the authorization, and only then: two grants or none.
+            let want = if h.authorized { 2 } else { 0 };
+            assert_eq!(shared.stats().grants, want, "grants against authorization");
+        }
         assert!(matches!(h.run.take_grants(), (None, None)), "grants twice");
     }
 
@@ -1368,6 +1397,7 @@ mod fuzzing {
                     if result.is_err() && pending {
                         self.spawn_forbidden = true;
                     }
+                    self.authorized |= result.is_ok();
                 }
                 1 => {
                     let pending = self.run.phase == Phase::AwaitingApproval;

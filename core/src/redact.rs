@@ -79,8 +79,10 @@ pub fn redact_in_place(buf: &mut [u8]) -> (usize, u64) {
             let (empty, body_like) = (t.is_empty(), is_key_body_line(line));
             if unterminated && run.is_some() && !empty && is_prefix_of_end(t) {
                 // The stream stopped inside the END line of a block whose BEGIN was dropped.
+                // The marker replaces the body and this line, which together
+                // may be shorter than it: `replace` keeps within them.
                 out.rewind(run.take());
-                out.put(MARKER, true);
+                out.replace(body_end - out.w);
             } else {
                 let before = (out.w, out.count);
                 redact_line(&mut out, r, body_end);
@@ -577,6 +579,24 @@ mod tests {
         b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQSECRETKEYBODYLINE2bbbb\n\
         Zm9vYmFyYmF6cXV4SECRETKEYBODYLINE3cccccccccccccccccccccccccc==\n\
         -----END RSA PRIVATE KEY-----\n";
+
+    /// G10: a segment that ends inside the END line of a block whose BEGIN
+    /// was dropped, with a body shorter than the marker: the replacement
+    /// stays within the bytes it replaces (found by the `helper_run` fuzz
+    /// target: the marker was written past the end of the segment).
+    #[test]
+    fn g10_a_short_cut_key_block_is_masked_within_its_bytes() {
+        for text in ["ab\n-", "ab\n-----E", "a\n\n--", "x\nab\r\n-----END "] {
+            let (out, n) = redact(text);
+            assert!(out.len() <= text.len(), "{text:?} → {out:?}");
+            assert_eq!(n, 1, "{text:?} → {out:?}");
+            assert!(!out.contains("ab\n-"), "{text:?} → {out:?}");
+        }
+        let (out, _) = redact("ab\n-");
+        assert_eq!(out, "***");
+        let (out, _) = redact("QUJDREVGR0hJSktMTU5PUA==\n-----END RSA PRI");
+        assert_eq!(out, "[REDACTED]");
+    }
 
     #[test]
     fn g10_redacts_authorization_headers_keeping_the_scheme() {
