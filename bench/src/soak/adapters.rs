@@ -12,8 +12,8 @@ use mcp_stdio_core::message::{to_raw, RawValue};
 use mcp_stdio_core::CommandSpec;
 
 use super::plan::{
-    Action, End, Ending, SessionPlan, Step, DEADLINE_SLACK, DRAIN, GRACE, MAX_FRAME,
-    PROBE_TIMEOUT, SHUTDOWN_BOUND, STDERR_TAIL,
+    Action, End, Ending, SessionPlan, Step, DEADLINE_SLACK, DRAIN, GRACE, MAX_FRAME, PROBE_TIMEOUT,
+    SHUTDOWN_BOUND, STDERR_TAIL,
 };
 use super::SessionLog;
 
@@ -91,7 +91,10 @@ macro_rules! async_session {
         use $adapter::Client;
 
         /// Runs one planned session; `Err` names the first breach.
-        pub(crate) async fn run(plan: &SessionPlan, server: &CommandSpec) -> Result<SessionLog, String> {
+        pub(crate) async fn run(
+            plan: &SessionPlan,
+            server: &CommandSpec,
+        ) -> Result<SessionLog, String> {
             let mut log = SessionLog::default();
             let client = Client::spawn(server, options()).map_err(|e| format!("spawn: {e}"))?;
             match $timeout(PROBE_TIMEOUT + DEADLINE_SLACK, client.initialize()).await {
@@ -114,7 +117,9 @@ macro_rules! async_session {
                         }
                         match $timeout(bound, pending).await {
                             Ok(outcome) => (ending(&outcome), format!("{outcome:?}")),
-                            Err(_) => return Err(format!("step {n} ({:?}) never ended", step.call)),
+                            Err(_) => {
+                                return Err(format!("step {n} ({:?}) never ended", step.call))
+                            }
                         }
                     }
                     Action::Cancel(d) => {
@@ -123,7 +128,10 @@ macro_rules! async_session {
                         match $timeout(bound, pending).await {
                             Ok(outcome) => (ending(&outcome), format!("{outcome:?}")),
                             Err(_) => {
-                                return Err(format!("step {n} ({:?}) never ended after cancel", step.call))
+                                return Err(format!(
+                                    "step {n} ({:?}) never ended after cancel",
+                                    step.call
+                                ))
                             }
                         }
                     }
@@ -139,7 +147,10 @@ macro_rules! async_session {
                 if step.ends_session() {
                     break;
                 }
-                if matches!(ending, Ending::Cancelled | Ending::Dropped | Ending::Timeout) {
+                if matches!(
+                    ending,
+                    Ending::Cancelled | Ending::Dropped | Ending::Timeout
+                ) {
                     // G8: a small request right after the cancel completes promptly.
                     let start = Instant::now();
                     let probe = $timeout(
@@ -149,8 +160,12 @@ macro_rules! async_session {
                     .await;
                     match probe {
                         Ok(Ok(_)) => log.probes.push(start.elapsed()),
-                        Ok(Err(e)) => return Err(format!("step {n}: ping after {ending:?} failed: {e}")),
-                        Err(_) => return Err(format!("step {n}: ping after {ending:?} never ended")),
+                        Ok(Err(e)) => {
+                            return Err(format!("step {n}: ping after {ending:?} failed: {e}"))
+                        }
+                        Err(_) => {
+                            return Err(format!("step {n}: ping after {ending:?} never ended"))
+                        }
                     }
                 }
             }
@@ -182,7 +197,11 @@ pub(crate) mod with_tokio {
 
 pub(crate) mod with_async_std {
     use super::*;
-    async_session!(mcp_stdio_async_std, async_std::task::sleep, async_std::future::timeout);
+    async_session!(
+        mcp_stdio_async_std,
+        async_std::task::sleep,
+        async_std::future::timeout
+    );
 }
 
 /// The blocking adapter: the same steps with plain calls.
@@ -217,9 +236,9 @@ pub(crate) fn run_blocking(plan: &SessionPlan, server: &CommandSpec) -> Result<S
             Action::Cancel(d) => {
                 std::thread::sleep(d);
                 pending.cancel("soak: host cancel");
-                let outcome = pending
-                    .wait_timeout(bound)
-                    .ok_or_else(|| format!("step {n} ({:?}) never ended after cancel", step.call))?;
+                let outcome = pending.wait_timeout(bound).ok_or_else(|| {
+                    format!("step {n} ({:?}) never ended after cancel", step.call)
+                })?;
                 (ending(&outcome), format!("{outcome:?}"))
             }
             Action::Drop(d) => {
@@ -233,7 +252,10 @@ pub(crate) fn run_blocking(plan: &SessionPlan, server: &CommandSpec) -> Result<S
         if step.ends_session() {
             break;
         }
-        if matches!(ending, Ending::Cancelled | Ending::Dropped | Ending::Timeout) {
+        if matches!(
+            ending,
+            Ending::Cancelled | Ending::Dropped | Ending::Timeout
+        ) {
             let start = Instant::now();
             let mut probe = client
                 .start_request("ping", None, Some(PROBE_TIMEOUT))
@@ -255,7 +277,10 @@ pub(crate) fn run_blocking(plan: &SessionPlan, server: &CommandSpec) -> Result<S
             };
             let took = start.elapsed();
             if took > SHUTDOWN_BOUND {
-                return Err(format!("{:?} took {took:?} (bound {SHUTDOWN_BOUND:?})", plan.end));
+                return Err(format!(
+                    "{:?} took {took:?} (bound {SHUTDOWN_BOUND:?})",
+                    plan.end
+                ));
             }
             log.stderr_seen = record.stderr.seen;
             log.shutdown = Some(took);

@@ -42,7 +42,12 @@ impl GuardHost {
     fn spawn(guard: &Path, server: &Path, flags: &[String], audit: &Path) -> std::io::Result<Self> {
         let mut child = Command::new(guard)
             .arg("guard")
-            .args(["--max-frame", &MAX_FRAME.to_string(), "--shutdown-grace", "1"])
+            .args([
+                "--max-frame",
+                &MAX_FRAME.to_string(),
+                "--shutdown-grace",
+                "1",
+            ])
             .arg("--audit")
             .arg(audit)
             .arg("--")
@@ -66,7 +71,9 @@ impl GuardHost {
             let mut reader = BufReader::new(stdout);
             let mut line = Vec::new();
             loop {
-                let until = *pause.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let until = *pause
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if let Some(until) = until {
                     thread::sleep(until.saturating_duration_since(Instant::now()));
                 }
@@ -81,7 +88,9 @@ impl GuardHost {
                 }
                 let seen = match serde_json::from_slice::<Value>(&line) {
                     Ok(v) => Seen::Message(v),
-                    Err(_) => Seen::NotJson(String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned()),
+                    Err(_) => Seen::NotJson(
+                        String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned(),
+                    ),
                 };
                 if tx.send(seen).is_err() {
                     return;
@@ -115,11 +124,14 @@ impl GuardHost {
             let wait = deadline.saturating_duration_since(Instant::now());
             match self.seen.recv_timeout(wait) {
                 Ok(Seen::Message(v)) => {
-                    if v.get("id").and_then(Value::as_u64) == Some(id) && v.get("method").is_none() {
+                    if v.get("id").and_then(Value::as_u64) == Some(id) && v.get("method").is_none()
+                    {
                         return Ok(Some(v));
                     }
                 }
-                Ok(Seen::NotJson(line)) => return Err(format!("guard wrote a non-JSON line (G13): {line:?}")),
+                Ok(Seen::NotJson(line)) => {
+                    return Err(format!("guard wrote a non-JSON line (G13): {line:?}"))
+                }
                 Ok(Seen::Eof) | Err(RecvTimeoutError::Disconnected) => self.eof = true,
                 Err(RecvTimeoutError::Timeout) => return Ok(None),
             }
@@ -167,13 +179,21 @@ pub(crate) fn audit_path(dir: &Path, wave: u64, index: usize) -> PathBuf {
 }
 
 /// Runs one planned session through the guard; `Err` names the first breach.
-pub(crate) fn run(plan: &SessionPlan, guard: &Path, server: &Path, audit: &Path) -> Result<SessionLog, String> {
+pub(crate) fn run(
+    plan: &SessionPlan,
+    guard: &Path,
+    server: &Path,
+    audit: &Path,
+) -> Result<SessionLog, String> {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let mut log = SessionLog::default();
-    let mut host = GuardHost::spawn(guard, server, &plan.flags, audit).map_err(|e| format!("spawn the guard: {e}"))?;
-    host.send(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+    let mut host = GuardHost::spawn(guard, server, &plan.flags, audit)
+        .map_err(|e| format!("spawn the guard: {e}"))?;
+    host.send(
+        &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
         "protocolVersion":"2025-06-18","capabilities":{},
-        "clientInfo":{"name":"mcp-stdio-soak","version":"0"}}}));
+        "clientInfo":{"name":"mcp-stdio-soak","version":"0"}}}),
+    );
     match host.response(0, Instant::now() + PROBE_TIMEOUT + DEADLINE_SLACK)? {
         Some(v) if v.get("result").is_some() => {}
         other => return Err(format!("initialize through the guard: {other:?}")),
@@ -188,7 +208,10 @@ pub(crate) fn run(plan: &SessionPlan, guard: &Path, server: &Path, audit: &Path)
         let answer = match step.action {
             Action::Await => host.response(id, deadline)?,
             Action::StopReading(d) => {
-                *host.paused_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(start + d);
+                *host
+                    .paused_until
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(start + d);
                 host.response(id, deadline + d)?
             }
             Action::Cancel(d) | Action::Drop(d) => match host.response(id, start + d)? {
@@ -209,7 +232,14 @@ pub(crate) fn run(plan: &SessionPlan, guard: &Path, server: &Path, audit: &Path)
             Some(v) if v.get("cancelled").is_some() => Ending::Cancelled,
             Some(v) => ending_of(v),
         };
-        check_step(plan, n, step, ending, start.elapsed(), &format!("{answer:?}"))?;
+        check_step(
+            plan,
+            n,
+            step,
+            ending,
+            start.elapsed(),
+            &format!("{answer:?}"),
+        )?;
         log.endings.push(ending);
         if step.ends_session() || ending == Ending::Closed {
             crashed = true;
@@ -221,14 +251,19 @@ pub(crate) fn run(plan: &SessionPlan, guard: &Path, server: &Path, audit: &Path)
             host.send(&json!({"jsonrpc":"2.0","id":ping,"method":"ping"}));
             match host.response(ping, start + PROBE_TIMEOUT + DEADLINE_SLACK)? {
                 Some(v) if v.get("result").is_some() => log.probes.push(start.elapsed()),
-                other => return Err(format!("step {n}: ping after {ending:?} through the guard: {other:?}")),
+                other => {
+                    return Err(format!(
+                        "step {n}: ping after {ending:?} through the guard: {other:?}"
+                    ))
+                }
             }
         }
     }
     let start = Instant::now();
     match plan.end {
         End::Kill if !crashed => {
-            let pid = rustix::process::Pid::from_raw(host.child.id() as i32).expect("a child pid is positive");
+            let pid = rustix::process::Pid::from_raw(host.child.id() as i32)
+                .expect("a child pid is positive");
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         }
         _ => drop(host.stdin.take()),
@@ -246,7 +281,10 @@ pub(crate) fn verify_audit(path: &Path) -> Result<u64, String> {
     let summary = mcp_stdio_core::audit::verify(&bytes, None)
         .map_err(|e| format!("audit log {} does not verify: {e}", path.display()))?;
     if !summary.is_sealed() {
-        return Err(format!("audit log {} is not sealed: {summary:?}", path.display()));
+        return Err(format!(
+            "audit log {} is not sealed: {summary:?}",
+            path.display()
+        ));
     }
     Ok(summary.entries)
 }

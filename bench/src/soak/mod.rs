@@ -54,6 +54,10 @@ struct Args {
     seed: u64,
     sessions: usize,
     report: Option<PathBuf>,
+    /// `--wave W`: replay only wave W (no warm-up, no baseline checks).
+    only_wave: Option<u64>,
+    /// `--host NAME`: with `--wave`, only the sessions of this host kind.
+    only_host: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -62,6 +66,8 @@ fn parse(args: &[String]) -> Result<Args, String> {
         seed: u64::from(std::process::id()) ^ Instant::now().elapsed().as_nanos() as u64,
         sessions: DEFAULT_SESSIONS,
         report: None,
+        only_wave: None,
+        only_host: None,
     };
     let seed_from_time = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -77,8 +83,14 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--minutes" => out.duration = Duration::from_secs(value(arg)? * 60),
             "--seconds" => out.duration = Duration::from_secs(value(arg)?),
             "--seed" => out.seed = value(arg)?,
-            "--sessions" => out.sessions = usize::try_from(value(arg)?).map_err(|e| e.to_string())?.max(1),
+            "--sessions" => {
+                out.sessions = usize::try_from(value(arg)?)
+                    .map_err(|e| e.to_string())?
+                    .max(1)
+            }
             "--report" => out.report = Some(it.next().ok_or("--report needs a file")?.into()),
+            "--wave" => out.only_wave = Some(value(arg)?),
+            "--host" => out.only_host = Some(it.next().ok_or("--host needs a name")?.clone()),
             other => return Err(format!("soak: unknown argument {other:?}")),
         }
     }
@@ -120,7 +132,10 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let guard = dir.join("mcp-stdio");
     for bin in [&fixture, &guard, &dir.join("fixture-helper")] {
         if !bin.is_file() {
-            return Err(format!("{} is missing: build the workspace's binaries first", bin.display()));
+            return Err(format!(
+                "{} is missing: build the workspace's binaries first",
+                bin.display()
+            ));
         }
     }
     let audit_dir = std::env::temp_dir().join(format!("mcp-stdio-soak-{}", std::process::id()));
@@ -138,9 +153,37 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     let mut totals = Totals::default();
+    if let Some(wave) = args.only_wave {
+        let only = args.only_host.as_deref();
+        if let Err(e) = run_wave(
+            &rt,
+            seed,
+            wave,
+            args.sessions,
+            &fixture,
+            &guard,
+            &audit_dir,
+            &mut totals,
+            only,
+        ) {
+            fail(seed, wave, &e);
+        }
+        eprintln!("soak: wave {wave} replayed: {:?}", totals.endings);
+        return Ok(());
+    }
     // Wave 0 warms up every host kind (runtimes, spawner threads, the pool);
     // its settled state is the baseline every later wave returns to.
-    let warm = run_wave(&rt, seed, 0, 1, &fixture, &guard, &audit_dir, &mut totals);
+    let warm = run_wave(
+        &rt,
+        seed,
+        0,
+        1,
+        &fixture,
+        &guard,
+        &audit_dir,
+        &mut totals,
+        None,
+    );
     if let Err(e) = warm {
         fail(seed, 0, &e);
     }
@@ -168,7 +211,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                     fail(
                         seed,
                         wave_now.load(Ordering::Relaxed),
-                        &format!("host RSS {} MiB above the limit {} MiB", rss >> 20, rss_limit >> 20),
+                        &format!(
+                            "host RSS {} MiB above the limit {} MiB",
+                            rss >> 20,
+                            rss_limit >> 20
+                        ),
                     );
                 }
                 thread::sleep(RSS_SAMPLE);
@@ -183,7 +230,17 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     while start.elapsed() < args.duration {
         wave_now.store(wave, Ordering::Relaxed);
         let began = Instant::now();
-        if let Err(e) = run_wave(&rt, seed, wave, args.sessions, &fixture, &guard, &audit_dir, &mut totals) {
+        if let Err(e) = run_wave(
+            &rt,
+            seed,
+            wave,
+            args.sessions,
+            &fixture,
+            &guard,
+            &audit_dir,
+            &mut totals,
+            None,
+        ) {
             fail(seed, wave, &e);
         }
         let wave_time = began.elapsed();
@@ -192,9 +249,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             let now = Snapshot::take(&dir);
             match now.excess(&baseline) {
                 None => break now,
-                Some(what) if settled.elapsed() > SETTLE_BOUND => {
-                    fail(seed, wave, &format!("not back to the baseline after {SETTLE_BOUND:?}: {what}"))
-                }
+                Some(what) if settled.elapsed() > SETTLE_BOUND => fail(
+                    seed,
+                    wave,
+                    &format!("not back to the baseline after {SETTLE_BOUND:?}: {what}"),
+                ),
                 Some(_) => thread::sleep(Duration::from_millis(50)),
             }
         };
@@ -225,7 +284,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             .iter()
             .map(|p| format!("{} {} ({})", p.pid, p.name, p.state))
             .collect();
-        fail(seed, wave, &format!("processes left at the end: {}", list.join(", ")));
+        fail(
+            seed,
+            wave,
+            &format!("processes left at the end: {}", list.join(", ")),
+        );
     }
     let report = report(
         &args,
@@ -249,7 +312,8 @@ fn settle_baseline(dir: &Path) -> Snapshot {
     let start = Instant::now();
     loop {
         let s = Snapshot::take(dir);
-        if (s.children == 0 && s.ours == 0 && s.pool_in_use == 0) || start.elapsed() > SETTLE_BOUND {
+        if (s.children == 0 && s.ours == 0 && s.pool_in_use == 0) || start.elapsed() > SETTLE_BOUND
+        {
             return s;
         }
         thread::sleep(Duration::from_millis(50));
@@ -268,13 +332,22 @@ fn run_wave(
     guard: &Path,
     audit_dir: &Path,
     totals: &mut Totals,
+    only_host: Option<&str>,
 ) -> Result<(), String> {
     let (tx, rx) = mpsc::channel::<(usize, SessionPlan, Result<SessionLog, String>)>();
     let mut index = 0;
     let mut audits = Vec::new();
+    let mut started = 0;
     for host in Host::ALL {
         for _ in 0..per_host {
             let plan = SessionPlan::draw(&mut Rng::for_session(seed, wave, index as u64), host);
+            if only_host.is_some_and(|h| h != host.name()) {
+                index += 1;
+                continue;
+            }
+            if only_host.is_some() {
+                eprintln!("soak: session {index}: {plan:?}");
+            }
             let mut spec = CommandSpec::new(fixture);
             spec.args(&plan.flags);
             let tx = tx.clone();
@@ -308,10 +381,11 @@ fn run_wave(
                 }
             }
             index += 1;
+            started += 1;
         }
     }
     drop(tx);
-    for _ in 0..index {
+    for _ in 0..started {
         let (i, plan, result) = rx
             .recv()
             .map_err(|_| "a session task ended without a result".to_owned())?;
@@ -357,8 +431,15 @@ fn report(
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
     let mut s = String::new();
     let sessions: u64 = totals.sessions.values().sum();
-    let _ = writeln!(s, "Seed **{}**, {:.0} s, {} waves of {} sessions ({} per host kind) after a warm-up wave.\n",
-        args.seed, took.as_secs_f64(), checkpoints.len(), args.sessions * Host::ALL.len(), args.sessions);
+    let _ = writeln!(
+        s,
+        "Seed **{}**, {:.0} s, {} waves of {} sessions ({} per host kind) after a warm-up wave.\n",
+        args.seed,
+        took.as_secs_f64(),
+        checkpoints.len(),
+        args.sessions * Host::ALL.len(),
+        args.sessions
+    );
     let _ = writeln!(s, "| host | sessions |\n| --- | ---: |");
     for (host, n) in &totals.sessions {
         let _ = writeln!(s, "| {host} | {n} |");
@@ -367,23 +448,74 @@ fn report(
     let _ = writeln!(s, "| request outcome | count |\n| --- | ---: |");
     let requests: u64 = totals.endings.values().sum();
     for e in Ending::ALL {
-        let _ = writeln!(s, "| {} | {} |", e.name(), totals.endings.get(&e).copied().unwrap_or(0));
+        let _ = writeln!(
+            s,
+            "| {} | {} |",
+            e.name(),
+            totals.endings.get(&e).copied().unwrap_or(0)
+        );
     }
     let _ = writeln!(s, "| **all** | **{requests}** |\n");
-    let _ = writeln!(s, "- pings after a cancel, drop or timeout (G8): {}, slowest {} ms", totals.probes, totals.probe_max.as_millis());
-    let _ = writeln!(s, "- slowest shutdown: {} ms", totals.shutdown_max.as_millis());
-    let _ = writeln!(s, "- guard audit logs verified: {} ({} entries), every one sealed", totals.audit_logs, totals.audit_entries);
-    let _ = writeln!(s, "- server stderr drained by the adapters' clients: {:.0} MiB", mib(totals.stderr_seen));
-    let _ = writeln!(s, "- host RSS: baseline {:.1} MiB, peak sampled {:.1} MiB, VmHWM {:.1} MiB; limit {:.1} MiB \
-        = baseline + {} sessions × {:.2} MiB + {:.0} MiB", mib(baseline.rss), mib(peak_sampled), mib(hwm), mib(rss_limit),
-        args.sessions * Host::ALL.len(), mib(RSS_PER_SESSION), mib(RSS_CONSTANT));
-    let _ = writeln!(s, "- baseline: {} descriptors, {} threads, 0 child processes\n", baseline.fds, baseline.threads);
+    let _ = writeln!(
+        s,
+        "- pings after a cancel, drop or timeout (G8): {}, slowest {} ms",
+        totals.probes,
+        totals.probe_max.as_millis()
+    );
+    let _ = writeln!(
+        s,
+        "- slowest shutdown: {} ms",
+        totals.shutdown_max.as_millis()
+    );
+    let _ = writeln!(
+        s,
+        "- guard audit logs verified: {} ({} entries), every one sealed",
+        totals.audit_logs, totals.audit_entries
+    );
+    let _ = writeln!(
+        s,
+        "- server stderr drained by the adapters' clients: {:.0} MiB",
+        mib(totals.stderr_seen)
+    );
+    let _ = writeln!(
+        s,
+        "- host RSS: baseline {:.1} MiB, peak sampled {:.1} MiB, VmHWM {:.1} MiB; limit {:.1} MiB \
+        = baseline + {} sessions × {:.2} MiB + {:.0} MiB",
+        mib(baseline.rss),
+        mib(peak_sampled),
+        mib(hwm),
+        mib(rss_limit),
+        args.sessions * Host::ALL.len(),
+        mib(RSS_PER_SESSION),
+        mib(RSS_CONSTANT)
+    );
+    let _ = writeln!(
+        s,
+        "- baseline: {} descriptors, {} threads, 0 child processes\n",
+        baseline.fds, baseline.threads
+    );
     let _ = writeln!(s, "| wave | sessions | wave time (s) | settle (ms) | fds | threads | children | zombies | our processes | RSS (MiB) | pool in use |");
-    let _ = writeln!(s, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(
+        s,
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
     for c in checkpoints {
         let a = &c.after;
-        let _ = writeln!(s, "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {:.1} | {} |", c.wave, c.sessions,
-            c.wave_time.as_secs_f64(), c.settle.as_millis(), a.fds, a.threads, a.children, a.zombies.len(), a.ours, mib(a.rss), a.pool_in_use);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {:.1} | {} |",
+            c.wave,
+            c.sessions,
+            c.wave_time.as_secs_f64(),
+            c.settle.as_millis(),
+            a.fds,
+            a.threads,
+            a.children,
+            a.zombies.len(),
+            a.ours,
+            mib(a.rss),
+            a.pool_in_use
+        );
     }
     let _ = writeln!(s, "\nLeftover processes at the end: none.");
     s

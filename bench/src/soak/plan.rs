@@ -93,7 +93,10 @@ pub(crate) enum Call {
     /// A response under the wire limit.
     Big(usize),
     /// A response over the wire limit, id first (serde order) or last.
-    Oversized { bytes: usize, id_last: bool },
+    Oversized {
+        bytes: usize,
+        id_last: bool,
+    },
     /// A result, then a notification flood.
     ResultThenFlood(usize),
     /// Notifications, then the result.

@@ -159,7 +159,10 @@ impl Snapshot {
     pub(crate) fn excess(&self, baseline: &Self) -> Option<String> {
         let mut what = Vec::new();
         if self.fds > baseline.fds {
-            what.push(format!("descriptors {} > baseline {}", self.fds, baseline.fds));
+            what.push(format!(
+                "descriptors {} > baseline {}",
+                self.fds, baseline.fds
+            ));
         }
         if self.threads > baseline.threads {
             what.push(format!(

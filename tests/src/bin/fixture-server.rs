@@ -859,7 +859,9 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
                         b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"data\":\"\xff\"}}\n",
                     );
                 }
-                Outcome::Result(text_result(format!("wrote {lines} invalid UTF-8 line pairs")))
+                Outcome::Result(text_result(format!(
+                    "wrote {lines} invalid UTF-8 line pairs"
+                )))
             }
             "escape_grandchild" => {
                 let seconds = args.get("seconds").and_then(Value::as_f64).ok_or_else(|| {
@@ -1103,7 +1105,10 @@ fn result_then_flood(
 /// our stderr open for `seconds`, out of reach of a kill of our process group.
 fn escape_grandchild(server: &Server, key: &str, seconds: f64) -> Outcome {
     let Some(helper) = &server.helper else {
-        return Outcome::Error(-32603, "fixture-helper not found next to the server".to_owned());
+        return Outcome::Error(
+            -32603,
+            "fixture-helper not found next to the server".to_owned(),
+        );
     };
     // stdout carries the wrapper's "grandchild <pid>" report, never the protocol stream.
     let output = Command::new(helper)
@@ -1130,7 +1135,9 @@ fn crash_mid_response(server: &Server, id: &Value, key: &str, bytes: usize) -> O
     let mut out = lock(&server.out);
     out.before_message();
     out.raw(&line[..bytes.min(line.len() - 1)]);
-    log(&format!("request {key} crashing mid-response after {bytes} bytes"));
+    log(&format!(
+        "request {key} crashing mid-response after {bytes} bytes"
+    ));
     std::process::abort();
 }
 
