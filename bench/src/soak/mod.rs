@@ -61,18 +61,18 @@ struct Args {
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
+    // No --seed: one from the clock, printed at the start so the run replays.
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     let mut out = Args {
         duration: Duration::from_secs(60),
-        seed: u64::from(std::process::id()) ^ Instant::now().elapsed().as_nanos() as u64,
+        seed: clock ^ u64::from(std::process::id()),
         sessions: DEFAULT_SESSIONS,
         report: None,
         only_wave: None,
         only_host: None,
     };
-    let seed_from_time = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    out.seed ^= seed_from_time;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| -> Result<u64, String> {
