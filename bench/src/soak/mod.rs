@@ -169,6 +169,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             fail(seed, wave, &e);
         }
         eprintln!("soak: wave {wave} replayed: {:?}", totals.endings);
+        let _ = std::fs::remove_dir_all(&audit_dir);
         return Ok(());
     }
     // Wave 0 warms up every host kind (runtimes, spawner threads, the pool);
