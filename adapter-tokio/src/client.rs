@@ -431,6 +431,8 @@ struct Driver {
     commands_tx: mpsc::Sender<Command>,
     commands_open: bool,
     incoming: mpsc::Sender<IncomingMessage>,
+    /// False once the application's receiver is gone: the inbox is discarded.
+    incoming_open: bool,
     wake: Arc<Notify>,
     exited: bool,
     finished: Arc<AtomicBool>,
@@ -458,6 +460,7 @@ impl Driver {
             commands_tx,
             commands_open: true,
             incoming,
+            incoming_open: true,
             wake,
             exited: false,
             finished,
@@ -490,7 +493,9 @@ impl Driver {
                 }
             }
             let deadline = self.core.poll_timeout().map(tokio::time::Instant::from_std);
-            let has_incoming = self.core.has_incoming();
+            // A closed channel's `reserve` is ready at once: without the flag
+            // the loop would spin on it and never reap the server.
+            let has_incoming = self.incoming_open && self.core.has_incoming();
             // The held message's rest, written only as the pipe accepts it
             // (tokio's pipes are readiness-based), never awaited whole; and
             // stdout read straight into the framer's buffer.
@@ -568,7 +573,7 @@ impl Driver {
                     None => {}
                 },
                 // The application dropped its receiver with the Client.
-                Wake::IncomingRoom(Err(_)) => {}
+                Wake::IncomingRoom(Err(_)) => self.incoming_open = false,
                 Wake::Command(Some(cmd)) => self.core.handle_command(now, cmd),
                 Wake::Command(None) => {
                     // Every handle is gone: the Client was dropped.
@@ -577,6 +582,10 @@ impl Driver {
                 }
                 Wake::Cancel => {}
                 Wake::Timer => self.core.handle_timeout(now),
+            }
+            if !self.incoming_open {
+                // Nobody will read them: the inbox must not hold the session's memory.
+                while self.core.poll_incoming(now).is_some() {}
             }
             self.core.handle_cancels(now);
         }

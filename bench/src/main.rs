@@ -8,6 +8,10 @@
 //!     FILE (default: <repo>/BENCHMARKS.md). `bench/run` is the entry point.
 //! mcp-stdio-bench case SCENARIO CLIENT
 //!     runs one case in this process and prints its result as one JSON line.
+//! mcp-stdio-bench soak [--minutes N | --seconds N] [--seed S] [--sessions N] [--report FILE]
+//!     waves of concurrent sessions (every adapter's Client and the guard)
+//!     against misbehaving fixture servers, invariants checked as it runs;
+//!     exits 1 at the first breach with the seed that replays it (SOAK.md).
 //! ```
 //!
 //! Scenarios: `large` (one 8 MiB tool result), `ping` (10,000 sequential
@@ -21,6 +25,7 @@
 mod cases;
 mod mem;
 mod report;
+mod soak;
 mod stats;
 
 fn main() {
@@ -28,9 +33,11 @@ fn main() {
     let outcome = match args.first().map(String::as_str) {
         Some("case") if args.len() == 3 => cases::run(&args[1], &args[2]),
         Some("report") => report::run(&args[1..]),
+        Some("soak") => soak::run(&args[1..]),
         _ => Err(
             "usage: mcp-stdio-bench report [--out FILE] [--criterion DIR] [--quick] \
-                  [--only SCENARIO] | mcp-stdio-bench case SCENARIO CLIENT"
+                  [--only SCENARIO] | mcp-stdio-bench case SCENARIO CLIENT | mcp-stdio-bench soak \
+                  [--minutes N | --seconds N] [--seed S] [--sessions N] [--report FILE]"
                 .to_owned(),
         ),
     };

@@ -55,6 +55,13 @@
 //!                                          message; logs `request <id> flood done <n> bytes`
 //!     stdout_noise {lines}                 writes `lines` non-JSON lines of about 200 bytes to
 //!                                          stdout, then returns
+//!     stdout_invalid_utf8 {lines}          writes `lines` lines of invalid UTF-8 to stdout (one
+//!                                          bare, one inside a JSON string), then returns
+//!     escape_grandchild {seconds}          runs `fixture-helper escaped-grandchild S`: a
+//!                                          grandchild in its own session holds this server's
+//!                                          stderr for S seconds after the call returns
+//!     crash_mid_response {bytes}           writes the first `bytes` bytes of a response line for
+//!                                          this id (no newline), then aborts (SIGABRT)
 //!   notifications/cancelled {requestId, reason}
 //!                              sets the cancel flag of that in-flight request; the request then
 //!                              gets NO response. A cancel after the response began writing is
@@ -140,7 +147,7 @@ USAGE: fixture-server [FLAGS]   (an MCP server over stdio that misbehaves on dem
   --eof-grace-ms MS            bound on in-flight work at stdin EOF (default 5000)
 Tools: echo big big_exact big_id_last big_no_id huge_field many_blocks slow slow_io subprocess stop_reading
        stream_then_result stderr_flood notify_then_result server_request
-       result_then_flood stdout_noise
+       result_then_flood stdout_noise stdout_invalid_utf8 escape_grandchild crash_mid_response
 See the doc comment of tests/src/bin/fixture-server.rs for details.
 ";
 
@@ -747,6 +754,10 @@ fn tools_list() -> Value {
         tool("stop_reading", "stops reading stdin for ms while writing stdout and stderr",
             json!({"ms":int,"every_ms":int})),
         tool("stdout_noise", "N non-JSON lines on stdout", json!({"lines":int})),
+        tool("stdout_invalid_utf8", "N invalid UTF-8 lines on stdout", json!({"lines":int})),
+        tool("escape_grandchild", "a grandchild in its own session holds stderr",
+            json!({"seconds":{"type":"number"}})),
+        tool("crash_mid_response", "part of a response line, then abort", json!({"bytes":int})),
         tool("result_then_flood", "a result of N bytes, then M bytes of notifications",
             json!({"bytes":int,"notify_bytes":int,"each":int,"delay_ms":int})),
     ]})
@@ -839,6 +850,26 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
                 }
                 Outcome::Result(text_result(format!("wrote {lines} noise lines")))
             }
+            "stdout_invalid_utf8" => {
+                let lines = arg_u64(args, "lines")?;
+                for _ in 0..lines {
+                    // A bare line, then one that looks like a notification with a bad byte inside.
+                    lock(&server.out).raw(b"fixture \xff\xfe not utf-8 \xc3\x28\n");
+                    lock(&server.out).raw(
+                        b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"data\":\"\xff\"}}\n",
+                    );
+                }
+                Outcome::Result(text_result(format!(
+                    "wrote {lines} invalid UTF-8 line pairs"
+                )))
+            }
+            "escape_grandchild" => {
+                let seconds = args.get("seconds").and_then(Value::as_f64).ok_or_else(|| {
+                    Outcome::Error(-32602, "argument \"seconds\": number".to_owned())
+                })?;
+                escape_grandchild(server, key, seconds)
+            }
+            "crash_mid_response" => crash_mid_response(server, id, key, arg_usize(args, "bytes")?),
             "result_then_flood" => result_then_flood(server, id, key, entry, args)?,
             other => Outcome::Error(-32602, format!("unknown tool: {other}")),
         })
@@ -1068,6 +1099,46 @@ fn result_then_flood(
     }
     log(&format!("request {key} flood done {sent} bytes"));
     Ok(Outcome::Done)
+}
+
+/// `escape_grandchild`: the helper's wrapper exits at once; its setsid'ed grandchild keeps
+/// our stderr open for `seconds`, out of reach of a kill of our process group.
+fn escape_grandchild(server: &Server, key: &str, seconds: f64) -> Outcome {
+    let Some(helper) = &server.helper else {
+        return Outcome::Error(
+            -32603,
+            "fixture-helper not found next to the server".to_owned(),
+        );
+    };
+    // stdout carries the wrapper's "grandchild <pid>" report, never the protocol stream.
+    let output = Command::new(helper)
+        .arg("escaped-grandchild")
+        .arg(seconds.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .output();
+    match output {
+        Ok(out) => {
+            let report = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            log(&format!("request {key} started an escaped {report}"));
+            Outcome::Result(text_result(report))
+        }
+        Err(e) => Outcome::Error(-32603, format!("spawn failed: {e}")),
+    }
+}
+
+/// `crash_mid_response`: part of this id's response line, then `abort()` under the writer
+/// lock, so the cut line is the last thing on stdout.
+fn crash_mid_response(server: &Server, id: &Value, key: &str, bytes: usize) -> Outcome {
+    let line = to_line(&json!({"jsonrpc":"2.0","id":id,
+        "result":text_result("x".repeat(bytes.saturating_mul(2)))}));
+    let mut out = lock(&server.out);
+    out.before_message();
+    out.raw(&line[..bytes.min(line.len() - 1)]);
+    log(&format!(
+        "request {key} crashing mid-response after {bytes} bytes"
+    ));
+    std::process::abort();
 }
 
 fn server_request(server: &Server, key: &str) -> Outcome {
