@@ -37,26 +37,14 @@ pub(crate) fn thread_names() -> String {
         .join(", ")
 }
 
-/// A field of `/proc/self/status` in bytes (the file gives kB).
-fn status_bytes(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| {
-            let rest = line.strip_prefix(field)?.strip_prefix(':')?;
-            rest.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// Resident set size now, bytes.
 pub(crate) fn rss() -> u64 {
-    status_bytes("VmRSS")
+    crate::mem::rss()
 }
 
-/// Peak resident set size of the process life, bytes.
+/// Peak resident set size of the process life (the soak never resets it), bytes.
 pub(crate) fn hwm() -> u64 {
-    status_bytes("VmHWM")
+    crate::mem::peak()
 }
 
 /// A process of ours, seen in `/proc`.
