@@ -260,11 +260,16 @@ pub(crate) fn run(
         }
     }
     let start = Instant::now();
+    let pid =
+        rustix::process::Pid::from_raw(host.child.id() as i32).expect("a child pid is positive");
     match plan.end {
         End::Kill if !crashed => {
-            let pid = rustix::process::Pid::from_raw(host.child.id() as i32)
-                .expect("a child pid is positive");
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        // The wrapper vanishes: no seal, and its server must die with it
+        // (checked at the wave's checkpoint: no live process of ours).
+        End::Drop if !crashed => {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
         _ => drop(host.stdin.take()),
     }
@@ -275,16 +280,20 @@ pub(crate) fn run(
     Ok(log)
 }
 
-/// Verifies one guard audit log with the core's verifier; the number of entries.
-pub(crate) fn verify_audit(path: &Path) -> Result<u64, String> {
+/// Verifies one guard audit log with the core's verifier: the number of
+/// entries and whether a seal ends it. `killed`: the guard was SIGKILLed, so
+/// an unsealed end (a cut last line included) is what it leaves; otherwise
+/// the log must be sealed.
+pub(crate) fn verify_audit(path: &Path, killed: bool) -> Result<(u64, bool), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
     let summary = mcp_stdio_core::audit::verify(&bytes, None)
         .map_err(|e| format!("audit log {} does not verify: {e}", path.display()))?;
-    if !summary.is_sealed() {
+    let sealed = summary.is_sealed();
+    if !sealed && !killed {
         return Err(format!(
             "audit log {} is not sealed: {summary:?}",
             path.display()
         ));
     }
-    Ok(summary.entries)
+    Ok((summary.entries, sealed))
 }

@@ -107,6 +107,8 @@ struct Totals {
     shutdown_max: Duration,
     audit_logs: u64,
     audit_entries: u64,
+    /// Logs of guards killed with SIGKILL that end without a seal (they verify).
+    audit_unsealed: u64,
     stderr_seen: u64,
 }
 
@@ -373,7 +375,7 @@ fn run_wave(
                 }
                 Host::Guard => {
                     let audit = guarded::audit_path(audit_dir, wave, index);
-                    audits.push(audit.clone());
+                    audits.push((audit.clone(), plan.end == plan::End::Drop));
                     let (guard, fixture) = (guard.to_owned(), fixture.to_owned());
                     thread::spawn(move || {
                         let r = guarded::run(&plan, &guard, &fixture, &audit);
@@ -410,9 +412,11 @@ fn run_wave(
         totals.shutdown_max = totals.shutdown_max.max(log.shutdown.unwrap_or_default());
         totals.stderr_seen += log.stderr_seen;
     }
-    for audit in audits {
-        totals.audit_entries += guarded::verify_audit(&audit)?;
+    for (audit, killed) in audits {
+        let (entries, sealed) = guarded::verify_audit(&audit, killed)?;
+        totals.audit_entries += entries;
         totals.audit_logs += 1;
+        totals.audit_unsealed += u64::from(!sealed);
         let _ = std::fs::remove_file(&audit);
     }
     Ok(())
@@ -470,8 +474,11 @@ fn report(
     );
     let _ = writeln!(
         s,
-        "- guard audit logs verified: {} ({} entries), every one sealed",
-        totals.audit_logs, totals.audit_entries
+        "- guard audit logs verified: {} ({} entries); {} sealed, {} unsealed (the guard killed with SIGKILL)",
+        totals.audit_logs,
+        totals.audit_entries,
+        totals.audit_logs - totals.audit_unsealed,
+        totals.audit_unsealed
     );
     let _ = writeln!(
         s,

@@ -253,7 +253,9 @@ pub(crate) enum End {
     Shutdown,
     /// `SIGTERM` first (the adapters' `kill`; the guard: SIGTERM to the guard).
     Kill,
-    /// Drop the client (a group kill from `Drop`).
+    /// Drop the client (a group kill from `Drop`). The guard host kills the
+    /// guard with `SIGKILL` — a wrapper that vanishes: its server must die
+    /// with it, and its audit log must still verify (unsealed).
     Drop,
 }
 
@@ -298,7 +300,6 @@ impl SessionPlan {
         let end = match rng.below(10) {
             0..=5 => End::Shutdown,
             6..=7 => End::Kill,
-            _ if host == Host::Guard => End::Kill,
             _ => End::Drop,
         };
         Self {
