@@ -25,7 +25,7 @@ use mcp_stdio_core::serve::{ServeAction, ServeLifecycle, ServeOptions, ServeRepo
 // The driver's own events go through the relay, never inline: a stalled
 // stderr under a blocking subscriber must not stall the loop (G1).
 use mcp_stdio_sys::log_relay::{self, Level};
-use mcp_stdio_tokio::stdio::{self, write_or_flush, Wrote};
+use mcp_stdio_tokio::stdio::{self, sleep_until_opt, write_or_flush, Wrote};
 use rmcp::model::JsonRpcMessage;
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -518,13 +518,6 @@ fn rmcp_request(request: &Request) -> Result<RxJsonRpcMessage<RoleServer>, serde
         request.params.as_deref(),
     );
     serde_json::from_str(&text)
-}
-
-async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]

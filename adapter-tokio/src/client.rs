@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
 
 use crate::os;
+use crate::stdio::sleep_until_opt;
 
 /// Commands queued from the application to the driver task. Cancels never
 /// pass through it (see [`CancelRegistry`]), so a full queue loses none.
@@ -658,13 +659,6 @@ async fn write_some(
             Ok(n)
         }
         _ => std::future::pending().await,
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }
 

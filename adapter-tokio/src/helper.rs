@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::os;
 use crate::serve::CancelToken;
+use crate::stdio::sleep_until_opt;
 
 /// Bytes read per read call, for each stream.
 const READ_CHUNK: usize = 16 * 1024;
@@ -313,13 +314,6 @@ async fn wait_opt(child: &mut Option<Child>) -> std::io::Result<std::process::Ex
 async fn answer_opt(answered: &mut Option<oneshot::Receiver<bool>>) -> Option<bool> {
     match answered {
         Some(rx) => rx.await.ok(),
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
     }
 }

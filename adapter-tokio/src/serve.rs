@@ -12,7 +12,7 @@ use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
 use mcp_stdio_sys::log_relay::{self, Level};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-use crate::stdio::{self, write_or_flush, Wrote};
+use crate::stdio::{self, sleep_until_opt, write_or_flush, Wrote};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
@@ -279,13 +279,6 @@ where
             report.helpers_unfinished_at_exit = wait_for_helpers(options.get_helper_grace()).await;
             Ok(report)
         }
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }
 

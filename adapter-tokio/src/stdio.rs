@@ -189,3 +189,12 @@ pub async fn write_or_flush<W: AsyncWrite + Unpin>(
         None => output.flush().await.map(|()| Wrote::Flushed),
     }
 }
+
+/// Completes at `deadline`, or never without one: the timer branch of a loop
+/// that arms one timer for the core's `poll_timeout()`.
+pub async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
