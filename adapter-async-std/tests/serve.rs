@@ -202,7 +202,8 @@ fn g9_oversized_result_becomes_an_error_and_a_panic_becomes_internal_error() {
         peer.send(request(1, "big")).await;
         let r = peer.recv().await.expect("response 1");
         assert_eq!(r["id"], 1);
-        assert_eq!(r["error"]["code"], -32603, "{r}");
+        assert_eq!(r["error"]["code"], -32000, "{r}");
+        assert_eq!(r["error"]["data"]["limit"], 1024, "{r}");
         peer.send(request(2, "panic")).await;
         let r = peer.recv().await.expect("response 2");
         assert_eq!(r["id"], 2);

@@ -260,7 +260,7 @@ fn g9_an_oversized_result_becomes_an_error_for_its_id() {
     peer.send(request(1, "big", json!({})));
     let r = peer.recv();
     assert_eq!(r["id"], 1);
-    assert_eq!(r["error"]["code"], -32603);
+    assert_eq!(r["error"]["code"], -32000);
     assert!(r["error"]["message"]
         .as_str()
         .expect("message")

@@ -301,14 +301,21 @@ async fn send(
         JsonRpcMessage::Notification(notification) => {
             let (method, params) = method_and_params(&notification.notification)?;
             if method == "notifications/cancelled" {
-                // Cancel through the session, which sends the cancel under its own id.
-                let id = params
+                // Cancel through the session, which sends the cancel under its
+                // own id; the reason is rmcp's, as it gave it (none if none).
+                let params = params
                     .as_deref()
-                    .and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok())
+                    .and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok());
+                let id = params
+                    .as_ref()
                     .and_then(|p| serde_json::from_value::<Id>(p.get("requestId")?.clone()).ok());
+                let reason = params
+                    .as_ref()
+                    .and_then(|p| p.get("reason")?.as_str().map(str::to_owned))
+                    .unwrap_or_default();
                 if let Some(id) = id {
                     if let Some(cancel) = lock(&shared.in_flight).get(&id) {
-                        cancel.cancel("cancelled by the client");
+                        cancel.cancel(&reason);
                     }
                 }
                 return Ok(());
@@ -404,11 +411,15 @@ fn outcome_message(
                 .as_deref()
                 .and_then(|d| serde_json::from_str(d.get()).ok()),
         ),
-        Err(RequestError::Failed(RequestFailure::ResponseTooLarge { limit, seen })) => {
+        Err(RequestError::Failed(failure @ RequestFailure::ResponseTooLarge { .. })) => {
+            // The one wire-limit error of every component (code, text, data).
+            let e = failure.to_error_object();
             ErrorData::new(
-                ErrorCode::INTERNAL_ERROR,
-                format!("response exceeded wire limit ({limit} bytes)"),
-                Some(serde_json::json!({"limit": limit, "seen": seen})),
+                ErrorCode(i32::try_from(e.code).unwrap_or(ErrorCode::INTERNAL_ERROR.0)),
+                e.message,
+                e.data
+                    .as_deref()
+                    .and_then(|d| serde_json::from_str(d.get()).ok()),
             )
         }
         Err(other) => ErrorData::new(ErrorCode::INTERNAL_ERROR, other.to_string(), None),

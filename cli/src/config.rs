@@ -2,7 +2,8 @@
 //!
 //! ```toml
 //! # mcp-stdio guard --config guard.toml -- SERVER …
-//! max_frame_bytes = 4194304                 # wire limit, both directions
+//! max_frame_bytes = 8388608                 # wire limit, both directions
+//! invalid_utf8 = "repair"                   # or "refuse": lines that are not UTF-8
 //! max_buffered_bytes = 16777216             # bytes waiting for a host that stopped reading
 //! stderr_forward_bytes = 1048576            # server stderr passed through to ours
 //! stderr_retained_per_call_bytes = 16384    # stderr tail kept for the record
@@ -22,7 +23,7 @@ use std::time::Duration;
 use mcp_stdio_core::capture::{
     CaptureConfig, PoolConfig, SharedRetentionPool, DEFAULT_EXCERPT, DEFAULT_TAIL,
 };
-use mcp_stdio_core::frame::DEFAULT_MAX_FRAME;
+use mcp_stdio_core::frame::{InvalidUtf8Policy, DEFAULT_MAX_FRAME};
 use mcp_stdio_core::process::SupervisorConfig;
 use serde::Deserialize;
 
@@ -38,15 +39,29 @@ pub(crate) enum Retain {
     HeadAndTail,
 }
 
+/// What to do with a line that is not valid UTF-8 (either direction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum InvalidUtf8 {
+    /// Replace each invalid sequence with U+FFFD and forward the line, noted
+    /// and recorded (what the TypeScript SDK does when it reads such a line).
+    Repair,
+    /// Drop the line; a response among them becomes an error for its id.
+    Refuse,
+}
+
 /// The limit flags of `guard` (each also settable in `--config`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub(crate) struct SettingsArgs {
     /// A TOML file with the limits below (same names, with `_bytes`/`_seconds`).
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
-    /// Wire limit in bytes, both directions [default: 4194304].
+    /// Wire limit in bytes, both directions [default: 8388608].
     #[arg(long, value_name = "BYTES")]
     pub(crate) max_frame: Option<usize>,
+    /// Lines that are not valid UTF-8 [default: repair].
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub(crate) invalid_utf8: Option<InvalidUtf8>,
     /// Bytes that may wait for a host that stopped reading before the session is closed [default: 16777216].
     #[arg(long, value_name = "BYTES")]
     pub(crate) max_buffered: Option<usize>,
@@ -68,6 +83,7 @@ pub(crate) struct SettingsArgs {
 #[serde(deny_unknown_fields)]
 struct FileSettings {
     max_frame_bytes: Option<usize>,
+    invalid_utf8: Option<InvalidUtf8>,
     max_buffered_bytes: Option<usize>,
     stderr_forward_bytes: Option<u64>,
     stderr_retained_per_call_bytes: Option<usize>,
@@ -120,11 +136,20 @@ impl GuardSettings {
             ));
         }
         let mut proxy = ProxyConfig::default();
-        proxy.max_frame(max_frame).max_buffered(
-            args.max_buffered
-                .or(file.max_buffered_bytes)
-                .unwrap_or(DEFAULT_MAX_BUFFERED),
-        );
+        proxy
+            .max_frame(max_frame)
+            .limit_knob("--max-frame (max_frame_bytes in a --config file)")
+            .max_buffered(
+                args.max_buffered
+                    .or(file.max_buffered_bytes)
+                    .unwrap_or(DEFAULT_MAX_BUFFERED),
+            );
+        proxy
+            .framer_mut()
+            .invalid_utf8(match args.invalid_utf8.or(file.invalid_utf8) {
+                Some(InvalidUtf8::Refuse) => InvalidUtf8Policy::Refuse,
+                Some(InvalidUtf8::Repair) | None => InvalidUtf8Policy::Repair,
+            });
         let grace = seconds(
             "shutdown grace",
             args.shutdown_grace

@@ -217,7 +217,7 @@ fn g3_oversized_response_becomes_an_error_for_its_id_and_the_session_goes_on() {
     assert!(r["error"]["message"]
         .as_str()
         .unwrap()
-        .contains("exceeded wire limit (65536 bytes)"));
+        .contains("exceeded the wire limit (65536 bytes; "));
     eprintln!(
         "oversized response answered with an error after {:?}",
         t.elapsed()
@@ -241,7 +241,7 @@ fn g3_id_last_oversized_response_becomes_an_error_for_its_id() {
         assert!(r["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("exceeded wire limit (65536 bytes)"));
+            .contains("exceeded the wire limit (65536 bytes; "));
         eprintln!(
             "id-last oversized response answered with an error after {:?}",
             t.elapsed()
@@ -255,15 +255,15 @@ fn g3_id_last_oversized_response_becomes_an_error_for_its_id() {
 
 #[test]
 fn g2_oversized_host_request_never_reaches_the_server() {
-    let mut g = Guarded::start(&["--max-frame", "4096"], &[]);
+    let mut g = Guarded::start(&["--max-frame", "4096", "--invalid-utf8", "refuse"], &[]);
     g.initialize();
     g.send(&call(7, "echo", json!({"text": "z".repeat(10_000)})));
     let (r, _) = g.response(json!(7), Duration::from_secs(10));
     assert!(r["error"]["message"]
         .as_str()
         .unwrap()
-        .contains("request exceeded wire limit"));
-    // Invalid UTF-8 is answered by the guard with a parse error, not forwarded.
+        .contains("request exceeded the wire limit"));
+    // Refused invalid UTF-8 is answered by the guard with a parse error, not forwarded.
     g.send_raw(b"\xff\xfe\n");
     let v = g.recv(Duration::from_secs(10));
     assert_eq!(v["error"]["code"], -32700, "{v}");

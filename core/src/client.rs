@@ -35,13 +35,14 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::frame::{
-    recover_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery,
+    refused_line_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery,
     OversizedPolicy, ReadRoom,
 };
 use crate::idset::RecentIds;
 use crate::message::{
-    encode_error, encode_notification, encode_request, encode_result, DecodeError, EncodeError,
-    ErrorObject, Id, Message, Notification, RawResult, RawValue, Request, SERVER_ERROR,
+    encode_error, encode_notification, encode_request, encode_result, wire_limit_error,
+    wire_limit_message, DecodeError, EncodeError, ErrorObject, Id, Message, Notification,
+    Oversized, RawResult, RawValue, Request, INTERNAL_ERROR, SERVER_ERROR,
 };
 use crate::violation_log::{warn_violation, ViolationLog};
 
@@ -202,7 +203,9 @@ pub enum RequestFailure {
         cancel_sent: bool,
     },
     /// The response passed the wire limit and was discarded unparsed (G3).
-    #[error("response exceeded wire limit ({limit} bytes)")]
+    /// Its text is [`wire_limit_message`]; [`RequestFailure::to_error_object`]
+    /// gives the JSON-RPC error every other component sends for it.
+    #[error("{}", wire_limit_message(Oversized::Response, *limit, *seen, "max_frame"))]
     ResponseTooLarge {
         /// The wire limit in bytes.
         limit: usize,
@@ -213,9 +216,39 @@ pub enum RequestFailure {
     /// A frame carrying this request's id was not a valid response.
     #[error("malformed response: {0}")]
     MalformedResponse(DecodeError),
+    /// A frame carrying this request's id was not valid UTF-8 and was
+    /// refused ([`InvalidUtf8Policy::Refuse`], or a repair past the wire
+    /// limit).
+    ///
+    /// [`InvalidUtf8Policy::Refuse`]: crate::frame::InvalidUtf8Policy::Refuse
+    #[error(
+        "response of {len} bytes is not valid UTF-8 (valid up to byte {valid_up_to}); refused"
+    )]
+    InvalidUtf8Response {
+        /// The frame's length in bytes.
+        len: usize,
+        /// Its valid prefix.
+        valid_up_to: usize,
+    },
     /// The session closed before a response arrived.
     #[error("session closed before a response arrived")]
     SessionClosed,
+}
+
+impl RequestFailure {
+    /// The JSON-RPC error that stands for this failure where one must be
+    /// handed on (the rmcp transport hands it to rmcp): the server's own
+    /// error as it came; [`wire_limit_error`] for a response over the wire
+    /// limit; -32603 with this failure's text otherwise.
+    pub fn to_error_object(&self) -> ErrorObject {
+        match self {
+            Self::Server(e) => e.clone(),
+            Self::ResponseTooLarge { limit, seen } => {
+                wire_limit_error(Oversized::Response, *limit, *seen, "max_frame")
+            }
+            other => ErrorObject::new(INTERNAL_ERROR, other.to_string()),
+        }
+    }
 }
 
 /// Why a command could not queue a message.
@@ -358,6 +391,14 @@ pub struct ClientMetrics {
     pub oversized_bytes_discarded: u64,
     /// Frames that failed, by kind (`invalid_utf8`, `json`, `shape`, …).
     pub parse_errors: BTreeMap<&'static str, u64>,
+    /// Frames that were not valid UTF-8 and were repaired (U+FFFD) and used
+    /// ([`InvalidUtf8Policy::Repair`], the default).
+    ///
+    /// [`InvalidUtf8Policy::Repair`]: crate::frame::InvalidUtf8Policy::Repair
+    pub utf8_repaired: u64,
+    /// Refused frames (not UTF-8, not JSON, not a JSON-RPC message) whose
+    /// top-level id named a pending request, which failed at once.
+    pub refused_frames_failed: u64,
     /// Empty lines ignored.
     pub empty_lines: u64,
     /// Deepest the inbox has been.
@@ -790,7 +831,30 @@ impl SessionState {
                 };
                 warn_violation!(self.violations, now, error = %e, "framing error on server stdout");
                 *self.metrics.parse_errors.entry(kind).or_default() += 1;
+                // G3: a refused line that names a pending request ends it now.
+                if let FrameError::InvalidUtf8 {
+                    len,
+                    valid_up_to,
+                    id: Some(id),
+                } = e
+                {
+                    self.fail_refused(id, RequestFailure::InvalidUtf8Response { len, valid_up_to });
+                }
             }
+        }
+    }
+
+    /// A refused frame named `id`: its request fails now rather than at its
+    /// deadline (G3).
+    fn fail_refused(&mut self, id: Id, failure: RequestFailure) {
+        if self.pending.remove(&id).is_some() {
+            self.metrics.refused_frames_failed += 1;
+            self.events.push_back(ClientEvent::Completed {
+                id,
+                outcome: Err(failure),
+            });
+        } else if self.cancelled.contains(&id) {
+            self.metrics.late_responses += 1;
         }
     }
 
@@ -813,6 +877,16 @@ impl SessionState {
         if self.closed.is_some() {
             return;
         }
+        if let Some(repair) = frame.repair() {
+            self.metrics.utf8_repaired += 1;
+            warn_violation!(
+                self.violations,
+                now,
+                len = repair.original_len,
+                replaced = repair.replaced,
+                "server stdout line was not valid UTF-8; repaired with U+FFFD"
+            );
+        }
         // A lent (large) frame is taken whole: a result is then the frame
         // itself, the only copy of it in the process.
         let decoded = if frame.is_lent() {
@@ -826,15 +900,9 @@ impl SessionState {
                 *self.metrics.parse_errors.entry(e.kind()).or_default() += 1;
                 warn_violation!(self.violations, now, error = %e, "undecodable frame from server");
                 // A broken response still names its request: fail it now
-                // rather than at its deadline.
-                let scan = &text.as_bytes()[..text.len().min(self.config.framer_id_scan())];
-                if let Some(id) = recover_id(scan) {
-                    if self.pending.remove(&id).is_some() {
-                        self.events.push_back(ClientEvent::Completed {
-                            id,
-                            outcome: Err(RequestFailure::MalformedResponse(e)),
-                        });
-                    }
+                // rather than at its deadline (G3).
+                if let Some(id) = refused_line_id(text.as_bytes(), self.config.framer_id_scan()) {
+                    self.fail_refused(id, RequestFailure::MalformedResponse(e));
                 }
                 return;
             }
@@ -909,6 +977,8 @@ impl SessionState {
         #[serde(rename_all = "camelCase")]
         struct CancelParams<'a> {
             request_id: &'a Id,
+            // An empty reason is no reason: the member is left out.
+            #[serde(skip_serializing_if = "str::is_empty")]
             reason: &'a str,
         }
         let params = serde_json::value::to_raw_value(&CancelParams {

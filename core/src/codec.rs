@@ -3,7 +3,7 @@
 //! [`FrameCodec`] is a [`Decoder`] for `FramedRead` / `Framed` with every
 //! property of the framer: a byte limit on each line that holds before the
 //! line's end arrives, the id of an oversized frame found wherever it sits,
-//! discard to the next newline, invalid UTF-8 reported per frame. Unlike
+//! discard to the next newline, invalid UTF-8 repaired or reported per frame. Unlike
 //! tokio-util's `LinesCodec`, a framing error is an *item*, not the stream's
 //! error: `FramedRead` ends its stream after the first `Err`, and a session
 //! must survive a bad line. The stream's error is only ever an I/O error.
@@ -44,7 +44,10 @@ pub const MAX_READY: usize = 2;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FrameItem {
-    /// A complete frame, without its line ending.
+    /// A complete frame, without its line ending. A frame that came as
+    /// invalid UTF-8 is repaired (U+FFFD) by default and comes as a frame too,
+    /// counted in [`FramerStats::utf8_repaired`](crate::frame::FramerStats::utf8_repaired)
+    /// ([`FrameCodec::framer`]).
     Frame(String),
     /// A framing error; the stream goes on after it (see
     /// [`FrameError`] for what each means).
@@ -221,10 +224,8 @@ mod tests {
             &items[2],
             FrameItem::Error(FrameError::OversizedEnded { .. })
         ));
-        assert!(matches!(
-            &items[3],
-            FrameItem::Error(FrameError::InvalidUtf8 { .. })
-        ));
+        // Repaired by default: a frame, counted by the framer.
+        assert_eq!(items[3], FrameItem::Frame("\u{fffd}\u{fffd}".into()));
         assert_eq!(items[4], FrameItem::Frame("{\"id\":2}".into()));
         assert_eq!(
             items[5],

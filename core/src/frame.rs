@@ -13,13 +13,19 @@
 //!   one before the last: `a\r\r\n` gives `a\r`) is kept.
 //! - An empty frame (an empty line, or a line that is a lone `\r`) is ignored
 //!   and counted in [`FramerStats::empty_lines`].
-//! - A frame that is not valid UTF-8 gives [`FrameError::InvalidUtf8`]; framing
-//!   goes on with the next line.
+//! - A frame that is not valid UTF-8 is repaired by default: each invalid
+//!   sequence becomes U+FFFD, as the TypeScript SDK's decoder does, and the
+//!   frame is handed out with [`FrameText::repair`] saying so (counted in
+//!   [`FramerStats::utf8_repaired`]). With [`InvalidUtf8Policy::Refuse`], or
+//!   when the repaired text would pass the wire limit, it gives
+//!   [`FrameError::InvalidUtf8`] with the line's top-level id if one can be
+//!   found ([`refused_line_id`]), so that a session can fail the request it
+//!   answers at once; framing goes on with the next line.
 //! - Lengths are in bytes.
 //!
 //! # The limit
 //!
-//! [`FramerConfig::max_frame`] (default [`DEFAULT_MAX_FRAME`], 4 MiB) limits
+//! [`FramerConfig::max_frame`] (default [`DEFAULT_MAX_FRAME`], 8 MiB) limits
 //! the **line**: the bytes before `\n`, *including* a trailing `\r`. A line of
 //! exactly `max_frame` bytes passes; `max_frame + 1` bytes do not. Counting the
 //! `\r` keeps the rule identical to [`crate::message`]'s encoders, which refuse
@@ -139,7 +145,12 @@
 //! most `id_scan_limit` bytes), and while an oversized line is discarded the
 //! [`IdScanner`]'s one buffer, at most `max(id_scan_limit, 21) + 4` bytes,
 //! held only while the id's value is read. Discarded bytes are counted, never
-//! stored. The scan costs nothing on lines within the limit.
+//! stored. The scan costs nothing on lines within the limit. A frame that is
+//! not valid UTF-8 and is repaired ([`InvalidUtf8Policy::Repair`]) is built
+//! as a new string of at most `max_frame` bytes, live while it is handed out
+//! (or for as long as its taker keeps it): with repairs the bound is
+//! `2 × max_frame + 1 + 64 KiB`; [`InvalidUtf8Policy::Refuse`] keeps the
+//! first one (a refused line costs one [`IdScanner`] pass).
 //! `tests/alloc_bound.rs` measures this bound with a counting allocator.
 //!
 //! ```
@@ -165,8 +176,16 @@ use memchr::memchr;
 pub use crate::id_scan::{IdRecovery, IdScanner};
 use crate::message::Id;
 
-/// Default wire limit: 4 MiB.
-pub const DEFAULT_MAX_FRAME: usize = 4 * 1024 * 1024;
+/// Default wire limit: 8 MiB.
+///
+/// Chosen from the hosts people run: rmcp reads lines up to 16 MiB and the
+/// Python SDK has no limit, so a smaller default made results fail through
+/// us that work without us (a 5 MiB `read_text_file` did); the TypeScript
+/// SDK, inside most hosts, closes the whole connection when its read buffer
+/// passes 10 MiB (the line plus whatever arrived after it), so a line we
+/// forward must stay well below that. 8 MiB is also where Codex caps a
+/// server's stdout line.
+pub const DEFAULT_MAX_FRAME: usize = 8 * 1024 * 1024;
 /// Default number of leading bytes of an oversized frame scanned for its id.
 pub const DEFAULT_ID_SCAN_LIMIT: usize = 256;
 /// Capacity of the framer's buffer when first allocated, and the most it keeps
@@ -195,6 +214,23 @@ pub enum OversizedPolicy {
     Close,
 }
 
+/// What to do with a frame that is not valid UTF-8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum InvalidUtf8Policy {
+    /// Replace each invalid sequence with U+FFFD and hand the frame out,
+    /// marked ([`FrameText::repair`]) and counted (default). This is what
+    /// the TypeScript SDK's decoder does, so a host that works with a server
+    /// directly keeps working through us; Python hosts that would tear the
+    /// session down on such a line get valid text instead. A repair that
+    /// would pass the wire limit (each bad byte can become three) is refused.
+    #[default]
+    Repair,
+    /// Drop the frame with [`FrameError::InvalidUtf8`], carrying its id when
+    /// one can be found, so its request fails at once.
+    Refuse,
+}
+
 /// Framer limits.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -202,6 +238,7 @@ pub struct FramerConfig {
     max_frame: usize,
     id_scan_limit: usize,
     oversized: OversizedPolicy,
+    invalid_utf8: InvalidUtf8Policy,
 }
 
 impl Default for FramerConfig {
@@ -210,13 +247,14 @@ impl Default for FramerConfig {
             max_frame: DEFAULT_MAX_FRAME,
             id_scan_limit: DEFAULT_ID_SCAN_LIMIT,
             oversized: OversizedPolicy::Discard,
+            invalid_utf8: InvalidUtf8Policy::Repair,
         }
     }
 }
 
 impl FramerConfig {
     /// Sets the wire limit: the most bytes a line may have before its `\n`,
-    /// counting a trailing `\r`. Default [`DEFAULT_MAX_FRAME`] (4 MiB).
+    /// counting a trailing `\r`. Default [`DEFAULT_MAX_FRAME`] (8 MiB).
     ///
     /// Memory: a framer holds at most `max_frame + 1 + 64 KiB` of heap (see the
     /// [module docs](self)). A partial line longer than 64 KiB makes the
@@ -241,6 +279,17 @@ impl FramerConfig {
     pub fn oversized_policy(&mut self, policy: OversizedPolicy) -> &mut Self {
         self.oversized = policy;
         self
+    }
+    /// Sets what to do with a frame that is not valid UTF-8. Default
+    /// [`InvalidUtf8Policy::Repair`]. Memory: a repair builds a new string of
+    /// at most `max_frame` bytes, handed out like a large frame.
+    pub fn invalid_utf8(&mut self, policy: InvalidUtf8Policy) -> &mut Self {
+        self.invalid_utf8 = policy;
+        self
+    }
+    /// The invalid UTF-8 policy.
+    pub fn get_invalid_utf8(&self) -> InvalidUtf8Policy {
+        self.invalid_utf8
     }
     /// The wire limit.
     pub fn get_max_frame(&self) -> usize {
@@ -296,13 +345,18 @@ pub enum FrameError {
         /// on it must not act on `recovered` again.
         hinted: bool,
     },
-    /// A frame is not valid UTF-8. The frame is dropped.
+    /// A frame is not valid UTF-8 and was not repaired
+    /// ([`InvalidUtf8Policy::Refuse`], or a repair that would pass the wire
+    /// limit). The frame is dropped.
     #[error("frame of {len} bytes is not valid UTF-8 (valid up to byte {valid_up_to})")]
     InvalidUtf8 {
         /// Frame length (after removing a trailing `\r`).
         len: usize,
         /// Valid prefix length.
         valid_up_to: usize,
+        /// The frame's top-level id, when [`refused_line_id`] finds one: the
+        /// request it answers can fail at once.
+        id: Option<Id>,
     },
     /// End of stream inside a line (an unterminated last line, or an oversized
     /// line still being discarded).
@@ -329,8 +383,10 @@ pub struct FramerStats {
     pub oversized: u64,
     /// Empty lines ignored.
     pub empty_lines: u64,
-    /// Invalid UTF-8 frames.
+    /// Invalid UTF-8 frames refused ([`FrameError::InvalidUtf8`]).
     pub invalid_utf8: u64,
+    /// Invalid UTF-8 frames repaired and handed out.
+    pub utf8_repaired: u64,
     /// Bytes of oversized lines dropped (not counting their newlines).
     pub discarded_bytes: u64,
     /// Lines cut by end of stream ([`FrameError::TruncatedAtEof`]).
@@ -350,7 +406,20 @@ pub struct FramerStats {
 /// handed over without a copy (the framer starts a new one); otherwise a copy.
 /// A lent frame that is not taken goes back to the framer, which keeps its
 /// buffer for the next large frame.
-pub struct FrameText<'a>(Text<'a>);
+pub struct FrameText<'a>(Text<'a>, Option<Utf8Repair>);
+
+/// How a frame that was not valid UTF-8 was repaired
+/// ([`InvalidUtf8Policy::Repair`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Utf8Repair {
+    /// The frame's length as it came, in bytes.
+    pub original_len: usize,
+    /// Valid prefix length of the original.
+    pub valid_up_to: usize,
+    /// Invalid sequences replaced with U+FFFD.
+    pub replaced: usize,
+}
 
 enum Text<'a> {
     /// Borrowed from the pushed chunk or from the framer's buffer.
@@ -374,6 +443,12 @@ impl<'a> FrameText<'a> {
     /// across several chunks or reads.
     pub fn is_lent(&self) -> bool {
         matches!(self.0, Text::Lent(_))
+    }
+
+    /// `Some` when the frame came as invalid UTF-8 and was repaired: its
+    /// text then has U+FFFD where the invalid sequences were.
+    pub fn repair(&self) -> Option<Utf8Repair> {
+        self.1
     }
 
     /// The frame as an owned `String`: the framer's buffer when lent (no
@@ -421,7 +496,7 @@ impl PartialEq<&str> for FrameText<'_> {
 
 impl<'a> From<&'a str> for FrameText<'a> {
     fn from(text: &'a str) -> Self {
-        Self(Text::Borrowed(text))
+        Self(Text::Borrowed(text), None)
     }
 }
 
@@ -819,17 +894,13 @@ impl Framer {
         let back = match String::from_utf8(line) {
             Ok(mut text) => {
                 self.lines.count_frame(text.len());
-                on_event(FrameEvent::Frame(FrameText(Text::Lent(&mut text))));
+                on_event(FrameEvent::Frame(FrameText(Text::Lent(&mut text), None)));
                 text.into_bytes()
             }
             Err(e) => {
                 let valid_up_to = e.utf8_error().valid_up_to();
                 let bytes = e.into_bytes();
-                self.lines.stats.invalid_utf8 += 1;
-                on_event(FrameEvent::Error(FrameError::InvalidUtf8 {
-                    len: bytes.len(),
-                    valid_up_to,
-                }));
+                self.lines.deliver_invalid(&bytes, valid_up_to, on_event);
                 bytes
             }
         };
@@ -955,16 +1026,102 @@ impl Lines {
         match std::str::from_utf8(frame) {
             Ok(text) => {
                 self.count_frame(text.len());
-                on_event(FrameEvent::Frame(FrameText(Text::Borrowed(text))));
+                on_event(FrameEvent::Frame(FrameText(Text::Borrowed(text), None)));
             }
-            Err(e) => {
-                self.stats.invalid_utf8 += 1;
-                on_event(FrameEvent::Error(FrameError::InvalidUtf8 {
-                    len: frame.len(),
-                    valid_up_to: e.valid_up_to(),
-                }));
+            Err(e) => self.deliver_invalid(frame, e.valid_up_to(), on_event),
+        }
+    }
+
+    /// A frame that is not valid UTF-8: repaired and handed out, or refused
+    /// with its id (see [`InvalidUtf8Policy`]).
+    fn deliver_invalid(
+        &mut self,
+        frame: &[u8],
+        valid_up_to: usize,
+        on_event: &mut impl FnMut(FrameEvent<'_>),
+    ) {
+        if self.config.invalid_utf8 == InvalidUtf8Policy::Repair {
+            let (len, replaced) = repaired_len(frame);
+            if len <= self.config.max_frame {
+                let mut text = String::with_capacity(len);
+                for chunk in frame.utf8_chunks() {
+                    text.push_str(chunk.valid());
+                    if !chunk.invalid().is_empty() {
+                        text.push(char::REPLACEMENT_CHARACTER);
+                    }
+                }
+                self.stats.utf8_repaired += 1;
+                self.count_frame(text.len());
+                let repair = Utf8Repair {
+                    original_len: frame.len(),
+                    valid_up_to,
+                    replaced,
+                };
+                on_event(FrameEvent::Frame(FrameText(
+                    Text::Lent(&mut text),
+                    Some(repair),
+                )));
+                return;
             }
         }
+        self.stats.invalid_utf8 += 1;
+        let id = refused_line_id(frame, self.config.id_scan_limit);
+        on_event(FrameEvent::Error(FrameError::InvalidUtf8 {
+            len: frame.len(),
+            valid_up_to,
+            id,
+        }));
+    }
+}
+
+/// The length of `bytes` with each invalid UTF-8 sequence replaced by U+FFFD
+/// (as [`String::from_utf8_lossy`] does), and how many were replaced.
+fn repaired_len(bytes: &[u8]) -> (usize, usize) {
+    let mut len = 0;
+    let mut replaced = 0;
+    for chunk in bytes.utf8_chunks() {
+        len += chunk.valid().len();
+        if !chunk.invalid().is_empty() {
+            len += char::REPLACEMENT_CHARACTER.len_utf8();
+            replaced += 1;
+        }
+    }
+    (len, replaced)
+}
+
+/// The top-level id of a line that is refused (not UTF-8, not JSON, not a
+/// JSON-RPC message), so that the request it answers can get its outcome at
+/// once instead of waiting for its deadline.
+///
+/// The whole line goes through an [`IdScanner`] (invalid UTF-8 sequences
+/// read as U+FFFD, nothing copied): that finds the id wherever it sits when
+/// the line is one JSON object. A line that is not JSON still gives the id
+/// [`recover_id`] finds in its first `id_scan_limit` bytes, before any syntax
+/// error there. Like both scanners it may miss an id and never returns a
+/// wrong one; `id_scan_limit` 0 turns it off. Linear in the line, memory
+/// bounded by `id_scan_limit`.
+pub fn refused_line_id(line: &[u8], id_scan_limit: usize) -> Option<Id> {
+    if id_scan_limit == 0 {
+        return None;
+    }
+    let mut scan = IdScanner::new(id_scan_limit);
+    let mut utf8 = [0; 4];
+    let replacement = char::REPLACEMENT_CHARACTER
+        .encode_utf8(&mut utf8)
+        .as_bytes();
+    for chunk in line.utf8_chunks() {
+        scan.push(chunk.valid().as_bytes());
+        if !chunk.invalid().is_empty() {
+            scan.push(replacement);
+        }
+    }
+    match scan.finish() {
+        IdRecovery::Found(id) => Some(id),
+        IdRecovery::NotJson => {
+            let valid = line.utf8_chunks().next().map_or(0, |c| c.valid().len());
+            recover_id(&line[..valid.min(id_scan_limit)])
+        }
+        _ => None,
     }
 }
 
@@ -1309,12 +1466,15 @@ mod tests {
     #[derive(Debug, Clone, PartialEq, Eq)]
     enum Ev {
         Frame(String),
+        /// A frame that came as invalid UTF-8 and was repaired.
+        Repaired(String),
         Error(FrameError),
     }
 
     fn own(events: &mut Vec<Ev>) -> impl FnMut(FrameEvent<'_>) + '_ {
         |e| {
             events.push(match e {
+                FrameEvent::Frame(text) if text.repair().is_some() => Ev::Repaired(text.to_owned()),
                 FrameEvent::Frame(text) => Ev::Frame(text.to_owned()),
                 FrameEvent::Error(e) => Ev::Error(e),
             })
@@ -1374,6 +1534,11 @@ mod tests {
             rest = &rest[n..];
             framer.filled(n, |e| {
                 events.push(match e {
+                    FrameEvent::Frame(text) if text.repair().is_some() => Ev::Repaired(if take {
+                        text.into_string()
+                    } else {
+                        text.to_owned()
+                    }),
                     FrameEvent::Frame(text) if take && text.is_lent() => {
                         Ev::Frame(text.into_string())
                     }
@@ -1488,26 +1653,113 @@ mod tests {
     }
 
     #[test]
-    fn invalid_utf8_is_reported_and_framing_goes_on() {
-        let mut framer = Framer::new(FramerConfig::default());
+    fn g3_invalid_utf8_is_refused_with_its_id_and_framing_goes_on() {
+        let mut c = FramerConfig::default();
+        c.invalid_utf8(InvalidUtf8Policy::Refuse);
+        let mut framer = Framer::new(c);
         let mut events = Vec::new();
-        framer.push(b"ab\xffc\r\n\xe2\x82\n{}\n", own(&mut events));
+        framer.push(
+            b"ab\xffc\r\n\xe2\x82\n{\"id\":4,\"result\":\"\xff\"}\n{}\n",
+            own(&mut events),
+        );
         framer.finish(own(&mut events));
         assert_eq!(
             events,
             [
                 Ev::Error(FrameError::InvalidUtf8 {
                     len: 4,
-                    valid_up_to: 2
+                    valid_up_to: 2,
+                    id: None,
                 }),
                 Ev::Error(FrameError::InvalidUtf8 {
                     len: 2,
-                    valid_up_to: 0
+                    valid_up_to: 0,
+                    id: None,
+                }),
+                Ev::Error(FrameError::InvalidUtf8 {
+                    len: 21,
+                    valid_up_to: 18,
+                    id: Some(Id::Number(4)),
                 }),
                 frame("{}"),
             ]
         );
-        assert_eq!(framer.stats().invalid_utf8, 2);
+        assert_eq!(framer.stats().invalid_utf8, 3);
+        assert_eq!(framer.stats().utf8_repaired, 0);
+    }
+
+    #[test]
+    fn g3_invalid_utf8_is_repaired_by_default_and_marked() {
+        let mut framer = Framer::new(FramerConfig::default());
+        let mut events = Vec::new();
+        let mut repairs = Vec::new();
+        // The line from the field: one bad sequence inside a string, id first.
+        let line =
+            b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"text\":\"bad \xff\xfe byte\"}}\n{}\n";
+        framer.push(line, |e| {
+            if let FrameEvent::Frame(t) = &e {
+                repairs.push(t.repair());
+            }
+            own(&mut events)(e)
+        });
+        let fixed =
+            "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"text\":\"bad \u{fffd}\u{fffd} byte\"}}";
+        assert_eq!(events, [Ev::Repaired(fixed.to_owned()), frame("{}")]);
+        assert_eq!(
+            repairs,
+            [
+                Some(Utf8Repair {
+                    original_len: line.len() - 4,
+                    valid_up_to: 46,
+                    replaced: 2
+                }),
+                None
+            ]
+        );
+        assert_eq!(framer.stats().utf8_repaired, 1);
+        assert_eq!(framer.stats().invalid_utf8, 0);
+    }
+
+    #[test]
+    fn g2_a_repair_that_would_pass_the_limit_is_refused() {
+        // 10 bad bytes become 30: over a 20-byte limit, so the line is refused
+        // (with its id) rather than handed out above the limit.
+        let mut framer = Framer::new(config(20));
+        let mut events = Vec::new();
+        framer.push(
+            b"{\"id\":1,\"r\":\"\xff\xff\xff\xff\xff\"}\n",
+            own(&mut events),
+        );
+        assert_eq!(
+            events,
+            [Ev::Error(FrameError::InvalidUtf8 {
+                len: 20,
+                valid_up_to: 13,
+                id: Some(Id::Number(1)),
+            })]
+        );
+        assert_eq!(framer.stats().utf8_repaired, 0);
+    }
+
+    #[test]
+    fn g3_refused_line_id_finds_the_id_of_broken_lines_and_never_a_wrong_one() {
+        let id = |l: &[u8]| refused_line_id(l, 256);
+        // Invalid UTF-8, id last (read as U+FFFD, the object is valid).
+        assert_eq!(id(b"{\"result\":\"\xff\",\"id\":9}"), Some(Id::Number(9)));
+        // Not JSON after the id: the prefix scan finds it.
+        assert_eq!(
+            id(b"{\"id\":\"a\",\"result\":tru"),
+            Some(Id::String("a".into()))
+        );
+        // Not JSON-RPC, but JSON: found wherever it sits.
+        let far = format!("{{\"x\":\"{}\",\"id\":3}}", "y".repeat(1000));
+        assert_eq!(id(far.as_bytes()), Some(Id::Number(3)));
+        // A nested id or an id inside a string is never taken.
+        assert_eq!(id(b"{\"result\":{\"id\":5}}"), None);
+        assert_eq!(id(b"{\"x\":\"\\\"id\\\":5\"}"), None);
+        // A syntax error before the id: nothing.
+        assert_eq!(id(b"{\"x\":,\"id\":5}"), None);
+        assert_eq!(refused_line_id(b"{\"id\":5}", 0), None);
     }
 
     #[test]
@@ -1660,6 +1912,10 @@ mod tests {
         let c = config(1 << 20);
         let want = run(&c, [&stream[..]]);
         assert_eq!(want.iter().filter(|e| matches!(e, Ev::Frame(_))).count(), 5);
+        assert_eq!(
+            want.iter().filter(|e| matches!(e, Ev::Repaired(_))).count(),
+            1
+        );
         for sizes in [&[usize::MAX][..], &[1000], &[7, 65536, 3], &[65535, 1]] {
             for fill in [Fill::Vec, Fill::Zeroed] {
                 for take in [false, true] {
@@ -2008,10 +2264,19 @@ mod tests {
             }
             out.push(match std::str::from_utf8(f) {
                 Ok(s) => frame(s),
-                Err(e) => Ev::Error(FrameError::InvalidUtf8 {
-                    len: f.len(),
-                    valid_up_to: e.valid_up_to(),
-                }),
+                Err(e) => {
+                    let lossy = String::from_utf8_lossy(f).into_owned();
+                    if config.get_invalid_utf8() == InvalidUtf8Policy::Repair && lossy.len() <= max
+                    {
+                        Ev::Repaired(lossy)
+                    } else {
+                        Ev::Error(FrameError::InvalidUtf8 {
+                            len: f.len(),
+                            valid_up_to: e.valid_up_to(),
+                            id: refused_line_id(f, config.get_id_scan_limit()),
+                        })
+                    }
+                }
             });
         }
         if last.len() > max {
@@ -2071,12 +2336,17 @@ mod tests {
             prop_oneof![Just(0usize), 1usize..40, 40usize..400, Just(4096)],
             prop_oneof![Just(0usize), 1usize..64, Just(256)],
             prop_oneof![4 => Just(OversizedPolicy::Discard), 1 => Just(OversizedPolicy::Close)],
+            prop_oneof![
+                Just(InvalidUtf8Policy::Repair),
+                Just(InvalidUtf8Policy::Refuse)
+            ],
         )
-            .prop_map(|(pieces, max, scan, policy)| {
+            .prop_map(|(pieces, max, scan, policy, utf8)| {
                 let mut c = FramerConfig::default();
                 c.max_frame(max)
                     .id_scan_limit(scan)
-                    .oversized_policy(policy);
+                    .oversized_policy(policy)
+                    .invalid_utf8(utf8);
                 (pieces.concat(), c)
             })
     }

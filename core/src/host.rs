@@ -247,12 +247,22 @@ impl ClientOptions {
         &mut self.config
     }
 
-    /// Sets the wire limit in both directions (default 4 MiB). Worst case:
+    /// Sets the wire limit in both directions (default 8 MiB,
+    /// [`DEFAULT_MAX_FRAME`](crate::frame::DEFAULT_MAX_FRAME)). Worst case:
     /// one frame of this size buffered while it arrives, and each response
     /// waiting to be polled up to this size. The same knob as
     /// [`ClientConfig::max_frame`].
     pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
         self.config.session.max_frame(bytes);
+        self
+    }
+
+    /// Sets what happens to a server line that is not valid UTF-8 (default
+    /// [`InvalidUtf8Policy::Repair`](crate::frame::InvalidUtf8Policy::Repair):
+    /// U+FFFD, counted in `utf8_repaired`). The same knob as
+    /// [`FramerConfig::invalid_utf8`](crate::frame::FramerConfig::invalid_utf8).
+    pub fn invalid_utf8(&mut self, policy: crate::frame::InvalidUtf8Policy) -> &mut Self {
+        self.config.session.framer_mut().invalid_utf8(policy);
         self
     }
 

@@ -149,13 +149,14 @@ pub use call::{CallLifecycle, CallRecord, Stamp};
 pub use capture::{CaptureConfig, Captured, OutputCapture, RetentionPool};
 pub use client::{ClientConfig, ClientEvent, ClientSession};
 pub use command::CommandSpec;
-pub use frame::{FrameError, FrameEvent, Framer, FramerConfig, OversizedPolicy};
+pub use frame::{FrameError, FrameEvent, Framer, FramerConfig, InvalidUtf8Policy, OversizedPolicy};
 pub use guard::{GuardAction, GuardConfig, GuardSession};
 pub use helper::{HelperAction, HelperConfig, HelperOutcome, HelperRun};
 pub use host::{HostConfig, HostSession, RequestError, SessionRecord};
 pub use idset::RecentIds;
 pub use message::{
-    DecodeError, EncodeError, ErrorObject, Id, Message, Notification, Request, Response,
+    wire_limit_error, DecodeError, EncodeError, ErrorObject, Id, Message, Notification, Request,
+    Response, WIRE_LIMIT_EXCEEDED,
 };
 pub use process::{ExitStatus, ProcessOutcome, ProcessSupervisor, StreamEnd, SupervisorConfig};
 pub use proxy::{Proxy, ProxyConfig, ProxyEvent, ProxyMetrics};

@@ -30,10 +30,65 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 /// JSON-RPC error code: invalid method parameters.
 pub const INVALID_PARAMS: i64 = -32602;
-/// JSON-RPC error code: internal error (also used for a result over the wire limit).
+/// JSON-RPC error code: internal error.
 pub const INTERNAL_ERROR: i64 = -32603;
-/// Implementation-defined server error: used for overload and wire-limit replies.
+/// Implementation-defined server error: used for overload replies.
 pub const SERVER_ERROR: i64 = -32000;
+/// JSON-RPC error code of every message refused at a wire limit, in every
+/// component (the `Client`s' [`RequestFailure::ResponseTooLarge`] as rmcp
+/// sees it, `serve`, the guard, the rmcp transports): -32000, the first
+/// implementation-defined server error. Built by [`wire_limit_error`].
+///
+/// [`RequestFailure::ResponseTooLarge`]: crate::client::RequestFailure::ResponseTooLarge
+pub const WIRE_LIMIT_EXCEEDED: i64 = -32000;
+
+/// What passed a wire limit, for [`wire_limit_error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Oversized {
+    /// A request from the client (or host).
+    Request,
+    /// A response from the server.
+    Response,
+    /// A result a handler produced, before it was written.
+    Result,
+}
+
+impl Oversized {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Request => "request",
+            Self::Response => "response",
+            Self::Result => "result",
+        }
+    }
+}
+
+/// The one message for "over the wire limit", everywhere:
+/// `response exceeded the wire limit (8388608 bytes; 9000000 bytes seen); raise max_frame`.
+/// `knob` names the setting the reader turns to accept it (`max_frame` in
+/// the library, `--max-frame` for the guard). `seen` is the message's size
+/// when known, else a lower bound (`limit + 1` when it was refused as soon
+/// as it passed the limit).
+pub fn wire_limit_message(what: Oversized, limit: usize, seen: u64, knob: &str) -> String {
+    format!(
+        "{} exceeded the wire limit ({limit} bytes; {seen} bytes seen); raise {knob}",
+        what.as_str()
+    )
+}
+
+/// The one JSON-RPC error for "over the wire limit", everywhere: code
+/// [`WIRE_LIMIT_EXCEEDED`], [`wire_limit_message`], and
+/// `data: {"limit": limit, "seen": seen}`.
+pub fn wire_limit_error(what: Oversized, limit: usize, seen: u64, knob: &str) -> ErrorObject {
+    let data = format!("{{\"limit\":{limit},\"seen\":{seen}}}");
+    ErrorObject {
+        code: WIRE_LIMIT_EXCEEDED,
+        message: wire_limit_message(what, limit, seen, knob),
+        // Two integers: always valid JSON.
+        data: RawValue::from_string(data).ok(),
+    }
+}
 
 /// A JSON-RPC request id: a number (integer) or a string.
 ///

@@ -77,12 +77,12 @@ use serde::Serialize;
 
 use crate::call::{CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord, Stamp};
 use crate::frame::{
-    recover_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery, ReadRoom,
-    DEFAULT_MAX_FRAME,
+    refused_line_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery, ReadRoom,
 };
 use crate::idset::RecentIds;
 use crate::message::{
-    encode_error, Decoded, ErrorObject, Id, Message, RawValue, PARSE_ERROR, SERVER_ERROR,
+    encode_error, wire_limit_error, Decoded, ErrorObject, Id, Message, Oversized, RawValue,
+    PARSE_ERROR, SERVER_ERROR,
 };
 
 /// Default bound on bytes waiting for the host: 16 MiB.
@@ -104,7 +104,8 @@ pub const MIN_MAX_FRAME: usize = 64;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ProxyConfig {
-    max_frame: usize,
+    framer: FramerConfig,
+    limit_knob: String,
     max_buffered: usize,
     noise_budget: u64,
     max_tracked: usize,
@@ -118,7 +119,8 @@ pub struct ProxyConfig {
 impl Default for ProxyConfig {
     fn default() -> Self {
         Self {
-            max_frame: DEFAULT_MAX_FRAME,
+            framer: FramerConfig::default(),
+            limit_knob: "max_frame".to_owned(),
             max_buffered: DEFAULT_MAX_BUFFERED,
             noise_budget: DEFAULT_NOISE_BUDGET,
             max_tracked: DEFAULT_MAX_TRACKED,
@@ -133,10 +135,25 @@ impl Default for ProxyConfig {
 
 impl ProxyConfig {
     /// Sets the wire limit of both directions, in bytes (default
-    /// [`DEFAULT_MAX_FRAME`]; values below [`MIN_MAX_FRAME`] are raised to
+    /// [`DEFAULT_MAX_FRAME`](crate::frame::DEFAULT_MAX_FRAME); values below [`MIN_MAX_FRAME`] are raised to
     /// it). Each framer buffers at most this much: worst case `2 × max`.
     pub fn max_frame(&mut self, max: usize) -> &mut Self {
-        self.max_frame = max.max(MIN_MAX_FRAME);
+        self.framer.max_frame(max.max(MIN_MAX_FRAME));
+        self
+    }
+
+    /// Edits both framers' settings in place (see [`FramerConfig`]: the wire
+    /// limit, the id scan, the oversized and invalid UTF-8 policies). A wire
+    /// limit below [`MIN_MAX_FRAME`] is raised to it when the proxy is built.
+    pub fn framer_mut(&mut self) -> &mut FramerConfig {
+        &mut self.framer
+    }
+
+    /// Sets the name of the setting that raises the wire limit, written in
+    /// every wire-limit error the proxy sends ([`wire_limit_error`]); the
+    /// guard names its flag (default `max_frame`).
+    pub fn limit_knob(&mut self, knob: &str) -> &mut Self {
+        knob.clone_into(&mut self.limit_knob);
         self
     }
 
@@ -207,7 +224,15 @@ impl ProxyConfig {
 
     /// The wire limit.
     pub fn get_max_frame(&self) -> usize {
-        self.max_frame
+        self.framer.get_max_frame()
+    }
+    /// Both framers' settings.
+    pub fn get_framer(&self) -> &FramerConfig {
+        &self.framer
+    }
+    /// The name of the setting that raises the wire limit.
+    pub fn get_limit_knob(&self) -> &str {
+        &self.limit_knob
     }
     /// The bound on bytes waiting for the host.
     pub fn get_max_buffered(&self) -> usize {
@@ -297,6 +322,13 @@ pub struct ProxyMetrics {
     pub non_protocol_bytes_dropped: u64,
     /// Undecodable frames from the host (forwarded as they were).
     pub host_parse_errors: u64,
+    /// Host lines that were not UTF-8, repaired (U+FFFD) and forwarded.
+    pub host_utf8_repaired: u64,
+    /// Server lines that were not UTF-8, repaired (U+FFFD) and forwarded.
+    pub server_utf8_repaired: u64,
+    /// Refused server lines (not UTF-8, not JSON, not a JSON-RPC message)
+    /// whose id named a tracked call, which the host got an error for at once.
+    pub refused_responses_failed: u64,
     /// Largest frame from the server.
     pub largest_server_frame: u64,
     /// Peak bytes waiting for the host (queued plus not yet written).
@@ -340,9 +372,10 @@ struct State {
 
 impl Proxy {
     /// A proxy with the given limits.
-    pub fn new(config: ProxyConfig) -> Self {
-        let mut framing = FramerConfig::default();
-        framing.max_frame(config.max_frame);
+    pub fn new(mut config: ProxyConfig) -> Self {
+        let max = config.framer.get_max_frame().max(MIN_MAX_FRAME);
+        config.framer.max_frame(max);
+        let framing = config.framer.clone();
         Self {
             host_framer: Framer::new(framing.clone()),
             server_framer: Framer::new(framing),
@@ -673,10 +706,20 @@ impl State {
     }
 
     fn reply_error(&mut self, id: Option<&Id>, code: i64, message: String) {
-        let err = ErrorObject::new(code, message);
+        self.reply_error_object(id, ErrorObject::new(code, message));
+    }
+
+    /// The one wire-limit error ([`wire_limit_error`]), naming the guard's
+    /// setting.
+    fn limit_error(&self, what: Oversized, seen: u64) -> ErrorObject {
+        let limit = self.config.framer.get_max_frame();
+        wire_limit_error(what, limit, seen, &self.config.limit_knob)
+    }
+
+    fn reply_error_object(&mut self, id: Option<&Id>, err: ErrorObject) {
         // Small by construction (an id from a bounded scan and a short message),
         // so even a tiny wire limit must not silence the reply.
-        if let Ok(bytes) = encode_error(id, &err, self.config.max_frame.max(1024)) {
+        if let Ok(bytes) = encode_error(id, &err, self.config.framer.get_max_frame().max(1024)) {
             self.send_host(bytes);
         }
     }
@@ -691,7 +734,16 @@ impl State {
 
     fn on_host_event(&mut self, at: Stamp, ev: FrameEvent<'_>) {
         match ev {
-            FrameEvent::Frame(text) => self.on_host_frame(at, &text),
+            FrameEvent::Frame(text) => {
+                if let Some(r) = text.repair() {
+                    self.metrics.host_utf8_repaired += 1;
+                    self.note(format!(
+                        "mcp-stdio guard: host line of {} bytes was not UTF-8; {} sequence(s) replaced with U+FFFD",
+                        r.original_len, r.replaced
+                    ));
+                }
+                self.on_host_frame(at, &text)
+            }
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 // Never forwarded: the framer discards the rest of the line.
                 self.metrics.oversized_requests += 1;
@@ -703,34 +755,31 @@ impl State {
                         .unwrap_or_default()
                 ));
                 if let Some(id) = id_hint {
-                    self.reply_error(
-                        Some(&id),
-                        SERVER_ERROR,
-                        format!("request exceeded wire limit ({limit} bytes)"),
-                    );
+                    let err = self.limit_error(Oversized::Request, limit as u64 + 1);
+                    self.reply_error_object(Some(&id), err);
                 }
             }
             FrameEvent::Error(FrameError::OversizedEnded {
+                discarded,
                 recovered: IdRecovery::Found(id),
                 hinted: false,
-                ..
             }) => {
                 // The id came after the scanned prefix: answer it now.
                 self.note(format!(
                     "mcp-stdio guard: oversized request has id {id}; it gets an error"
                 ));
-                self.reply_error(
-                    Some(&id),
-                    SERVER_ERROR,
-                    format!(
-                        "request exceeded wire limit ({} bytes)",
-                        self.config.max_frame
-                    ),
-                );
+                let err = self.limit_error(Oversized::Request, discarded);
+                self.reply_error_object(Some(&id), err);
             }
-            FrameEvent::Error(FrameError::InvalidUtf8 { .. }) => {
+            FrameEvent::Error(FrameError::InvalidUtf8 { len, id, .. }) => {
                 self.metrics.host_parse_errors += 1;
-                self.reply_error(None, PARSE_ERROR, "invalid UTF-8".to_owned());
+                self.note(format!(
+                    "mcp-stdio guard: host line of {len} bytes is not UTF-8; refused{}",
+                    id.as_ref()
+                        .map(|i| format!(" (id {i})"))
+                        .unwrap_or_default()
+                ));
+                self.reply_error(id.as_ref(), PARSE_ERROR, "invalid UTF-8".to_owned());
             }
             FrameEvent::Error(_) => {}
         }
@@ -802,49 +851,57 @@ impl State {
                 // Without an id in the prefix, wait for the frame's end: the
                 // whole-frame scan may find it.
                 if id_hint.is_some() {
-                    self.on_oversized_response(at, id_hint, limit);
+                    self.on_oversized_response(at, id_hint, limit as u64 + 1);
                 }
             }
             FrameEvent::Error(FrameError::OversizedEnded {
+                discarded,
                 recovered,
                 hinted: false,
-                ..
             }) => {
                 if recovered.id().is_none() {
                     self.metrics.oversized_response_ids_missing += 1;
                 }
-                let limit = self.config.max_frame;
-                self.on_oversized_response(at, recovered.id().cloned(), limit);
+                self.on_oversized_response(at, recovered.id().cloned(), discarded);
             }
-            FrameEvent::Error(FrameError::InvalidUtf8 { len, .. }) => {
+            FrameEvent::Error(FrameError::InvalidUtf8 { len, id, .. }) => {
                 self.metrics.non_protocol_lines += 1;
                 self.note(format!(
-                    "mcp-stdio guard: server stdout line of {len} bytes is not UTF-8; dropped"
+                    "mcp-stdio guard: server stdout line of {len} bytes is not UTF-8; refused{}",
+                    id.as_ref()
+                        .map(|i| format!(" (id {i})"))
+                        .unwrap_or_default()
                 ));
+                // G3: the request it answers gets an error now.
+                if let Some(id) = id {
+                    self.fail_refused_response(
+                        at,
+                        &id,
+                        format!(
+                            "response of {len} bytes from the server is not valid UTF-8; refused"
+                        ),
+                    );
+                }
             }
             FrameEvent::Error(_) => {}
         }
     }
 
-    /// A server message passed the wire limit; `id` is its id, if known.
-    fn on_oversized_response(&mut self, at: Stamp, id: Option<Id>, limit: usize) {
+    /// A server message passed the wire limit; `id` is its id, if known,
+    /// `seen` its size (or `limit + 1` when refused as it passed the limit).
+    fn on_oversized_response(&mut self, at: Stamp, id: Option<Id>, seen: u64) {
+        let limit = self.config.framer.get_max_frame();
         let tracked = id.as_ref().and_then(|id| self.tracked.remove(id));
         match (id, tracked) {
             (Some(id), Some(call)) => {
                 self.note(format!(
-                    "mcp-stdio guard: response to {id} over the wire limit ({limit} bytes); the host gets an error instead"
+                    "mcp-stdio guard: response to {id} over the wire limit ({limit} bytes); the host gets an error instead; raise {} to let it through",
+                    self.config.limit_knob
                 ));
-                self.reply_error(
-                    Some(&id),
-                    SERVER_ERROR,
-                    format!("response exceeded wire limit ({limit} bytes)"),
-                );
-                self.complete(
-                    at,
-                    call,
-                    CallOutcome::LocalFailure,
-                    &format!("response exceeded wire limit ({limit} bytes); the host got error {SERVER_ERROR}"),
-                );
+                let err = self.limit_error(Oversized::Response, seen);
+                let note = format!("{}; the host got error {}", err.message, err.code);
+                self.reply_error_object(Some(&id), err);
+                self.complete(at, call, CallOutcome::LocalFailure, &note);
             }
             (Some(id), None) if self.cancelled.contains(&id) => {
                 self.metrics.dropped_after_cancel += 1;
@@ -857,6 +914,14 @@ impl State {
     }
 
     fn on_server_frame(&mut self, at: Stamp, frame: FrameText<'_>) {
+        let repair = frame.repair();
+        if let Some(r) = repair {
+            self.metrics.server_utf8_repaired += 1;
+            self.note(format!(
+                "mcp-stdio guard: server stdout line of {} bytes was not UTF-8; {} sequence(s) replaced with U+FFFD",
+                r.original_len, r.replaced
+            ));
+        }
         let text: &str = &frame;
         self.metrics.largest_server_frame =
             self.metrics.largest_server_frame.max(text.len() as u64);
@@ -883,7 +948,7 @@ impl State {
         }
         self.metrics.responses += 1;
         if let Some(call) = self.tracked.remove(&id) {
-            let (outcome, note) = match error {
+            let (outcome, mut note) = match error {
                 None => (
                     CallOutcome::Succeeded,
                     format!("result of {} bytes", text.len()),
@@ -893,6 +958,13 @@ impl State {
                     format!("error {} ({} bytes)", e.code, text.len()),
                 ),
             };
+            if let Some(r) = repair {
+                // Recorded with the call, so the audit log shows what the host got.
+                note.push_str(&format!(
+                    "; invalid UTF-8 repaired: {} sequence(s) replaced with U+FFFD",
+                    r.replaced
+                ));
+            }
             self.complete(at, call, outcome, &note);
         }
         let bytes = line(frame);
@@ -915,25 +987,29 @@ impl State {
             self.metrics.non_protocol_bytes_dropped += text.len() as u64;
         }
         // Keep a near-miss response visible to the host as an error rather
-        // than a silent hang.
-        let scan = &text.as_bytes()[..text.len().min(256)];
-        if let Some(id) = recover_id(scan) {
-            if let Some(call) = self.tracked.remove(&id) {
-                self.reply_error(
-                    Some(&id),
-                    SERVER_ERROR,
-                    "malformed response from server".to_owned(),
-                );
-                self.complete(
-                    at,
-                    call,
-                    CallOutcome::RemoteFailure,
-                    &format!(
-                        "malformed response of {} bytes; the host got error {SERVER_ERROR}",
-                        text.len()
-                    ),
-                );
-            }
+        // than a silent hang (G3).
+        let scan = self.config.framer.get_id_scan_limit();
+        if let Some(id) = refused_line_id(text.as_bytes(), scan) {
+            self.fail_refused_response(
+                at,
+                &id,
+                format!(
+                    "malformed response of {} bytes from the server (not a JSON-RPC response); refused",
+                    text.len()
+                ),
+            );
+        }
+    }
+
+    /// A refused server line named `id`: a tracked call gets an error now.
+    fn fail_refused_response(&mut self, at: Stamp, id: &Id, message: String) {
+        if let Some(call) = self.tracked.remove(id) {
+            self.metrics.refused_responses_failed += 1;
+            let note = format!("{message}; the host got error {SERVER_ERROR}");
+            self.reply_error(Some(id), SERVER_ERROR, message);
+            self.complete(at, call, CallOutcome::RemoteFailure, &note);
+        } else if self.cancelled.contains(id) {
+            self.metrics.dropped_after_cancel += 1;
         }
     }
 }
@@ -1248,6 +1324,8 @@ mod fuzzing {
 mod tests {
     use super::*;
     use crate::call::CallState;
+    use crate::frame::InvalidUtf8Policy;
+    use crate::message::WIRE_LIMIT_EXCEEDED;
     use std::time::Instant;
 
     fn at() -> Stamp {
@@ -1357,6 +1435,92 @@ mod tests {
     }
 
     #[test]
+    fn g3_invalid_utf8_response_is_repaired_and_recorded() {
+        let mut p = Proxy::new(ProxyConfig::default());
+        p.handle_host(
+            at(),
+            b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\"}\n",
+        );
+        drain_server(&mut p);
+        records(&mut p);
+        p.handle_server(
+            at(),
+            b"{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"bad \xff\xfe byte\"}]}}\n",
+        );
+        let host = drain_host(&mut p);
+        assert_eq!(host.len(), 1, "{host:?}");
+        assert!(host[0].contains("bad \u{fffd}\u{fffd} byte"), "{host:?}");
+        let r = records(&mut p);
+        assert_eq!(r[0].outcome(), Some(CallOutcome::Succeeded));
+        let events = serde_json::to_string(&r[0]).expect("record");
+        assert!(
+            events.contains("invalid UTF-8 repaired: 2 sequence(s)"),
+            "{events}"
+        );
+        assert_eq!(p.metrics().server_utf8_repaired, 1);
+    }
+
+    #[test]
+    fn g3_refused_lines_fail_their_call_at_once() {
+        let mut c = ProxyConfig::default();
+        c.framer_mut().invalid_utf8(InvalidUtf8Policy::Refuse);
+        c.limit_knob("--max-frame");
+        let mut p = Proxy::new(c);
+        for id in [1, 2] {
+            let req = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\"}}\n");
+            p.handle_host(at(), req.as_bytes());
+        }
+        drain_server(&mut p);
+        records(&mut p);
+        // Not UTF-8 (refused by policy), then valid JSON that is no JSON-RPC
+        // message, its id last.
+        p.handle_server(
+            at(),
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"\xff\"}\n",
+        );
+        p.handle_server(at(), b"{\"jsonrpc\":\"1.0\",\"result\":{},\"id\":2}\n");
+        let host = drain_host(&mut p);
+        assert_eq!(host.len(), 2, "{host:?}");
+        assert!(
+            host[0].contains("\"id\":1") && host[0].contains("not valid UTF-8"),
+            "{host:?}"
+        );
+        assert!(
+            host[1].contains("\"id\":2") && host[1].contains("malformed response"),
+            "{host:?}"
+        );
+        let r = records(&mut p);
+        assert_eq!(r.len(), 2);
+        assert!(r
+            .iter()
+            .all(|r| r.outcome() == Some(CallOutcome::RemoteFailure)));
+        assert_eq!(p.metrics().refused_responses_failed, 2);
+    }
+
+    #[test]
+    fn g3_the_wire_limit_error_names_the_guards_setting() {
+        let mut c = small_frame(1024);
+        c.limit_knob("--max-frame");
+        let mut p = Proxy::new(c);
+        p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"big\"}\n");
+        let mut big = b"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":\"".to_vec();
+        big.extend(std::iter::repeat_n(b'x', 5000));
+        big.extend_from_slice(b"\"}\n");
+        p.handle_server(at(), &big);
+        let host = drain_host(&mut p);
+        let v: serde_json::Value = serde_json::from_str(&host[0]).expect("json");
+        assert_eq!(v["error"]["code"], WIRE_LIMIT_EXCEEDED);
+        assert_eq!(v["error"]["data"]["limit"], 1024);
+        assert_eq!(v["error"]["data"]["seen"], 1025);
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.ends_with("raise --max-frame")),
+            "{v}"
+        );
+    }
+
+    #[test]
     fn g3_oversized_response_becomes_an_error_for_its_id() {
         let mut p = Proxy::new(small_frame(1024));
         p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"big\"}\n");
@@ -1367,7 +1531,8 @@ mod tests {
         let host = drain_host(&mut p);
         assert_eq!(host.len(), 2, "{host:?}");
         assert!(
-            host[0].contains("\"id\":3") && host[0].contains("exceeded wire limit (1024 bytes)")
+            host[0].contains("\"id\":3")
+                && host[0].contains("exceeded the wire limit (1024 bytes;")
         );
         assert!(host[1].contains("after"));
         let r = records(&mut p);
@@ -1394,7 +1559,8 @@ mod tests {
         let host = drain_host(&mut p);
         assert_eq!(host.len(), 1, "{host:?}");
         assert!(
-            host[0].contains("\"id\":3") && host[0].contains("exceeded wire limit (1024 bytes)"),
+            host[0].contains("\"id\":3")
+                && host[0].contains("exceeded the wire limit (1024 bytes;"),
             "{host:?}"
         );
         let r = records(&mut p);
@@ -1420,7 +1586,7 @@ mod tests {
         assert!(drain_server(&mut p).is_empty());
         let host = drain_host(&mut p);
         assert!(
-            host[0].contains("\"id\":\"r\"") && host[0].contains("request exceeded wire limit")
+            host[0].contains("\"id\":\"r\"") && host[0].contains("request exceeded the wire limit")
         );
     }
 

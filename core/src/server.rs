@@ -15,8 +15,9 @@
 //!   recorded, not an error. Cancels for unknown or finished ids, and for
 //!   `initialize`, are ignored and counted.
 //! - **G9**: a result above the wire limit becomes a JSON-RPC error response
-//!   (-32603, "result exceeded wire limit of N bytes") for that id; nothing
-//!   above the limit is ever written.
+//!   ([`wire_limit_error`]: -32000, "result exceeded the wire limit (N
+//!   bytes; …); raise max_frame", with `data {limit, seen}`) for that id;
+//!   nothing above the limit is ever written.
 //!
 //! # Worst-case memory
 //!
@@ -32,12 +33,12 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{CANCELLED, INITIALIZE};
-use crate::frame::{recover_id, FrameError, FrameEvent, Framer, FramerConfig, IdRecovery};
+use crate::frame::{refused_line_id, FrameError, FrameEvent, Framer, FramerConfig, IdRecovery};
 use crate::idset::RecentIds;
 use crate::message::{
-    encode_error, encode_notification, encode_result, DecodeError, EncodeError, ErrorObject, Id,
-    Message, Notification, RawValue, Request, INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR,
-    SERVER_ERROR,
+    encode_error, encode_notification, encode_result, wire_limit_error, DecodeError, EncodeError,
+    ErrorObject, Id, Message, Notification, Oversized, RawValue, Request, INTERNAL_ERROR,
+    INVALID_REQUEST, PARSE_ERROR, SERVER_ERROR,
 };
 use crate::violation_log::{warn_violation, ViolationLog};
 
@@ -436,10 +437,8 @@ impl ServerSession {
             Ok(b) => (b, Responded::Queued),
             Err(EncodeError::TooLarge { limit }) => {
                 s.metrics.responses_too_large += 1;
-                let err = ErrorObject::new(
-                    INTERNAL_ERROR,
-                    format!("result exceeded wire limit of {limit} bytes"),
-                );
+                // The encoder stops at the limit: the size is known to pass it.
+                let err = wire_limit_error(Oversized::Result, limit, limit as u64 + 1, "max_frame");
                 // A fixed short message always fits any sane limit; if the
                 // limit is absurdly small even this cannot be sent.
                 match encode_error(Some(id), &err, max) {
@@ -551,16 +550,16 @@ impl ServerState {
                     "oversized request on stdin"
                 );
                 if let Some(id) = id_hint {
-                    self.reply_oversized(&id, limit);
+                    self.reply_oversized(&id, limit as u64 + 1);
                 }
             }
             FrameEvent::Error(FrameError::OversizedEnded {
+                discarded,
                 recovered: IdRecovery::Found(id),
                 hinted: false,
-                ..
             }) => {
                 // The id came after the scanned prefix: answer it now.
-                self.reply_oversized(&id, self.config.framer.get_max_frame());
+                self.reply_oversized(&id, discarded);
             }
             FrameEvent::Error(FrameError::OversizedEnded { .. }) => {}
             FrameEvent::Error(e) => {
@@ -571,19 +570,18 @@ impl ServerState {
                 };
                 *self.metrics.parse_errors.entry(kind).or_default() += 1;
                 warn_violation!(self.violations, now, error = %e, "framing error on stdin");
-                if kind == "invalid_utf8" {
-                    self.reply_error(None, &ErrorObject::new(PARSE_ERROR, "invalid UTF-8"));
+                if let FrameError::InvalidUtf8 { id, .. } = &e {
+                    let err = ErrorObject::new(PARSE_ERROR, "invalid UTF-8");
+                    self.reply_error(id.as_ref(), &err);
                 }
             }
         }
     }
 
     /// The request `id` passed the wire limit: it gets an error.
-    fn reply_oversized(&mut self, id: &Id, limit: usize) {
-        let err = ErrorObject::new(
-            SERVER_ERROR,
-            format!("request exceeded wire limit ({limit} bytes)"),
-        );
+    fn reply_oversized(&mut self, id: &Id, seen: u64) {
+        let limit = self.config.framer.get_max_frame();
+        let err = wire_limit_error(Oversized::Request, limit, seen, "max_frame");
         self.reply_error(Some(id), &err);
     }
 
@@ -596,8 +594,8 @@ impl ServerState {
                 let (code, id) = match e {
                     DecodeError::Json { .. } => (PARSE_ERROR, None),
                     _ => {
-                        let scan = self.config.framer.get_id_scan_limit().min(text.len());
-                        (INVALID_REQUEST, recover_id(&text.as_bytes()[..scan]))
+                        let scan = self.config.framer.get_id_scan_limit();
+                        (INVALID_REQUEST, refused_line_id(text.as_bytes(), scan))
                     }
                 };
                 self.reply_error(id.as_ref(), &ErrorObject::new(code, e.to_string()));

@@ -1,6 +1,7 @@
 //! The framer's memory bound, measured: 256 MiB of adversarial input in 64 KiB
 //! chunks through a `Framer` with `max_frame` = 1 MiB must never make the heap
-//! grow by `max_frame + 64 KiB` or more.
+//! grow past `max_frame + 1 + 64 KiB`; with invalid UTF-8 repaired (the
+//! default), past that plus one repaired copy of at most `max_frame` bytes.
 //!
 //! A counting global allocator tracks the live heap of the test's thread.
 //! `realloc` is counted at its worst: the new block live before the old one is
@@ -17,7 +18,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
 use std::time::Instant;
 
-use mcp_stdio_core::frame::{FrameError, FrameEvent, Framer, FramerConfig};
+use mcp_stdio_core::frame::{FrameError, FrameEvent, Framer, FramerConfig, InvalidUtf8Policy};
 
 /// Live bytes allocated by the tracked thread since tracking started (may go
 /// negative when it frees older blocks).
@@ -91,6 +92,8 @@ const MAX_FRAME: usize = 1 << 20;
 const CHUNK: usize = 64 << 10;
 const TOTAL: usize = 256 << 20;
 const BOUND: isize = (MAX_FRAME + 1 + CHUNK) as isize;
+/// With [`InvalidUtf8Policy::Repair`]: plus the repaired copy being handed out.
+const REPAIR_BOUND: isize = BOUND + MAX_FRAME as isize;
 
 #[derive(Debug, Default)]
 struct Seen {
@@ -99,14 +102,25 @@ struct Seen {
     ids: u64,
     ended: u64,
     invalid_utf8: u64,
+    repaired: u64,
     truncated: u64,
 }
 
 /// Pushes `TOTAL` bytes, chunk by chunk as `fill` writes them into `chunk`,
 /// and returns the peak heap growth from just before the framer is created.
-fn measure(via: Via, name: &str, chunk: &mut [u8], mut fill: impl FnMut(usize, &mut [u8])) -> Seen {
+fn measure(
+    via: Via,
+    utf8: InvalidUtf8Policy,
+    name: &str,
+    chunk: &mut [u8],
+    mut fill: impl FnMut(usize, &mut [u8]),
+) -> Seen {
     let mut config = FramerConfig::default();
-    config.max_frame(MAX_FRAME);
+    config.max_frame(MAX_FRAME).invalid_utf8(utf8);
+    let bound = match utf8 {
+        InvalidUtf8Policy::Refuse => BOUND,
+        _ => REPAIR_BOUND,
+    };
     let mut seen = Seen::default();
     let started = Instant::now();
 
@@ -115,7 +129,10 @@ fn measure(via: Via, name: &str, chunk: &mut [u8], mut fill: impl FnMut(usize, &
     TRACKED.with(|t| t.set(true));
     let mut framer = Framer::new(config);
     let mut on_event = |event: FrameEvent<'_>| match event {
-        FrameEvent::Frame(_) => seen.frames += 1,
+        FrameEvent::Frame(f) => {
+            seen.frames += 1;
+            seen.repaired += u64::from(f.repair().is_some());
+        }
         FrameEvent::Error(FrameError::Oversized { id_hint, .. }) => {
             seen.oversized += 1;
             seen.ids += u64::from(id_hint.is_some());
@@ -149,11 +166,11 @@ fn measure(via: Via, name: &str, chunk: &mut [u8], mut fill: impl FnMut(usize, &
     let peak = PEAK.load(Relaxed);
 
     eprintln!(
-        "{name} ({via:?}): peak heap growth {peak} bytes ({:.3} MiB; bound {BOUND}), {:.2} s, {seen:?}",
+        "{name} ({via:?}, {utf8:?}): peak heap growth {peak} bytes ({:.3} MiB; bound {bound}), {:.2} s, {seen:?}",
         peak as f64 / (1 << 20) as f64,
         started.elapsed().as_secs_f64(),
     );
-    assert!(peak <= BOUND, "{name}: peak {peak} > bound {BOUND}");
+    assert!(peak <= bound, "{name}: peak {peak} > bound {bound}");
     // Each scenario fills the buffer to `max_frame`: the counter must see it.
     assert!(
         peak >= MAX_FRAME as isize,
@@ -211,12 +228,18 @@ fn scenarios(via: Via) {
         br#"{"jsonrpc":"2.0","id":"endless","params":""#,
     );
     let header = chunk.clone();
-    let seen = measure(via, "endless line", &mut chunk, |i, chunk| {
-        if i == 1 {
-            chunk.copy_from_slice(&header);
-            chunk[..64].fill(b'x');
-        }
-    });
+    let seen = measure(
+        via,
+        InvalidUtf8Policy::Refuse,
+        "endless line",
+        &mut chunk,
+        |i, chunk| {
+            if i == 1 {
+                chunk.copy_from_slice(&header);
+                chunk[..64].fill(b'x');
+            }
+        },
+    );
     assert_eq!(
         (seen.oversized, seen.ids, seen.truncated, seen.frames),
         (1, 1, 1, 0)
@@ -228,6 +251,7 @@ fn scenarios(via: Via) {
     let mut line = 0usize;
     let seen = measure(
         via,
+        InvalidUtf8Policy::Refuse,
         "lines at and just over the limit",
         &mut chunk,
         |i, chunk| {
@@ -282,12 +306,32 @@ fn scenarios(via: Via) {
             pool[at + 1..at + 1 + n].fill(b'j');
         }
     }
-    let seen = measure(via, "random junk", &mut chunk, |_, chunk| {
-        let from = rng.below(pool.len() - CHUNK);
-        chunk.copy_from_slice(&pool[from..from + CHUNK]);
-    });
+    let state = rng.0;
+    let seen = measure(
+        via,
+        InvalidUtf8Policy::Refuse,
+        "random junk",
+        &mut chunk,
+        |_, chunk| {
+            let from = rng.below(pool.len() - CHUNK);
+            chunk.copy_from_slice(&pool[from..from + CHUNK]);
+        },
+    );
     assert!(
-        seen.frames > 0 && seen.oversized > 0 && seen.invalid_utf8 > 0,
+        seen.frames > 0 && seen.oversized > 0 && seen.invalid_utf8 > 0 && seen.repaired == 0,
         "{seen:?}"
     );
+    // The same junk repaired: lines whose repair fits the limit are handed out.
+    rng.0 = state;
+    let seen = measure(
+        via,
+        InvalidUtf8Policy::Repair,
+        "random junk",
+        &mut chunk,
+        |_, chunk| {
+            let from = rng.below(pool.len() - CHUNK);
+            chunk.copy_from_slice(&pool[from..from + CHUNK]);
+        },
+    );
+    assert!(seen.repaired > 0 && seen.oversized > 0, "{seen:?}");
 }

@@ -9,7 +9,7 @@ use mcp_stdio_core::client::{
     ClientConfig, ClientEvent, ClientSession, CloseReason, Incoming, OverloadPolicy,
     RequestFailure, SendError,
 };
-use mcp_stdio_core::message::{to_raw, ErrorObject, Id, RawValue};
+use mcp_stdio_core::message::{to_raw, ErrorObject, Id, RawValue, WIRE_LIMIT_EXCEEDED};
 use mcp_stdio_core::server::{RequestState, Responded, ServerConfig, ServerEvent, ServerSession};
 
 fn raw(s: &str) -> Box<RawValue> {
@@ -484,8 +484,15 @@ fn g9_server_replaces_an_oversized_result_with_an_error() {
     p.pump();
     match p.completion(&id) {
         Err(RequestFailure::Server(e)) => {
-            assert_eq!(e.code, -32603);
-            assert_eq!(e.message, "result exceeded wire limit of 1024 bytes");
+            assert_eq!(e.code, WIRE_LIMIT_EXCEEDED);
+            assert_eq!(
+                e.message,
+                "result exceeded the wire limit (1024 bytes; 1025 bytes seen); raise max_frame"
+            );
+            assert_eq!(
+                e.data.as_ref().map(|d| d.get()),
+                Some(r#"{"limit":1024,"seen":1025}"#)
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -613,9 +620,10 @@ fn malformed_lines_and_unknown_ids_are_counted_and_the_session_goes_on() {
     assert!(p.completion(&id).is_ok());
     let m = p.client.metrics();
     assert_eq!(m.unknown_id_responses, 1);
-    assert_eq!(m.parse_errors.get("json"), Some(&1));
+    // `\xff\xfe` is repaired to two U+FFFD, which is not JSON.
+    assert_eq!(m.parse_errors.get("json"), Some(&2));
     assert_eq!(m.parse_errors.get("batch"), Some(&1));
-    assert_eq!(m.parse_errors.get("invalid_utf8"), Some(&1));
+    assert_eq!(m.utf8_repaired, 1);
     assert_eq!(m.empty_lines, 2);
 }
 
@@ -633,6 +641,84 @@ fn malformed_response_naming_a_pending_id_fails_it_at_once() {
         }) => {
             assert_eq!(got, id)
         }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The line from the field: one invalid sequence inside a string, the id in
+/// the first bytes. Hosts that accept it directly must not lose it through us.
+fn bad_utf8_response(id: &Id) -> Vec<u8> {
+    let mut line = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"bad ").into_bytes();
+    line.extend_from_slice(b"\xff\xfe byte\"}]}}\n");
+    line
+}
+
+#[test]
+fn g3_an_invalid_utf8_response_is_repaired_by_default_and_completes() {
+    let mut c = ClientSession::new(ClientConfig::default());
+    let now = Instant::now();
+    let id = c.request(now, "tools/call", None, None).unwrap();
+    c.handle_stdout(now, &bad_utf8_response(&id));
+    match c.poll_event() {
+        Some(ClientEvent::Completed {
+            id: got,
+            outcome: Ok(result),
+        }) => {
+            assert_eq!(got, id);
+            assert!(
+                result.get().contains("bad \u{fffd}\u{fffd} byte"),
+                "{}",
+                result.get()
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.metrics().utf8_repaired, 1);
+}
+
+#[test]
+fn g3_an_invalid_utf8_response_refused_by_policy_fails_its_request_at_once() {
+    let mut cfg = ClientConfig::default();
+    cfg.framer_mut()
+        .invalid_utf8(mcp_stdio_core::InvalidUtf8Policy::Refuse);
+    let mut c = ClientSession::new(cfg);
+    let now = Instant::now();
+    let id = c.request(now, "tools/call", None, None).unwrap();
+    c.handle_stdout(now, &bad_utf8_response(&id));
+    match c.poll_event() {
+        Some(ClientEvent::Completed {
+            id: got,
+            outcome: Err(RequestFailure::InvalidUtf8Response { len, .. }),
+        }) => assert_eq!((got, len), (id, 84)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.metrics().refused_frames_failed, 1);
+    // The session goes on.
+    let next = c.request(now, "ping", None, None).unwrap();
+    let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":{next},\"result\":{{}}}}\n");
+    c.handle_stdout(now, line.as_bytes());
+    assert!(matches!(
+        c.poll_event(),
+        Some(ClientEvent::Completed { outcome: Ok(_), .. })
+    ));
+}
+
+#[test]
+fn g3_a_non_jsonrpc_line_with_its_id_last_fails_its_request_at_once() {
+    let mut c = ClientSession::new(ClientConfig::default());
+    let now = Instant::now();
+    let id = c.request(now, "tools/call", None, None).unwrap();
+    // Valid JSON, wrong version, the id after 10 KiB: past any prefix scan.
+    let line = format!(
+        "{{\"jsonrpc\":\"1.0\",\"result\":\"{}\",\"id\":{id}}}\n",
+        "x".repeat(10 * 1024)
+    );
+    c.handle_stdout(now, line.as_bytes());
+    match c.poll_event() {
+        Some(ClientEvent::Completed {
+            id: got,
+            outcome: Err(RequestFailure::MalformedResponse(_)),
+        }) => assert_eq!(got, id),
         other => panic!("{other:?}"),
     }
 }
@@ -748,7 +834,7 @@ fn g3_server_answers_an_id_last_oversized_request() {
     let reply = String::from_utf8(s.poll_transmit().unwrap()).unwrap();
     assert!(reply.contains(r#""id":"r\"1""#), "{reply}");
     assert!(
-        reply.contains("request exceeded wire limit (65536 bytes)"),
+        reply.contains("request exceeded the wire limit (65536 bytes; "),
         "{reply}"
     );
 }

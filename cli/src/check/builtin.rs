@@ -28,8 +28,8 @@ use serde_json::{json, Value};
 
 /// The large tool `check` calls on the built-in server.
 pub(crate) const LARGE_TOOL: &str = "big";
-/// Its arguments: 6 MiB of text, over the default 4 MiB wire limit.
-pub(crate) const LARGE_ARGS: &str = r#"{"bytes":6291456}"#;
+/// Its arguments: 12 MiB of text, over the default 8 MiB wire limit.
+pub(crate) const LARGE_ARGS: &str = r#"{"bytes":12582912}"#;
 /// The slow tool `check` cancels on the built-in server.
 pub(crate) const SLOW_TOOL: &str = "slow";
 /// Its arguments: 800 ms of work that no cancel interrupts.

@@ -40,7 +40,7 @@ pub(crate) const EXIT_SPAWN_FAILED: u8 = 127;
     after_help = "Exit status: the server's own (128+N when it was killed by signal N); \
 75 when the guard closed the session because the host stopped reading; 127 when the server \
 could not be started.\n\nExample (a desktop host's JSON config):\n  \"command\": \"mcp-stdio\",\n  \
-\"args\": [\"guard\", \"--max-frame\", \"4194304\", \"--\", \"npx\", \"-y\", \"some-mcp-server\"]"
+\"args\": [\"guard\", \"--max-frame\", \"8388608\", \"--\", \"npx\", \"-y\", \"some-mcp-server\"]"
 )]
 pub(crate) struct GuardArgs {
     #[command(flatten)]

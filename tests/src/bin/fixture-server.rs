@@ -57,6 +57,10 @@
 //!                                          stdout, then returns
 //!     stdout_invalid_utf8 {lines}          writes `lines` lines of invalid UTF-8 to stdout (one
 //!                                          bare, one inside a JSON string), then returns
+//!     bad_utf8_result {id_last, broken}    answers with one text block holding the bytes
+//!                                          `\xff\xfe` (not UTF-8); `id_last` puts the id
+//!                                          last, `broken` also cuts the line's JSON after
+//!                                          the text (not JSON once repaired)
 //!     escape_grandchild {seconds}          runs `fixture-helper escaped-grandchild S`: a
 //!                                          grandchild in its own session holds this server's
 //!                                          stderr for S seconds after the call returns
@@ -147,7 +151,8 @@ USAGE: fixture-server [FLAGS]   (an MCP server over stdio that misbehaves on dem
   --eof-grace-ms MS            bound on in-flight work at stdin EOF (default 5000)
 Tools: echo big big_exact big_id_last big_no_id huge_field many_blocks slow slow_io subprocess stop_reading
        stream_then_result stderr_flood notify_then_result server_request
-       result_then_flood stdout_noise stdout_invalid_utf8 escape_grandchild crash_mid_response
+       result_then_flood stdout_noise stdout_invalid_utf8 bad_utf8_result escape_grandchild
+       crash_mid_response
 See the doc comment of tests/src/bin/fixture-server.rs for details.
 ";
 
@@ -755,6 +760,8 @@ fn tools_list() -> Value {
             json!({"ms":int,"every_ms":int})),
         tool("stdout_noise", "N non-JSON lines on stdout", json!({"lines":int})),
         tool("stdout_invalid_utf8", "N invalid UTF-8 lines on stdout", json!({"lines":int})),
+        tool("bad_utf8_result", "a result with bytes that are not UTF-8",
+            json!({"id_last":{"type":"boolean"},"broken":{"type":"boolean"}})),
         tool("escape_grandchild", "a grandchild in its own session holds stderr",
             json!({"seconds":{"type":"number"}})),
         tool("crash_mid_response", "part of a response line, then abort", json!({"bytes":int})),
@@ -862,6 +869,40 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
                 Outcome::Result(text_result(format!(
                     "wrote {lines} invalid UTF-8 line pairs"
                 )))
+            }
+            "bad_utf8_result" => {
+                let flag = |name| args.get(name).and_then(Value::as_bool).unwrap_or(false);
+                let text = br#"{"content":[{"type":"text","text":"bad "#;
+                let mut result = text.to_vec();
+                result.extend_from_slice(b"\xff\xfe byte\"");
+                if !flag("broken") {
+                    result.extend_from_slice(b"}]}");
+                }
+                let mut line = Vec::new();
+                if flag("id_last") {
+                    line.extend_from_slice(b"{\"result\":");
+                    line.extend_from_slice(&result);
+                    line.extend_from_slice(
+                        format!(",\"jsonrpc\":\"2.0\",\"id\":{id}}}\n").as_bytes(),
+                    );
+                } else {
+                    line.extend_from_slice(
+                        format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":").as_bytes(),
+                    );
+                    line.extend_from_slice(&result);
+                    line.extend_from_slice(b"}\n");
+                }
+                let mut out = lock(&server.out);
+                if !begin_response(server, key, entry) {
+                    return Ok(Outcome::Done);
+                }
+                out.before_message();
+                out.raw(&line);
+                log(&format!(
+                    "response {key} written with bytes that are not UTF-8"
+                ));
+                after_response(server, &mut out);
+                Outcome::Done
             }
             "escape_grandchild" => {
                 let seconds = args.get("seconds").and_then(Value::as_f64).ok_or_else(|| {

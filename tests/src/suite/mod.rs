@@ -278,6 +278,8 @@ macro_rules! conformance_suite {
             g2_g4_long_strings_without_separators_round_trip_exactly,
             g3_malformed_line_after_init_is_counted_and_ping_still_works,
             g3_stdout_log_lines_are_counted_and_every_request_completes,
+            g3_an_invalid_utf8_response_gets_its_outcome_at_once,
+            g2_a_5_mib_result_passes_at_the_default_limit,
             // G5: server→client messages and the overload policy
             g5_server_notifications_arrive_in_order_before_the_result,
             g5_server_request_is_answered_through_the_responder,

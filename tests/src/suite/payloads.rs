@@ -196,3 +196,109 @@ pub fn g3_stdout_log_lines_are_counted_and_every_request_completes<A: Adapter>()
     shutdown_within::<A>(client, LONG);
     leaks.assert_none_left();
 }
+
+/// G3: a result with bytes that are not UTF-8 (the field's case: `\xff\xfe`
+/// inside a string, the id first, or last) is repaired to U+FFFD by default
+/// and arrives as a result at once; one that is not JSON once repaired fails
+/// its request at once; with the policy `Refuse` the line is dropped and its
+/// request fails at once too. None waits for its timeout; a ping follows.
+pub fn g3_an_invalid_utf8_response_gets_its_outcome_at_once<A: Adapter>() {
+    use mcp_stdio_core::client::RequestFailure;
+    use mcp_stdio_core::host::RequestError;
+    use mcp_stdio_core::InvalidUtf8Policy;
+    let timeout = std::time::Duration::from_secs(60);
+    let within = std::time::Duration::from_secs(5);
+    let mut leaks = LeakCheck::new::<A>("g3_bad_utf8");
+    let client = start::<A>(&mut leaks, &[], options(4 << 20));
+    for id_last in [false, true] {
+        let t = Instant::now();
+        let r = client.request(
+            "tools/call",
+            tool("bad_utf8_result", json!({ "id_last": id_last })),
+            Some(timeout),
+        );
+        let took = t.elapsed();
+        let r = r.unwrap_or_else(|e| panic!("{}: a repaired result, got {e}", A::NAME));
+        assert_eq!(first_text(&r), "bad \u{fffd}\u{fffd} byte");
+        assert!(took < within, "took {took:?}");
+        eprintln!(
+            "{}: invalid UTF-8 result (id last: {id_last}) repaired in {took:?}",
+            A::NAME
+        );
+    }
+    let t = Instant::now();
+    let r = client.request(
+        "tools/call",
+        tool("bad_utf8_result", json!({ "broken": true })),
+        Some(timeout),
+    );
+    let took = t.elapsed();
+    assert!(
+        matches!(
+            r,
+            Err(RequestError::Failed(RequestFailure::MalformedResponse(_)))
+        ),
+        "{}: {r:?}",
+        A::NAME
+    );
+    assert!(took < within, "took {took:?}");
+    eprintln!("{}: repaired but not JSON: failed in {took:?}", A::NAME);
+    let m = metrics(&*client);
+    assert_eq!(m.utf8_repaired, 3, "{m:?}");
+    assert_eq!(m.refused_frames_failed, 1, "{m:?}");
+    ping_within(&*client, PROMPT);
+    shutdown_within::<A>(client, LONG);
+
+    let mut refuse = options(4 << 20);
+    refuse.invalid_utf8(InvalidUtf8Policy::Refuse);
+    let client = start::<A>(&mut leaks, &[], refuse);
+    let t = Instant::now();
+    let r = client.request(
+        "tools/call",
+        tool("bad_utf8_result", json!({})),
+        Some(timeout),
+    );
+    let took = t.elapsed();
+    assert!(
+        matches!(
+            r,
+            Err(RequestError::Failed(
+                RequestFailure::InvalidUtf8Response { .. }
+            ))
+        ),
+        "{}: {r:?}",
+        A::NAME
+    );
+    assert!(took < within, "took {took:?}");
+    let ping = ping_within(&*client, PROMPT);
+    eprintln!(
+        "{}: refused by policy: failed in {took:?}; then ping {ping:?}",
+        A::NAME
+    );
+    shutdown_within::<A>(client, LONG);
+    leaks.assert_none_left();
+}
+
+/// G2: a 5 MiB tool result (a `read_text_file` of a 5 MiB file, say) passes
+/// at the default wire limit, which rmcp and the Python SDK would accept too.
+pub fn g2_a_5_mib_result_passes_at_the_default_limit<A: Adapter>() {
+    use mcp_stdio_core::frame::DEFAULT_MAX_FRAME;
+    let mut leaks = LeakCheck::new::<A>("g2_5_mib");
+    let client = start::<A>(&mut leaks, &[], options(DEFAULT_MAX_FRAME));
+    let t = Instant::now();
+    let r = client
+        .request(
+            "tools/call",
+            tool("big", json!({ "bytes": 5 << 20 })),
+            Some(LONG),
+        )
+        .unwrap_or_else(|e| panic!("{}: 5 MiB at the default limit: {e}", A::NAME));
+    assert_eq!(first_text(&r).len(), 5 << 20);
+    eprintln!(
+        "{}: 5 MiB result at the default {DEFAULT_MAX_FRAME}-byte limit in {:?}",
+        A::NAME,
+        t.elapsed()
+    );
+    shutdown_within::<A>(client, LONG);
+    leaks.assert_none_left();
+}
