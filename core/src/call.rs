@@ -868,12 +868,13 @@ impl CallLifecycle {
 
     /// Records how one output stream ended. Call it once per stream; the
     /// record keeps the worst (`abandoned_after_deadline` over
-    /// `eof_after_cancel` over `eof`).
+    /// `eof_after_cancel` over `eof_after_shutdown` over `eof`).
     pub fn observe_stream_end(&mut self, end: StreamEnd) {
         let rank = |e: StreamEnd| match e {
             StreamEnd::Eof => 0,
-            StreamEnd::EofAfterCancel => 1,
-            StreamEnd::AbandonedAfterDeadline => 2,
+            StreamEnd::EofAfterShutdown => 1,
+            StreamEnd::EofAfterCancel => 2,
+            StreamEnd::AbandonedAfterDeadline => 3,
         };
         match self.record.stream_end {
             Some(old) if rank(old) >= rank(end) => {}

@@ -138,6 +138,7 @@ mod tests {
             stdout: Some(StreamEnd::Eof),
             stderr: None,
             cancel_to_exit: Some(Duration::new(2, 6_401_839)),
+            shutdown_to_exit: None,
             shutdown_requested_at: None,
             cancel_requested_at: Some(Duration::from_millis(10)),
             stdin_closed_at: None,

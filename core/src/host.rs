@@ -852,8 +852,11 @@ mod tests {
             panic!("{actions:?}");
         };
         assert_eq!(record.exit_status(), Some(ExitStatus::Code(0)));
-        assert_eq!(record.process.ended_by, EndedBy::ExitedAfterStdinClose);
-        assert_eq!(record.process.stderr, Some(StreamEnd::EofAfterCancel));
+        // Its stdout closed before ours: it was ending on its own (G12).
+        assert_eq!(record.process.ended_by, EndedBy::ExitedByItself);
+        assert_eq!(record.process.stdout, Some(StreamEnd::Eof));
+        assert_eq!(record.process.stderr, Some(StreamEnd::EofAfterShutdown));
+        assert_eq!(record.process.cancel_to_exit, None);
         assert_eq!(record.close_reason, Some(CloseReason::StdoutEof));
         assert_eq!(record.stderr.seen, 15);
         assert_eq!(record.stderr_tail, "booting\npartial");

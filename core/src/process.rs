@@ -74,14 +74,20 @@ pub enum ExitStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StreamEnd {
-    /// Read to end-of-file.
+    /// Read to end-of-file before any shutdown or cancel was requested.
     Eof,
-    /// Read to end-of-file after a cancel or shutdown was requested.
+    /// Read to end-of-file after a cancel was requested.
     EofAfterCancel,
+    /// Read to end-of-file after a shutdown (and no cancel) was requested.
+    EofAfterShutdown,
     /// Still open when the reader drain deadline passed; the reader was abandoned
     /// (an escaped grandchild can hold a pipe forever).
     AbandonedAfterDeadline,
 }
+
+/// The signal numbers the supervisor sends (the same on every Unix).
+const SIGTERM: i32 = 15;
+const SIGKILL: i32 = 9;
 
 /// Default [`SupervisorConfig::stdin_close_grace`]: 2 s.
 pub const DEFAULT_STDIN_CLOSE_GRACE: Duration = Duration::from_secs(2);
@@ -217,8 +223,13 @@ pub enum ProcessAction {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EndedBy {
-    /// Exited before any shutdown step was taken.
+    /// Exited before any shutdown step was taken, or after one but with its
+    /// stdout already at EOF before that step: it was ending on its own.
     ExitedByItself,
+    /// Died of a signal the supervisor did not send (a crash such as
+    /// `SIGSEGV` or `SIGABRT`, or a kill from elsewhere), whatever step had
+    /// been taken; the signal is in `exit_status`.
+    Crashed,
     /// Exited after its stdin was closed, before `SIGTERM`.
     ExitedAfterStdinClose,
     /// Exited after `SIGTERM`, before `SIGKILL`.
@@ -248,14 +259,22 @@ pub struct ProcessOutcome {
     pub stdout: Option<StreamEnd>,
     /// How stderr ended; `None` when it was not a pipe.
     pub stderr: Option<StreamEnd>,
-    /// From the first shutdown or cancel request to the observed exit; `None`
-    /// without a request, without an observed exit, or when the exit came first.
+    /// From the cancel request to the observed exit; `None` without a cancel,
+    /// without an observed exit, or when the exit came first.
     #[serde(
         rename = "cancel_to_exit_ms",
         with = "crate::duration_ms::option",
         default
     )]
     pub cancel_to_exit: Option<Duration>,
+    /// From the shutdown request to the observed exit; `None` without a
+    /// shutdown, without an observed exit, or when the exit came first.
+    #[serde(
+        rename = "shutdown_to_exit_ms",
+        with = "crate::duration_ms::option",
+        default
+    )]
+    pub shutdown_to_exit: Option<Duration>,
     /// When a shutdown was first requested.
     #[serde(
         rename = "shutdown_requested_at_ms",
@@ -424,6 +443,9 @@ pub struct ProcessSupervisor {
     stdin_closed_at: Option<Instant>,
     term_at: Option<Instant>,
     kill_at: Option<Instant>,
+    /// When stdout reached EOF: before our first step, it tells an exit of
+    /// the child's own.
+    stdout_eof_at: Option<Instant>,
     exit: Option<(Instant, ExitStatus, EndedBy)>,
     stdout: StreamState,
     stderr: StreamState,
@@ -447,6 +469,7 @@ impl ProcessSupervisor {
             stdin_closed_at: None,
             term_at: None,
             kill_at: None,
+            stdout_eof_at: None,
             exit: None,
             stdout: StreamState::Unwatched,
             stderr: StreamState::Unwatched,
@@ -530,14 +553,28 @@ impl ProcessSupervisor {
             self.ignore("exited twice");
             return;
         }
-        let ended_by = if self.kill_at.is_some() {
-            EndedBy::ExitedAfterKill
-        } else if self.term_at.is_some() {
-            EndedBy::ExitedAfterTerm
-        } else if self.stdin_closed_at.is_some() {
-            EndedBy::ExitedAfterStdinClose
-        } else {
-            EndedBy::ExitedByItself
+        let sent = |signal: i32| match signal {
+            SIGKILL => self.kill_at.is_some(),
+            SIGTERM => self.term_at.is_some(),
+            _ => false,
+        };
+        // The first step we took, and whether stdout had ended before it.
+        let first_step = [self.stdin_closed_at, self.term_at, self.kill_at]
+            .into_iter()
+            .flatten()
+            .min();
+        let ending_before = match (self.stdout_eof_at, first_step) {
+            (Some(eof), Some(step)) => eof <= step,
+            _ => false,
+        };
+        let ended_by = match status {
+            ExitStatus::Signal(signal) if !sent(signal) => EndedBy::Crashed,
+            ExitStatus::Signal(SIGKILL) => EndedBy::ExitedAfterKill,
+            ExitStatus::Signal(_) => EndedBy::ExitedAfterTerm,
+            _ if first_step.is_none() || ending_before => EndedBy::ExitedByItself,
+            _ if self.kill_at.is_some() => EndedBy::ExitedAfterKill,
+            _ if self.term_at.is_some() => EndedBy::ExitedAfterTerm,
+            _ => EndedBy::ExitedAfterStdinClose,
         };
         self.exit = Some((now, status, ended_by));
         if !self.any_stream_open() {
@@ -696,8 +733,10 @@ impl ProcessSupervisor {
             self.ignore("eof before spawn or after finish");
             return;
         }
-        let end = if self.shutdown_at.is_some() || self.cancel_at.is_some() {
+        let end = if self.cancel_at.is_some() {
             StreamEnd::EofAfterCancel
+        } else if self.shutdown_at.is_some() {
+            StreamEnd::EofAfterShutdown
         } else {
             StreamEnd::Eof
         };
@@ -711,6 +750,9 @@ impl ProcessSupervisor {
             return;
         }
         *state = StreamState::Ended(end);
+        if stdout {
+            self.stdout_eof_at = Some(now);
+        }
         if self.exit.is_some() && !self.any_stream_open() {
             self.finish(now);
         }
@@ -765,9 +807,9 @@ impl ProcessSupervisor {
             self.actions.push(Queued::AbandonReaders);
         }
         let since = |t: Instant| t.saturating_duration_since(spawned_at);
-        let requested_at = match (self.shutdown_at, self.cancel_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let to_exit = |req: Option<Instant>| match (req, self.exit) {
+            (Some(req), Some((exit, _, _))) if exit >= req => Some(exit - req),
+            _ => None,
         };
         let outcome = ProcessOutcome {
             exit_status: self.exit.map(|(_, status, _)| status),
@@ -776,10 +818,8 @@ impl ProcessSupervisor {
                 .map_or(EndedBy::ExitNotObserved, |(_, _, ended_by)| ended_by),
             stdout: self.stdout.end(),
             stderr: self.stderr.end(),
-            cancel_to_exit: match (requested_at, self.exit) {
-                (Some(req), Some((exit, _, _))) if exit >= req => Some(exit - req),
-                _ => None,
-            },
+            cancel_to_exit: to_exit(self.cancel_at),
+            shutdown_to_exit: to_exit(self.shutdown_at),
             shutdown_requested_at: self.shutdown_at.map(since),
             cancel_requested_at: self.cancel_at.map(since),
             stdin_closed_at: self.stdin_closed_at.map(since),
@@ -831,7 +871,9 @@ mod fuzzing {
         eof: [bool; 2],
         /// That EOF came after a shutdown or cancel request.
         eof_after_request: [bool; 2],
+        eof_after_cancel: [bool; 2],
         requested: bool,
+        cancel_requested: bool,
         closed_stdin: bool,
         term: bool,
         kill: bool,
@@ -853,7 +895,9 @@ mod fuzzing {
             exit: None,
             eof: [false; 2],
             eof_after_request: [false; 2],
+            eof_after_cancel: [false; 2],
             requested: false,
+            cancel_requested: false,
             closed_stdin: false,
             term: false,
             kill: false,
@@ -909,6 +953,7 @@ mod fuzzing {
                 }
                 5 => {
                     self.requested |= self.live();
+                    self.cancel_requested |= self.live();
                     self.sup.cancel(self.now);
                 }
                 // A spurious or due timeout at the current time.
@@ -953,6 +998,7 @@ mod fuzzing {
             if self.live() && !self.eof[index] {
                 self.eof[index] = true;
                 self.eof_after_request[index] = self.requested;
+                self.eof_after_cancel[index] = self.cancel_requested;
             }
             if index == 0 {
                 self.sup.handle_stdout_eof(self.now);
@@ -1031,7 +1077,10 @@ mod fuzzing {
                     (false, _, None) => {}
                     (true, true, Some(StreamEnd::Eof)) => assert!(!self.eof_after_request[i]),
                     (true, true, Some(StreamEnd::EofAfterCancel)) => {
-                        assert!(self.eof_after_request[i]);
+                        assert!(self.eof_after_cancel[i]);
+                    }
+                    (true, true, Some(StreamEnd::EofAfterShutdown)) => {
+                        assert!(self.eof_after_request[i] && !self.eof_after_cancel[i]);
                     }
                     (true, false, Some(StreamEnd::AbandonedAfterDeadline)) => {
                         assert!(self.abandoned);
@@ -1064,6 +1113,7 @@ mod fuzzing {
                 self.drain();
             } else {
                 self.requested |= self.live();
+                self.cancel_requested |= self.live();
                 self.sup.cancel(self.now);
                 self.drain();
                 for _ in 0..8 {
@@ -1159,9 +1209,11 @@ mod tests {
         let o = finished(&drain(&mut sup));
         assert_eq!(o.exit_status, Some(ExitStatus::Code(0)));
         assert_eq!(o.ended_by, EndedBy::ExitedAfterStdinClose);
-        assert_eq!(o.stdout, Some(StreamEnd::EofAfterCancel));
-        assert_eq!(o.stderr, Some(StreamEnd::EofAfterCancel));
-        assert_eq!(o.cancel_to_exit, Some(500 * MS));
+        assert_eq!(o.stdout, Some(StreamEnd::EofAfterShutdown));
+        assert_eq!(o.stderr, Some(StreamEnd::EofAfterShutdown));
+        // G12: no cancel was sent, so no cancel fact is recorded.
+        assert_eq!(o.cancel_to_exit, None);
+        assert_eq!(o.shutdown_to_exit, Some(500 * MS));
         assert_eq!(o.shutdown_requested_at, Some(S));
         assert_eq!(o.stdin_closed_at, Some(S));
         assert_eq!((o.term_sent_at, o.kill_sent_at), (None, None));
@@ -1189,7 +1241,8 @@ mod tests {
         assert_eq!(o.exit_status, Some(ExitStatus::Signal(15)));
         assert_eq!(o.term_sent_at, Some(2 * S));
         assert_eq!(o.kill_sent_at, None);
-        assert_eq!(o.cancel_to_exit, Some(2 * S + 100 * MS));
+        assert_eq!(o.cancel_to_exit, None);
+        assert_eq!(o.shutdown_to_exit, Some(2 * S + 100 * MS));
     }
 
     #[test]
@@ -1217,7 +1270,8 @@ mod tests {
         assert_eq!(o.term_sent_at, Some(2 * S));
         assert_eq!(o.kill_sent_at, Some(4 * S));
         assert!(!o.group_killed_after_exit());
-        assert_eq!(o.cancel_to_exit, Some(4 * S + 10 * MS));
+        assert_eq!(o.cancel_to_exit, None);
+        assert_eq!(o.shutdown_to_exit, Some(4 * S + 10 * MS));
     }
 
     #[test]
@@ -1289,7 +1343,7 @@ mod tests {
         let o = finished(&drain(&mut sup));
         assert_eq!(o.exit_status, Some(ExitStatus::Code(0)));
         assert_eq!(o.ended_by, EndedBy::ExitedAfterStdinClose);
-        assert_eq!(o.stderr, Some(StreamEnd::EofAfterCancel));
+        assert_eq!(o.stderr, Some(StreamEnd::EofAfterShutdown));
         assert_eq!(o.term_sent_at, None);
         assert_eq!(o.kill_sent_at, Some(1500 * MS));
         assert!(o.group_killed_after_exit());
@@ -1314,7 +1368,7 @@ mod tests {
         let o = finished(&actions);
         assert_eq!(actions.len(), 2);
         assert_eq!(o.exit_status, Some(ExitStatus::Code(0)));
-        assert_eq!(o.stdout, Some(StreamEnd::EofAfterCancel));
+        assert_eq!(o.stdout, Some(StreamEnd::EofAfterShutdown));
         assert_eq!(o.stderr, Some(StreamEnd::AbandonedAfterDeadline));
         assert_eq!(o.finished_at, 2500 * MS);
         assert_eq!(sup.poll_timeout(), None, "no hang");
@@ -1406,7 +1460,8 @@ mod tests {
         sup.handle_stderr_eof(t0 + S);
         let o = finished(&drain(&mut sup));
         assert_eq!(o.ended_by, EndedBy::ExitedAfterTerm);
-        assert_eq!(o.cancel_to_exit, Some(S), "from the first request");
+        assert_eq!(o.cancel_to_exit, Some(500 * MS), "from the cancel");
+        assert_eq!(o.shutdown_to_exit, Some(S), "from the shutdown");
         assert_eq!(o.cancel_requested_at, Some(500 * MS));
     }
 
@@ -1617,7 +1672,7 @@ mod tests {
         sup.handle_exited(t0, ExitStatus::Code(0));
         let o = finished(&drain(&mut sup));
         assert_eq!(o.exited_at, Some(Duration::ZERO));
-        assert_eq!(o.cancel_to_exit, Some(Duration::ZERO));
+        assert_eq!(o.shutdown_to_exit, Some(Duration::ZERO));
     }
 
     #[test]
@@ -1684,10 +1739,55 @@ mod tests {
         let o = finished(&drain(&mut sup));
         let json = serde_json::to_value(&o).expect("outcome serializes");
         assert_eq!(json["exit_status"], serde_json::json!({"signal": 9}));
-        assert_eq!(json["ended_by"], "exited_by_itself");
+        // A KILL nobody here sent: a crash (or a kill from elsewhere).
+        assert_eq!(json["ended_by"], "crashed");
         assert_eq!(json["stdout"], "eof");
         let back: ProcessOutcome = serde_json::from_value(json).expect("round trip");
         assert_eq!(back, o);
+    }
+
+    #[test]
+    fn g12_a_crash_is_recorded_as_a_crash_with_its_signal() {
+        let t0 = Instant::now();
+        let mut sup = spawned(t0, ChildPipes::ALL);
+        sup.shutdown(t0 + S);
+        drain(&mut sup);
+        // SIGABRT during the stdin grace: not ours, whatever step was taken.
+        sup.handle_exited(t0 + S + 5 * MS, ExitStatus::Signal(6));
+        sup.handle_stdout_eof(t0 + S + 5 * MS);
+        sup.handle_stderr_eof(t0 + S + 5 * MS);
+        let o = finished(&drain(&mut sup));
+        assert_eq!(o.ended_by, EndedBy::Crashed);
+        assert_eq!(o.exit_status, Some(ExitStatus::Signal(6)));
+        assert_eq!((o.cancel_to_exit, o.cancel_requested_at), (None, None));
+    }
+
+    #[test]
+    fn g12_stdout_closed_before_our_first_step_is_an_exit_of_its_own() {
+        // The host's shutdown follows the server's stdout EOF at once (the
+        // same instant): the exit observed after it is still the server's own.
+        let t0 = Instant::now();
+        let mut sup = spawned(t0, ChildPipes::ALL);
+        sup.handle_stdout_eof(t0 + S);
+        sup.shutdown(t0 + S);
+        drain(&mut sup);
+        sup.handle_exited(t0 + S + MS, ExitStatus::Code(1));
+        sup.handle_stderr_eof(t0 + S + MS);
+        let o = finished(&drain(&mut sup));
+        assert_eq!(o.ended_by, EndedBy::ExitedByItself);
+        assert_eq!(o.exit_status, Some(ExitStatus::Code(1)));
+        assert_eq!(o.stdout, Some(StreamEnd::Eof));
+        assert_eq!(o.stderr, Some(StreamEnd::EofAfterShutdown));
+        assert_eq!(o.cancel_to_exit, None, "no cancel was sent");
+        // Stdout still open at the close: the exit answered it.
+        let mut sup = spawned(t0, ChildPipes::ALL);
+        sup.shutdown(t0 + S);
+        drain(&mut sup);
+        sup.handle_stdout_eof(t0 + S + MS);
+        sup.handle_exited(t0 + S + MS, ExitStatus::Code(0));
+        sup.handle_stderr_eof(t0 + S + MS);
+        let o = finished(&drain(&mut sup));
+        assert_eq!(o.ended_by, EndedBy::ExitedAfterStdinClose);
     }
 
     #[cfg(feature = "fuzzing")]

@@ -1101,6 +1101,12 @@ impl Battery<'_> {
                 format!("exited by itself ({status}) before stdin was closed"),
             )
             .detail("the server died on its own"),
+            EndedBy::Crashed => Row::new(
+                STDIN_EOF,
+                Status::Fail,
+                format!("crashed ({status}) while its stdin was being closed"),
+            )
+            .detail("the server died of a signal nobody sent it"),
         };
         let mut row = row
             .measure(
@@ -1108,7 +1114,7 @@ impl Battery<'_> {
                 serde_json::to_value(p.ended_by).unwrap_or_default(),
             )
             .measure("exit_status", status);
-        if let Some(d) = p.cancel_to_exit {
+        if let Some(d) = p.shutdown_to_exit {
             row = row.measure_ms("eof_to_exit_ms", d);
         }
         row

@@ -230,7 +230,10 @@ pub fn assert_streams_ended(record: &SessionRecord) {
         ("stderr", record.process.stderr),
     ] {
         assert!(
-            matches!(end, Some(StreamEnd::Eof | StreamEnd::EofAfterCancel)),
+            matches!(
+                end,
+                Some(StreamEnd::Eof | StreamEnd::EofAfterShutdown | StreamEnd::EofAfterCancel)
+            ),
             "{name} ended {end:?}"
         );
     }

@@ -184,13 +184,14 @@ pub fn g11_grandchild_in_the_group_dies_with_the_group_kill<A: Adapter>() {
     );
     assert_eq!(
         p.stderr,
-        Some(StreamEnd::EofAfterCancel),
+        Some(StreamEnd::EofAfterShutdown),
         "stderr ended when the grandchild died: {p:?}"
     );
     assert!(matches!(
         p.stdout,
-        Some(StreamEnd::Eof | StreamEnd::EofAfterCancel)
+        Some(StreamEnd::Eof | StreamEnd::EofAfterShutdown)
     ));
+    assert_eq!(p.cancel_to_exit, None, "a shutdown is no cancel: {p:?}");
     assert_eq!(parse_errors(&record.metrics), 1, "{:?}", record.metrics);
     assert!(took < stdin_grace + term_grace + 2 * drain + Duration::from_secs(3));
     let left = leaks.assert_none_left();

@@ -1,0 +1,50 @@
+// Drives one MCP server (the fixture server, usually through `mcp-stdio
+// guard`) with the TypeScript SDK's stdio client, the one inside most hosts:
+// the server answers `bad_utf8_result` with bytes that are not UTF-8 inside a
+// string. Prints one JSON document: each call's outcome (result text or
+// error) and how long it took, then an `echo` that shows whether the session
+// goes on.
+//
+// Usage: node bad_utf8_client.mjs SDK_DIR -- SERVER_CMD [ARGS...]
+// SDK_DIR: the @modelcontextprotocol/sdk package folder.
+
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [sdk, dashes, command, ...args] = process.argv.slice(2);
+if (!sdk || dashes !== "--" || !command) {
+  console.error("usage: node bad_utf8_client.mjs SDK_DIR -- SERVER_CMD [ARGS...]");
+  process.exit(2);
+}
+const load = (file) => import(pathToFileURL(join(sdk, "dist", "esm", "client", file)).href);
+const { Client } = await load("index.js");
+const { StdioClientTransport } = await load("stdio.js");
+
+const CALLS = [
+  ["bad_utf8_result", { id_last: false }],
+  ["bad_utf8_result", { id_last: true }],
+  ["bad_utf8_result", { broken: true }],
+  ["echo", { text: "after" }],
+];
+// Each call's own bound: a hang shows as an error with its time, not a stuck test.
+const TIMEOUT_MS = 10_000;
+
+const transport = new StdioClientTransport({ command, args, stderr: "ignore" });
+const client = new Client({ name: "bad-utf8-client", version: "1.0.0" });
+await client.connect(transport);
+const calls = [];
+for (const [name, a] of CALLS) {
+  const t = performance.now();
+  let outcome;
+  try {
+    const r = await client.callTool({ name, arguments: a }, undefined, { timeout: TIMEOUT_MS });
+    outcome = r.isError ? { error: r.content?.[0]?.text ?? "isError" } : { text: r.content[0].text };
+  } catch (e) {
+    outcome = { error: `${e?.name}: ${e?.message}` };
+  }
+  outcome.ms = Math.round((performance.now() - t) * 1000) / 1000;
+  outcome.call = [name, a];
+  calls.push(outcome);
+}
+await client.close();
+console.log(JSON.stringify({ client: "typescript sdk", calls }));

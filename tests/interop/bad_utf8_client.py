@@ -1,0 +1,58 @@
+"""Drives one MCP server (the fixture server, usually through `mcp-stdio
+guard`) with the Python `mcp` package's stdio client: the server answers
+`bad_utf8_result` with bytes that are not UTF-8 inside a string. Prints one
+JSON document: each call's outcome (result text or error) and how long it
+took, then an `echo` that shows whether the session goes on.
+
+Usage: python bad_utf8_client.py -- SERVER_CMD [ARGS...]
+"""
+
+import json
+import sys
+import time
+
+import anyio
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+CALLS = [
+    ("bad_utf8_result", {"id_last": False}),
+    ("bad_utf8_result", {"id_last": True}),
+    ("bad_utf8_result", {"broken": True}),
+    ("echo", {"text": "after"}),
+]
+# Each call's own bound: a hang shows as an error with its time, not a stuck test.
+TIMEOUT = 10.0
+
+
+async def main(cmd: list) -> dict:
+    calls = []
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:])
+    with open("/dev/null", "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                for name, args in CALLS:
+                    t = time.monotonic()
+                    try:
+                        r = await session.call_tool(name, args, read_timeout_seconds=TIMEOUT)
+                        if r.is_error:
+                            outcome = {"error": r.content[0].text if r.content else "is_error"}
+                        else:
+                            outcome = {"text": r.content[0].text}
+                    except Exception as e:  # the outcome is what we measure
+                        outcome = {"error": f"{type(e).__name__}: {e}"}
+                    outcome["ms"] = round((time.monotonic() - t) * 1000, 3)
+                    outcome["call"] = [name, args]
+                    calls.append(outcome)
+    return {"client": "python mcp", "calls": calls}
+
+
+if __name__ == "__main__":
+    argv = sys.argv[1:]
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        print("usage: bad_utf8_client.py -- SERVER_CMD [ARGS...]", file=sys.stderr)
+        sys.exit(2)
+    print(json.dumps(anyio.run(main, argv), sort_keys=True))
