@@ -1,5 +1,5 @@
 //! The message the guard writes to stderr when its server ended in a way
-//! the user should hear about: on its own (the host was still there), with
+//! the user should hear about: on its own (its stdin still open), with
 //! a failure status, or only after a signal.
 //!
 //! Silent when the host closed the session (stdin EOF or a signal to the
@@ -33,7 +33,7 @@ pub(crate) fn end_message(report: &GuardReport, server: &str) -> Option<String> 
     // How a shutdown that needed signals began.
     let lead = || {
         if on_own {
-            format!("closed its stdout {answered}, while the host was still connected, but kept running")
+            format!("closed its stdout {answered} with its stdin still open, but kept running")
         } else {
             match (p.stdin_closed_at, p.term_sent_at) {
                 (Some(c), Some(t)) => format!(
@@ -47,7 +47,7 @@ pub(crate) fn end_message(report: &GuardReport, server: &str) -> Option<String> 
     // (what happened, a hint shown always, a hint shown when stderr is empty)
     let (what, always, without_stderr) = match p.ended_by {
         EndedBy::ExitedByItself | EndedBy::ExitedAfterStdinClose if on_own => (
-            format!("{status} {answered}, while the host was still connected"),
+            format!("{status} {answered}, with its stdin still open"),
             clean.then_some("a stdio server should run until its stdin closes"),
             (!clean).then_some("run the command by itself to see why"),
         ),
