@@ -120,9 +120,9 @@ impl GuardSettings {
         let file = match &args.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                    .map_err(|e| format!("config file {}: {e}", path.display()))?;
                 toml::from_str::<FileSettings>(&text)
-                    .map_err(|e| format!("{}: {e}", path.display()))?
+                    .map_err(|e| format!("config file {}: {e}", path.display()))?
             }
             None => FileSettings::default(),
         };

@@ -9,12 +9,15 @@
 //! reports of `check` and `verify`, which are their output.
 #![forbid(unsafe_code)]
 
+use std::ffi::OsStr;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 mod check;
 mod config;
+mod diagnose;
 mod guard;
 mod stderr_sink;
 mod verify;
@@ -42,14 +45,31 @@ enum Command {
     BuiltinServer(check::builtin::BuiltinArgs),
 }
 
-fn init_tracing() {
+/// Installs the `tracing` subscriber on our non-blocking stderr.
+///
+/// `MCP_STDIO_LOG` (an `EnvFilter`) wins when set; otherwise WARN and up,
+/// or only errors when `quiet` (`check -q`). Colour only on a terminal,
+/// and never under `NO_COLOR`.
+fn init_tracing(quiet: bool) {
+    let default = if quiet { "error" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("MCP_STDIO_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let ansi = use_color(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| stderr_sink::SinkWriter)
+        .with_ansi(ansi)
         .with_target(false)
         .init();
+}
+
+/// Colour on stderr: only on a terminal, and not when `NO_COLOR` is set to
+/// anything but the empty string (<https://no-color.org>).
+fn use_color(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(OsStr::is_empty)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -60,8 +80,8 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn main() -> ExitCode {
-    init_tracing();
     let cli = Cli::parse();
+    init_tracing(matches!(&cli.command, Command::Check(a) if a.quiet));
     match cli.command {
         Command::Guard(args) => {
             let rt = runtime();
@@ -76,5 +96,19 @@ fn main() -> ExitCode {
         Command::Check(args) => runtime().block_on(check::run(args)),
         Command::Verify(args) => verify::run(&args),
         Command::BuiltinServer(args) => check::builtin::run(&args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(use_color(true, None));
+        assert!(use_color(true, Some(OsStr::new(""))));
+        assert!(!use_color(true, Some(OsStr::new("1"))));
+        assert!(!use_color(false, None));
+        assert!(!use_color(false, Some(OsStr::new(""))));
     }
 }

@@ -8,8 +8,14 @@
 //! missed, or unsealed with `--require-seal`; [`EXIT_USAGE`] bad arguments or
 //! unreadable files; [`EXIT_UNSEALED`] intact but not sealed (cut, still
 //! open, or a writer that died); [`EXIT_MISMATCH`] intact, but not what
-//! `--expect` says. Tampering outranks a mismatch, which outranks an
-//! unsealed end.
+//! `--expect` says; [`EXIT_NOT_AUDIT_LOG`] the file was never an audit log.
+//! Tampering outranks a mismatch, which outranks an unsealed end.
+//!
+//! "Not an audit log" is narrow on purpose, so that damage cannot pass for
+//! it: verification fails *and* no byte of the file names a chain field
+//! (`"seq"` or `"prev"`, see [`ChainFieldScan`]). Every audit entry starts
+//! with `{"seq":`, so a log with any entry left, however mangled the rest
+//! (its first line included), stays `tampered`.
 
 mod expect;
 
@@ -32,13 +38,47 @@ pub(crate) const EXIT_USAGE: u8 = 2;
 pub(crate) const EXIT_UNSEALED: u8 = 3;
 /// Intact, but different from `--expect`.
 pub(crate) const EXIT_MISMATCH: u8 = 4;
+/// Not an audit log at all: verification fails and no line names a chain field.
+pub(crate) const EXIT_NOT_AUDIT_LOG: u8 = 5;
+
+/// The audit chain's own member names as a line holds them. A file that
+/// mentions neither anywhere never held an audit entry.
+const CHAIN_FIELDS: [&[u8]; 2] = [b"\"seq\"", b"\"prev\""];
+
+/// Finds [`CHAIN_FIELDS`] anywhere in a byte stream fed in chunks, in
+/// constant memory (the few bytes a name can straddle between chunks).
+#[derive(Debug, Default)]
+struct ChainFieldScan {
+    found: bool,
+    /// The stream's last bytes, shorter than the longest field name.
+    carry: Vec<u8>,
+}
+
+impl ChainFieldScan {
+    fn push(&mut self, chunk: &[u8]) {
+        if self.found {
+            return;
+        }
+        let longest = CHAIN_FIELDS.iter().map(|f| f.len()).max().unwrap_or(0);
+        let mut window = std::mem::take(&mut self.carry);
+        window.extend_from_slice(chunk);
+        self.found = CHAIN_FIELDS
+            .iter()
+            .any(|f| window.windows(f.len()).any(|w| w == *f));
+        let keep = window.len().min(longest - 1);
+        self.carry = window.split_off(window.len() - keep);
+    }
+}
 
 /// Arguments of `verify`.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Exit status: 0 intact and sealed (and as expected); 1 tampered, an \
 anchor missed, or unsealed with --require-seal; 2 bad arguments or unreadable files; 3 intact \
-but unsealed (cut, still being written, or its writer died); 4 intact but not as --expect says."
+but unsealed (cut, still being written, or its writer died); 4 intact but not as --expect says; \
+5 not an audit log at all (verification fails and no line of the file has the chain's fields \
+\"seq\" or \"prev\": e.g. a --metrics file). A log with any entry left, however damaged, is 1, \
+never 5. Only 0 means verified."
 )]
 pub(crate) struct VerifyArgs {
     /// The audit log (JSON lines written by `mcp-stdio guard --audit`).
@@ -65,11 +105,11 @@ pub(crate) struct VerifyArgs {
 
 /// Reads an HMAC key file: its bytes, with one trailing newline removed.
 pub(crate) fn read_key(path: &PathBuf) -> Result<AuditKey, String> {
-    let mut bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut bytes = std::fs::read(path).map_err(|e| format!("key file {}: {e}", path.display()))?;
     if bytes.last() == Some(&b'\n') {
         bytes.pop();
     }
-    AuditKey::new(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    AuditKey::new(&bytes).map_err(|e| format!("key file {}: {e}", path.display()))
 }
 
 fn read_expectation(path: &PathBuf) -> Result<Expectation, String> {
@@ -107,11 +147,13 @@ pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
     };
     let mut verifier = AuditVerifier::new(key.as_ref());
     let mut observed = Observed::default();
+    let mut scan = ChainFieldScan::default();
     let mut buf = vec![0u8; 64 * 1024];
     let result = loop {
         match file.read(&mut buf) {
             Ok(0) => break verifier.finish(),
             Ok(n) => {
+                scan.push(&buf[..n]);
                 let pushed = if expectation.is_some() {
                     verifier.push_entries(&buf[..n], |_, record| observed.on_entry(record))
                 } else {
@@ -127,18 +169,40 @@ pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
     let summary = match result {
         Ok(s) => s,
         Err(e) => {
+            // Damage or a file of another kind: the rest of the file decides.
+            while !scan.found {
+                match file.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => scan.push(&buf[..n]),
+                    Err(e) => return usage(format!("reading {}: {e}", args.file.display())),
+                }
+            }
+            let (status, code) = if scan.found {
+                ("tampered", EXIT_FAIL)
+            } else {
+                ("not_an_audit_log", EXIT_NOT_AUDIT_LOG)
+            };
             if args.json {
                 let v = serde_json::json!({
                     "ok": false,
-                    "status": "tampered",
+                    "status": status,
                     "line": e.line,
                     "error": e.kind.to_string(),
                 });
                 println!("{v}");
-            } else {
+            } else if scan.found {
                 println!("FAIL: line {}: {}", e.line, e.kind);
+            } else {
+                println!(
+                    "NOT AN AUDIT LOG: {}: line {}: {}, and no line of it has the audit \
+                     chain's fields (\"seq\", \"prev\"); give verify the file that `mcp-stdio guard \
+                     --audit` writes",
+                    args.file.display(),
+                    e.line,
+                    e.kind
+                );
             }
-            return ExitCode::from(EXIT_FAIL);
+            return ExitCode::from(code);
         }
     };
     let mut problems = Vec::new();
@@ -276,4 +340,29 @@ fn unsealed_description(s: &VerifySummary) -> Option<String> {
         ));
     }
     (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(chunks: &[&[u8]]) -> bool {
+        let mut s = ChainFieldScan::default();
+        for c in chunks {
+            s.push(c);
+        }
+        s.found
+    }
+
+    #[test]
+    fn chain_fields_are_found_across_chunk_boundaries() {
+        assert!(scan(&[b"{\"seq\":1}"]));
+        assert!(scan(&[b"{\"se", b"q\":1}"]));
+        assert!(scan(&[b"x\"", b"p", b"r", b"e", b"v", b"\": 1"]));
+        assert!(!scan(&[
+            b"{\"requests\": 3, \"sequence\": 2}\n",
+            b"{\"previous\":1}"
+        ]));
+        assert!(!scan(&[b"", b"\"se"]));
+    }
 }

@@ -685,3 +685,100 @@ fn an_unwritable_junit_file_exits_2_after_printing_the_report() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("mcp-stdio check: true"));
 }
+
+/// `--large-args @FILE`: a 3 MB arguments object, too large for one
+/// command-line argument (Linux caps one at 128 KiB), read from a file; a
+/// missing or over-limit file is refused naming the file.
+#[test]
+fn large_args_from_a_file_reach_the_tool_and_bad_files_are_named() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let args = dir.path().join("large-args.json");
+    let pad = "p".repeat(3_000_000);
+    std::fs::write(&args, format!(r#"{{"bytes":2000000,"pad":"{pad}"}}"#)).expect("write");
+    let at = format!("@{}", args.display());
+    let server = fixture_server().to_string_lossy().into_owned();
+    let t = Instant::now();
+    let (doc, _) = check_json(&[
+        "--quiet",
+        "--stall",
+        "0.5",
+        "--large-tool",
+        "big",
+        "--large-args",
+        &at,
+        "--",
+        &server,
+    ]);
+    eprintln!(
+        "check with 3 MB of arguments from a file: {:?}",
+        t.elapsed()
+    );
+    let rows = rows(&doc);
+    let row = &rows["large_response"];
+    assert_eq!(status(&rows, "large_response"), "PASS", "{row:#}");
+    // The tool saw the file's `bytes`: its result is that big.
+    let got = row["measured"]["result_bytes"]
+        .as_u64()
+        .expect("result_bytes");
+    assert!((2_000_000..2_100_000).contains(&got), "{row:#}");
+
+    let missing = dir.path().join("missing.json");
+    let (out, _) = check(&[
+        "--large-tool",
+        "big",
+        "--large-args",
+        &format!("@{}", missing.display()),
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "--large-args @{0}: cannot open {0}: ",
+            missing.display()
+        )),
+        "{err}"
+    );
+
+    // One byte over the 16 MiB limit (a sparse file: no 16 MiB written).
+    let huge = dir.path().join("huge.json");
+    std::fs::File::create(&huge)
+        .and_then(|f| f.set_len(16 * 1024 * 1024 + 1))
+        .expect("a sparse file");
+    let (out, _) = check(&[
+        "--large-tool",
+        "big",
+        "--large-args",
+        &format!("@{}", huge.display()),
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{} is larger than the 16 MiB limit for an arguments file",
+            huge.display()
+        )),
+        "{err}"
+    );
+
+    // A file that is not a JSON object: the file is named, its bytes are not echoed.
+    std::fs::write(&args, "[1, 2]").expect("write");
+    let (out, _) = check(&["--large-tool", "big", "--large-args", &at, "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "expected a JSON object (`{{\"key\": …}}`), got file {}",
+            args.display()
+        )),
+        "{err}"
+    );
+
+    let (out, _) = check(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--large-args <JSON|@FILE>"), "{help}");
+    assert!(help.contains("at most 16 MiB"), "{help}");
+}

@@ -104,6 +104,9 @@ const LATE_WINDOW: Duration = Duration::from_secs(1);
 const SLACK: Duration = Duration::from_secs(1);
 /// Sampling period of the stdout pipe while it is left unread.
 const SAMPLE: Duration = Duration::from_millis(10);
+/// Why a request failed when the server went away; row 1 replaces it with
+/// what the session's record shows.
+const SESSION_CLOSED: &str = "the session closed (the server closed its stdout or exited)";
 /// The malformed line of row 3: an object cut off after `"id":`.
 const MALFORMED_LINE: &[u8] = b"{\"jsonrpc\":\"2.0\",\"method\":\"tools/list\",\"id\":\n";
 
@@ -212,7 +215,7 @@ impl Battery<'_> {
 
     fn spawn(&self) -> Result<Client, String> {
         Client::spawn(&self.s.spec, self.options())
-            .map_err(|e| format!("cannot start {}: {e}", self.s.server))
+            .map_err(|e| crate::diagnose::spawn_failure(&self.s.spec, &e).message)
     }
 
     /// Brings a fresh session to the state the shutdown rows start from: an
@@ -268,9 +271,7 @@ impl Battery<'_> {
     fn describe(&self, e: &RequestError) -> String {
         match e {
             RequestError::Failed(RequestFailure::TimedOut { .. }) => self.no_answer(),
-            RequestError::Failed(RequestFailure::SessionClosed) => {
-                "the session closed (the server closed its stdout or exited)".to_owned()
-            }
+            RequestError::Failed(RequestFailure::SessionClosed) => SESSION_CLOSED.to_owned(),
             other => other.to_string(),
         }
     }
@@ -388,6 +389,11 @@ impl Battery<'_> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let record = self.end("handshake", client, End::Kill).await;
+        let row1 = if self.init_ok {
+            row1
+        } else {
+            with_server_end(row1, record.as_ref())
+        };
         let row2 = match record {
             Some(r) => self.hygiene(&r.metrics, &pings, tools, &problems),
             None => Row::new(
@@ -1313,6 +1319,51 @@ fn with_exit(row: Row, record: Option<&SessionRecord>) -> Row {
             row
         }
         _ => row,
+    }
+}
+
+/// Row 1 failed: adds how the server ended (when it went away first) and
+/// the end of its stderr, bounded (see [`crate::diagnose::StderrExcerpt`]).
+fn with_server_end(mut row: Row, record: Option<&SessionRecord>) -> Row {
+    let Some(r) = record else {
+        return row;
+    };
+    let p = &r.process;
+    let went_away = row.value == SESSION_CLOSED && crate::diagnose::ended_on_its_own(p);
+    if went_away {
+        let ours = p.ended_by != EndedBy::ExitedByItself;
+        row.value = match p.exit_status {
+            // A signal after our own SIGTERM may be ours: say only what the server did.
+            Some(ExitStatus::Signal(_)) | None if ours => {
+                "the server closed its stdout before answering initialize".to_owned()
+            }
+            status => format!(
+                "the server {} before answering initialize",
+                crate::diagnose::status_words(status)
+            ),
+        };
+        row = row.measure("exit_status", fmt_status(p.exit_status));
+    }
+    row = row.measure("stderr_bytes", r.stderr.seen);
+    match crate::diagnose::StderrExcerpt::of(&r.stderr_tail, r.stderr.seen, r.stderr.truncated) {
+        Some(excerpt) => {
+            row.detail = Some(format!(
+                "{}; {}\n{}",
+                row.detail.unwrap_or_default(),
+                excerpt.header(),
+                excerpt.indented("| ")
+            ));
+            row.measure("stderr_excerpt", excerpt.lines.join("\n"))
+                .measure("stderr_excerpt_cut", excerpt.cut)
+        }
+        None if went_away => {
+            row.detail = Some(format!(
+                "{}; it wrote nothing to stderr: run the command by itself to see why",
+                row.detail.unwrap_or_default()
+            ));
+            row
+        }
+        None => row,
     }
 }
 

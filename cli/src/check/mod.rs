@@ -16,7 +16,8 @@ mod raw;
 mod report;
 
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -30,6 +31,12 @@ use battery::{Settings, ToolCall};
 const EXIT_FAILED: u8 = 1;
 /// Exit status for a usage error (bad flag value, server cannot be started).
 const EXIT_USAGE: u8 = 2;
+
+/// Largest file `--large-args @FILE` / `--slow-args @FILE` reads: 16 MiB.
+pub(crate) const MAX_ARGS_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Characters of a bad `--large-args`/`--slow-args` value echoed in an error.
+const ECHO_CHARS: usize = 80;
 
 /// Arguments of `check`.
 #[derive(Debug, clap::Args)]
@@ -69,10 +76,11 @@ pub(crate) struct CheckArgs {
     /// A tool that returns a large result, for the large-response and slow-reader rows.
     #[arg(long, value_name = "NAME")]
     pub(crate) large_tool: Option<String>,
-    /// The JSON arguments object for --large-tool.
+    /// The JSON arguments object for --large-tool, or @FILE to read it from FILE
+    /// (at most 16 MiB; for values too large for a command line).
     #[arg(
         long,
-        value_name = "JSON",
+        value_name = "JSON|@FILE",
         requires = "large_tool",
         default_value = "{}"
     )]
@@ -80,10 +88,10 @@ pub(crate) struct CheckArgs {
     /// A tool that takes a while (a second or more), for the cancel row.
     #[arg(long, value_name = "NAME")]
     pub(crate) slow_tool: Option<String>,
-    /// The JSON arguments object for --slow-tool.
+    /// The JSON arguments object for --slow-tool, or @FILE to read it from FILE (at most 16 MiB).
     #[arg(
         long,
-        value_name = "JSON",
+        value_name = "JSON|@FILE",
         requires = "slow_tool",
         default_value = "{}"
     )]
@@ -100,7 +108,7 @@ pub(crate) struct CheckArgs {
     /// stderr bytes over the whole battery above which the stderr row WARNs.
     #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
     pub(crate) stderr_warn: u64,
-    /// No progress lines on stderr.
+    /// No progress lines on stderr, and of our own log only errors (no WARN lines).
     #[arg(short, long)]
     pub(crate) quiet: bool,
     /// The server command and its arguments (after `--`; no shell is involved).
@@ -154,7 +162,11 @@ Rows (each PASS / WARN / FAIL / SKIP with its measured value):
 
 Exit status: 0 when no row FAILs (PASS/WARN/SKIP only), 1 when any row FAILs, 2 on usage errors \
 or when the --junit file cannot be written.
-The table (or --json document, or --markdown summary) goes to stdout; progress lines go to stderr.
+The table (or --json document, or --markdown summary) goes to stdout; progress lines go to stderr
+(-q: none, and of the log only errors; MCP_STDIO_LOG overrides that).
+--large-args @FILE / --slow-args @FILE read the JSON object from FILE (at most 16 MiB), for values
+a command line cannot hold.
+Row 1 FAILs with the server's exit status and the end of its stderr when it exits first.
 --junit FILE also writes JUnit XML: one test case per row, named by its id; FAIL rows are
 <failure>, SKIP rows <skipped>, WARN rows pass with the warning in <system-out>.
 
@@ -162,6 +174,7 @@ Examples:
   mcp-stdio check
       the built-in misbehaving server: several rows FAIL or WARN on purpose
   mcp-stdio check -- node build/index.js
+  mcp-stdio check --large-tool search --large-args @big-query.json -- ./my-server
   mcp-stdio check --json --large-tool big --large-args '{\"bytes\":2000000}' \\
       --slow-tool slow --slow-args '{\"ms\":5000}' -- ./target/release/my-server --stdio
   mcp-stdio check --junit report.xml --markdown -- ./my-server >> \"$GITHUB_STEP_SUMMARY\"";
@@ -222,15 +235,56 @@ fn tool(flag: &str, name: Option<&String>, args: &str) -> Result<Option<ToolCall
     let Some(name) = name else {
         return Ok(None);
     };
-    let arguments: Value =
-        serde_json::from_str(args).map_err(|e| format!("{flag}: not valid JSON ({e}): {args}"))?;
+    let (text, source) = match args.strip_prefix('@') {
+        Some(path) => (
+            read_args_file(flag, Path::new(path))?,
+            format!("file {path}"),
+        ),
+        None => (args.to_owned(), format!("`{}`", echo(args))),
+    };
+    let arguments: Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{flag}: not valid JSON ({e}) in {source}"))?;
     if !arguments.is_object() {
-        return Err(format!("{flag}: expected a JSON object, got {args}"));
+        return Err(format!(
+            "{flag}: expected a JSON object (`{{\"key\": …}}`), got {source}"
+        ));
     }
     Ok(Some(ToolCall {
         name: name.clone(),
         arguments,
     }))
+}
+
+/// The text of `--large-args @FILE`, at most [`MAX_ARGS_FILE_BYTES`].
+fn read_args_file(flag: &str, path: &Path) -> Result<String, String> {
+    let shown = path.display();
+    let file = std::fs::File::open(path).map_err(|e| {
+        format!("{flag} @{shown}: cannot open {shown}: {e}; give the path of a file holding the JSON object")
+    })?;
+    let mut bytes = Vec::new();
+    file.take(MAX_ARGS_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{flag} @{shown}: reading {shown}: {e}"))?;
+    if bytes.len() as u64 > MAX_ARGS_FILE_BYTES {
+        return Err(format!(
+            "{flag} @{shown}: {shown} is larger than the {} MiB limit for an arguments file",
+            MAX_ARGS_FILE_BYTES / (1024 * 1024)
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{flag} @{shown}: {shown} is not UTF-8 text (byte {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// `s`, cut to [`ECHO_CHARS`] characters (marked) for an error message.
+fn echo(s: &str) -> String {
+    match s.char_indices().nth(ECHO_CHARS) {
+        Some((i, _)) => format!("{}… ({} bytes)", &s[..i], s.len()),
+        None => s.to_owned(),
+    }
 }
 
 fn resolve(args: &CheckArgs) -> Result<Settings, String> {

@@ -192,7 +192,12 @@ impl Report {
             );
             if let Some(detail) = &row.detail {
                 let indent = " ".repeat(4 + title_w + 2 + 6 + 2);
-                let _ = writeln!(out, "{indent}-> {detail}");
+                // Later lines (a stderr excerpt) line up under the first.
+                let mut lines = detail.lines();
+                let _ = writeln!(out, "{indent}-> {}", lines.next().unwrap_or_default());
+                for line in lines {
+                    let _ = writeln!(out, "{indent}   {line}");
+                }
             }
         }
         let _ = writeln!(out);

@@ -61,27 +61,57 @@ impl AuditLog {
         key: Option<AuditKey>,
         session_id: &str,
     ) -> Result<Self, String> {
+        let shown = path.display();
+        if let Some(folder) = path.parent().filter(|f| !f.as_os_str().is_empty()) {
+            if folder.exists() && !folder.is_dir() {
+                return Err(format!(
+                    "audit log {shown}: {} is not a folder; give --audit a path in a folder",
+                    folder.display()
+                ));
+            }
+            if !folder.is_dir() {
+                std::fs::create_dir_all(folder).map_err(|e| {
+                    format!(
+                        "audit log {shown}: cannot create its folder {}: {e}; create it, or \
+                         give --audit a path in a folder you can write",
+                        folder.display()
+                    )
+                })?;
+                tracing::debug!(folder = %folder.display(), "created the audit log's folder");
+            }
+        }
         let mut file = OpenOptions::new()
             .create(true)
             .read(true)
             .append(true)
             .open(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let last = last_line(&mut file).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut chain = AuditChain::resume(&last, key.as_ref())
-            .map_err(|e| format!("{}: cannot continue this log: {e}", path.display()))?;
+            .map_err(|e| {
+                format!(
+                    "audit log {shown}: cannot open it for appending: {e}; check that it is a \
+                     file you can read and write, or give --audit another path"
+                )
+            })?;
+        let last = last_line(&mut file).map_err(|e| {
+            format!("audit log {shown}: cannot read its last entry: {e}; give --audit another path")
+        })?;
+        let mut chain = AuditChain::resume(&last, key.as_ref()).map_err(|e| {
+            format!(
+                "audit log {shown}: cannot continue this log: {e}; check it with `mcp-stdio \
+                 verify {shown}` (and the same --audit-key-file), or give --audit a new file"
+            )
+        })?;
         let start = chain
             .begin_session(session_id)
-            .map_err(|e| format!("{}: cannot start the session: {e}", path.display()))?;
+            .map_err(|e| format!("audit log {shown}: cannot start the session: {e}"))?;
         // The count of batches is bounded by MAX_PENDING_LINES through the loop.
         let (tx, rx) = mpsc::channel::<Batch>();
         let progress = Arc::new(Progress::default());
         let seen = progress.clone();
-        let path = path.to_owned();
+        let owned = path.to_owned();
         std::thread::Builder::new()
             .name("mcp-stdio-audit".into())
-            .spawn(move || write_batches(&rx, file, &path, &seen))
-            .map_err(|e| format!("cannot start the audit writer: {e}"))?;
+            .spawn(move || write_batches(&rx, file, &owned, &seen))
+            .map_err(|e| format!("audit log {shown}: cannot start its writer thread: {e}"))?;
         Ok(Self {
             chain,
             batch: vec![start],

@@ -10,6 +10,7 @@
 //! shutdown sequence (G11), and can write a hash-chained audit log (G12).
 
 mod audit_log;
+mod ended;
 mod host_io;
 
 use std::collections::VecDeque;
@@ -31,21 +32,29 @@ use host_io::{HostInput, HostOutput};
 
 pub(crate) use host_io::restore_stdio;
 
-/// Exit status when the server could not be spawned.
-pub(crate) const EXIT_SPAWN_FAILED: u8 = 127;
+/// Exit status for the guard's own usage errors (a bad flag, an unreadable
+/// config or key file, an audit log that cannot be opened), before any server starts.
+pub(crate) const EXIT_USAGE: u8 = 2;
 
 /// Arguments of `guard`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Exit status: the server's own (128+N when it was killed by signal N); \
-75 when the guard closed the session because the host stopped reading; 127 when the server \
-could not be started.\n\nExample (a desktop host's JSON config):\n  \"command\": \"mcp-stdio\",\n  \
+    after_help = "Exit status mirrors the server's: its own exit code, or 128+N when it was \
+killed by signal N (as a shell reports it); 1 when no exit of the server was observed. The guard's \
+own outcomes: 75 when it closed the session because the host stopped reading; 126 when the server \
+command is not executable; 127 when it cannot be started otherwise (not found, ...); 2 for a usage \
+error (bad flag, unreadable --config or key file, an --audit log that cannot be opened), before \
+any server starts. A server that ends on its own, with a failure status, or only after a signal \
+gets one line on stderr saying so, with the end of its stderr.\n\n\
+--audit FILE: missing folders on its path are created.\n\n\
+Example (a desktop host's JSON config):\n  \"command\": \"mcp-stdio\",\n  \
 \"args\": [\"guard\", \"--max-frame\", \"8388608\", \"--\", \"npx\", \"-y\", \"some-mcp-server\"]"
 )]
 pub(crate) struct GuardArgs {
     #[command(flatten)]
     pub(crate) settings: SettingsArgs,
-    /// Write a hash-chained audit record per request to FILE (appends, fsync per batch).
+    /// Write a hash-chained audit record per request to FILE (appends, fsync per batch;
+    /// missing folders are created).
     #[arg(long, value_name = "FILE")]
     pub(crate) audit: Option<PathBuf>,
     /// HMAC-SHA256 key for the audit chain (the file's bytes; a trailing newline is ignored).
@@ -74,12 +83,12 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => {
             eprintln!("mcp-stdio guard: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_USAGE);
         }
     };
     let Some(spec) = CommandSpec::from_argv(&args.command) else {
         eprintln!("mcp-stdio guard: no server command given (put it after `--`)");
-        return ExitCode::from(2);
+        return ExitCode::from(EXIT_USAGE);
     };
     let session_id = format!("{}-{}", std::process::id(), stamp(Instant::now()).unix_ms);
     let audit = match &args.audit {
@@ -93,14 +102,14 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
                 Ok(k) => k,
                 Err(e) => {
                     eprintln!("mcp-stdio guard: {e}");
-                    return ExitCode::from(2);
+                    return ExitCode::from(EXIT_USAGE);
                 }
             };
             match AuditLog::open(path, key, &session_id) {
                 Ok(a) => Some(a),
                 Err(e) => {
                     eprintln!("mcp-stdio guard: {e}");
-                    return ExitCode::from(2);
+                    return ExitCode::from(EXIT_USAGE);
                 }
             }
         }
@@ -119,14 +128,15 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("mcp-stdio guard: cannot start {}: {e}", spec.display());
+            let failure = crate::diagnose::spawn_failure(&spec, &e);
+            eprintln!("mcp-stdio guard: {}", failure.message);
             if let Some(mut a) = audit {
                 a.append(
                     &serde_json::json!({"phase": "session_end", "spawn_failed": e.to_string()}),
                 );
                 a.close(AUDIT_CLOSE).await;
             }
-            return ExitCode::from(EXIT_SPAWN_FAILED);
+            return ExitCode::from(failure.exit);
         }
     };
     let pid = child.id().unwrap_or(0);
@@ -143,9 +153,14 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     *config.stderr_capture_mut() = settings.stderr_capture.clone();
     let mut session = GuardSession::new(config);
     let code = drive(&mut session, &mut child, pid, audit).await;
+    let report = session.report(settings.stderr_excerpt_bytes);
+    if let Some(message) = ended::end_message(&report, &spec.display()) {
+        // Through the sink: a blocking write could hang an exit on an unread stderr.
+        crate::stderr_sink::write(message.as_bytes());
+    }
     if let Some(path) = &args.metrics {
         let report = MetricsFile {
-            session: session.report(settings.stderr_excerpt_bytes),
+            session: report,
             own_stderr_dropped_bytes: crate::stderr_sink::dropped(),
         };
         let json = serde_json::to_vec_pretty(&report).unwrap_or_default();
