@@ -75,6 +75,8 @@ struct Shared {
 /// [`Transport::close`] runs the graceful shutdown (G11) and publishes the
 /// [`SessionRecord`] to every [`SessionHandle`]; dropping the transport
 /// kills the server's process group at once.
+///
+/// [`Transport::close`]: https://docs.rs/rmcp/3/rmcp/transport/trait.Transport.html#tymethod.close
 pub struct ClientTransport {
     shared: Arc<Shared>,
     outcomes: mpsc::Receiver<RxJsonRpcMessage<RoleClient>>,
@@ -117,6 +119,8 @@ impl ClientTransport {
     /// Spawns `command` under [`mcp_stdio_tokio::Client`] (no shell, its own
     /// process group, stdout and stderr read continuously). Must be called
     /// inside a tokio runtime. rmcp does the MCP handshake itself.
+    ///
+    /// [`mcp_stdio_tokio::Client`]: https://docs.rs/mcp-stdio-tokio/latest/mcp_stdio_tokio/struct.Client.html
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self> {
         let client = Client::spawn(command, options)?;
         let pid = client.pid();

@@ -27,7 +27,7 @@
 //!
 //! [`ServerTransport`] serves an rmcp server on this process's stdin and
 //! stdout through the same loop as `mcp_stdio_tokio::serve` (the core's
-//! [`ServeLifecycle`](mcp_stdio_core::serve::ServeLifecycle) decides, rmcp
+//! [`ServeLifecycle`] decides, rmcp
 //! stands where the handlers stand):
 //!
 //! ```no_run
@@ -57,12 +57,20 @@
 //! the response (G7); stdin EOF closes the transport for rmcp and drains with
 //! a deadline. Server→client requests fail at once with
 //! [`TransportError::ServerRequestUnsupported`].
+//!
+//! [`mcp_stdio_tokio::Client`]: https://docs.rs/mcp-stdio-tokio/latest/mcp_stdio_tokio/struct.Client.html
+//! [`ServeLifecycle`]: https://docs.rs/mcp-stdio-core/latest/mcp_stdio_core/serve/struct.ServeLifecycle.html
 #![forbid(unsafe_code)]
 
 mod client;
 mod server;
 
 pub use client::{ClientTransport, SessionHandle, TransportError, MAX_PENDING_SERVER_REQUESTS};
+// The options and the serve report are documented in their own crates, where the links of
+// their docs resolve; inlined here they would link to pages this crate does not have.
+#[doc(no_inline)]
 pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
-pub use mcp_stdio_tokio::{ClientOptions, CommandSpec, SessionRecord};
+#[doc(no_inline)]
+pub use mcp_stdio_tokio::ClientOptions;
+pub use mcp_stdio_tokio::{CommandSpec, SessionRecord};
 pub use server::{ServerHandle, ServerReport, ServerTransport, MAX_QUEUED_FOR_RMCP};

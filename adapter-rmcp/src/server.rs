@@ -42,6 +42,8 @@ use crate::TransportError;
 /// notification is dropped and a cancel is not forwarded, each counted in
 /// [`ServerReport`]. Worst case: this many decoded messages of at most
 /// `max_frame` bytes each.
+///
+/// [`Transport::receive`]: https://docs.rs/rmcp/3/rmcp/transport/trait.Transport.html#tymethod.receive
 pub const MAX_QUEUED_FOR_RMCP: usize = 256;
 /// rmcp's responses and notifications waiting for the driver, which takes
 /// them on every turn of its loop (worst case: this many messages, each at
@@ -117,6 +119,9 @@ pub struct ServerReport {
 /// not carried: the serve session sends no requests of its own, so rmcp's
 /// request fails at once with [`TransportError::ServerRequestUnsupported`]
 /// (rmcp reports it as `ServiceError::TransportSend`), never a hang.
+///
+/// [`Transport::receive`]: https://docs.rs/rmcp/3/rmcp/transport/trait.Transport.html#tymethod.receive
+/// [`Transport::close`]: https://docs.rs/rmcp/3/rmcp/transport/trait.Transport.html#tymethod.close
 pub struct ServerTransport {
     incoming: mpsc::Receiver<RxJsonRpcMessage<RoleServer>>,
     commands: mpsc::Sender<Command>,

@@ -1,7 +1,7 @@
 //! The rmcp client through [`ClientTransport`] against real MCP servers:
 //! server-everything (TypeScript SDK) and the Python `mcp` package's server.
-//! Install them first: `tests/interop/setup.sh`; absent, they are skipped,
-//! except under CI where they fail.
+//! Install them first: `bash tests/interop/setup.sh`; absent, they fail, or
+//! are skipped with `MCP_STDIO_SKIP_INTEROP=1` (see `mcp_stdio_tests::interop`).
 
 use std::time::{Duration, Instant};
 

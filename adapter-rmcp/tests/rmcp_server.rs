@@ -410,10 +410,7 @@ fn g7_python_sdk_client_drives_the_rmcp_server_over_our_transport() {
     let Some((python, mcp_version)) = require(TEST, python()) else {
         return;
     };
-    let stderr_file = std::env::temp_dir().join(format!(
-        "mcp-stdio-rmcp-server-{}.stderr",
-        std::process::id()
-    ));
+    let stderr_file = mcp_stdio_tests::TempPath::new("rmcp-server.stderr");
     let started = Instant::now();
     let mut child = Command::new(&python)
         .arg(scripts_dir().join("py_client.py"))
@@ -437,7 +434,6 @@ fn g7_python_sdk_client_drives_the_rmcp_server_over_our_transport() {
     }
     let out = child.wait_with_output().expect("output");
     let server_stderr = std::fs::read_to_string(&stderr_file).unwrap_or_default();
-    let _ = std::fs::remove_file(&stderr_file);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let context = format!(
         "--- client stderr:\n{}\n--- server stderr:\n{server_stderr}",

@@ -34,6 +34,9 @@ pub use serve::{
     ServeReport,
 };
 
+/// The sans-IO core, documented here in full: the core's docs inlined on this crate's pages
+/// link to core items, which then resolve to these pages when this crate is documented alone.
+#[doc(inline)]
 pub use mcp_stdio_core as core;
 pub use mcp_stdio_core::basics::{BasicsError, ServerBasics};
 pub use mcp_stdio_core::client::Deadline;

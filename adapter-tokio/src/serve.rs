@@ -25,10 +25,12 @@ const HANDLER_NOTIFY_QUEUE: usize = 256;
 pub type HandlerResult = Result<Box<RawValue>, ErrorObject>;
 
 /// A cancellation signal that reaches a handler (G7): tokio-util's
-/// [`CancellationToken`](tokio_util::sync::CancellationToken) itself, so a
+/// [`CancellationToken`] itself, so a
 /// token a tokio application already holds (or a child of it) is what
 /// [`RequestContext::cancel_token`] gives and [`run_helper`](crate::run_helper)
 /// takes. The alias keeps the name the other adapters use.
+///
+/// [`CancellationToken`]: https://docs.rs/tokio-util/0.7/tokio_util/sync/struct.CancellationToken.html
 pub type CancelToken = tokio_util::sync::CancellationToken;
 
 /// What a handler gets besides its request.

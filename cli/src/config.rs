@@ -202,16 +202,14 @@ mod tests {
 
     #[test]
     fn flags_override_the_file_which_overrides_defaults() {
-        let dir = std::env::temp_dir().join(format!("mcp-stdio-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("guard.toml");
+        let path = mcp_stdio_tests::TempPath::new("guard.toml");
         std::fs::write(
             &path,
             "max_frame_bytes = 1000\nstderr_retained_per_call_bytes = 2048\nshutdown_grace_seconds = 0.5\nretain = \"head_and_tail\"\nstderr_head_bytes = 100\nstderr_redact = false\n",
         )
         .unwrap();
         let args = SettingsArgs {
-            config: Some(path.clone()),
+            config: Some(path.to_path_buf()),
             max_frame: Some(5000),
             ..SettingsArgs::default()
         };
@@ -227,11 +225,10 @@ mod tests {
         assert_eq!(s.supervisor.get_term_grace(), Duration::from_millis(500));
         std::fs::write(&path, "max_frame = 1\n").unwrap();
         let err = GuardSettings::resolve(&SettingsArgs {
-            config: Some(path),
+            config: Some(path.to_path_buf()),
             ..SettingsArgs::default()
         })
         .unwrap_err();
         assert!(err.contains("unknown field"), "{err}");
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -15,6 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use mcp_stdio_core::audit::{verify, AuditChain, AuditKey};
+use mcp_stdio_tests::TempPath;
 use serde_json::{json, Value};
 
 fn fixture_server() -> PathBuf {
@@ -31,12 +32,9 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_mcp-stdio")
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mcp-stdio-audit-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let p = dir.join(name);
-    let _ = std::fs::remove_file(&p);
-    p
+/// `name` in a temporary folder of its own, removed with what is in it when the test ends.
+fn tmp(name: &str) -> TempPath {
+    TempPath::new(name)
 }
 
 /// A guard writing an audit log in front of the fixture server.

@@ -6,12 +6,13 @@
 //! running tests).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use mcp_stdio_tests::TempPath;
 use serde_json::{json, Value};
 
 fn fixture_server() -> PathBuf {
@@ -28,10 +29,9 @@ fn guard_bin() -> &'static str {
     env!("CARGO_BIN_EXE_mcp-stdio")
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mcp-stdio-guard-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
+/// `name` in a temporary folder of its own, removed with what is in it when the test ends.
+fn tmp(name: &str) -> TempPath {
+    TempPath::new(name)
 }
 
 /// A running guard: lines from its stdout arrive on a channel; its stderr is collected.
@@ -420,7 +420,6 @@ fn g1_host_that_stops_reading_gets_a_bounded_buffer_then_a_closed_session() {
 #[test]
 fn g12_audit_log_verifies_and_a_changed_byte_is_named() {
     let log = tmp("audit.jsonl");
-    let _ = std::fs::remove_file(&log);
     let key = tmp("audit.key");
     std::fs::write(&key, "secret key\n").unwrap();
     let mut g = Guarded::start(
@@ -437,7 +436,7 @@ fn g12_audit_log_verifies_and_a_changed_byte_is_named() {
     g.response(json!(1), Duration::from_secs(10));
     let (code, _, _) = g.finish(Duration::from_secs(10));
     assert_eq!(code, Some(0));
-    let verify = |path: &PathBuf, key: &PathBuf| {
+    let verify = |path: &Path, key: &Path| {
         Command::new(guard_bin())
             .args(["verify", "--key-file", key.to_str().unwrap()])
             .arg(path)

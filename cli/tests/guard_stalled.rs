@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use mcp_stdio_tests::helper_adapter::assert_group_gone;
-use mcp_stdio_tests::{signal_group, signal_pid, wait_until, Signal};
+use mcp_stdio_tests::{signal_group, signal_pid, wait_until, Signal, TempPath};
 use serde_json::{json, Value};
 
 const MIB: usize = 1024 * 1024;
@@ -25,10 +25,9 @@ fn fixture_server() -> PathBuf {
     mcp_stdio_tests::fixture_server_path()
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mcp-stdio-stalled-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
+/// `name` in a temporary folder of its own, removed with what is in it when the test ends.
+fn tmp(name: &str) -> TempPath {
+    TempPath::new(name)
 }
 
 fn call(id: i64, tool: &str, args: Value) -> Value {
@@ -501,7 +500,6 @@ fn g1_stdout_is_blocking_again_after_exit() {
 #[test]
 fn g12_audit_record_is_on_disk_before_the_server_sees_the_request() {
     let log = tmp("ordered-audit.jsonl");
-    let _ = std::fs::remove_file(&log);
     let mut host = Host::start(&["--audit", log.to_str().expect("utf-8")], &[]);
     host.initialize();
     for i in 1..=20 {

@@ -2,8 +2,8 @@
 //! host-side peer) driving the official `server-everything` gets the same
 //! results for the same calls with and without `mcp-stdio guard` in between.
 //!
-//! Needs the interop peers (`tests/interop/setup.sh`); skips loudly without
-//! them, fails under CI.
+//! Needs the interop peers (`bash tests/interop/setup.sh`); fails without
+//! them, or is skipped with `MCP_STDIO_SKIP_INTEROP=1`.
 
 use std::process::Command;
 use std::time::Instant;

@@ -1,8 +1,8 @@
 //! # mcp-stdio-sys
 //!
 //! The few system calls every mcp-stdio adapter (and the CLI) makes besides
-//! pipe I/O, written once: turning a [`CommandSpec`] into a command in its own
-//! process group, signalling that group, reading an exit status in the
+//! pipe I/O, written once: turning the core's `CommandSpec` into a command in
+//! its own process group ([`command`]), signalling that group, reading an exit status in the
 //! core's terms, spawning a server tied to this process's life
 //! ([`spawn_tied`]), switching this process's stdin/stdout pipes to
 //! non-blocking mode for `serve` ([`NonBlockingStdio`]), and writing this

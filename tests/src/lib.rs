@@ -24,7 +24,8 @@
 //!   [`pid_alive`], [`descendants`], [`group_members`];
 //! - signalling and cleanup: [`signal_pid`], [`signal_group`], [`ProcessGroupGuard`];
 //! - polling with a bound: [`wait_until`];
-//! - the exact text of the `huge_field` tool: [`huge_field_text`].
+//! - the exact text of the `huge_field` tool: [`huge_field_text`];
+//! - a file path in a temporary folder removed when the test ends: [`TempPath`].
 //!
 //! The fixture binaries (`src/bin/fixture-server.rs`, `src/bin/fixture-helper.rs`) do **not**
 //! use this library or `mcp-stdio-core`: they are independent peers, so they cannot share our
@@ -41,8 +42,9 @@ pub mod suite;
 pub mod tokio_adapter;
 pub mod tokio_helper;
 
+use std::ffi::OsStr;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -376,5 +378,58 @@ mod tests {
             .is_none()
         );
         assert!(wait_until(Duration::ZERO, Duration::from_millis(5), || true).is_some());
+    }
+}
+
+/// A path named `name` inside a fresh temporary folder of its own (`tempfile`): the folder,
+/// with whatever the test or its processes wrote there, is removed when this is dropped, so a
+/// test leaves nothing in the temporary directory, also when it fails (unwinding drops it).
+/// Nothing is created at the path itself.
+#[derive(Debug)]
+pub struct TempPath {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TempPath {
+    /// A fresh folder `mcp-stdio-test-XXXXXX` in the temporary directory, and `name` in it.
+    ///
+    /// # Panics
+    /// When the folder cannot be created.
+    #[must_use]
+    pub fn new(name: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("mcp-stdio-test-")
+            .tempdir()
+            .expect("create a temporary folder");
+        Self {
+            path: dir.path().join(name),
+            _dir: dir,
+        }
+    }
+
+    /// The path.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl std::ops::Deref for TempPath {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TempPath {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<OsStr> for TempPath {
+    fn as_ref(&self) -> &OsStr {
+        self.path.as_os_str()
     }
 }

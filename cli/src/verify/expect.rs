@@ -425,7 +425,9 @@ struct ObservedSession {
 }
 
 /// What a verified log says, collected entry by entry (see
-/// [`AuditVerifier::push_entries`](mcp_stdio_core::audit::AuditVerifier::push_entries)).
+/// [`AuditVerifier::push_entries`]).
+///
+/// [`AuditVerifier::push_entries`]: https://docs.rs/mcp-stdio-core/latest/mcp_stdio_core/audit/struct.AuditVerifier.html#method.push_entries
 #[derive(Debug, Default)]
 pub(crate) struct Observed {
     sessions: Vec<ObservedSession>,
