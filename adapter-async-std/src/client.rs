@@ -11,8 +11,12 @@
 //!   command, a cancel, room for an incoming message, or the core's
 //!   deadline" and never for anything else. The write is one branch of that
 //!   wait: it moves only what the pipe accepts while the reads go on, so a
-//!   server that stops reading never stops the client from reading (G1);
-//! - an **exit watcher** owns the `Child` and awaits its exit status.
+//!   server that stops reading never stops the client from reading (G1).
+//!   It also owns the `Child`, as a [`Leader`]: the exit is one branch of
+//!   the same wait (the pidfd's readiness on Linux, a 50 ms look elsewhere),
+//!   observed without reaping, and the server is reaped only after the
+//!   core's `Finished`, so its group id cannot be reused while the core may
+//!   still signal it.
 //!
 //! Reading and writing in the driver itself, rather than in reader and
 //! writer tasks joined to it by channels, saves a task hop and a cross-thread
@@ -43,11 +47,13 @@ use mcp_stdio_core::driver::{
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
-use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::process::Signal;
+use mcp_stdio_core::{CommandSpec, ExitStatus};
+use mcp_stdio_sys::{ProcessGroup, Signalled};
 
 use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
 
-use crate::os;
+use crate::leader::Leader;
 
 /// Commands queued from the application to the driver task. Cancels never
 /// pass through it (see [`CancelRegistry`]), so a full queue loses none.
@@ -200,7 +206,9 @@ impl Drop for AbandonOnDrop {
 ///
 /// Dropping a `Client` without [`shutdown`](Self::shutdown) kills the
 /// server's process group at once (a `killpg` system call, never a task
-/// spawned in `Drop`); the driver then observes the exit and ends.
+/// spawned in `Drop`); the driver then observes the exit and ends. The group
+/// is never signalled after the driver reaped the server: its id could have
+/// been reused (see [`mcp_stdio_sys::ProcessGroup`]).
 #[derive(Debug)]
 pub struct Client {
     commands: Sender<Command>,
@@ -212,6 +220,7 @@ pub struct Client {
     /// The driver thread's record, sent once as it ends.
     driver: Option<Receiver<SessionRecord>>,
     pid: u32,
+    group: ProcessGroup,
     finished: Arc<AtomicBool>,
     client_info: mcp_stdio_core::handshake::Implementation,
     client_capabilities: Option<Box<RawValue>>,
@@ -220,8 +229,7 @@ pub struct Client {
 
 impl Client {
     /// Spawns `command` (no shell; its own process group) with stdin, stdout
-    /// and stderr piped, starts the driver on a thread of its own and the
-    /// exit watcher on async-std's executor. Works from any thread, inside or
+    /// and stderr piped, and starts the driver on a thread of its own. Works from any thread, inside or
     /// outside an executor (async-std, smol or none).
     ///
     /// The driver has a thread, not an executor task: a task was moved
@@ -244,27 +252,22 @@ impl Client {
             .spawn(move || {
                 let _ = record_tx.try_send(async_io::block_on(driver.run()));
             });
-        if let Err(e) = thread {
-            // No driver, no session: the server must not outlive it.
-            os::signal_group(pid, mcp_stdio_core::process::Signal::Kill);
-            return Err(e);
-        }
+        // No thread, no session: the server must not outlive it. The closure
+        // is dropped with the driver's `Leader`, which kills the group and
+        // reaps it.
+        thread?;
         client.driver = Some(record);
         Ok(client)
     }
 
-    /// Spawns the server and its exit watcher; the driver is returned, not yet running.
+    /// Spawns the server; the driver is returned, not yet running.
     fn start(command: &CommandSpec, options: ClientOptions) -> std::io::Result<(Self, Driver)> {
         let (mut child, pid) = spawn_server(command)?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
-
-        // Capacity 1: the watcher sends one status.
-        let (exits_tx, exits) = async_channel::bounded(1);
-        // Never carries a message: the driver ending drops the sender, which
-        // stops the exit watcher.
-        let (driver_alive, driver_gone) = async_channel::bounded::<()>(1);
+        let leader = Leader::new(child);
+        let group = leader.group().clone();
         // Capacity 1 and `try_send`: a stored wake, never a wait, never lost.
         let (wake_tx, wake) = async_channel::bounded::<()>(1);
         let cancels = CancelRegistry::new(move || {
@@ -282,11 +285,6 @@ impl Client {
         if stderr.is_none() {
             core.handle_stderr_eof(now);
         }
-        drop(async_std::task::spawn(watch_exit(
-            child,
-            exits_tx,
-            driver_gone,
-        )));
 
         let (commands, command_rx) = async_channel::bounded(COMMAND_QUEUE);
         // Capacity 1: the core's bounded inbox is the real queue (G5).
@@ -300,9 +298,8 @@ impl Client {
             stderr,
             stderr_buf: vec![0; STDERR_READ],
             stdin,
-            exits,
-            exits_open: true,
-            _driver_alive: driver_alive,
+            leader,
+            exited: false,
             commands: command_rx,
             commands_tx: commands.downgrade(),
             commands_open: true,
@@ -320,6 +317,7 @@ impl Client {
             incoming_taken,
             driver: None,
             pid,
+            group,
             finished,
             client_info,
             client_capabilities,
@@ -331,6 +329,13 @@ impl Client {
     /// The server's process id (also its process group id).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Sends `signal` to the server's process group, as a host's own
+    /// `SIGTERM` would, while that group id is still the server's: after the
+    /// session reaped the server nothing is sent ([`Signalled::Refused`]).
+    pub fn signal_group(&self, signal: Signal) -> Signalled {
+        self.group.signal(signal)
     }
 
     /// The MCP handshake: `initialize` with the latest protocol version, the
@@ -518,9 +523,10 @@ impl Client {
 impl Drop for Client {
     fn drop(&mut self) {
         if self.driver.is_some() && !self.finished.load(Ordering::Acquire) {
-            // Synchronous: one syscall. The exit watcher observes the exit,
-            // the readers see EOF, and the driver ends the session.
-            os::signal_group(self.pid, mcp_stdio_core::process::Signal::Kill);
+            // Synchronous: one syscall, refused if the driver reaped the
+            // server meanwhile. The driver observes the exit, the readers
+            // see EOF, and the driver ends the session.
+            let _ = self.group.signal(Signal::Kill);
         }
     }
 }
@@ -538,24 +544,6 @@ fn spawn_server(command: &CommandSpec) -> std::io::Result<(Child, u32)> {
     let pid = child.id();
     tracing::debug!(pid, command = %command.display(), "spawned MCP server");
     Ok((child, pid))
-}
-
-/// Owns the child and reports its exit. Stops waiting when the driver ends
-/// without having seen it (`ExitNotObserved`); async-process then reaps the
-/// dropped child in the background.
-async fn watch_exit(
-    mut child: Child,
-    exits: Sender<std::io::Result<std::process::ExitStatus>>,
-    driver_gone: Receiver<()>,
-) {
-    let status = child.status();
-    let gone = async {
-        let _ = driver_gone.recv().await;
-        None
-    };
-    if let Some(status) = or(async { Some(status.await) }, gone).await {
-        let _ = exits.send(status).await;
-    }
 }
 
 /// What [`Driver::deliver_incoming`] did.
@@ -576,8 +564,8 @@ enum Wake {
     Stderr(std::io::Result<usize>),
     /// A write to stdin took this many bytes of the held message.
     Written(std::io::Result<usize>),
-    /// The exit watcher reported (`None`: it is gone without a status).
-    Exited(Option<std::io::Result<std::process::ExitStatus>>),
+    /// The server's exit was seen (not reaped), or looking for it failed.
+    Exited(std::io::Result<ExitStatus>),
     Command(Option<Command>),
     IncomingTaken,
     /// A cancel was flagged: every wake handles cancels.
@@ -604,11 +592,10 @@ struct Driver {
     /// `None` once stdin is closed or broken (dropping it closes the pipe,
     /// even in the middle of a message to a server that stopped reading).
     stdin: Option<ChildStdin>,
-    /// The exit watcher's one report.
-    exits: Receiver<std::io::Result<std::process::ExitStatus>>,
-    exits_open: bool,
-    /// Dropped with the driver: tells the exit watcher to stop waiting.
-    _driver_alive: Sender<()>,
+    /// The server: reaped only after the core's `Finished`.
+    leader: Leader,
+    /// Its exit was seen (or can never be).
+    exited: bool,
     commands: Receiver<Command>,
     /// For the `Responder`s of server→client requests. Weak, so the queue
     /// closes once the application dropped every handle.
@@ -650,14 +637,14 @@ impl Driver {
                 Wake::Stdout(read) => self.stdout_read(now, read),
                 Wake::Stderr(read) => self.stderr_read(now, read),
                 Wake::Written(written) => self.written(written),
-                Wake::Exited(Some(Ok(status))) => {
-                    self.exits_open = false;
-                    self.core.handle_exited(now, os::exit_status(status));
+                Wake::Exited(Ok(status)) => {
+                    self.exited = true;
+                    self.core.handle_exited(now, status);
                 }
-                Wake::Exited(Some(Err(e))) => {
-                    // wait() failing means no status can ever be observed:
+                Wake::Exited(Err(e)) => {
+                    // waitid() failing means no status can ever be observed:
                     // the supervisor's deadlines end the session.
-                    self.exits_open = false;
+                    self.exited = true;
                     log_relay::event(
                         self.pid,
                         Level::Warn,
@@ -665,7 +652,6 @@ impl Driver {
                         Some(e.to_string()),
                     );
                 }
-                Wake::Exited(None) => self.exits_open = false,
                 Wake::Command(Some(cmd)) => self.core.handle_command(now, cmd),
                 Wake::Command(None) => {
                     // Every handle is gone: the Client was dropped (and its
@@ -751,8 +737,8 @@ impl Driver {
             stderr,
             stderr_buf,
             stdin,
-            exits,
-            exits_open,
+            leader,
+            exited,
             commands,
             commands_open,
             wake,
@@ -783,10 +769,11 @@ impl Driver {
             }
         };
         let exited = async {
-            if *exits_open {
-                Wake::Exited(exits.recv().await.ok())
-            } else {
+            if *exited {
                 std::future::pending().await
+            } else {
+                // Seen without reaping: the zombie keeps the group id ours.
+                Wake::Exited(leader.exited().await)
             }
         };
         let commands = async {
@@ -908,7 +895,9 @@ impl Driver {
                 // the server sees EOF.
                 DriverAction::CloseStdin => self.stdin = None,
                 DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
-                DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
+                DriverAction::SignalGroup(sig) => {
+                    let _ = self.leader.signal(sig);
+                }
                 DriverAction::AbandonReaders => {
                     log_relay::event(
                         self.pid,
@@ -920,10 +909,12 @@ impl Driver {
                     self.stderr = None;
                 }
                 DriverAction::Finished(record) => {
-                    // The record is built: nothing more is read or written.
+                    // The record is built: nothing more is read or written,
+                    // and the group is never signalled again.
                     self.stdout = None;
                     self.stderr = None;
                     self.stdin = None;
+                    self.leader.reap();
                     return Some(*record);
                 }
                 _ => {}

@@ -17,13 +17,17 @@
 //! follows the supervisor path — `SIGTERM`, grace, `SIGKILL`, then the
 //! readers drained with a deadline — and hands the final record to
 //! `options.records`. Only if the owner itself is torn down unfinished does
-//! the spawned helper's guard kill its process group at once.
+//! the spawned helper's [`Leader`] kill its process group at once.
+//!
+//! The exit is observed without reaping (the helper stays a zombie, so its
+//! group id stays ours while the supervisor may signal it) and the helper is
+//! reaped at `Finished`; its group is never signalled after that.
 //!
 //! [`HelperRun`]: mcp_stdio_core::helper::HelperRun
 
 use std::future::{pending, Future};
 use std::io;
-use std::pin::{pin, Pin};
+use std::pin::pin;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use async_io::Timer;
@@ -32,9 +36,9 @@ use futures_lite::future::race;
 use futures_lite::AsyncReadExt;
 use mcp_stdio_core::call::Stamp;
 use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, RecordTap};
-use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
 
+use crate::leader::Leader;
 use crate::os;
 use crate::serve::CancelToken;
 
@@ -230,7 +234,9 @@ async fn own_run(
     let mut run = options.start(stamp());
     let mut tap = RecordTap::default();
     let sink = options.get_records();
-    let mut helper: Option<Spawned> = None;
+    // Kills the group if the run is torn down unfinished; reaped at `Finished`.
+    let mut helper: Option<Leader> = None;
+    let mut exited = false;
     let mut stdout: Option<ChildStdout> = None;
     let mut stderr: Option<ChildStderr> = None;
     let mut approval: Option<async_channel::Receiver<bool>> = None;
@@ -268,7 +274,7 @@ async fn own_run(
                         Ok(mut child) => {
                             stdout = child.stdout.take();
                             stderr = child.stderr.take();
-                            helper = Some(Spawned::new(child));
+                            helper = Some(Leader::new(child));
                             run.handle_spawned(stamp());
                         }
                         Err(e) => run.handle_spawn_failed(stamp(), &e.to_string()),
@@ -276,7 +282,7 @@ async fn own_run(
                 }
                 HelperAction::SignalGroup(sig) => {
                     if let Some(h) = &helper {
-                        os::signal_group(h.pgid, sig);
+                        let _ = h.signal(sig);
                     }
                 }
                 HelperAction::AbandonReaders => {
@@ -287,7 +293,7 @@ async fn own_run(
                 }
                 HelperAction::Finished(outcome) => {
                     if let Some(h) = &mut helper {
-                        h.disarm();
+                        h.reap();
                     }
                     options.release(&mut run);
                     tap.finish(&outcome.record, sink);
@@ -322,8 +328,8 @@ async fn own_run(
                 }
             };
             let exit = async {
-                match helper.as_mut().and_then(|h| h.exit.as_mut()) {
-                    Some(status) => Wake::Exited(status.await),
+                match helper.as_mut().filter(|_| !exited) {
+                    Some(h) => Wake::Exited(h.exited().await),
                     None => pending().await,
                 }
             };
@@ -374,11 +380,9 @@ async fn own_run(
             }
             Wake::Exited(status) => {
                 // Never polled again: the exit is reported once.
-                if let Some(h) = &mut helper {
-                    h.exit = None;
-                }
+                exited = true;
                 match status {
-                    Ok(s) => run.handle_exited(stamp(), os::exit_status(s)),
+                    Ok(s) => run.handle_exited(stamp(), s),
                     // No status can ever be observed: the supervisor's
                     // deadlines end the run (`unknown`).
                     Err(e) => tracing::warn!(error = %e, "waiting for the helper failed"),
@@ -418,7 +422,7 @@ async fn own_run(
 enum Wake {
     Stdout(io::Result<usize>),
     Stderr(io::Result<usize>),
-    Exited(io::Result<std::process::ExitStatus>),
+    Exited(io::Result<mcp_stdio_core::ExitStatus>),
     Answered(Option<bool>),
     Cancelled,
     Timeout,
@@ -430,44 +434,4 @@ fn spawn(command: &CommandSpec) -> io::Result<Child> {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     cmd.spawn()
-}
-
-type ExitFuture = Pin<Box<dyn Future<Output = io::Result<std::process::ExitStatus>> + Send>>;
-
-/// The spawned helper. Dropped before the run finished (the run's future was
-/// dropped), it kills the helper's process group: one `killpg`, in `Drop`
-/// itself, before the child handle goes to async-process's reaper.
-struct Spawned {
-    /// The helper's pid, which is its process group id.
-    pgid: u32,
-    /// Whether dropping this kills the group: until `Finished`.
-    armed: bool,
-    /// The exit, until observed; built once, so the reaper is not asked again
-    /// on every turn of the loop.
-    exit: Option<ExitFuture>,
-    /// Kept for the `Drop` order: the `killpg` comes first.
-    _child: Child,
-}
-
-impl Spawned {
-    fn new(mut child: Child) -> Self {
-        Self {
-            pgid: child.id(),
-            armed: true,
-            exit: Some(Box::pin(child.status())),
-            _child: child,
-        }
-    }
-
-    fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        if self.armed {
-            os::signal_group(self.pgid, Signal::Kill);
-        }
-    }
 }

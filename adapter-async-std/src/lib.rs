@@ -57,6 +57,7 @@
 
 mod client;
 mod helper;
+mod leader;
 mod os;
 mod serve;
 mod stdio;
@@ -79,3 +80,5 @@ pub use mcp_stdio_core::host::{
     ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord,
 };
 pub use mcp_stdio_core::CommandSpec;
+/// What [`Client::signal_group`] did.
+pub use mcp_stdio_sys::Signalled;

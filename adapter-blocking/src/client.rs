@@ -23,8 +23,13 @@
 //!   [`Client::request`].
 //!
 //! The child's exit is a readiness event on Linux (a pidfd registered with
-//! the poll); elsewhere `try_wait` runs after every wake-up and on a
-//! [`EXIT_POLL_TICK`] while the process is alive.
+//! the poll); elsewhere the exit is looked for after every wake-up and every
+//! [`EXIT_POLL_TICK`] while the process is alive. Either way it is observed
+//! without reaping (`waitid` with `WNOWAIT`, through
+//! [`ProcessGroup`](mcp_stdio_sys::ProcessGroup)): the server stays a zombie,
+//! so its group id stays ours while the core may still signal it, and is
+//! reaped only after the core's `Finished`; its group is never signalled
+//! after that.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -62,8 +67,7 @@ const STDERR_READ: usize = 16 * 1024;
 /// sources get their turn; the stream stays marked readable, so the next
 /// turn does not wait for a new event.
 const READS_PER_TURN: usize = 16;
-/// Where no pidfd exists, how often the child's exit is checked while it lives.
-const EXIT_POLL_TICK: Duration = Duration::from_millis(50);
+use mcp_stdio_sys::{ProcessGroup, Signalled, EXIT_POLL_TICK};
 
 const STDIN: Token = Token(0);
 const STDOUT: Token = Token(1);
@@ -261,7 +265,8 @@ impl Drop for PendingRequest {
 /// Dropping a `Client` without [`shutdown`](Self::shutdown) kills the
 /// server's process group at once (one `killpg` system call); the I/O thread
 /// then observes the exit, reaps the child and ends by itself. `Drop` never
-/// waits for it.
+/// waits for it, and never signals a group whose leader the I/O thread
+/// already reaped (its id could have been reused).
 #[derive(Debug)]
 pub struct Client {
     commands: Commands,
@@ -269,6 +274,7 @@ pub struct Client {
     shared: Arc<Shared>,
     io_thread: Option<JoinHandle<Option<SessionRecord>>>,
     pid: u32,
+    group: ProcessGroup,
     client_info: mcp_stdio_core::handshake::Implementation,
     client_capabilities: Option<Box<RawValue>>,
     request_timeout: Option<Duration>,
@@ -289,6 +295,7 @@ impl Client {
         let request_timeout = options.get_default_timeout();
         let (driver, commands, shared) = Driver::spawn(command, options)?;
         let pid = driver.pid;
+        let group = driver.group.clone();
         let cancels = driver.core.cancels().clone();
         // The driver is handed over after the thread exists, so a failed
         // thread spawn leaves the child with us to kill and reap.
@@ -315,6 +322,7 @@ impl Client {
             shared,
             io_thread: Some(io_thread),
             pid,
+            group,
             client_info,
             client_capabilities,
             request_timeout,
@@ -324,6 +332,13 @@ impl Client {
     /// The server's process id (also its process group id).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Sends `signal` to the server's process group, as a host's own
+    /// `SIGTERM` would, while that group id is still the server's: after the
+    /// session reaped the server nothing is sent ([`Signalled::Refused`]).
+    pub fn signal_group(&self, signal: Signal) -> Signalled {
+        self.group.signal(signal)
     }
 
     /// The MCP handshake: `initialize` with the latest protocol version, the
@@ -501,9 +516,10 @@ impl Client {
 impl Drop for Client {
     fn drop(&mut self) {
         if self.io_thread.is_some() && !self.shared.finished.load(Ordering::Acquire) {
-            // Synchronous: one syscall. The I/O thread sees the flag, observes
-            // the exit, reaps the child and ends; nobody joins it.
-            os::signal_group(self.pid, Signal::Kill);
+            // Synchronous: one syscall, refused if the I/O thread reaped the
+            // server meanwhile. The I/O thread sees the flag, observes the
+            // exit, reaps the child and ends; nobody joins it.
+            let _ = self.group.signal(Signal::Kill);
             self.shared.dropped.store(true, Ordering::Release);
             self.commands.wake();
         }
@@ -528,7 +544,8 @@ struct Io {
 }
 
 impl Io {
-    fn new(child: &mut Child, pid: u32) -> io::Result<Self> {
+    fn new(child: &mut Child, group: &ProcessGroup) -> io::Result<Self> {
+        let pid = group.pgid();
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let mut stdin = pipe::Sender::from(child.stdin.take().expect("stdin is piped"));
@@ -542,7 +559,7 @@ impl Io {
         registry.register(&mut stdin, STDIN, Interest::WRITABLE)?;
         registry.register(&mut stdout, STDOUT, Interest::READABLE)?;
         registry.register(&mut stderr, STDERR, Interest::READABLE)?;
-        let exit_fd = exit_fd(pid).and_then(|fd| {
+        let exit_fd = exit_fd(group).and_then(|fd| {
             match registry.register(&mut SourceFd(&fd.as_raw_fd()), CHILD_EXIT, Interest::READABLE)
             {
                 Ok(()) => Some(fd),
@@ -597,12 +614,12 @@ impl Io {
 }
 
 /// The pidfd for the child's exit, unless a test asked for the fallback.
-fn exit_fd(pid: u32) -> Option<OwnedFd> {
+fn exit_fd(group: &ProcessGroup) -> Option<OwnedFd> {
     #[cfg(test)]
     if tests::NO_PIDFD.with(std::cell::Cell::get) {
         return None;
     }
-    os::exit_fd(pid)
+    group.exit_fd()
 }
 
 /// What one read of an output pipe gave.
@@ -649,7 +666,9 @@ fn read_once(
 /// The I/O thread's state: the core's [`ClientDriver`], the child and the pipes.
 struct Driver {
     core: ClientDriver<OneShot>,
+    /// The server: reaped only after the core's `Finished` (through `group`).
     child: Child,
+    group: ProcessGroup,
     pid: u32,
     io: Io,
     commands: Receiver<Command>,
@@ -683,13 +702,14 @@ impl Driver {
     ) -> io::Result<(Self, Commands, Arc<Shared>)> {
         let mut child = spawn_server(command)?;
         let pid = child.id();
-        let io = match Io::new(&mut child, pid) {
+        let group = ProcessGroup::new(pid);
+        let io = match Io::new(&mut child, &group) {
             Ok(io) => io,
             Err(e) => {
                 // No session yet (and no stderr grant taken): just end the child.
-                os::signal_group(pid, Signal::Kill);
+                let _ = group.signal(Signal::Kill);
                 // SIGKILL was sent, so this returns promptly.
-                let _ = child.wait();
+                let _ = group.reap(|| child.wait().map(Some));
                 return Err(e);
             }
         };
@@ -713,6 +733,7 @@ impl Driver {
         let driver = Self {
             core,
             child,
+            group,
             pid,
             io,
             commands: commands_rx,
@@ -843,16 +864,18 @@ impl Driver {
         }
     }
 
-    /// `try_wait` after every wake-up: one `waitpid(WNOHANG)`.
+    /// After every wake-up: one `waitid(WNOHANG | WNOWAIT)`, which leaves
+    /// the server a zombie (its group id stays ours until the reap).
     fn observe_exit(&mut self, now: Instant) {
         if self.exited {
             return;
         }
-        match self.child.try_wait() {
+        let child = &mut self.child;
+        match self.group.observe_exit(|| child.try_wait()) {
             Ok(Some(status)) => {
                 self.exited = true;
                 self.io.close_exit_fd();
-                self.core.handle_exited(now, os::exit_status(status));
+                self.core.handle_exited(now, status);
             }
             Ok(None) => {}
             Err(e) => {
@@ -913,7 +936,9 @@ impl Driver {
             match action {
                 DriverAction::CloseStdin => self.io.close_stdin(),
                 DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
-                DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
+                DriverAction::SignalGroup(sig) => {
+                    let _ = self.group.signal(sig);
+                }
                 DriverAction::AbandonReaders => {
                     log_relay::event(
                         self.pid,
@@ -980,9 +1005,10 @@ impl Driver {
     fn abandon(mut self) {
         let now = Instant::now();
         self.core.handle_client_gone(now);
-        os::signal_group(self.pid, Signal::Kill);
+        let _ = self.group.signal(Signal::Kill);
         // SIGKILL was sent, so this returns promptly.
-        if let Ok(status) = self.child.wait() {
+        let child = &mut self.child;
+        if let Ok(Some(status)) = self.group.reap(|| child.wait().map(Some)) {
             self.core.handle_exited(now, os::exit_status(status));
         }
         self.core.handle_stdout_eof(now);
@@ -992,11 +1018,12 @@ impl Driver {
     }
 
     fn finish(self, record: SessionRecord) -> SessionRecord {
-        // Supervision gave up without an exit (no exit within the drain
-        // deadline after SIGKILL: uninterruptible sleep). Reap it whenever it
-        // dies, so it does not stay a zombie.
+        // The supervision is over: reap the zombie now (its group is never
+        // signalled again). If it gave up without an exit (no exit within
+        // the drain deadline after SIGKILL: uninterruptible sleep), reap it
+        // whenever it dies, so it does not stay a zombie.
         let mut child = self.child;
-        if !self.exited && !matches!(child.try_wait(), Ok(Some(_))) {
+        if !matches!(self.group.reap(|| child.try_wait()), Ok(Some(_))) {
             let pid = self.pid;
             let reaper = std::thread::Builder::new()
                 .name(format!("mcp-reap-{pid}"))

@@ -36,11 +36,12 @@
 //!
 //! # The exit and the group id
 //!
-//! On Linux the exit is observed with `waitid(…, WNOWAIT)`: the leader stays
-//! a zombie until the run is finished, which keeps its pid, and so the group
-//! id, reserved while the supervisor may still `killpg` it (the group
-//! `SIGKILL` after the leader's exit, the drop guard). It is reaped at the
-//! end. Elsewhere `try_wait` observes and reaps in one step.
+//! The exit is observed with `waitid(…, WNOWAIT)` (through
+//! [`ProcessGroup`]): the leader stays a zombie until the run is finished,
+//! which keeps its pid, and so the group id, reserved while the supervisor
+//! may still `killpg` it (the group `SIGKILL` after the leader's exit, the
+//! drop guard). It is reaped at the end, and its group is never signalled
+//! after that.
 
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -51,7 +52,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use mcp_stdio_core::call::Stamp;
 use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, HelperRun, RecordTap};
 use mcp_stdio_core::process::Signal;
-use mcp_stdio_core::{CommandSpec, ExitStatus};
+use mcp_stdio_core::CommandSpec;
 use mio::unix::pipe;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
@@ -69,9 +70,7 @@ const READS_PER_TURN: usize = 16;
 /// The longest the run sleeps before it looks at the [`CancelToken`] again,
 /// until the cancel is seen: the cancel latency.
 const CANCEL_TICK: Duration = Duration::from_millis(10);
-/// Where no pidfd exists, how often the exit is checked once the cancel tick
-/// no longer runs.
-const EXIT_POLL_TICK: Duration = Duration::from_millis(50);
+use mcp_stdio_sys::{ProcessGroup, EXIT_POLL_TICK};
 
 const STDOUT: Token = Token(0);
 const STDERR: Token = Token(1);
@@ -216,7 +215,7 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
                     approval = None;
                     match Helper::spawn(command) {
                         Ok(h) => {
-                            guard.0 = Some(h.pid);
+                            guard.0 = Some(h.group.clone());
                             tracing::debug!(pid = h.pid, command = %command.display(), "spawned helper");
                             helper = Some(h);
                             run.handle_spawned(stamp());
@@ -225,8 +224,8 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
                     }
                 }
                 HelperAction::SignalGroup(sig) => {
-                    if let Some(pgid) = guard.0 {
-                        os::signal_group(pgid, sig);
+                    if let Some(group) = &guard.0 {
+                        let _ = group.signal(sig);
                     }
                 }
                 HelperAction::AbandonReaders => {
@@ -326,14 +325,15 @@ fn ask<A: Approver + Clone + 'static>(
 }
 
 /// Kills the helper's process group if the run unwinds unfinished: one
-/// `killpg`, nothing that can block. (The unreaped leader then stays a
-/// zombie until this process exits: a panic here is a bug.)
-struct GroupGuard(Option<u32>);
+/// `killpg`, nothing that can block, and only while the id is ours (the
+/// unreaped leader then stays a zombie until this process exits: a panic
+/// here is a bug).
+struct GroupGuard(Option<ProcessGroup>);
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        if let Some(pgid) = self.0 {
-            os::signal_group(pgid, Signal::Kill);
+        if let Some(group) = &self.0 {
+            let _ = group.signal(Signal::Kill);
         }
     }
 }
@@ -341,6 +341,7 @@ impl Drop for GroupGuard {
 /// The spawned helper: the child and its pipes, owned by the calling thread.
 struct Helper {
     child: Child,
+    group: ProcessGroup,
     pid: u32,
     io: Io,
     /// The exit was observed (or can never be).
@@ -372,7 +373,8 @@ impl Helper {
             // comes when the helper's side closes.
         };
         let pid = child.id();
-        let exit_fd = os::exit_fd(pid).and_then(|fd| {
+        let group = ProcessGroup::new(pid);
+        let exit_fd = group.exit_fd().and_then(|fd| {
             match registry.register(&mut SourceFd(&fd.as_raw_fd()), CHILD_EXIT, Interest::READABLE)
             {
                 Ok(()) => Some(fd),
@@ -384,6 +386,7 @@ impl Helper {
         });
         Ok(Self {
             child,
+            group,
             pid,
             io: Io {
                 poll,
@@ -402,7 +405,8 @@ impl Helper {
         if self.exited {
             return;
         }
-        match peek_exit(&mut self.child) {
+        let child = &mut self.child;
+        match self.group.observe_exit(|| child.try_wait()) {
             Ok(Some(status)) => {
                 self.exited = true;
                 self.io.close_exit_fd();
@@ -466,10 +470,12 @@ impl Helper {
     }
 
     /// The run is over: reap the child, or hand it to a reaper thread if it
-    /// has not exited (supervision gave up on it). Never blocks.
+    /// has not exited (supervision gave up on it). Never blocks. Its group is
+    /// never signalled after this.
     fn finish(mut self) {
         drop(self.io);
-        match self.child.try_wait() {
+        let child = &mut self.child;
+        match self.group.reap(|| child.try_wait()) {
             Ok(Some(_)) => {}
             Ok(None) => {
                 let pid = self.pid;
@@ -486,38 +492,6 @@ impl Helper {
             Err(e) => tracing::debug!(pid = self.pid, error = %e, "reaping the helper failed"),
         }
     }
-}
-
-/// The exit status if the child has exited, leaving it a zombie (Linux:
-/// `waitid` with `WNOWAIT`, so its pid and group id stay reserved until
-/// [`Helper::finish`] reaps it).
-#[cfg(target_os = "linux")]
-fn peek_exit(child: &mut Child) -> io::Result<Option<ExitStatus>> {
-    use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
-    let pid = i32::try_from(child.id())
-        .ok()
-        .and_then(Pid::from_raw)
-        .ok_or_else(|| io::Error::other("child pid out of range"))?;
-    let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
-    loop {
-        return match waitid(WaitId::Pid(pid), options) {
-            Ok(None) => Ok(None),
-            Ok(Some(status)) => Ok(match (status.exit_status(), status.terminating_signal()) {
-                (Some(code), _) => Some(ExitStatus::Code(code)),
-                (None, Some(signal)) => Some(ExitStatus::Signal(signal)),
-                // Only exits are asked for; report what could be told, as a code.
-                (None, None) => Some(ExitStatus::Code(-1)),
-            }),
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => Err(e.into()),
-        };
-    }
-}
-
-/// The exit status if the child has exited (reaping it: no `WNOWAIT` here).
-#[cfg(not(target_os = "linux"))]
-fn peek_exit(child: &mut Child) -> io::Result<Option<ExitStatus>> {
-    Ok(child.try_wait()?.map(os::exit_status))
 }
 
 /// The poller and the helper's pipes, non-blocking and registered.

@@ -77,3 +77,5 @@ pub use mcp_stdio_core::host::{
     ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord,
 };
 pub use mcp_stdio_core::CommandSpec;
+/// What [`Client::signal_group`] did.
+pub use mcp_stdio_sys::Signalled;

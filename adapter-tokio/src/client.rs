@@ -14,7 +14,8 @@ use mcp_stdio_core::frame::ReadRoom;
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
-use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::process::Signal;
+use mcp_stdio_core::{CommandSpec, ExitStatus};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -22,7 +23,7 @@ use tokio::task::JoinHandle;
 
 use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
 
-use crate::os;
+use crate::leader::{Leader, ProcessGroup, Signalled};
 use crate::stdio::sleep_until_opt;
 
 /// Commands queued from the application to the driver task. Cancels never
@@ -159,7 +160,9 @@ impl Drop for PendingRequest {
 ///
 /// Dropping a `Client` without [`shutdown`](Self::shutdown) kills the
 /// server's process group at once (a `killpg` system call, never a task
-/// spawned in `Drop`); the driver then reaps it.
+/// spawned in `Drop`); the driver then reaps it. The group is never
+/// signalled after the driver reaped the server: its id could have been
+/// reused (see [`mcp_stdio_sys::ProcessGroup`]).
 #[derive(Debug)]
 pub struct Client {
     commands: mpsc::Sender<Command>,
@@ -167,6 +170,7 @@ pub struct Client {
     incoming: tokio::sync::Mutex<mpsc::Receiver<IncomingMessage>>,
     driver: Option<JoinHandle<SessionRecord>>,
     pid: u32,
+    group: ProcessGroup,
     finished: Arc<AtomicBool>,
     client_info: mcp_stdio_core::handshake::Implementation,
     client_capabilities: Option<Box<RawValue>>,
@@ -184,7 +188,10 @@ impl Client {
     /// the thread that called `spawn` may exit). Elsewhere the server sees
     /// its stdin close.
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self> {
-        let (child, pid) = spawn_server(command)?;
+        let (mut child, pid) = spawn_server(command)?;
+        let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let leader = Leader::new(child)?;
+        let group = leader.group().clone();
         let (commands, command_rx) = mpsc::channel(COMMAND_QUEUE);
         // Capacity 1: the core's bounded inbox is the real queue (G5).
         let (incoming_tx, incoming) = mpsc::channel(1);
@@ -200,7 +207,7 @@ impl Client {
         let client_capabilities = options.get_client_capabilities().map(ToOwned::to_owned);
         let driver = Driver::new(
             ClientDriver::new(options, pid, Instant::now(), cancels.clone()),
-            child,
+            (leader, pipes),
             command_rx,
             commands.clone(),
             incoming_tx,
@@ -213,6 +220,7 @@ impl Client {
             incoming: tokio::sync::Mutex::new(incoming),
             driver: Some(tokio::spawn(driver.run())),
             pid,
+            group,
             finished,
             client_info,
             client_capabilities,
@@ -223,6 +231,13 @@ impl Client {
     /// The server's process id (also its process group id).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Sends `signal` to the server's process group, as a host's own
+    /// `SIGTERM` would, while that group id is still the server's: after the
+    /// session reaped the server nothing is sent ([`Signalled::Refused`]).
+    pub fn signal_group(&self, signal: Signal) -> Signalled {
+        self.group.signal(signal)
     }
 
     /// The MCP handshake: `initialize` with the latest protocol version, the
@@ -383,9 +398,10 @@ impl Client {
 impl Drop for Client {
     fn drop(&mut self) {
         if self.driver.is_some() && !self.finished.load(Ordering::Acquire) {
-            // Synchronous: one syscall. The driver sees the closed command
-            // queue, observes the exit and reaps the child.
-            os::signal_group(self.pid, mcp_stdio_core::process::Signal::Kill);
+            // Synchronous: one syscall, refused if the driver reaped the
+            // server meanwhile. The driver sees the closed command queue,
+            // observes the exit and reaps the child.
+            let _ = self.group.signal(Signal::Kill);
         }
     }
 }
@@ -407,11 +423,14 @@ fn spawn_server(command: &CommandSpec) -> std::io::Result<(Child, u32)> {
     Ok((child, pid))
 }
 
+/// The server's three pipes, taken from its child before the [`Leader`] owns it.
+type Pipes = (Option<ChildStdin>, Option<ChildStdout>, Option<ChildStderr>);
+
 /// What woke the driver.
 enum Wake<'a> {
     Stdout(std::io::Result<usize>),
     Stderr(std::io::Result<usize>),
-    Exited(std::io::Result<std::process::ExitStatus>),
+    Exited(std::io::Result<ExitStatus>),
     Written(std::io::Result<usize>),
     Command(Option<Command>),
     IncomingRoom(Result<mpsc::Permit<'a, IncomingMessage>, mpsc::error::SendError<()>>),
@@ -423,7 +442,8 @@ enum Wake<'a> {
 /// The driver task: the core's [`ClientDriver`] and the system calls.
 struct Driver {
     core: ClientDriver<OneShot>,
-    child: Child,
+    /// The server: reaped only after the core's `Finished`.
+    leader: Leader,
     pid: u32,
     stdin: Option<ChildStdin>,
     stdout: Option<ChildStdout>,
@@ -442,21 +462,20 @@ struct Driver {
 impl Driver {
     fn new(
         core: ClientDriver<OneShot>,
-        mut child: Child,
+        (leader, (stdin, stdout, stderr)): (Leader, Pipes),
         commands: mpsc::Receiver<Command>,
         commands_tx: mpsc::Sender<Command>,
         incoming: mpsc::Sender<IncomingMessage>,
         wake: Arc<Notify>,
         finished: Arc<AtomicBool>,
     ) -> Self {
-        let pid = child.id().unwrap_or(0);
         Self {
             core,
-            pid,
-            stdin: child.stdin.take(),
-            stdout: child.stdout.take(),
-            stderr: child.stderr.take(),
-            child,
+            pid: leader.pid(),
+            stdin,
+            stdout,
+            stderr,
+            leader,
             commands,
             commands_tx,
             commands_open: true,
@@ -475,7 +494,9 @@ impl Driver {
                 match action {
                     DriverAction::CloseStdin => self.stdin = None,
                     DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
-                    DriverAction::SignalGroup(sig) => os::signal_group(self.pid, sig),
+                    DriverAction::SignalGroup(sig) => {
+                        let _ = self.leader.signal(sig);
+                    }
                     DriverAction::AbandonReaders => {
                         log_relay::event(
                             self.pid,
@@ -487,6 +508,8 @@ impl Driver {
                         self.stderr = None;
                     }
                     DriverAction::Finished(record) => {
+                        // Supervision over: the group is never signalled again.
+                        self.leader.reap();
                         self.finished.store(true, Ordering::Release);
                         return *record;
                     }
@@ -506,7 +529,9 @@ impl Driver {
                 // Readers first: nothing the application does pauses them (G1).
                 r = read_room(&mut self.stdout, room) => Wake::Stdout(r),
                 r = read_opt(&mut self.stderr, &mut err_buf) => Wake::Stderr(r),
-                status = self.child.wait(), if !self.exited => Wake::Exited(status),
+                // Seen without reaping: the zombie keeps the group id ours
+                // until `Finished`.
+                status = self.leader.exited(), if !self.exited => Wake::Exited(status),
                 r = write_some(&mut self.stdin, pending_write), if pending_write.is_some() => Wake::Written(r),
                 permit = self.incoming.reserve(), if has_incoming => Wake::IncomingRoom(permit),
                 cmd = self.commands.recv(), if self.commands_open => Wake::Command(cmd),
@@ -536,8 +561,8 @@ impl Driver {
                 Wake::Exited(status) => {
                     self.exited = true;
                     match status {
-                        Ok(s) => self.core.handle_exited(now, os::exit_status(s)),
-                        // wait() failing means no status can ever be observed:
+                        Ok(s) => self.core.handle_exited(now, s),
+                        // waitid() failing means no status can ever be observed:
                         // the supervisor's deadlines end the session.
                         Err(e) => log_relay::event(
                             self.pid,

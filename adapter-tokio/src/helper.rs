@@ -5,12 +5,12 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mcp_stdio_core::call::Stamp;
 use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, RecordTap};
-use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
 use tokio::io::AsyncReadExt;
-use tokio::process::{Child, ChildStderr, ChildStdout};
+use tokio::process::{ChildStderr, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::leader::Leader;
 use crate::os;
 use crate::serve::CancelToken;
 use crate::stdio::sleep_until_opt;
@@ -158,8 +158,8 @@ async fn own_run(
     let mut run = options.start(stamp());
     let mut tap = RecordTap::default();
     let sink = options.get_records();
-    let mut guard = GroupGuard(None);
-    let mut child: Option<Child> = None;
+    // Kills the group if the run is dropped unfinished; reaped at `Finished`.
+    let mut leader: Option<Leader> = None;
     let mut stdout: Option<ChildStdout> = None;
     let mut stderr: Option<ChildStderr> = None;
     let mut exited = false;
@@ -189,19 +189,18 @@ async fn own_run(
                 HelperAction::Spawn => {
                     approval = None;
                     match spawn(&command) {
-                        Ok(mut c) => {
-                            stdout = c.stdout.take();
-                            stderr = c.stderr.take();
-                            guard.0 = c.id();
-                            child = Some(c);
+                        Ok((l, out, err)) => {
+                            stdout = out;
+                            stderr = err;
+                            leader = Some(l);
                             run.handle_spawned(stamp());
                         }
                         Err(e) => run.handle_spawn_failed(stamp(), &e.to_string()),
                     }
                 }
                 HelperAction::SignalGroup(sig) => {
-                    if let Some(pgid) = guard.0 {
-                        os::signal_group(pgid, sig);
+                    if let Some(l) = leader.as_ref() {
+                        let _ = l.signal(sig);
                     }
                 }
                 HelperAction::AbandonReaders => {
@@ -209,7 +208,10 @@ async fn own_run(
                     stderr = None;
                 }
                 HelperAction::Finished(outcome) => {
-                    guard.0 = None;
+                    // Supervision over: reaped, and never signalled again.
+                    if let Some(l) = leader.as_mut() {
+                        l.reap();
+                    }
                     options.release(&mut run);
                     tap.finish(&outcome.record, sink);
                     return *outcome;
@@ -235,10 +237,11 @@ async fn own_run(
                     run.handle_stderr_eof(stamp());
                 }
             },
-            status = wait_opt(&mut child), if !exited => {
+            // Seen without reaping: the zombie keeps the group id ours until `Finished`.
+            status = exited_opt(&mut leader), if !exited => {
                 exited = true;
                 match status {
-                    Ok(s) => run.handle_exited(stamp(), os::exit_status(s)),
+                    Ok(s) => run.handle_exited(stamp(), s),
                     Err(e) => tracing::warn!(error = %e, "waiting for the helper failed"),
                 }
             }
@@ -272,25 +275,17 @@ async fn own_run(
     }
 }
 
-fn spawn(command: &CommandSpec) -> std::io::Result<Child> {
+/// The helper as its group's [`Leader`], and its two output pipes.
+fn spawn(
+    command: &CommandSpec,
+) -> std::io::Result<(Leader, Option<ChildStdout>, Option<ChildStderr>)> {
     let mut cmd = os::command(command);
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        // Reaps the leader if the run is dropped; the group is killed by the guard.
-        .kill_on_drop(true);
-    cmd.spawn()
-}
-
-/// Kills the helper's process group if the run is dropped unfinished.
-struct GroupGuard(Option<u32>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0 {
-            os::signal_group(pgid, Signal::Kill);
-        }
-    }
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn()?;
+    let (out, err) = (child.stdout.take(), child.stderr.take());
+    Ok((Leader::new(child)?, out, err))
 }
 
 async fn read_opt<R: tokio::io::AsyncRead + Unpin>(
@@ -303,9 +298,9 @@ async fn read_opt<R: tokio::io::AsyncRead + Unpin>(
     }
 }
 
-async fn wait_opt(child: &mut Option<Child>) -> std::io::Result<std::process::ExitStatus> {
-    match child {
-        Some(c) => c.wait().await,
+async fn exited_opt(leader: &mut Option<Leader>) -> std::io::Result<mcp_stdio_core::ExitStatus> {
+    match leader {
+        Some(l) => l.exited().await,
         None => std::future::pending().await,
     }
 }

@@ -23,6 +23,7 @@
 
 mod client;
 mod helper;
+pub mod leader;
 mod os;
 mod serve;
 pub mod stdio;

@@ -514,3 +514,69 @@ fn g1_g10_a_host_that_never_reads_our_stderr_cannot_stall_the_guard() {
         thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// G11: the guard's server exits at once while its group is emptied (the grandchild escaped
+/// with `setsid` and holds stderr). The guard keeps the server an unreaped zombie — its pid,
+/// and so its group id, reserved — through the group `SIGKILL` it sends a drain deadline after
+/// the exit, and reaps it before it exits itself: a recycled group id is never signalled.
+#[test]
+fn g11_the_servers_leader_stays_a_zombie_while_its_group_may_be_signalled() {
+    let helper = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/fixture-helper");
+    assert!(
+        helper.exists(),
+        "{} is missing: run `cargo build -p mcp-stdio-tests --bins` first",
+        helper.display()
+    );
+    let mut cmd = Command::new(guard_bin());
+    cmd.arg("guard")
+        .arg("--")
+        .arg(&helper)
+        .args(["escaped-grandchild", "30"]);
+    let t = Instant::now();
+    let mut g = Guarded::spawn(cmd);
+    let guard_pid = g.child.id();
+    let watch = mcp_stdio_tests::LeaderWatch::start(move || {
+        mcp_stdio_tests::group_leading_children(guard_pid)
+            .into_iter()
+            .find(|&p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|c| c.trim_end() == "fixture-helper")
+            })
+    });
+    // The host keeps its stdin open: the session ends because the server did.
+    let status = loop {
+        if let Some(s) = g.child.try_wait().expect("try_wait") {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the guard did not exit"
+        );
+        thread::sleep(Duration::from_millis(10));
+    };
+    let ended = Instant::now();
+    let life = watch.finish();
+    g.stdin = None;
+    let err = g.stderr.join().expect("stderr reader");
+    // The fixture's `grandchild <pid>` line is not protocol: the guard moved it to stderr.
+    let gc = err
+        .split("grandchild ")
+        .filter_map(|rest| rest.split_whitespace().next()?.parse::<u32>().ok())
+        .next();
+    if let Some(gc) = gc {
+        let _ = mcp_stdio_tests::signal_pid(gc, mcp_stdio_tests::Signal::SIGKILL);
+    }
+    assert_eq!(status.code(), Some(0), "the server's own exit code: {err}");
+    // The default drain deadline (1 s): the SIGKILL goes out that long after the exit.
+    mcp_stdio_tests::suite::assert_zombie_until_the_end(
+        "guard",
+        &life,
+        Duration::from_secs(1),
+        None,
+        ended,
+    );
+    eprintln!(
+        "guard: exited {:?} after its start; escaped grandchild {gc:?} killed by pid",
+        ended.duration_since(t)
+    );
+}

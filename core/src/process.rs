@@ -31,13 +31,16 @@
 //! exits is never signalled.
 //!
 //! The adapter signals the group id it recorded at spawn (the child's pid, with
-//! `process_group(0)`). That id stays reserved while any member of the group
-//! lives, which is the case whenever the group `SIGKILL` after the exit matters
-//! (a group member holds the pipe). If the group is already empty (the holder
-//! escaped with `setsid`), the id could in theory have been reused; adapters
-//! that can should observe the exit with `waitid(…, WNOWAIT)` and reap only
-//! after [`ProcessAction::Finished`], which keeps the id reserved. `ESRCH` from
-//! `killpg` means the group is gone and is not an error.
+//! `process_group(0)`). That id is reserved only while some task uses it as
+//! pid, pgid or session id; the leader counts until it is reaped, even as a
+//! zombie. So adapters observe the exit without reaping (`waitid(…, WEXITED |
+//! WNOHANG | WNOWAIT)`, or a pidfd's readiness followed by that call), keep the
+//! leader a zombie while this supervisor may still ask for a signal, and reap
+//! only after [`ProcessAction::Finished`]. After the reap they never signal the
+//! group again, from any path (`Drop` guards included): the group may be empty
+//! by then (its holder escaped with `setsid`) and the id reused by an unrelated
+//! program's group. `mcp_stdio_sys::ProcessGroup` holds that rule for every
+//! adapter. `ESRCH` from `killpg` means the group is gone and is not an error.
 //!
 //! # Bounded in time and memory
 //!

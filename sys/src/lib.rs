@@ -2,8 +2,10 @@
 //!
 //! The few system calls every mcp-stdio adapter (and the CLI) makes besides
 //! pipe I/O, written once: turning the core's `CommandSpec` into a command in
-//! its own process group ([`command`]), signalling that group, reading an exit status in the
-//! core's terms, spawning a server tied to this process's life
+//! its own process group ([`command`]), signalling that group only while its
+//! id is still ours and observing the leader's exit without reaping it
+//! ([`ProcessGroup`]), reading an exit status in the core's terms, spawning a
+//! server tied to this process's life
 //! ([`spawn_tied`]), switching this process's stdin/stdout pipes to
 //! non-blocking mode for `serve` ([`NonBlockingStdio`]), and writing this
 //! process's stderr without ever blocking ([`NonBlockingStderr`]). The core
@@ -15,10 +17,12 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod group;
 mod stderr;
 mod stdio;
 mod tied;
 
+pub use group::{LeaderState, ProcessGroup, Signalled, TryWait, EXIT_POLL_TICK};
 pub use stderr::{
     drain_stderr, stderr_dropped_bytes, write_stderr, NonBlockingStderr, STDERR_QUEUE_BYTES,
 };
@@ -56,35 +60,44 @@ pub fn command(spec: &CommandSpec) -> std::process::Command {
     cmd
 }
 
-/// Sends `signal` to process group `pgid`. A group that is already gone
+/// Sends `signal` to process group `pgid`: only through [`ProcessGroup`],
+/// which knows whether the id is still ours. A group that is already gone
 /// (`ESRCH`) is not an error: that is the goal. Our own group is never
 /// signalled: a pgid equal to ours means the child was not put in a group of
 /// its own, and killing it would kill us.
 #[cfg(unix)]
-pub fn signal_group(pgid: u32, signal: Signal) {
+fn kill_group(pgid: u32, signal: Signal) -> Signalled {
     use rustix::process::{kill_process_group, Pid, Signal as Sig};
     let Some(pid) = i32::try_from(pgid).ok().and_then(Pid::from_raw) else {
-        return;
+        return Signalled::Failed;
     };
     if rustix::process::getpgrp() == pid {
         tracing::error!(pgid, "refusing to signal our own process group");
-        return;
+        return Signalled::Failed;
     }
     let sig = match signal {
         Signal::Term => Sig::TERM,
         Signal::Kill => Sig::KILL,
     };
     match kill_process_group(pid, sig) {
-        Ok(()) => tracing::debug!(pgid, ?signal, "signalled process group"),
-        Err(rustix::io::Errno::SRCH) => {}
-        Err(e) => tracing::warn!(pgid, ?signal, error = %e, "signalling process group failed"),
+        Ok(()) => {
+            tracing::debug!(pgid, ?signal, "signalled process group");
+            Signalled::Sent
+        }
+        Err(rustix::io::Errno::SRCH) => Signalled::Gone,
+        Err(e) => {
+            tracing::warn!(pgid, ?signal, error = %e, "signalling process group failed");
+            Signalled::Failed
+        }
     }
 }
 
 /// Without process groups there is nothing to signal here; the adapters kill
 /// the child itself.
 #[cfg(not(unix))]
-pub fn signal_group(_pgid: u32, _signal: Signal) {}
+fn kill_group(_pgid: u32, _signal: Signal) -> Signalled {
+    Signalled::Failed
+}
 
 /// The observed exit status in the core's terms.
 pub fn exit_status(status: std::process::ExitStatus) -> ExitStatus {
@@ -122,7 +135,8 @@ mod tests {
         let mut spec = CommandSpec::new("sleep");
         spec.arg("30");
         let mut child = command(&spec).spawn().expect("sleep runs");
-        signal_group(child.id(), Signal::Kill);
+        let group = ProcessGroup::new(child.id());
+        assert_eq!(group.signal(Signal::Kill), Signalled::Sent);
         assert_eq!(
             exit_status(child.wait().expect("waited")),
             ExitStatus::Signal(9)

@@ -10,7 +10,10 @@ use mcp_stdio_core::helper::{HelperOptions, HelperOutcome, RecordSink};
 use mcp_stdio_core::process::{EndedBy, StreamEnd};
 use mcp_stdio_core::{CommandSpec, ExitStatus};
 
-use crate::{fixture_helper_path, group_members, pid_alive, signal_pid, wait_until, Signal};
+use crate::{
+    fixture_helper_path, group_leading_children, group_members, pid_alive, signal_pid, wait_until,
+    LeaderWatch, Signal,
+};
 
 /// What the suite's approver decides, and when.
 #[derive(Debug, Clone, Copy)]
@@ -276,6 +279,45 @@ pub fn g11_helper_escaped_grandchild_reader_abandoned<A: HelperAdapter>() {
     );
     assert!(took < Duration::from_secs(10), "no hang: {took:?}");
     assert!(has_final, "the final record reached the sink");
+}
+
+/// G11: a helper whose leader exits while its group is emptied (the grandchild escaped with
+/// `setsid` and holds stderr) stays an unreaped zombie while the supervisor may still signal
+/// its group (the group `SIGKILL` after the exit), and is reaped when the run ends: a
+/// recycled group id is never signalled
+/// ([`assert_zombie_until_the_end`](crate::suite::assert_zombie_until_the_end)).
+pub fn g11_helper_leader_stays_a_zombie_while_its_group_may_be_signalled<A: HelperAdapter>() {
+    let me = std::process::id();
+    // Our child leading its own group, named like the fixture (a zombie's name stays readable).
+    let watch = LeaderWatch::start(move || {
+        group_leading_children(me).into_iter().find(|&p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm"))
+                .is_ok_and(|c| c.trim_end() == "fixture-helper")
+        })
+    });
+    let options = helper_options(4096);
+    let drain = options
+        .get_config()
+        .get_supervisor()
+        .get_reader_drain_deadline();
+    let start = Instant::now();
+    let r = A::run_helper(job(helper_command(&["escaped-grandchild", "30"]), options));
+    let ended = Instant::now();
+    let life = watch.finish();
+    let _ = signal_pid(grandchild_pid(&r.outcome.stdout.text), Signal::SIGKILL);
+    let p = r.outcome.process.as_ref().expect("spawned");
+    assert_eq!(r.outcome.exit_status, Some(ExitStatus::Code(0)), "{p:?}");
+    assert!(p.group_killed_after_exit(), "{p:?}");
+    // The run's clock starts a moment after `start`: about when the SIGKILL went out.
+    let kill_sent = p.kill_sent_at.map(|d| start + d);
+    crate::suite::assert_zombie_until_the_end(A::NAME, &life, drain, kill_sent, ended);
+    eprintln!(
+        "{}: helper leader: run ended in {:?} (exit {:?}, KILL {:?})",
+        A::NAME,
+        r.took,
+        p.exited_at,
+        p.kill_sent_at
+    );
 }
 
 /// G12: the approval request is raised at once, without waiting for any
@@ -1009,6 +1051,7 @@ macro_rules! helper_suite {
             g11_helper_cancel_ignoring_term_is_killed,
             g11_helper_wrapper_exits_grandchild_killed_with_the_group,
             g11_helper_escaped_grandchild_reader_abandoned,
+            g11_helper_leader_stays_a_zombie_while_its_group_may_be_signalled,
             g12_approval_timing_independent_of_stderr_volume,
             g12_approval_denied_or_expired_never_spawns,
             g12_helper_cancel_after_dispatch_is_recorded,

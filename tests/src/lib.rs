@@ -21,7 +21,8 @@
 //!   adapter's `serve`), which the Python SDK's client drives;
 //! - where the fixture processes are: [`fixture_server_path`], [`fixture_helper_path`];
 //! - Linux process-tree facts for leak checks, read from `/proc`: [`proc_stat`],
-//!   [`pid_alive`], [`descendants`], [`group_members`];
+//!   [`pid_alive`], [`descendants`], [`group_members`], [`LeaderWatch`] (how long a group
+//!   leader stayed an unreaped zombie);
 //! - signalling and cleanup: [`signal_pid`], [`signal_group`], [`ProcessGroupGuard`];
 //! - polling with a bound: [`wait_until`];
 //! - the exact text of the `huge_field` tool: [`huge_field_text`];
@@ -167,6 +168,117 @@ fn all_stats() -> Vec<ProcStat> {
 #[must_use]
 pub fn pid_alive(pid: u32) -> bool {
     proc_stat(pid).is_some_and(|s| !matches!(s.state, 'Z' | 'X'))
+}
+
+/// A group leader's life as seen from `/proc`, sampled every [`LeaderWatch::EVERY`] on a thread
+/// of its own: when it was first and last seen a zombie (exited, not reaped: its pid, and so its
+/// group id, still reserved), and when its pid was first seen free (reaped).
+///
+/// The leader is found by `find` (polled until it answers), because some owners (`run_helper`,
+/// the guard) do not tell the pid they spawned.
+pub struct LeaderWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<thread::JoinHandle<LeaderLife>>,
+}
+
+/// What a [`LeaderWatch`] saw.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LeaderLife {
+    /// The leader's pid, once found.
+    pub pid: Option<u32>,
+    /// The first and the last sample that showed it a zombie (`Z`).
+    pub first_zombie: Option<Instant>,
+    /// See `first_zombie`.
+    pub last_zombie: Option<Instant>,
+    /// The first sample that found the pid free (or reused by another group).
+    pub gone: Option<Instant>,
+}
+
+impl LeaderLife {
+    /// How long it was seen a zombie (first to last such sample).
+    #[must_use]
+    pub fn zombie_for(&self) -> Duration {
+        match (self.first_zombie, self.last_zombie) {
+            (Some(a), Some(b)) => b.duration_since(a),
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+impl LeaderWatch {
+    /// The sampling period.
+    pub const EVERY: Duration = Duration::from_millis(5);
+
+    /// Starts watching the pid `find` names.
+    pub fn start(mut find: impl FnMut() -> Option<u32> + Send + 'static) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = thread::spawn(move || {
+            use std::sync::atomic::Ordering;
+            let mut life = LeaderLife::default();
+            while !stopping.load(Ordering::Acquire) {
+                let Some(pid) = life.pid.or_else(&mut find) else {
+                    thread::sleep(Self::EVERY);
+                    continue;
+                };
+                life.pid = Some(pid);
+                let now = Instant::now();
+                match proc_stat(pid) {
+                    Some(s) if s.pgrp == pid && s.state == 'Z' => {
+                        life.first_zombie.get_or_insert(now);
+                        life.last_zombie = Some(now);
+                    }
+                    Some(s) if s.pgrp == pid => {}
+                    // Free, or already another process's: the leader was reaped.
+                    _ => {
+                        life.gone.get_or_insert(now);
+                    }
+                }
+                thread::sleep(Self::EVERY);
+            }
+            life
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Watches a pid known now.
+    #[must_use]
+    pub fn pid(pid: u32) -> Self {
+        Self::start(move || Some(pid))
+    }
+
+    /// Stops sampling; what was seen.
+    ///
+    /// # Panics
+    /// If the sampling thread panicked.
+    #[must_use]
+    pub fn finish(mut self) -> LeaderLife {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.thread
+            .take()
+            .expect("finished once")
+            .join()
+            .expect("the sampler does not panic")
+    }
+}
+
+impl Drop for LeaderWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Children of `parent` (zombies included) that lead a process group of their own.
+#[must_use]
+pub fn group_leading_children(parent: u32) -> Vec<u32> {
+    all_stats()
+        .into_iter()
+        .filter(|s| s.ppid == parent && s.pgrp == s.pid)
+        .map(|s| s.pid)
+        .collect()
 }
 
 /// Live (non-zombie) descendants of `pid`: children, grandchildren, … found by following the

@@ -291,9 +291,8 @@ impl Battery<'_> {
             End::Shutdown => tokio::time::timeout(bound, client.shutdown()).await.ok(),
             End::Wait => tokio::time::timeout(bound, client.wait()).await.ok(),
         };
-        if record.is_none() {
-            mcp_stdio_sys::signal_group(pid, Signal::Kill);
-        }
+        // A timeout dropped the `Client`, whose `Drop` killed the group if
+        // (and only if) its id was still the server's.
         let leftovers = procs::sweep(pid).await;
         let (stderr_seen, stderr_note) = record.as_ref().map_or((0, None), |r| {
             let s = &r.stderr;
@@ -1145,16 +1144,16 @@ impl Battery<'_> {
                 format!("exited by itself ({status}) before the signal"),
             );
         }
-        let pid = client.pid();
         let term_at = Instant::now();
-        mcp_stdio_sys::signal_group(pid, Signal::Term);
+        // Through the Client: never to a group id it has already reaped.
+        let _ = client.signal_group(Signal::Term);
         let deadline = term_at + self.s.grace;
         while !client.is_finished() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let needed_kill = !client.is_finished();
         if needed_kill {
-            mcp_stdio_sys::signal_group(pid, Signal::Kill);
+            let _ = client.signal_group(Signal::Kill);
         }
         let record = self.end("SIGTERM", client, End::Wait).await;
         let exit = record.as_ref().and_then(|r| r.process.exit_status);

@@ -5,11 +5,13 @@
 //! been observed and reaped, any live member of that group is something the
 //! server left behind. Linux only: elsewhere the scan reports "not supported"
 //! and the row is skipped.
+//!
+//! The leftovers are killed one by one through a pidfd each, never with a
+//! `killpg` of the group id: the leader is reaped by then, so the id is held
+//! only by members that may die at any moment, after which it could be
+//! reused by an unrelated program's group (and a bare pid likewise).
 
 use std::time::{Duration, Instant};
-
-use mcp_stdio_core::process::Signal;
-use mcp_stdio_sys::signal_group;
 
 /// A live process found in a server's group.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -24,8 +26,12 @@ pub(crate) struct Leftover {
 /// they count as left behind.
 const SETTLE: Duration = Duration::from_millis(300);
 
+/// Kill passes over the group after the settle time: a member that forks
+/// while it is killed leaves a child the next pass finds.
+const KILL_PASSES: usize = 3;
+
 /// Live members of process group `pgid` after a short settle time, each then
-/// killed with its group; `None` where `/proc` cannot answer (not Linux).
+/// killed (see the module doc); `None` where `/proc` cannot answer (not Linux).
 pub(crate) async fn sweep(pgid: u32) -> Option<Vec<Leftover>> {
     if pgid == 0 {
         return Some(Vec::new());
@@ -37,12 +43,51 @@ pub(crate) async fn sweep(pgid: u32) -> Option<Vec<Leftover>> {
             return Some(found);
         }
         if start.elapsed() >= SETTLE {
-            signal_group(pgid, Signal::Kill);
+            for _ in 0..KILL_PASSES {
+                let Some(now) = group_members(pgid) else {
+                    break;
+                };
+                if now.is_empty() {
+                    break;
+                }
+                kill_members(pgid, &now);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             return Some(found);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `SIGKILL` to each of `members` that is still in group `pgid`, through a
+/// pidfd opened first and checked after: the pidfd names one process for
+/// good, and the check (made once it is open) says that process is still a
+/// member, not a stranger that got a freed pid.
+#[cfg(target_os = "linux")]
+fn kill_members(pgid: u32, members: &[Leftover]) {
+    use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+    for m in members {
+        let Some(pid) = i32::try_from(m.pid).ok().and_then(Pid::from_raw) else {
+            continue;
+        };
+        // Gone already: nothing to kill.
+        let Ok(fd) = pidfd_open(pid, PidfdFlags::empty()) else {
+            continue;
+        };
+        let member = std::fs::read_to_string(format!("/proc/{}/stat", m.pid))
+            .ok()
+            .and_then(|stat| parse_stat(&stat))
+            .is_some_and(|(_, state, pgrp)| pgrp == pgid && !matches!(state, 'Z' | 'X'));
+        if member {
+            if let Err(e) = pidfd_send_signal(&fd, Signal::KILL) {
+                tracing::debug!(pid = m.pid, error = %e, "killing a leftover failed");
+            }
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn kill_members(_pgid: u32, _members: &[Leftover]) {}
 
 /// Live (not zombie) members of process group `pgid`.
 #[cfg(target_os = "linux")]

@@ -7,8 +7,10 @@
 //! pipes, writes bytes itself and frames stdout with the core's [`Framer`]
 //! (so the wire limit still applies before any parse, G2) — reading only when
 //! the row says so. stderr is always drained by a task of its own, so the
-//! server never blocks on it. Spawning, signalling and the exit status go
-//! through `mcp-stdio-sys`, and the end of a session is the core's
+//! server never blocks on it. Spawning goes through `mcp-stdio-sys`, the
+//! exit and the group's signals through the tokio adapter's [`Leader`]
+//! (observed without reaping, reaped when the session ends, never signalled
+//! after), and the end of a session is the core's
 //! [`ProcessSupervisor`] cancel sequence, as in every adapter.
 //!
 //! [`Framer`]: https://docs.rs/mcp-stdio-core/latest/mcp_stdio_core/frame/struct.Framer.html
@@ -22,12 +24,12 @@ use std::time::{Duration, Instant};
 use mcp_stdio_core::frame::{FrameError, FrameEvent, Framer, FramerConfig};
 use mcp_stdio_core::message::{Id, Message};
 use mcp_stdio_core::process::{
-    ChildPipes, EndedBy, ProcessAction, ProcessSupervisor, Signal, SupervisorConfig,
+    ChildPipes, EndedBy, ProcessAction, ProcessSupervisor, SupervisorConfig,
 };
 use mcp_stdio_core::{CommandSpec, ExitStatus};
-use mcp_stdio_sys::{exit_status, signal_group};
+use mcp_stdio_tokio::leader::Leader;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::process::{ChildStdin, ChildStdout};
 use tokio::task::JoinHandle;
 
 /// Bytes read from stdout per read call.
@@ -91,7 +93,7 @@ pub(crate) struct RawEnd {
 /// A server on raw pipes.
 #[derive(Debug)]
 pub(crate) struct RawServer {
-    child: Child,
+    leader: Leader,
     pid: u32,
     spawned_at: Instant,
     stdin: Option<ChildStdin>,
@@ -119,9 +121,13 @@ impl RawServer {
                 .spawn()
         })?;
         let spawned_at = Instant::now();
-        let pid = child.id().unwrap_or(0);
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let leader = Leader::new(child)?;
+        let pid = leader.pid();
         let stderr_bytes = Arc::new(AtomicU64::new(0));
-        let stderr_task = child.stderr.take().map(|mut err| {
+        let stderr_task = stderr.map(|mut err| {
             let count = stderr_bytes.clone();
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 16 * 1024];
@@ -136,9 +142,9 @@ impl RawServer {
         let mut framer_config = FramerConfig::default();
         framer_config.max_frame(max_frame);
         Ok(Self {
-            stdin: child.stdin.take(),
-            stdout: child.stdout.take(),
-            child,
+            stdin,
+            stdout,
+            leader,
             pid,
             spawned_at,
             framer: Framer::new(framer_config),
@@ -296,21 +302,21 @@ impl RawServer {
         None
     }
 
-    /// The exit status, if the server has exited (does not wait).
+    /// The exit status, if the server has exited (does not wait, does not reap).
     pub(crate) fn try_exit(&mut self) -> Option<ExitStatus> {
         if self.exit.is_none() {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                self.exit = Some(exit_status(status));
+            if let Ok(Some(status)) = self.leader.try_exited() {
+                self.exit = Some(status);
             }
         }
         self.exit
     }
 
-    /// Waits up to `within` for the server to exit.
+    /// Waits up to `within` for the server to exit (does not reap).
     pub(crate) async fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
         if self.exit.is_none() {
-            if let Ok(Ok(status)) = tokio::time::timeout(within, self.child.wait()).await {
-                self.exit = Some(exit_status(status));
+            if let Ok(Ok(status)) = tokio::time::timeout(within, self.leader.exited()).await {
+                self.exit = Some(status);
             }
         }
         self.exit
@@ -343,6 +349,9 @@ impl RawServer {
         }
         supervisor.cancel(Instant::now());
         let ended_by = self.supervise(&mut supervisor).await;
+        // The session is over: reaped, its group never signalled again (the
+        // leftover sweep then looks at members only, by pid).
+        self.leader.reap();
         if let Some(mut task) = self.stderr_task.take() {
             // An escaped grandchild can hold stderr open: bound the wait.
             if tokio::time::timeout(Duration::from_secs(1), &mut task)
@@ -367,7 +376,9 @@ impl RawServer {
         loop {
             match supervisor.poll_action() {
                 Some(ProcessAction::CloseStdin) => self.stdin = None,
-                Some(ProcessAction::SignalGroup(signal)) => signal_group(self.pid, signal),
+                Some(ProcessAction::SignalGroup(signal)) => {
+                    let _ = self.leader.signal(signal);
+                }
                 // No reader is handed to the supervisor (see `finish`).
                 Some(ProcessAction::AbandonReaders) => {}
                 Some(ProcessAction::Finished(outcome)) => return outcome.ended_by,
@@ -386,9 +397,8 @@ impl RawServer {
                         }
                     };
                     tokio::select! {
-                        status = self.child.wait(), if can_wait => match status {
+                        status = self.leader.exited(), if can_wait => match status {
                             Ok(status) => {
-                                let status = exit_status(status);
                                 self.exit = Some(status);
                                 supervisor.handle_exited(Instant::now(), status);
                             }
@@ -407,10 +417,13 @@ impl RawServer {
 
 impl Drop for RawServer {
     fn drop(&mut self) {
-        if self.exit.is_none() {
-            // One syscall, never a task: a dropped session must not outlive us.
-            signal_group(self.pid, Signal::Kill);
+        if self.exit.is_some() {
+            // It ended by itself: what it left behind is for the leftover
+            // sweep to find, so reap without a signal.
+            self.leader.reap();
         }
+        // Otherwise the `Leader`'s own drop kills the group (one syscall,
+        // never a task: a dropped session must not outlive us), then reaps.
         if let Some(task) = self.stderr_task.take() {
             task.abort();
         }

@@ -22,7 +22,7 @@ use mcp_stdio_core::call::Stamp;
 use mcp_stdio_core::frame::ReadRoom;
 use mcp_stdio_core::guard::{GuardAction, GuardConfig, GuardReport, GuardSession};
 use mcp_stdio_core::CommandSpec;
-use mcp_stdio_sys::{exit_status, signal_group};
+use mcp_stdio_tokio::leader::Leader;
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -139,7 +139,23 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
             return ExitCode::from(failure.exit);
         }
     };
-    let pid = child.id().unwrap_or(0);
+    let pipes = ServerPipes {
+        stdin: child.stdin.take(),
+        stdout: child.stdout.take(),
+        stderr: child.stderr.take(),
+    };
+    // Observed without reaping, reaped at `Finished`: the server's group id
+    // is never signalled once it could be someone else's.
+    let mut leader = match Leader::new(child) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "mcp-stdio guard: started {} but cannot watch its exit: {e}",
+                spec.display()
+            );
+            return ExitCode::from(crate::diagnose::EXIT_NOT_STARTED);
+        }
+    };
     let mut config = GuardConfig::default();
     config
         .stderr_pool(Some(settings.stderr_pool.clone()))
@@ -152,7 +168,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     *config.supervisor_mut() = settings.supervisor;
     *config.stderr_capture_mut() = settings.stderr_capture.clone();
     let mut session = GuardSession::new(config);
-    let code = drive(&mut session, &mut child, pid, audit).await;
+    let code = drive(&mut session, &mut leader, pipes, audit).await;
     let report = session.report(settings.stderr_excerpt_bytes);
     if let Some(message) = ended::end_message(&report, &spec.display()) {
         // Through the sink: a blocking write could hang an exit on an unread stderr.
@@ -175,6 +191,13 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// The server's three pipes, taken from its child before the [`Leader`] owns it.
+struct ServerPipes {
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: Option<tokio::process::ChildStdout>,
+    stderr: Option<tokio::process::ChildStderr>,
+}
+
 enum Wake {
     Host(std::io::Result<usize>),
     ServerOut(std::io::Result<usize>),
@@ -183,7 +206,7 @@ enum Wake {
     WroteHost(std::io::Result<usize>),
     HostProgress(std::io::Result<()>),
     AuditProgress,
-    Exited(std::io::Result<std::process::ExitStatus>),
+    Exited(std::io::Result<mcp_stdio_core::ExitStatus>),
     Timer,
     Terminate,
 }
@@ -248,13 +271,15 @@ fn stamp(now: Instant) -> Stamp {
 /// (G1). Returns the exit status.
 async fn drive(
     session: &mut GuardSession,
-    child: &mut tokio::process::Child,
-    pid: u32,
+    leader: &mut Leader,
+    pipes: ServerPipes,
     mut audit: Option<AuditLog>,
 ) -> u8 {
-    let mut server_in = child.stdin.take();
-    let mut server_out = child.stdout.take();
-    let mut server_err = child.stderr.take();
+    let ServerPipes {
+        stdin: mut server_in,
+        stdout: mut server_out,
+        stderr: mut server_err,
+    } = pipes;
     let mut host_in = Some(HostInput::open());
     let mut host_out = Some(HostOutput::open());
     let mut to_server = Outbox::default();
@@ -272,7 +297,9 @@ async fn drive(
                     server_in = None;
                     to_server.clear();
                 }
-                GuardAction::SignalServerGroup(sig) => signal_group(pid, sig),
+                GuardAction::SignalServerGroup(sig) => {
+                    let _ = leader.signal(sig);
+                }
                 GuardAction::AbandonServerReaders => {
                     server_out = None;
                     server_err = None;
@@ -286,6 +313,8 @@ async fn drive(
                     exit_code,
                     flush_for,
                 } => {
+                    // Supervision over: reaped, and never signalled again.
+                    leader.reap();
                     if let Some(mut a) = audit.take() {
                         while let Some(record) = session.poll_record() {
                             a.append(&record);
@@ -364,7 +393,8 @@ async fn drive(
             () = opt_future(audit_progress) => Wake::AuditProgress,
             r = write_host_opt(&mut host_out, host_front), if host_front.is_some() => Wake::WroteHost(r),
             r = opt_future(host_progress) => Wake::HostProgress(r),
-            s = child.wait(), if !exited => Wake::Exited(s),
+            // Seen without reaping: the zombie keeps the group id ours.
+            s = leader.exited(), if !exited => Wake::Exited(s),
             () = sleep_opt(deadline) => Wake::Timer,
             () = terminate.recv() => Wake::Terminate,
         };
@@ -410,7 +440,7 @@ async fn drive(
             Wake::Exited(s) => {
                 exited = true;
                 match s {
-                    Ok(s) => session.handle_exited(at, exit_status(s)),
+                    Ok(s) => session.handle_exited(at, s),
                     Err(e) => tracing::warn!(error = %e, "waiting for the server failed"),
                 }
             }

@@ -306,6 +306,7 @@ macro_rules! conformance_suite {
             g11_exit_code_is_the_observed_one,
             g11_grandchild_in_the_group_dies_with_the_group_kill,
             g11_escaped_grandchild_holding_stderr_is_abandoned_after_the_deadline,
+            g11_leader_stays_a_zombie_while_its_group_may_be_signalled,
             g11_dropping_the_client_mid_request_kills_the_process_group,
             g11_twenty_clients_shut_down_or_dropped_leave_no_process,
         );

@@ -19,7 +19,9 @@ use super::{
     spawn, start, tool, wait_within, LeakCheck, LONG, POLL, PROMPT,
 };
 use crate::adapter::{Adapter, SuiteClient, SuitePending};
-use crate::{group_members, pid_alive, proc_stat, signal_pid, wait_until, Signal};
+use crate::{
+    group_members, pid_alive, proc_stat, signal_pid, wait_until, LeaderLife, LeaderWatch, Signal,
+};
 
 /// The graces of [`options`]: stdin close, SIGTERM, reader drain.
 fn graces(options: &ClientOptions) -> (Duration, Duration, Duration) {
@@ -254,6 +256,100 @@ pub fn g11_escaped_grandchild_holding_stderr_is_abandoned_after_the_deadline<A: 
         A::NAME,
         t.elapsed(),
         p.stderr
+    );
+}
+
+/// The recycled-group-id rule (G11), checked from `/proc` for an owner whose leader exits while
+/// its group is emptied (the only other member escaped with `setsid`, holding a pipe): the
+/// leader must stay an unreaped zombie — which keeps its pid, and so its group id, from being
+/// given to another program — at least until the group `SIGKILL` the supervisor sends
+/// `drain` after the exit, and must be reaped (its pid free) once the owner is done.
+/// `kill_sent` is when that `SIGKILL` went out, where the owner's record says so.
+/// An owner that reaps at the exit (and then signals a free, reusable id) fails here: its
+/// leader is never seen a zombie for more than an instant.
+pub fn assert_zombie_until_the_end(
+    who: &str,
+    life: &LeaderLife,
+    drain: Duration,
+    kill_sent: Option<Instant>,
+    ended: Instant,
+) {
+    let zombie = life.zombie_for();
+    eprintln!(
+        "{who}: leader {:?} a zombie for {zombie:?} (drain deadline {drain:?}), last seen so \
+         {:?} before its owner ended",
+        life.pid,
+        life.last_zombie.map(|z| ended.saturating_duration_since(z))
+    );
+    assert!(
+        zombie >= drain,
+        "{who}: the leader was reaped while its group could still be signalled (a zombie for \
+         {zombie:?}, drain deadline {drain:?}): {life:?}"
+    );
+    if let (Some(kill), Some(last)) = (kill_sent, life.last_zombie) {
+        assert!(
+            last >= kill,
+            "{who}: the group SIGKILL went out {:?} after the leader was last seen unreaped",
+            kill.duration_since(last)
+        );
+    }
+    let pid = life.pid.expect("the leader was found");
+    assert!(
+        proc_stat(pid).is_none_or(|s| s.state != 'Z' || s.pgrp != pid),
+        "{who}: the leader {pid} is still an unreaped zombie after its owner ended"
+    );
+}
+
+/// G11: a server whose leader exits while its group is emptied (an escaped grandchild holds
+/// stderr) stays a zombie while the supervisor may still signal its group — through the group
+/// `SIGKILL` after the exit — and is reaped when the session ends, so a recycled group id is
+/// never signalled (see [`assert_zombie_until_the_end`]).
+pub fn g11_leader_stays_a_zombie_while_its_group_may_be_signalled<A: Adapter>() {
+    let mut leaks = LeakCheck::new::<A>("g11_zombie_leader");
+    let mut opts = options(4 << 20);
+    let drain = Duration::from_millis(500);
+    opts.config_mut()
+        .supervisor_mut()
+        .reader_drain_deadline(drain);
+    let client = spawn::<A>(
+        &mut leaks,
+        fixture_helper(&["escaped-grandchild", "30"]),
+        opts,
+    );
+    // The core stamps the record from its own clock read inside `spawn`: no later than this.
+    let spawned = Instant::now();
+    let pid = client.pid();
+    let watch = LeaderWatch::pid(pid);
+    let mut gc = 0;
+    wait_until(PROMPT, POLL, || {
+        gc = leaks
+            .tagged_running("escaped-grandchild-stderr")
+            .into_iter()
+            .find(|&p| proc_stat(p).is_some_and(|s| s.pgrp != pid))
+            .unwrap_or(0);
+        gc != 0
+    })
+    .expect("the escaped grandchild runs in its own group");
+    // No shutdown: the session ends by itself (exit, drain, group SIGKILL, drain, abandon).
+    let (record, took) = super::bounded(LONG, &format!("{}: wait", A::NAME), move || client.wait());
+    let ended = Instant::now();
+    let life = watch.finish();
+    let _ = signal_pid(gc, Signal::SIGKILL);
+    let p = &record.process;
+    assert_eq!(record.exit_status(), Some(ExitStatus::Code(0)), "{p:?}");
+    assert!(
+        p.group_killed_after_exit(),
+        "the supervisor signalled the group after the leader's exit: {p:?}"
+    );
+    let kill_sent = p.kill_sent_at.map(|d| spawned + d);
+    assert_zombie_until_the_end(A::NAME, &life, drain, kill_sent, ended);
+    let left = leaks.assert_none_left();
+    eprintln!(
+        "{}: zombie leader: session ended by itself in {took:?} (exit {:?}, KILL {:?}), nothing \
+         left {left:?} later",
+        A::NAME,
+        p.exited_at,
+        p.kill_sent_at
     );
 }
 
