@@ -120,6 +120,15 @@ async fn oversized_response_fails_that_request_at_once(tool: &'static str) {
         message.contains("wire limit"),
         "rmcp sees our error: {message}"
     );
+    // The one wire-limit error of every component: code, text, data.
+    let rmcp::ServiceError::McpError(data) = &error else {
+        panic!("an MCP error, got {error:?}");
+    };
+    assert_eq!(data.code.0, -32000, "{data:?}");
+    assert!(data.message.ends_with("raise max_frame"), "{data:?}");
+    let extra = data.data.as_ref().expect("data {limit, seen}");
+    assert_eq!(extra["limit"], 64 * 1024, "{extra}");
+    assert!(extra["seen"].as_u64() > Some(64 * 1024), "{extra}");
 
     // Only that request failed: the session goes on.
     let result = client
@@ -138,6 +147,29 @@ async fn oversized_response_fails_that_request_at_once(tool: &'static str) {
         record.metrics.oversized_ids_missing, 0,
         "the id was recovered"
     );
+}
+
+/// G2: a 5 MiB result passes at the default wire limit (rmcp's own stdio
+/// takes lines up to 16 MiB; through us it must not fail where it worked).
+#[tokio::test]
+async fn g2_a_5_mib_result_passes_at_the_default_limit() {
+    let transport = ClientTransport::spawn(&CommandSpec::new(fixture()), ClientOptions::default())
+        .expect("spawn the fixture");
+    let client = ().serve(transport).await.expect("rmcp initializes");
+    let started = Instant::now();
+    let result = client
+        .call_tool(
+            CallToolRequestParams::new("big")
+                .with_arguments(args(serde_json::json!({"bytes": 5 << 20}))),
+        )
+        .await
+        .expect("5 MiB at the default limit");
+    assert_eq!(text_of(&result).len(), 5 << 20);
+    eprintln!(
+        "5 MiB result through ClientTransport in {:?}",
+        started.elapsed()
+    );
+    client.cancel().await.expect("rmcp closes the transport");
 }
 
 #[tokio::test]
@@ -265,6 +297,14 @@ async fn g6_rmcp_cancel_reaches_the_server_under_the_sessions_id() {
     assert!(
         record.stderr_tail.contains("cancel received"),
         "the server got the cancel: {}",
+        record.stderr_tail
+    );
+    // The id is ours to map; the reason is rmcp's, as it gave it.
+    assert!(
+        record
+            .stderr_tail
+            .contains("cancel received (reason \"no longer needed\")"),
+        "the client's reason reached the server: {}",
         record.stderr_tail
     );
     assert!(

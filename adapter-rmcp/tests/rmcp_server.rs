@@ -329,6 +329,10 @@ fn g9_rmcp_server_oversized_response_becomes_an_error_for_its_id() {
     eprintln!("oversized result answered in {:?}: {response}", t.elapsed());
     let message = response["error"]["message"].as_str().expect("an error");
     assert!(message.contains("wire limit"), "{response}");
+    // The one wire-limit error of every component: code, text, data.
+    assert_eq!(response["error"]["code"], -32000, "{response}");
+    assert!(message.ends_with("raise max_frame"), "{response}");
+    assert_eq!(response["error"]["data"]["limit"], max_frame, "{response}");
 
     client.call(3, "log", json!({"bytes": 100_000}));
     let (logged, before) = client.until_response(3, PROMPT);

@@ -229,6 +229,25 @@ fn g3_oversized_response_becomes_an_error_for_its_id_and_the_session_goes_on() {
 }
 
 #[test]
+fn g2_a_5_mib_result_passes_the_guard_at_the_default_limit() {
+    let mut g = Guarded::start(&[], &[]);
+    g.initialize();
+    let t = Instant::now();
+    g.send(&call(1, "big", json!({"bytes": 5 << 20})));
+    let (r, _) = g.response(json!(1), Duration::from_secs(30));
+    let text = r["result"]["content"][0]["text"]
+        .as_str()
+        .expect("a result");
+    assert_eq!(text.len(), 5 << 20);
+    eprintln!(
+        "5 MiB result through the guard at the default limit in {:?}",
+        t.elapsed()
+    );
+    let (code, _, _) = g.finish(Duration::from_secs(10));
+    assert_eq!(code, Some(0));
+}
+
+#[test]
 fn g3_id_last_oversized_response_becomes_an_error_for_its_id() {
     let mut g = Guarded::start(&["--max-frame", "65536"], &[]);
     g.initialize();
