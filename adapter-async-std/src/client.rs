@@ -208,7 +208,7 @@ impl Drop for AbandonOnDrop {
 /// server's process group at once (a `killpg` system call, never a task
 /// spawned in `Drop`); the driver then observes the exit and ends. The group
 /// is never signalled after the driver reaped the server: its id could have
-/// been reused (see [`mcp_stdio_sys::ProcessGroup`]).
+/// been reused (see `mcp_stdio_sys::ProcessGroup`).
 #[derive(Debug)]
 pub struct Client {
     commands: Sender<Command>,

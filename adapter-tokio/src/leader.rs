@@ -5,7 +5,7 @@
 //! The exit wakes the loop at once on Linux (the leader's pidfd registered
 //! with tokio's reactor as an `AsyncFd`); elsewhere, or without a pidfd,
 //! [`Leader::exited`] looks every [`EXIT_POLL_TICK`] (50 ms). tokio's own
-//! [`Child`] never reaps behind our back while we hold it unpolled: it waits
+//! `tokio::process::Child` never reaps behind our back while we hold it unpolled: it waits
 //! only when its `wait`/`try_wait` is called or when it is dropped (then
 //! `try_wait` once, and its orphan queue for a child still running). So this
 //! type never polls `Child::wait`, and reaps with `Child::try_wait` (at once
@@ -37,7 +37,7 @@ pub struct Leader {
 
 impl Leader {
     /// Takes ownership of `child`, spawned with
-    /// [`mcp_stdio_sys::command`] (its own group) and not yet waited for.
+    /// `mcp_stdio_sys::command` (its own group) and not yet waited for.
     /// Take its pipes first (`child.stdin.take()` …).
     ///
     /// # Errors

@@ -65,7 +65,7 @@ pub enum LeaderState {
     Reaped,
 }
 
-/// What [`ProcessGroup::signal`] did.
+/// What `ProcessGroup::signal` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Signalled {
@@ -103,7 +103,7 @@ struct State {
 
 impl ProcessGroup {
     /// The group led by `leader_pid`: a child this process spawned with
-    /// [`command`](crate::command) (so it leads its own group) and has not
+    /// `mcp_stdio_sys::command` (so it leads its own group) and has not
     /// reaped. Nothing else may reap it: reaping goes through
     /// [`reap`](Self::reap).
     pub fn new(leader_pid: u32) -> Self {

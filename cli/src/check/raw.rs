@@ -8,7 +8,7 @@
 //! (so the wire limit still applies before any parse, G2) — reading only when
 //! the row says so. stderr is always drained by a task of its own, so the
 //! server never blocks on it. Spawning goes through `mcp-stdio-sys`, the
-//! exit and the group's signals through the tokio adapter's [`Leader`]
+//! exit and the group's signals through the tokio adapter's `Leader`
 //! (observed without reaping, reaped when the session ends, never signalled
 //! after), and the end of a session is the core's
 //! [`ProcessSupervisor`] cancel sequence, as in every adapter.

@@ -191,7 +191,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// The server's three pipes, taken from its child before the [`Leader`] owns it.
+/// The server's three pipes, taken from its child before the `Leader` owns it.
 struct ServerPipes {
     stdin: Option<tokio::process::ChildStdin>,
     stdout: Option<tokio::process::ChildStdout>,
