@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use arbitrary::{Arbitrary, Unstructured};
 
 use crate::client::{ClientConfig, ClientEvent, ClientSession, Incoming, OverloadPolicy};
-use crate::frame::{FrameError, FrameEvent, Framer, FramerConfig, OversizedPolicy};
+use crate::frame::{
+    FrameError, FrameEvent, Framer, FramerConfig, InvalidUtf8Policy, OversizedPolicy,
+};
 use crate::message::{ErrorObject, Id, Message, RawValue};
 use crate::server::{ServerConfig, ServerEvent, ServerSession};
 
@@ -44,6 +46,8 @@ pub fn run_random_inputs(seed: u64, runs: usize, max_len: u64, target: fn(&[u8])
 #[derive(Debug, PartialEq, Eq)]
 enum Owned {
     Frame(String),
+    /// A frame that came as invalid UTF-8, repaired.
+    Repaired(String),
     Error(FrameError),
 }
 
@@ -52,6 +56,7 @@ fn run_framer(config: &FramerConfig, input: &[u8], cuts: &[usize]) -> Vec<Owned>
     let mut out = Vec::new();
     let mut push = |ev: FrameEvent<'_>| {
         out.push(match ev {
+            FrameEvent::Frame(s) if s.repair().is_some() => Owned::Repaired(s.to_owned()),
             FrameEvent::Frame(s) => Owned::Frame(s.to_owned()),
             FrameEvent::Error(e) => Owned::Error(e),
         })
@@ -105,6 +110,9 @@ fn run_framer_reads(
             at += n;
             framer.filled(n, |ev| {
                 out.push(match ev {
+                    FrameEvent::Frame(s) if s.repair().is_some() => {
+                        Owned::Repaired(if take { s.into_string() } else { s.to_owned() })
+                    }
                     FrameEvent::Frame(s) if take => Owned::Frame(s.into_string()),
                     FrameEvent::Frame(s) => Owned::Frame(s.to_owned()),
                     FrameEvent::Error(e) => Owned::Error(e),
@@ -121,6 +129,7 @@ fn run_framer_reads(
     }
     framer.finish(|ev| {
         out.push(match ev {
+            FrameEvent::Frame(s) if s.repair().is_some() => Owned::Repaired(s.to_owned()),
             FrameEvent::Frame(s) => Owned::Frame(s.to_owned()),
             FrameEvent::Error(e) => Owned::Error(e),
         })
@@ -136,6 +145,7 @@ pub fn fuzz_framer(data: &[u8]) {
     let max_frame = u.int_in_range(1..=96usize).unwrap_or(16);
     let scan = u.int_in_range(0..=64usize).unwrap_or(16);
     let close = u.arbitrary::<bool>().unwrap_or(false);
+    let refuse = u.arbitrary::<bool>().unwrap_or(false);
     let ncuts = u.int_in_range(0..=16usize).unwrap_or(0);
     let mut cuts: Vec<usize> = (0..ncuts)
         .map(|_| u.int_in_range(0..=4096usize).unwrap_or(0))
@@ -150,6 +160,11 @@ pub fn fuzz_framer(data: &[u8]) {
             OversizedPolicy::Close
         } else {
             OversizedPolicy::Discard
+        })
+        .invalid_utf8(if refuse {
+            InvalidUtf8Policy::Refuse
+        } else {
+            InvalidUtf8Policy::Repair
         });
     let one_shot = run_framer(&config, input, &[]);
     let chunked = run_framer(&config, input, &cuts);
@@ -169,9 +184,20 @@ pub fn fuzz_framer(data: &[u8]) {
         );
     }
     for ev in &one_shot {
-        if let Owned::Frame(f) = ev {
-            assert!(f.len() <= max_frame, "G2: frame over the limit handed out");
-            assert!(!f.is_empty() && !f.contains('\n'));
+        match ev {
+            Owned::Frame(f) | Owned::Repaired(f) => {
+                assert!(f.len() <= max_frame, "G2: frame over the limit handed out");
+                assert!(!f.is_empty() && !f.contains('\n'));
+            }
+            Owned::Error(FrameError::InvalidUtf8 {
+                len, valid_up_to, ..
+            }) => {
+                assert!(valid_up_to < len, "an invalid frame has an invalid byte");
+            }
+            Owned::Error(_) => {}
+        }
+        if refuse {
+            assert!(!matches!(ev, Owned::Repaired(_)), "Refuse never repairs");
         }
     }
 }
