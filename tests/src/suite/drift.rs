@@ -44,12 +44,26 @@ fn wait_for_end<A: Adapter>(client: Box<A::Client>) -> (SessionRecord, Duration)
     bounded(LONG, &format!("{}: wait", A::NAME), move || client.wait())
 }
 
-/// `ended_by` of each record, counted (printed before any assertion, so a
-/// failure shows the whole spread, not only the first bad session).
+/// Each record's `ended_by`, and the facts the order of one turn may move
+/// (how each stream ended, whether the exit came after the stdin close the
+/// EOF started), counted — printed before any assertion, so a failure shows
+/// the whole spread, not only the first bad session.
 fn tally(records: &[(u64, SessionRecord)]) -> BTreeMap<String, usize> {
     let mut seen = BTreeMap::new();
     for (_, r) in records {
-        *seen.entry(format!("{:?}", r.process.ended_by)).or_default() += 1;
+        let p = &r.process;
+        let key = format!(
+            "{:?} (stdout {:?}, stderr {:?}, exit {} the stdin close)",
+            p.ended_by,
+            p.stdout,
+            p.stderr,
+            if p.shutdown_to_exit.is_some() {
+                "after"
+            } else {
+                "before"
+            }
+        );
+        *seen.entry(key).or_default() += 1;
     }
     seen
 }
