@@ -66,6 +66,15 @@
 //!                                          stderr for S seconds after the call returns
 //!     crash_mid_response {bytes}           writes the first `bytes` bytes of a response line for
 //!                                          this id (no newline), then aborts (SIGABRT)
+//!     exit {code, notify_bytes}            writes notifications/message (about 4 KiB each) until
+//!                                          `notify_bytes` went out, then exits with `code` at
+//!                                          once, leaving this request (and any other) unanswered
+//!     respond_then_exit {code, bytes, notify_bytes}
+//!                                          answers with one text block of `bytes` 'x', then the
+//!                                          notifications of `exit` (default none), then exits
+//!                                          with `code` at once: the answer is the last message
+//!                                          or comes just before a burst, and the exit follows
+//!                                          the last write with nothing in between
 //!   notifications/cancelled {requestId, reason}
 //!                              sets the cancel flag of that in-flight request; the request then
 //!                              gets NO response. A cancel after the response began writing is
@@ -107,6 +116,7 @@
 //!   fixture: request <id> response suppressed (cancelled)
 //!   fixture: request <id> late response after cancel
 //!   fixture: request <id> flood done <n> bytes                   (result_then_flood)
+//!   fixture: request <id> exiting with <code> after <n> bytes    (exit, respond_then_exit)
 //!   fixture: response <id> writing <bytes> bytes
 //!   fixture: response <id> written
 //!   fixture: stopped reading stdin for <ms> ms                  (stop_reading)
@@ -152,7 +162,7 @@ USAGE: fixture-server [FLAGS]   (an MCP server over stdio that misbehaves on dem
 Tools: echo big big_exact big_id_last big_no_id huge_field many_blocks slow slow_io subprocess stop_reading
        stream_then_result stderr_flood notify_then_result server_request
        result_then_flood stdout_noise stdout_invalid_utf8 bad_utf8_result escape_grandchild
-       crash_mid_response
+       crash_mid_response exit respond_then_exit
 See the doc comment of tests/src/bin/fixture-server.rs for details.
 ";
 
@@ -765,6 +775,10 @@ fn tools_list() -> Value {
         tool("escape_grandchild", "a grandchild in its own session holds stderr",
             json!({"seconds":{"type":"number"}})),
         tool("crash_mid_response", "part of a response line, then abort", json!({"bytes":int})),
+        tool("exit", "notifications of N bytes, then exit with a code, unanswered",
+            json!({"code":int,"notify_bytes":int})),
+        tool("respond_then_exit", "a result of N bytes, notifications, then exit with a code",
+            json!({"code":int,"bytes":int,"notify_bytes":int})),
         tool("result_then_flood", "a result of N bytes, then M bytes of notifications",
             json!({"bytes":int,"notify_bytes":int,"each":int,"delay_ms":int})),
     ]})
@@ -912,6 +926,11 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
             }
             "crash_mid_response" => crash_mid_response(server, id, key, arg_usize(args, "bytes")?),
             "result_then_flood" => result_then_flood(server, id, key, entry, args)?,
+            "exit" => exit_after(server, id, key, args, None)?,
+            "respond_then_exit" => {
+                let result = text_result("x".repeat(arg_usize(args, "bytes")?));
+                exit_after(server, id, key, args, Some(result))?
+            }
             other => Outcome::Error(-32602, format!("unknown tool: {other}")),
         })
     };
@@ -1140,6 +1159,45 @@ fn result_then_flood(
     }
     log(&format!("request {key} flood done {sent} bytes"));
     Ok(Outcome::Done)
+}
+
+/// `exit` and `respond_then_exit`: the answer (if any), then notifications until
+/// `notify_bytes` went out, then `exit(code)` while still holding the writer lock, so the last
+/// write and the exit come as close together as a process can make them.
+fn exit_after(
+    server: &Server,
+    id: &Value,
+    key: &str,
+    args: &Value,
+    result: Option<Value>,
+) -> Result<Outcome, Outcome> {
+    let code = i32::try_from(arg_u64(args, "code")?)
+        .map_err(|_| Outcome::Error(-32602, "argument \"code\" out of range".to_owned()))?;
+    let notify_bytes = match args.get("notify_bytes") {
+        Some(_) => arg_usize(args, "notify_bytes")?,
+        None => 0,
+    };
+    // Built first so nothing but writes lies between the first byte and the exit.
+    let mut lines = Vec::new();
+    if let Some(result) = result {
+        lines.push(to_line(&json!({"jsonrpc":"2.0","id":id,"result":result})));
+    }
+    let mut notified = 0;
+    while notified < notify_bytes {
+        let note = to_line(&json!({"jsonrpc":"2.0","method":"notifications/message",
+            "params":{"level":"info","data":format!("burst {} {}", lines.len(), "b".repeat(4096))}}));
+        notified += note.len() + 1;
+        lines.push(note);
+    }
+    let sent: usize = lines.iter().map(|l| l.len() + 1).sum();
+    log(&format!(
+        "request {key} exiting with {code} after {sent} bytes"
+    ));
+    let mut out = lock(&server.out);
+    for line in &lines {
+        out.write_line(line);
+    }
+    std::process::exit(code);
 }
 
 /// `escape_grandchild`: the helper's wrapper exits at once; its setsid'ed grandchild keeps

@@ -25,6 +25,7 @@ use crate::{fixture_helper_path, fixture_server_path};
 
 mod cancel;
 mod cases;
+mod drift;
 mod incoming;
 mod leak_check;
 mod payloads;
@@ -35,6 +36,7 @@ mod unread_stdout_host;
 
 pub use cancel::*;
 pub use cases::*;
+pub use drift::*;
 pub use incoming::*;
 pub use leak_check::{cmdline, LeakCheck, TAG_VAR};
 pub use payloads::*;
@@ -297,6 +299,10 @@ macro_rules! conformance_suite {
             g6_g8_timeout_sends_a_cancel_that_reaches_the_work,
             g6_request_deadline_is_the_default_none_or_after_a_duration,
             g6_late_response_after_cancel_is_ignored_and_counted,
+            // G6: a deadline that moves later or goes away (each loop's timer)
+            g6_a_deadline_that_moves_later_fires_at_its_own_time,
+            g6_a_removed_deadline_leaves_no_timer_to_fail_a_request_without_one,
+            g6_an_explicit_deadline_later_than_the_default_is_kept,
             // G10: stderr flood
             g10_stderr_flood_is_budgeted_while_requests_keep_completing,
             // G11: shutdown paths, grandchildren, dropped clients, no leftovers
@@ -309,6 +315,10 @@ macro_rules! conformance_suite {
             g11_leader_stays_a_zombie_while_its_group_may_be_signalled,
             g11_dropping_the_client_mid_request_kills_the_process_group,
             g11_twenty_clients_shut_down_or_dropped_leave_no_process,
+            // G11/G12: an exit and the last reads in one turn, 20 sessions each
+            g12_a_server_exiting_by_itself_after_a_burst_is_recorded_exited_by_itself,
+            g12_a_server_exiting_by_itself_with_requests_pending_fails_them_with_session_closed,
+            g12_a_last_response_written_just_before_the_exit_is_delivered,
         );
     };
     (@each $adapter:ty; $($name:ident),* $(,)?) => {
