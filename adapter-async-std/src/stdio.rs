@@ -33,7 +33,7 @@ pub(crate) struct Output {
 enum OutputKind {
     #[cfg(unix)]
     Pollable(async_io::Async<std::fs::File>),
-    Blocking(async_std::io::Stdout),
+    Blocking(async_std::fs::File),
 }
 
 /// A pipe or socket as a `File` on async-io's reactor: `read`/`write` on
@@ -69,7 +69,8 @@ impl Output {
             });
         }
         Ok(Self {
-            kind: OutputKind::Blocking(async_std::io::stdout()),
+            // Not `async_std::io::stdout()`: it is std's, which takes EBADF for success.
+            kind: OutputKind::Blocking(async_std::fs::File::from(mcp_stdio_sys::stdout_file()?)),
             _flags: None,
         })
     }

@@ -206,7 +206,8 @@ pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
 /// Writing stdout failed (the client went away): every handler's token was
 /// cancelled.
 pub fn serve<H: Handler>(options: ServeOptions, handler: H) -> io::Result<ServeReport> {
-    serve_io(io::stdin(), io::stdout(), options, handler)
+    // Not `io::stdout()`: std takes EBADF on stdout for success.
+    serve_io(io::stdin(), mcp_stdio_sys::stdout_file()?, options, handler)
 }
 
 /// What the coordinator waits for.

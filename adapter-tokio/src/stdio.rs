@@ -41,7 +41,7 @@ enum OutputKind {
     Pipe(tokio::net::unix::pipe::Sender),
     #[cfg(unix)]
     Socket(tokio::net::UnixStream),
-    Blocking(tokio::io::Stdout),
+    Blocking(tokio::fs::File),
 }
 
 #[cfg(unix)]
@@ -97,7 +97,8 @@ impl Output {
             });
         }
         Ok(Self {
-            kind: OutputKind::Blocking(tokio::io::stdout()),
+            // Not `tokio::io::stdout()`: it is std's, which takes EBADF for success.
+            kind: OutputKind::Blocking(tokio::fs::File::from_std(mcp_stdio_sys::stdout_file()?)),
             _flags: None,
         })
     }

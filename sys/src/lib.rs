@@ -26,7 +26,7 @@ pub use group::{LeaderState, ProcessGroup, Signalled, TryWait, EXIT_POLL_TICK};
 pub use stderr::{
     drain_stderr, stderr_dropped_bytes, write_stderr, NonBlockingStderr, STDERR_QUEUE_BYTES,
 };
-pub use stdio::{NonBlockingStdio, StdioKind};
+pub use stdio::{stdout_file, NonBlockingStdio, StdioKind};
 pub use tied::spawn_tied;
 pub mod helper_owners;
 pub mod log_relay;

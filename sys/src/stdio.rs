@@ -36,6 +36,29 @@ pub enum StdioKind {
     Socket,
 }
 
+/// This process's stdout as a file of its own (a duplicate of its
+/// descriptor), for the blocking write path of `serve` and the guard.
+///
+/// Not `std::io::Stdout`: std takes `EBADF` on stdout for success, so a
+/// closed or read-only stdout would swallow every message while the loop
+/// counts it written (G12: no invented facts). A `File` reports the error:
+/// at once here for a closed stdout, at the first write for a read-only one.
+///
+/// # Errors
+/// Stdout is closed, or its descriptor cannot be duplicated.
+pub fn stdout_file() -> io::Result<std::fs::File> {
+    #[cfg(unix)]
+    let owned = io::stdout().as_fd().try_clone_to_owned();
+    #[cfg(windows)]
+    let owned = {
+        use std::os::windows::io::AsHandle;
+        io::stdout().as_handle().try_clone_to_owned()
+    };
+    owned
+        .map(std::fs::File::from)
+        .map_err(|e| io::Error::new(e.kind(), format!("stdout cannot be written: {e}")))
+}
+
 #[cfg(unix)]
 impl NonBlockingStdio {
     /// Stdin, when it is a pipe or a socket; `None` otherwise.

@@ -292,3 +292,41 @@ fn g1_serve_ends_with_the_write_error_when_its_stdout_fails() {
         );
     }
 }
+
+/// G12: a stdout that cannot be written (opened read-only: every write is
+/// `EBADF`) ends serve with an error (exit 1, `serve failed …`) on every
+/// adapter, never a run that reports its answers written while every write
+/// failed (std's own stdout takes `EBADF` for success). A *closed* stdout is
+/// no such case: Rust's runtime reopens a closed fd 0–2 on `/dev/null` before
+/// `main`, so the answers are written, to `/dev/null`.
+#[test]
+fn g12_serve_fails_on_a_stdout_it_cannot_write() {
+    for (name, path) in SERVERS {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let file = dir.path().join("requests.jsonl");
+        std::fs::write(&file, requests(2).0).expect("write the requests");
+        for (how, redirect) in [("read-only", "1</dev/null")] {
+            let t = Instant::now();
+            let mut child = Reaped(
+                Command::new("sh")
+                    .arg("-c")
+                    .arg(format!("exec \"$0\" {redirect}"))
+                    .arg(path)
+                    .stdin(File::open(&file).expect("open"))
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("{name}: spawn: {e}")),
+            );
+            let stderr = child.0.stderr.take().expect("piped");
+            let (status, _) = child.exit_within(name, PROMPT);
+            let end = end_line(name, stderr);
+            assert_eq!(
+                status.code(),
+                Some(1),
+                "{name}: stdout {how}: {status}: {end}"
+            );
+            assert!(end.contains("serve failed"), "{name}: stdout {how}: {end}");
+            eprintln!("{name}: stdout {how}: exit 1 in {:?} ({end})", t.elapsed());
+        }
+    }
+}

@@ -296,7 +296,17 @@ impl ThreadWriter {
             .name("mcp-stdio-stdout".into())
             .spawn(move || {
                 use std::io::Write;
-                let mut out = io::stdout().lock();
+                // Not `io::stdout()`: std takes EBADF on stdout for success,
+                // and the guard would count messages written that went nowhere.
+                let mut out = match mcp_stdio_sys::stdout_file() {
+                    Ok(f) => f,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "host stdout cannot be written");
+                        seen.failed.store(true, Ordering::Release);
+                        seen.wake.notify_one();
+                        return;
+                    }
+                };
                 while let Some(chunk) = rx.blocking_recv() {
                     let r = out.write_all(&chunk).and_then(|()| out.flush());
                     match r {
