@@ -27,7 +27,7 @@ const CALLS = [
   ["echo", { text: "after" }],
 ];
 // Each call's own bound: a hang shows as an error with its time, not a stuck test.
-const TIMEOUT_MS = 10_000;
+const TIMEOUT_MS = 3_000;
 
 const transport = new StdioClientTransport({ command, args, stderr: "ignore" });
 const client = new Client({ name: "bad-utf8-client", version: "1.0.0" });

@@ -22,7 +22,7 @@ CALLS = [
     ("echo", {"text": "after"}),
 ]
 # Each call's own bound: a hang shows as an error with its time, not a stuck test.
-TIMEOUT = 10.0
+TIMEOUT = 3.0
 
 
 async def main(cmd: list) -> dict:
