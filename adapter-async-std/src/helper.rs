@@ -28,13 +28,12 @@
 use std::future::{pending, Future};
 use std::io;
 use std::pin::pin;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use async_io::Timer;
 use async_process::{Child, ChildStderr, ChildStdout};
 use futures_lite::future::race;
 use futures_lite::AsyncReadExt;
-use mcp_stdio_core::call::Stamp;
 use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, RecordTap};
 use mcp_stdio_core::CommandSpec;
 
@@ -45,13 +44,7 @@ use crate::serve::CancelToken;
 /// Bytes read per read call, for each stream.
 const READ_CHUNK: usize = 16 * 1024;
 
-/// Now, on both clocks.
-fn stamp() -> Stamp {
-    let unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    Stamp::new(Instant::now(), unix_ms)
-}
+use mcp_stdio_sys::stamp;
 
 pub use mcp_stdio_core::helper::ApprovalRequest;
 

@@ -47,9 +47,8 @@ use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use mcp_stdio_core::call::Stamp;
 use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, HelperRun, RecordTap};
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
@@ -76,13 +75,7 @@ const STDOUT: Token = Token(0);
 const STDERR: Token = Token(1);
 const CHILD_EXIT: Token = Token(2);
 
-/// Now, on both clocks.
-fn stamp() -> Stamp {
-    let unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    Stamp::new(Instant::now(), unix_ms)
-}
+use mcp_stdio_sys::stamp;
 
 pub use mcp_stdio_core::helper::ApprovalRequest;
 

@@ -1,9 +1,7 @@
 //! `run_helper`: run a command-line helper from inside a tool.
 
 use std::future::Future;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use mcp_stdio_core::call::Stamp;
 use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, RecordTap};
 use mcp_stdio_core::CommandSpec;
 use tokio::io::AsyncReadExt;
@@ -18,13 +16,7 @@ use crate::stdio::sleep_until_opt;
 /// Bytes read per read call, for each stream.
 const READ_CHUNK: usize = 16 * 1024;
 
-/// Now, on both clocks.
-pub(crate) fn stamp() -> Stamp {
-    let unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    Stamp::new(Instant::now(), unix_ms)
-}
+pub(crate) use mcp_stdio_sys::stamp;
 
 pub use mcp_stdio_core::helper::ApprovalRequest;
 

@@ -99,6 +99,20 @@ fn kill_group(_pgid: u32, _signal: Signal) -> Signalled {
     Signalled::Failed
 }
 
+/// Both clocks, with the monotonic one given: `now` and the wall clock
+/// read at once, for the core's records (the core reads no clock).
+pub fn stamp_at(now: std::time::Instant) -> mcp_stdio_core::Stamp {
+    let unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    mcp_stdio_core::Stamp::new(now, unix_ms)
+}
+
+/// Both clocks, now.
+pub fn stamp() -> mcp_stdio_core::Stamp {
+    stamp_at(std::time::Instant::now())
+}
+
 /// The observed exit status in the core's terms.
 pub fn exit_status(status: std::process::ExitStatus) -> ExitStatus {
     if let Some(code) = status.code() {

@@ -257,13 +257,7 @@ impl Outbox {
 /// How long the audit log may take to reach the disk at exit.
 const AUDIT_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Both clocks, read once.
-fn stamp(now: Instant) -> Stamp {
-    let unix_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    Stamp::new(now, unix_ms)
-}
+use mcp_stdio_sys::stamp_at as stamp;
 
 /// The I/O loop: every decision is the session's. It waits on every source
 /// at once (server stdout and stderr, host stdin, write readiness both ways,
