@@ -408,15 +408,11 @@ fn outcome_message(
             }
         }
         Err(RequestError::Failed(RequestFailure::Cancelled { .. })) => return None,
-        Err(RequestError::Failed(RequestFailure::Server(e))) => ErrorData::new(
-            ErrorCode(i32::try_from(e.code).unwrap_or(ErrorCode::INTERNAL_ERROR.0)),
-            e.message,
-            e.data
-                .as_deref()
-                .and_then(|d| serde_json::from_str(d.get()).ok()),
-        ),
-        Err(RequestError::Failed(failure @ RequestFailure::ResponseTooLarge { .. })) => {
-            // The one wire-limit error of every component (code, text, data).
+        // The server's error as it came, and the one wire-limit error of every
+        // component (code, text, data).
+        Err(RequestError::Failed(
+            failure @ (RequestFailure::Server(_) | RequestFailure::ResponseTooLarge { .. }),
+        )) => {
             let e = failure.to_error_object();
             ErrorData::new(
                 ErrorCode(i32::try_from(e.code).unwrap_or(ErrorCode::INTERNAL_ERROR.0)),

@@ -42,7 +42,7 @@ use crate::idset::RecentIds;
 use crate::message::{
     encode_error, encode_notification, encode_request, encode_result, wire_limit_error,
     wire_limit_message, DecodeError, EncodeError, ErrorObject, Id, Message, Notification,
-    Oversized, RawResult, RawValue, Request, INTERNAL_ERROR, SERVER_ERROR,
+    Oversized, RawResult, RawValue, Request, INTERNAL_ERROR, MAX_FRAME_KNOB, SERVER_ERROR,
 };
 use crate::violation_log::{warn_violation, ViolationLog};
 
@@ -205,7 +205,7 @@ pub enum RequestFailure {
     /// The response passed the wire limit and was discarded unparsed (G3).
     /// Its text is [`wire_limit_message`]; [`RequestFailure::to_error_object`]
     /// gives the JSON-RPC error every other component sends for it.
-    #[error("{}", wire_limit_message(Oversized::Response, *limit, *seen, "max_frame"))]
+    #[error("{}", wire_limit_message(Oversized::Response, *limit, *seen, MAX_FRAME_KNOB))]
     ResponseTooLarge {
         /// The wire limit in bytes.
         limit: usize,
@@ -244,7 +244,7 @@ impl RequestFailure {
         match self {
             Self::Server(e) => e.clone(),
             Self::ResponseTooLarge { limit, seen } => {
-                wire_limit_error(Oversized::Response, *limit, *seen, "max_frame")
+                wire_limit_error(Oversized::Response, *limit, *seen, MAX_FRAME_KNOB)
             }
             other => ErrorObject::new(INTERNAL_ERROR, other.to_string()),
         }

@@ -42,6 +42,10 @@ pub const SERVER_ERROR: i64 = -32000;
 /// [`RequestFailure::ResponseTooLarge`]: crate::client::RequestFailure::ResponseTooLarge
 pub const WIRE_LIMIT_EXCEEDED: i64 = -32000;
 
+/// The setting that raises the wire limit in the library (`ClientOptions`,
+/// `ServeOptions`, `FramerConfig`), named in its wire-limit errors.
+pub const MAX_FRAME_KNOB: &str = "max_frame";
+
 /// What passed a wire limit, for [`wire_limit_error`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

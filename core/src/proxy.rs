@@ -82,7 +82,7 @@ use crate::frame::{
 use crate::idset::RecentIds;
 use crate::message::{
     encode_error, wire_limit_error, Decoded, ErrorObject, Id, Message, Oversized, RawValue,
-    PARSE_ERROR, SERVER_ERROR,
+    MAX_FRAME_KNOB, PARSE_ERROR, SERVER_ERROR,
 };
 
 /// Default bound on bytes waiting for the host: 16 MiB.
@@ -120,7 +120,7 @@ impl Default for ProxyConfig {
     fn default() -> Self {
         Self {
             framer: FramerConfig::default(),
-            limit_knob: "max_frame".to_owned(),
+            limit_knob: MAX_FRAME_KNOB.to_owned(),
             max_buffered: DEFAULT_MAX_BUFFERED,
             noise_budget: DEFAULT_NOISE_BUDGET,
             max_tracked: DEFAULT_MAX_TRACKED,

@@ -38,7 +38,7 @@ use crate::idset::RecentIds;
 use crate::message::{
     encode_error, encode_notification, encode_result, wire_limit_error, DecodeError, EncodeError,
     ErrorObject, Id, Message, Notification, Oversized, RawValue, Request, INTERNAL_ERROR,
-    INVALID_REQUEST, PARSE_ERROR, SERVER_ERROR,
+    INVALID_REQUEST, MAX_FRAME_KNOB, PARSE_ERROR, SERVER_ERROR,
 };
 use crate::violation_log::{warn_violation, ViolationLog};
 
@@ -438,7 +438,8 @@ impl ServerSession {
             Err(EncodeError::TooLarge { limit }) => {
                 s.metrics.responses_too_large += 1;
                 // The encoder stops at the limit: the size is known to pass it.
-                let err = wire_limit_error(Oversized::Result, limit, limit as u64 + 1, "max_frame");
+                let err =
+                    wire_limit_error(Oversized::Result, limit, limit as u64 + 1, MAX_FRAME_KNOB);
                 // A fixed short message always fits any sane limit; if the
                 // limit is absurdly small even this cannot be sent.
                 match encode_error(Some(id), &err, max) {
@@ -581,7 +582,7 @@ impl ServerState {
     /// The request `id` passed the wire limit: it gets an error.
     fn reply_oversized(&mut self, id: &Id, seen: u64) {
         let limit = self.config.framer.get_max_frame();
-        let err = wire_limit_error(Oversized::Request, limit, seen, "max_frame");
+        let err = wire_limit_error(Oversized::Request, limit, seen, MAX_FRAME_KNOB);
         self.reply_error(Some(id), &err);
     }
 
