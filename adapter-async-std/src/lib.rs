@@ -55,14 +55,16 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-mod client;
 mod helper;
-mod leader;
-mod os;
+pub mod runtime;
 mod serve;
-mod stdio;
 
-pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responder};
+pub use mcp_stdio_async::{CancelHandle, IncomingMessage, PendingRequest, Responder};
+
+/// A spawned MCP server and its session, its driver on a thread of its own
+/// (see [`runtime::AsyncStd`] and [`mcp_stdio_async::Client`]). Works from
+/// any thread, inside or outside an executor (async-std, smol or none).
+pub type Client = mcp_stdio_async::Client<runtime::AsyncStd>;
 pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
 pub use serve::{
     serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeEnd, ServeOptions,

@@ -21,14 +21,18 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-mod client;
 mod helper;
 pub mod leader;
-mod os;
+pub mod runtime;
 mod serve;
 pub mod stdio;
 
-pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responder};
+pub use mcp_stdio_async::{CancelHandle, IncomingMessage, PendingRequest, Responder};
+
+/// A spawned MCP server and its session, driven by a task on the tokio
+/// runtime it was spawned in (see [`mcp_stdio_async::Client`]).
+/// [`Client::spawn`] must be called inside a tokio runtime.
+pub type Client = mcp_stdio_async::Client<runtime::Tokio>;
 pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
 pub use serve::{
     serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeEnd, ServeOptions,

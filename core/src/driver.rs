@@ -54,6 +54,7 @@ use std::time::{Duration, Instant};
 use crate::client::{ClientEvent, ClientMetrics, Incoming, RequestFailure};
 use crate::frame::ReadRoom;
 use crate::host::{ClientOptions, HostAction, HostSession, RequestError, SessionRecord};
+use crate::io_result::{ChildStream, Note, NoteLevel, ReadResult, WriteResult};
 use crate::message::{ErrorObject, Id, RawResult, RawValue};
 use crate::process::{ExitStatus, Signal};
 
@@ -360,10 +361,17 @@ pub enum DriverAction {
     /// Stop reading the streams still open (they passed the drain deadline:
     /// worth a warning in the logs).
     AbandonReaders,
+    /// Log this (through something that cannot block the loop).
+    Note(Note),
     /// The session is over: every waiter has its outcome, the stderr grant
     /// is back in its pool. Nothing more is polled.
     Finished(Box<SessionRecord>),
 }
+
+/// A non-reaping look at whether the server has exited, for the
+/// `handle_*_result` methods: the exit is taken before an end of stream that
+/// it caused, whatever order the loop saw them in. `Ok(None)`: still running.
+pub type LookForExit<'a> = &'a mut dyn FnMut() -> std::io::Result<Option<ExitStatus>>;
 
 /// The client driver of one spawned server (sans-IO). See the module docs
 /// for the loop every adapter runs around it.
@@ -399,6 +407,11 @@ pub struct ClientDriver<C: ReplyChannel> {
     stdin_open: bool,
     client_gone: bool,
     finished: bool,
+    /// The exit was fed (or can never be observed).
+    exit_seen: bool,
+    /// Notes for the loop to log, from the `handle_*_result` methods (at
+    /// most one per stream end, write failure and exit: four).
+    notes: Vec<Note>,
 }
 
 impl<C: ReplyChannel> fmt::Debug for ClientDriver<C> {
@@ -433,6 +446,8 @@ impl<C: ReplyChannel> ClientDriver<C> {
             stdin_open: true,
             client_gone: false,
             finished: false,
+            exit_seen: false,
+            notes: Vec::new(),
         }
     }
 
@@ -511,7 +526,121 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
     /// The server's process exited.
     pub fn handle_exited(&mut self, now: Instant, status: ExitStatus) {
+        self.exit_seen = true;
         self.host.handle_exited(now, status);
+    }
+
+    /// Whether the exit was fed (or looking for it failed for good).
+    pub fn exit_seen(&self) -> bool {
+        self.exit_seen
+    }
+
+    /// A read of stdout into [`stdout_room`](Self::stdout_room) returned `r`
+    /// (the rule: [`ReadResult`]). At the end of the stream, `look` is asked
+    /// whether the server has exited, and an exit it reports is taken first:
+    /// "exited by itself" does not depend on which of the two the loop saw
+    /// first. Returns whether the stream is still open (drop it when not).
+    pub fn handle_stdout_result(
+        &mut self,
+        now: Instant,
+        r: std::io::Result<usize>,
+        look: LookForExit<'_>,
+    ) -> bool {
+        match ReadResult::from(r) {
+            ReadResult::Bytes(n) => self.host.handle_stdout_read(now, n),
+            ReadResult::Again => {}
+            ReadResult::End(error) => {
+                self.stream_ended(now, ChildStream::Stdout, error, look);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A read of stderr into `buf` returned `r`; as
+    /// [`handle_stdout_result`](Self::handle_stdout_result).
+    pub fn handle_stderr_result(
+        &mut self,
+        now: Instant,
+        r: std::io::Result<usize>,
+        buf: &[u8],
+        look: LookForExit<'_>,
+    ) -> bool {
+        match ReadResult::from(r) {
+            ReadResult::Bytes(n) => self.host.handle_stderr(now, &buf[..n.min(buf.len())]),
+            ReadResult::Again => {}
+            ReadResult::End(error) => {
+                self.stream_ended(now, ChildStream::Stderr, error, look);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A write of [`poll_write`](Self::poll_write)'s bytes returned `r` (the
+    /// rule: [`WriteResult`]). Returns whether stdin is still open: after a
+    /// failure nothing more is written (drop the pipe); stdout's end and the
+    /// exit follow.
+    pub fn handle_write_result(&mut self, r: std::io::Result<usize>) -> bool {
+        match WriteResult::from(r) {
+            WriteResult::Bytes(n) => self.handle_written(n),
+            WriteResult::Again => {}
+            WriteResult::Failed(e) => {
+                self.notes.push(Note::new(
+                    NoteLevel::Debug,
+                    "writing to server stdin failed",
+                    Some(e.to_string()),
+                ));
+                self.handle_write_failed();
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The wait for the server's exit returned `r`. A failed wait means no
+    /// status can ever be observed: the supervisor's deadlines end the session.
+    pub fn handle_exit_result(&mut self, now: Instant, r: std::io::Result<ExitStatus>) {
+        match r {
+            Ok(status) => self.handle_exited(now, status),
+            Err(e) => {
+                self.exit_seen = true;
+                self.notes.push(Note::new(
+                    NoteLevel::Warn,
+                    "waiting for the server failed",
+                    Some(e.to_string()),
+                ));
+            }
+        }
+    }
+
+    /// The end of `stream`: the exit first if `look` sees it, then the end.
+    fn stream_ended(
+        &mut self,
+        now: Instant,
+        stream: ChildStream,
+        error: Option<std::io::Error>,
+        look: LookForExit<'_>,
+    ) {
+        if let Some(e) = error {
+            let message = match stream {
+                ChildStream::Stdout => "reading the server's stdout failed; taken as its end",
+                ChildStream::Stderr => "reading the server's stderr failed; taken as its end",
+            };
+            self.notes
+                .push(Note::new(NoteLevel::Debug, message, Some(e.to_string())));
+        }
+        if !self.exit_seen {
+            match look() {
+                Ok(Some(status)) => self.handle_exited(now, status),
+                Ok(None) => {}
+                Err(e) => self.handle_exit_result(now, Err(e)),
+            }
+        }
+        match stream {
+            ChildStream::Stdout => self.host.handle_stdout_eof(now),
+            ChildStream::Stderr => self.host.handle_stderr_eof(now),
+        }
     }
 
     /// `n` more bytes of the held (or lent) message reached the pipe.
@@ -678,6 +807,9 @@ impl<C: ReplyChannel> ClientDriver<C> {
             return None;
         }
         self.complete_waiters();
+        if !self.notes.is_empty() {
+            return Some(DriverAction::Note(self.notes.remove(0)));
+        }
         if !self.stdin_open {
             // Nobody will write these bytes: drop them rather than hold them.
             while self.host.poll_transmit().is_some() {}

@@ -123,6 +123,8 @@ use crate::capture::{
     CaptureConfig, CaptureSummary, DebugMark, Grant, OutputCapture, SharedRetentionPool,
     DEFAULT_EXCERPT,
 };
+use crate::driver::LookForExit;
+use crate::io_result::{ChildStream, ReadResult};
 use crate::process::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
     SupervisorConfig,
@@ -633,6 +635,8 @@ pub struct HelperRun {
     /// ([`HelperRun::with_pool`]); `None` once taken, or without a pool.
     pool: Option<SharedRetentionPool>,
     ignored_inputs: u64,
+    /// Waiting for the exit failed: no status will ever be observed.
+    exit_wait_failed: bool,
 }
 
 impl HelperRun {
@@ -698,6 +702,7 @@ impl HelperRun {
             grants: (None, None),
             pool,
             ignored_inputs: 0,
+            exit_wait_failed: false,
             config,
         };
         if run.config.kind == CallKind::Discovery && run.config.approval.is_some() {
@@ -889,6 +894,67 @@ impl HelperRun {
         }
         self.supervisor.handle_stderr_eof(at.instant);
         self.pump(at);
+    }
+
+    /// Whether the exit was observed (or waiting for it failed for good):
+    /// the loop stops waiting for it.
+    pub fn exit_seen(&self) -> bool {
+        self.exit_wait_failed || self.supervisor.exit_status().is_some()
+    }
+
+    /// A read of the helper's `stream` into `buf` returned `r` (the rule:
+    /// [`ReadResult`]). At the end of the stream, `look` is asked whether the
+    /// helper has exited, and an exit it reports is taken first, whatever
+    /// order the loop saw them in. Returns whether the stream is still open.
+    pub fn handle_read_result(
+        &mut self,
+        at: Stamp,
+        stream: ChildStream,
+        r: std::io::Result<usize>,
+        buf: &[u8],
+        look: LookForExit<'_>,
+    ) -> bool {
+        match (ReadResult::from(r), stream) {
+            (ReadResult::Bytes(n), ChildStream::Stdout) => {
+                self.handle_stdout(at, &buf[..n.min(buf.len())]);
+            }
+            (ReadResult::Bytes(n), ChildStream::Stderr) => {
+                self.handle_stderr(at, &buf[..n.min(buf.len())]);
+            }
+            (ReadResult::Again, _) => {}
+            (ReadResult::End(_), _) => {
+                self.look_for_exit(at, look);
+                match stream {
+                    ChildStream::Stdout => self.handle_stdout_eof(at),
+                    ChildStream::Stderr => self.handle_stderr_eof(at),
+                }
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The wait for the helper's exit returned `r`. A failed wait means no
+    /// status can ever be observed: the supervisor's deadlines end the run.
+    pub fn handle_exit_result(&mut self, at: Stamp, r: std::io::Result<ExitStatus>) {
+        match r {
+            Ok(status) => self.handle_exited(at, status),
+            Err(e) => {
+                self.exit_wait_failed = true;
+                tracing::warn!(error = %e, "waiting for the helper failed");
+            }
+        }
+    }
+
+    fn look_for_exit(&mut self, at: Stamp, look: LookForExit<'_>) {
+        if !self.exit_seen() {
+            let r = look();
+            match r {
+                Ok(Some(status)) => self.handle_exited(at, status),
+                Ok(None) => {}
+                Err(e) => self.handle_exit_result(at, Err(e)),
+            }
+        }
     }
 
     /// The helper's exit was observed (`waitpid`) with this status.

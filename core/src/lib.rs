@@ -107,6 +107,7 @@
 //! | [`proxy`] | the guard's decisions: a host session and a server session joined, limits both ways, cancel enforcement, records, the host that stopped reading |
 //! | [`guard`] | the guard's whole session: proxy, server supervisor and stderr budget joined; exit status |
 //! | [`id_scan`] | the streaming, constant-memory scan of a whole oversized frame for its top-level id |
+//! | [`io_result`] | the one rule for what a read or a write of a pipe came to (end, failure, again), and the notes machines ask their loops to log |
 //! | [`idset`] | the bounded, insertion-ordered set of remembered request ids |
 //! | [`violation_log`] | the rate limit of the WARN events about a peer's protocol violations |
 #![forbid(unsafe_code)]
@@ -130,6 +131,7 @@ pub mod helper;
 pub mod host;
 pub mod id_scan;
 pub mod idset;
+pub mod io_result;
 pub mod message;
 pub mod process;
 pub mod proxy;

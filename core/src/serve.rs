@@ -65,6 +65,7 @@ use serde::Serialize;
 use crate::basics::{BasicsMetrics, BasicsRouter, ClientHello, Route, ServerBasics};
 use crate::budget::ResultBudget;
 use crate::handshake::Implementation;
+use crate::io_result::{Note, NoteLevel, ReadResult, WriteResult};
 use crate::message::{ErrorObject, Id, Notification, RawValue, Request};
 use crate::server::{NotifyError, ServerConfig, ServerEvent, ServerMetrics, ServerSession};
 
@@ -283,6 +284,8 @@ pub enum ServeAction {
     Abort(Id),
     /// A notification for the application's notification handler.
     Notification(Notification),
+    /// Log this (through something that cannot block the loop).
+    Note(Note),
 }
 
 /// The message being written: its bytes (empty once handed out whole by
@@ -322,6 +325,8 @@ pub struct ServeLifecycle {
     notifications_refused: u64,
     unwritten_at_exit: u64,
     outgoing_peak: u64,
+    /// What failed the write, for the loop to return.
+    write_error: Option<std::io::Error>,
 }
 
 impl ServeLifecycle {
@@ -355,6 +360,7 @@ impl ServeLifecycle {
             notifications_refused: 0,
             unwritten_at_exit: 0,
             outgoing_peak: 0,
+            write_error: None,
         }
     }
 
@@ -483,6 +489,72 @@ impl ServeLifecycle {
             self.session.handle_stdin_eof(now);
         }
         self.advance(now);
+    }
+
+    /// A read of stdin into `buf` returned `r` (the rule:
+    /// [`ReadResult`]): bytes are taken, an end or an error ends the input.
+    /// Returns whether the input is still open.
+    pub fn handle_read_result(
+        &mut self,
+        now: Instant,
+        r: std::io::Result<usize>,
+        buf: &[u8],
+    ) -> bool {
+        match ReadResult::from(r) {
+            ReadResult::Bytes(n) => self.handle_input(now, &buf[..n.min(buf.len())]),
+            ReadResult::Again => {}
+            ReadResult::End(error) => {
+                if let Some(e) = error {
+                    self.actions.push_back(ServeAction::Note(Note::new(
+                        NoteLevel::Debug,
+                        "reading stdin failed; treating it as EOF",
+                        Some(e.to_string()),
+                    )));
+                }
+                self.handle_input_eof(now);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A write of [`pending_write`](Self::pending_write) returned `r` (the
+    /// rule: [`WriteResult`]); a failure ends the loop
+    /// ([`handle_write_failed`](Self::handle_write_failed)) and is kept for
+    /// [`take_write_error`](Self::take_write_error).
+    pub fn handle_write_result(&mut self, now: Instant, r: std::io::Result<usize>) {
+        match WriteResult::from(r) {
+            WriteResult::Bytes(n) => self.handle_written(now, n),
+            WriteResult::Again => {}
+            WriteResult::Failed(e) => self.write_failed(now, e),
+        }
+    }
+
+    /// A flush returned `r`; as [`handle_write_result`](Self::handle_write_result).
+    pub fn handle_flush_result(&mut self, now: Instant, r: std::io::Result<()>) {
+        match r {
+            Ok(()) => self.handle_flushed(now),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => self.write_failed(now, e),
+        }
+    }
+
+    /// The error that failed the write, once the loop ended with
+    /// [`ServeEnd::WriteFailed`] (taken once).
+    pub fn take_write_error(&mut self) -> Option<std::io::Error> {
+        self.write_error.take()
+    }
+
+    fn write_failed(&mut self, now: Instant, e: std::io::Error) {
+        self.actions.push_back(ServeAction::Note(Note::new(
+            NoteLevel::Debug,
+            "writing stdout failed; aborting every handler",
+            Some(e.to_string()),
+        )));
+        if self.end == ServeEnd::Running {
+            self.write_error = Some(e);
+        }
+        self.handle_write_failed(now);
     }
 
     /// `n` bytes of [`pending_write`](Self::pending_write) reached the pipe.
@@ -780,7 +852,7 @@ mod fuzzing {
                 ServeAction::Abort(id) => {
                     assert!(running.remove(&id), "abort for {id}, not running");
                 }
-                ServeAction::Notification(_) => {}
+                ServeAction::Notification(_) | ServeAction::Note(_) => {}
             }
         }
         assert!(running.len() <= MAX_CONCURRENT);

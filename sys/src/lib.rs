@@ -30,6 +30,8 @@ pub use stdio::{stdout_file, NonBlockingStdio, StdioKind};
 pub use tied::spawn_tied;
 pub mod helper_owners;
 pub mod log_relay;
+#[cfg(unix)]
+pub mod pipe_io;
 pub mod poll_once;
 
 use mcp_stdio_core::process::Signal;

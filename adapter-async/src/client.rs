@@ -1,32 +1,20 @@
-//! `Client`: spawn an MCP server and drive its session with async-io.
+//! `Client`: spawn an MCP server and drive its session, on any [`Runtime`].
 //!
-//! # Threads and tasks
-//!
-//! async-std has no `select!`; the driver instead races one future per
-//! thing it waits on (futures-lite's `race`):
-//!
-//! - the **driver**, on a thread of its own, owns the core's [`ClientDriver`], which makes every
-//!   decision, and the server's three pipes; it waits for "a pipe's bytes or
-//!   end, room in stdin for the one message held, the exit, the next
-//!   command, a cancel, room for an incoming message, or the core's
-//!   deadline" and never for anything else. The write is one branch of that
-//!   wait: it moves only what the pipe accepts while the reads go on, so a
-//!   server that stops reading never stops the client from reading (G1).
-//!   It also owns the `Child`, as a [`Leader`]: the exit is one branch of
-//!   the same wait (the pidfd's readiness on Linux, a 50 ms look elsewhere),
-//!   observed without reaping, and the server is reaped only after the
-//!   core's `Finished`, so its group id cannot be reused while the core may
-//!   still signal it.
-//!
-//! Reading and writing in the driver itself, rather than in reader and
-//! writer tasks joined to it by channels, saves a task hop and a cross-thread
-//! wake-up per pipe event: a round trip wakes the driver once for the command,
-//! once for stdout. The driver never awaits the application (replies are
-//! `try_send`s on capacity-1 channels, server→client messages go out only when
-//! their capacity-1 channel has room), so the pipes are never starved,
-//! whatever the application does (G1).
+//! One driver future owns the core's [`ClientDriver`], which makes every
+//! decision, and the server's three pipes and its [`Leader`]. It is one
+//! `poll` (no `select!`): each turn drains the core's outputs, then polls
+//! every input in a fixed order — cancels, the exit, stdout, stderr, room in
+//! stdin for the one message held, commands, room for an incoming message,
+//! the timer — and sleeps only when none of them is ready, with every one
+//! of them registered for a wake. The write is one of those inputs: it moves
+//! only what the pipe accepts while the reads go on, so a server that stops
+//! reading never stops the client from reading (G1). The driver never
+//! awaits the application: replies are `try_send`s on capacity-1 channels,
+//! and a server→client message goes out only when its capacity-1 channel
+//! has room.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,11 +22,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use async_channel::{Receiver, Sender, WeakSender};
-use async_io::Timer;
-use async_process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use event_listener::{Event, EventListener};
-use futures_lite::future::{or, race};
-use futures_lite::{AsyncReadExt, AsyncWriteExt, Stream};
+use futures_lite::Stream;
 use mcp_stdio_core::client::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
 pub use mcp_stdio_core::driver::CancelHandle;
 use mcp_stdio_core::driver::{
@@ -46,21 +31,33 @@ use mcp_stdio_core::driver::{
 };
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
+use mcp_stdio_core::io_result::{Note, NoteLevel};
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
 use mcp_stdio_core::process::Signal;
-use mcp_stdio_core::{CommandSpec, ExitStatus};
+use mcp_stdio_core::CommandSpec;
+use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
 use mcp_stdio_sys::{ProcessGroup, Signalled};
 
-use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
-
 use crate::leader::Leader;
+use crate::pipe::Pipe;
+use crate::runtime::{DeadlineTimer, Runtime};
 
-/// Commands queued from the application to the driver task. Cancels never
-/// pass through it (see [`CancelRegistry`]), so a full queue loses none.
-const COMMAND_QUEUE: usize = 256;
-/// Reads of stdout per wake of the driver, when bytes keep coming: a 4 MiB
-/// burst, then the other branches get their turn.
-const STDOUT_READS_PER_WAKE: usize = 64;
+/// Commands queued from the application to the driver. Cancels never pass
+/// through it (see [`CancelRegistry`]), so a full queue loses none.
+pub(crate) const COMMAND_QUEUE: usize = 256;
+/// Reads of stdout per turn, when bytes keep coming: a 4 MiB burst, then
+/// the other inputs get their turn.
+const STDOUT_READS_PER_TURN: usize = 64;
+/// Reads of stderr per turn (16 KiB each).
+const STDERR_READS_PER_TURN: usize = 16;
+/// Writes to stdin per turn.
+const WRITES_PER_TURN: usize = 64;
+/// Commands taken per turn.
+const COMMANDS_PER_TURN: usize = 64;
+/// Turns in one `poll` before the driver yields to its executor (and is
+/// woken again at once): a session that never idles still lets the
+/// executor's other tasks run.
+const TURNS_PER_POLL: usize = 32;
 /// Bytes read from stderr per read call (one buffer, reused).
 const STDERR_READ: usize = 16 * 1024;
 
@@ -195,29 +192,31 @@ impl Drop for AbandonOnDrop {
     }
 }
 
-/// A spawned MCP server and its session.
+/// A spawned MCP server and its session, driven on the runtime `R`.
 ///
-/// One driver task owns the core's [`ClientDriver`] and the server's pipes:
-/// it reads stdout and stderr continuously, whatever the application does
+/// One driver owns the core's [`ClientDriver`] and the server's pipes: it
+/// reads stdout and stderr continuously, whatever the application does
 /// (G1), and writes stdin only as the pipe accepts bytes, never blocking
-/// those reads; it applies deadlines and runs the shutdown sequence (G11). The
-/// application talks to the driver through a bounded command queue; cancels
-/// bypass it and are never lost. The decisions are the core's [`ClientDriver`].
+/// those reads; it applies deadlines and runs the shutdown sequence (G11).
+/// The application talks to the driver through a bounded command queue;
+/// cancels bypass it and are never lost. The decisions are the core's
+/// [`ClientDriver`]; where the driver runs is the runtime's
+/// ([`Runtime::spawn_driver`]).
 ///
 /// Dropping a `Client` without [`shutdown`](Self::shutdown) kills the
 /// server's process group at once (a `killpg` system call, never a task
 /// spawned in `Drop`); the driver then observes the exit and ends. The group
 /// is never signalled after the driver reaped the server: its id could have
-/// been reused (see `mcp_stdio_sys::ProcessGroup`).
+/// been reused (see [`ProcessGroup`]).
 #[derive(Debug)]
-pub struct Client {
+pub struct Client<R: Runtime> {
     commands: Sender<Command>,
     cancels: Arc<CancelRegistry>,
     incoming: Receiver<IncomingMessage>,
     /// Notified each time the application takes an incoming message, so the
     /// driver can move the next one out of the core's inbox.
     incoming_taken: Arc<Event>,
-    /// The driver thread's record, sent once as it ends.
+    /// The driver's record, sent once as it ends.
     driver: Option<Receiver<SessionRecord>>,
     pid: u32,
     group: ProcessGroup,
@@ -225,48 +224,61 @@ pub struct Client {
     client_info: mcp_stdio_core::handshake::Implementation,
     client_capabilities: Option<Box<RawValue>>,
     request_timeout: Option<Duration>,
+    runtime: PhantomData<fn() -> R>,
 }
 
-impl Client {
+impl<R: Runtime> Client<R> {
     /// Spawns `command` (no shell; its own process group) with stdin, stdout
-    /// and stderr piped, and starts the driver on a thread of its own. Works from any thread, inside or
-    /// outside an executor (async-std, smol or none).
-    ///
-    /// The driver has a thread, not an executor task: a task was moved
-    /// between the executor's worker threads from one wake-up to the next,
-    /// which cost a round trip about a third of its latency; on its own
-    /// thread (async-io's `block_on`, sharing the process's one reactor) it
-    /// stays put, and code that blocks every executor thread cannot pause it.
+    /// and stderr piped, and starts the driver on the runtime the caller
+    /// runs in ([`Runtime::current`]; tokio: inside a runtime).
     ///
     /// On Linux the server is tied to this process: if this process dies
     /// without shutting it down (even by `SIGKILL`), the kernel kills the
     /// server (`PR_SET_PDEATHSIG`, set from one long-lived spawner thread so
     /// the thread that called `spawn` may exit). Elsewhere the server sees
     /// its stdin close.
+    ///
+    /// # Errors
+    /// No runtime, the spawn failed, or the driver could not be started (the
+    /// server is killed then).
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> std::io::Result<Self> {
-        let (mut client, driver) = Self::start(command, options)?;
+        let rt = R::current()?;
+        let (mut client, driver) = Self::start(&rt, command, options)?;
         let (record_tx, record) = async_channel::bounded(1);
-        let pid = client.pid;
-        let thread = std::thread::Builder::new()
-            .name(format!("mcp-stdio-driver-{pid}"))
-            .spawn(move || {
-                let _ = record_tx.try_send(async_io::block_on(driver.run()));
-            });
-        // No thread, no session: the server must not outlive it. The closure
-        // is dropped with the driver's `Leader`, which kills the group and
-        // reaps it.
-        thread?;
+        let name = format!("mcp-stdio-driver-{}", client.pid);
+        // No driver, no session: dropped with the future, the driver's
+        // `Leader` kills the group and reaps it.
+        rt.spawn_driver(
+            name,
+            Box::pin(async move {
+                let _ = record_tx.try_send(driver.run().await);
+            }),
+        )?;
         client.driver = Some(record);
         Ok(client)
     }
 
     /// Spawns the server; the driver is returned, not yet running.
-    fn start(command: &CommandSpec, options: ClientOptions) -> std::io::Result<(Self, Driver)> {
-        let (mut child, pid) = spawn_server(command)?;
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        let leader = Leader::new(child);
+    fn start(
+        rt: &R,
+        command: &CommandSpec,
+        options: ClientOptions,
+    ) -> std::io::Result<(Self, Driver<R>)> {
+        let mut child = mcp_stdio_sys::spawn_tied(command, |mut cmd| {
+            cmd.stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+        })?;
+        let pid = child.id();
+        tracing::debug!(pid, command = %command.display(), "spawned MCP server");
+        let (stdin, stdout, stderr) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        // Owns the child from here: an error below kills and reaps it.
+        let leader = Leader::new(rt, child);
+        let stdin = stdin.map(|p| Pipe::new(rt, p)).transpose()?;
+        let stdout = stdout.map(|p| Pipe::new(rt, p)).transpose()?;
+        let stderr = stderr.map(|p| Pipe::new(rt, p)).transpose()?;
         let group = leader.group().clone();
         // Capacity 1 and `try_send`: a stored wake, never a wait, never lost.
         let (wake_tx, wake) = async_channel::bounded::<()>(1);
@@ -299,16 +311,15 @@ impl Client {
             stderr_buf: vec![0; STDERR_READ],
             stdin,
             leader,
-            exited: false,
-            commands: command_rx,
+            commands: Box::pin(command_rx),
             commands_tx: commands.downgrade(),
             commands_open: true,
-            wake,
+            wake: Box::pin(wake),
             incoming: incoming_tx,
             incoming_taken: incoming_taken.clone(),
+            taken: None,
             finished: finished.clone(),
-            timer: Timer::never(),
-            armed: None,
+            timer: DeadlineTimer::new(rt),
         };
         let client = Self {
             commands,
@@ -322,6 +333,7 @@ impl Client {
             client_info,
             client_capabilities,
             request_timeout,
+            runtime: PhantomData,
         };
         Ok((client, driver))
     }
@@ -507,20 +519,20 @@ impl Client {
             .driver
             .as_mut()
             .expect("present until a consuming method (this one) has awaited it");
-        // The driver never panics on input; if it did (a bug), its thread
-        // ends without a record and this panics too. The receiver stays in
+        // The driver never panics on input; if it did (a bug), its task
+        // or thread ends without a record and this panics too. The receiver stays in
         // `self` while awaited: if this future is dropped unfinished, `Drop`
         // still kills the group.
         let record = driver
             .recv()
             .await
-            .expect("the driver thread ended without its record: it panicked");
+            .expect("the driver ended without its record: it panicked");
         self.driver = None;
         record
     }
 }
 
-impl Drop for Client {
+impl<R: Runtime> Drop for Client<R> {
     fn drop(&mut self) {
         if self.driver.is_some() && !self.finished.load(Ordering::Acquire) {
             // Synchronous: one syscall, refused if the driver reaped the
@@ -531,360 +543,237 @@ impl Drop for Client {
     }
 }
 
-/// Spawns the server with its three pipes, in its own process group.
-fn spawn_server(command: &CommandSpec) -> std::io::Result<(Child, u32)> {
-    // Tied to this process (G11): forked on the process-wide spawner thread.
-    let child = mcp_stdio_sys::spawn_tied(command, |cmd| {
-        async_process::Command::from(cmd)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-    })?;
-    let pid = child.id();
-    tracing::debug!(pid, command = %command.display(), "spawned MCP server");
-    Ok((child, pid))
-}
-
-/// What [`Driver::deliver_incoming`] did.
-enum Delivery {
-    /// Nothing waits in the core's inbox.
-    Idle,
-    /// A message moved (or room appeared): pump and deliver again.
-    Again,
-    /// Messages wait and the channel is full: wake when the application takes one.
-    WaitForRoom(EventListener),
-}
-
-/// What woke the driver.
-enum Wake {
-    /// A read of stdout returned (bytes in the driver's stdout buffer, 0: EOF).
-    Stdout(std::io::Result<usize>),
-    /// A read of stderr returned (bytes in the driver's stderr buffer, 0: EOF).
-    Stderr(std::io::Result<usize>),
-    /// A write to stdin took this many bytes of the held message.
-    Written(std::io::Result<usize>),
-    /// The server's exit was seen (not reaped), or looking for it failed.
-    Exited(std::io::Result<ExitStatus>),
-    Command(Option<Command>),
-    IncomingTaken,
-    /// A cancel was flagged: every wake handles cancels.
-    Cancel,
-    Timer,
-}
-
-/// The driver task: the core's [`ClientDriver`] and the three pipes.
-///
-/// The pipes are read and written here, in the same wait as commands,
-/// cancels and the deadline, not in tasks of their own: a round trip then
-/// wakes this task once per pipe event instead of hopping through a reader
-/// or writer task and a channel. The write is one branch of that wait, so it
-/// progresses only as the pipe accepts bytes while every read goes on (G1).
-struct Driver {
+/// The driver: the core's [`ClientDriver`], the three pipes and the leader.
+struct Driver<R: Runtime> {
     core: ClientDriver<OneShot>,
     pid: u32,
     /// `None` once it ended, failed, or was abandoned.
-    stdout: Option<ChildStdout>,
+    stdout: Option<Pipe<R>>,
     /// `None` once it ended, failed, or was abandoned.
-    stderr: Option<ChildStderr>,
+    stderr: Option<Pipe<R>>,
     /// Reused for every stderr read: [`STDERR_READ`] bytes.
     stderr_buf: Vec<u8>,
     /// `None` once stdin is closed or broken (dropping it closes the pipe,
     /// even in the middle of a message to a server that stopped reading).
-    stdin: Option<ChildStdin>,
+    stdin: Option<Pipe<R>>,
     /// The server: reaped only after the core's `Finished`.
-    leader: Leader,
-    /// Its exit was seen (or can never be).
-    exited: bool,
-    commands: Receiver<Command>,
+    leader: Leader<R>,
+    /// Pinned: a receiver polled as a stream is `!Unpin`.
+    commands: Pin<Box<Receiver<Command>>>,
     /// For the `Responder`s of server→client requests. Weak, so the queue
     /// closes once the application dropped every handle.
     commands_tx: WeakSender<Command>,
     commands_open: bool,
     /// Woken by cancels (see [`CancelRegistry`]).
-    wake: Receiver<()>,
+    wake: Pin<Box<Receiver<()>>>,
     incoming: Sender<IncomingMessage>,
     incoming_taken: Arc<Event>,
+    /// Listening for the application to take a message (the channel is full).
+    taken: Option<EventListener>,
     finished: Arc<AtomicBool>,
-    /// One timer for the whole session, moved only to an earlier deadline.
-    timer: Timer,
-    /// When `timer` fires (`None`: it is not armed).
-    armed: Option<Instant>,
+    /// One timer for the whole session.
+    timer: DeadlineTimer<R>,
 }
 
-impl Driver {
+impl<R: Runtime> Driver<R> {
     async fn run(mut self) -> SessionRecord {
-        // The clock read of the turn that produced the outputs below.
-        let mut now = Instant::now();
-        loop {
+        futures_lite::future::poll_fn(|cx| self.poll_run(cx)).await
+    }
+
+    /// Turns until nothing is ready (every input registered for a wake) or
+    /// the session is over.
+    fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<SessionRecord> {
+        for _ in 0..TURNS_PER_POLL {
             if let Some(record) = self.pump() {
                 self.finished.store(true, Ordering::Release);
-                return record;
+                return Poll::Ready(record);
             }
-            let taken = match self.deliver_incoming(now) {
-                Delivery::Idle => None,
-                // Pump again: the next message may go out, or wait for room.
-                Delivery::Again => continue,
-                Delivery::WaitForRoom(listener) => Some(listener),
-            };
-            let wake = self.next_wake(taken).await;
             // The one clock read of this turn.
-            now = Instant::now();
+            let now = Instant::now();
             // Cancels flagged before this turn go out before what the turn
-            // brings: a `cancel` then a `request` reach the wire in that order.
+            // brings: a `cancel` then a `request` reach the wire in that order (G6).
+            while let Poll::Ready(Some(())) = self.wake.as_mut().poll_next(cx) {}
             self.core.handle_cancels(now);
-            match wake {
-                Wake::Stdout(read) => self.stdout_read(now, read),
-                Wake::Stderr(read) => self.stderr_read(now, read),
-                Wake::Written(written) => self.written(written),
-                Wake::Exited(Ok(status)) => {
-                    self.exited = true;
-                    self.core.handle_exited(now, status);
-                }
-                Wake::Exited(Err(e)) => {
-                    // waitid() failing means no status can ever be observed:
-                    // the supervisor's deadlines end the session.
-                    self.exited = true;
-                    log_relay::event(
-                        self.pid,
-                        Level::Warn,
-                        "waiting for the server failed",
-                        Some(e.to_string()),
-                    );
-                }
-                Wake::Command(Some(cmd)) => self.core.handle_command(now, cmd),
-                Wake::Command(None) => {
+            // The fixed order of the inputs: the exit before the pipes, so an
+            // exit and an end of stream seen in one turn are taken in that order.
+            let mut busy = self.poll_exit(cx, now);
+            busy |= self.poll_stdout(cx, now);
+            busy |= self.poll_stderr(cx, now);
+            busy |= self.poll_stdin(cx);
+            busy |= self.poll_commands(cx, now);
+            busy |= self.poll_incoming(cx, now);
+            busy |= self.poll_timer(cx);
+            if !busy {
+                return Poll::Pending;
+            }
+        }
+        // Busy for a whole poll: let the executor run others, and come back.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    fn poll_exit(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        if self.core.exit_seen() {
+            return false;
+        }
+        match self.leader.poll_exited(cx) {
+            // Seen without reaping: the zombie keeps the group id ours until `Finished`.
+            Poll::Ready(r) => {
+                self.core.handle_exit_result(now, r);
+                true
+            }
+            Poll::Pending => false,
+        }
+    }
+
+    /// Reads stdout straight into the framer's buffer while bytes are ready.
+    fn poll_stdout(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        let mut busy = false;
+        for _ in 0..STDOUT_READS_PER_TURN {
+            let Some(pipe) = self.stdout.as_ref() else {
+                break;
+            };
+            let Poll::Ready(r) = pipe.poll_read(cx, self.core.stdout_room().zeroed()) else {
+                break;
+            };
+            busy = true;
+            let leader = &mut self.leader;
+            if !self
+                .core
+                .handle_stdout_result(now, r, &mut || leader.try_exited())
+            {
+                self.stdout = None;
+            }
+        }
+        busy
+    }
+
+    fn poll_stderr(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        let mut busy = false;
+        for _ in 0..STDERR_READS_PER_TURN {
+            let Some(pipe) = self.stderr.as_ref() else {
+                break;
+            };
+            let Poll::Ready(r) = pipe.poll_read(cx, &mut self.stderr_buf) else {
+                break;
+            };
+            busy = true;
+            let leader = &mut self.leader;
+            let buf = &self.stderr_buf;
+            if !self
+                .core
+                .handle_stderr_result(now, r, buf, &mut || leader.try_exited())
+            {
+                self.stderr = None;
+            }
+        }
+        busy
+    }
+
+    /// Writes the held message as far as the pipe takes it, never waiting.
+    fn poll_stdin(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut busy = false;
+        for _ in 0..WRITES_PER_TURN {
+            let Some(pipe) = self.stdin.as_ref() else {
+                break;
+            };
+            let Some(bytes) = self.core.poll_write() else {
+                break;
+            };
+            let Poll::Ready(r) = pipe.poll_write(cx, bytes) else {
+                break;
+            };
+            busy = true;
+            if !self.core.handle_write_result(r) {
+                self.stdin = None;
+            }
+        }
+        busy
+    }
+
+    fn poll_commands(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        let mut busy = false;
+        for _ in 0..COMMANDS_PER_TURN {
+            if !self.commands_open {
+                break;
+            }
+            let Poll::Ready(cmd) = self.commands.as_mut().poll_next(cx) else {
+                break;
+            };
+            busy = true;
+            // A cancel flagged before this command was queued goes out first (G6).
+            self.core.handle_cancels(now);
+            match cmd {
+                Some(cmd) => self.core.handle_command(now, cmd),
+                None => {
                     // Every handle is gone: the Client was dropped (and its
                     // `Drop` already sent SIGKILL); run the kill path so the
                     // record says so.
                     self.commands_open = false;
                     self.core.handle_client_gone(now);
                 }
-                Wake::IncomingTaken | Wake::Cancel => {}
-                Wake::Timer => {
-                    self.armed = None;
-                    // Possibly early (the deadline moved later): does nothing then.
-                    self.core.handle_timeout(now);
+            }
+        }
+        busy
+    }
+
+    /// Moves messages from the core's inbox to the capacity-1 channel while
+    /// it has room (G5: the inbox is the queue; the channel only hands over).
+    fn poll_incoming(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        let mut busy = false;
+        loop {
+            if !self.core.has_incoming() {
+                self.taken = None;
+                return busy;
+            }
+            if self.incoming.is_closed() {
+                // Nobody will read them: the inbox must not hold the session's memory.
+                while self.core.poll_incoming(now).is_some() {}
+                return true;
+            }
+            if self.incoming.is_full() {
+                let listener = self
+                    .taken
+                    .get_or_insert_with(|| self.incoming_taken.listen());
+                // Re-checked after listening: a take in between is not missed.
+                if self.incoming.is_full() {
+                    match Pin::new(listener).poll(cx) {
+                        Poll::Ready(()) => self.taken = None,
+                        Poll::Pending => return busy,
+                    }
+                    continue;
                 }
+                self.taken = None;
             }
-            self.core.handle_cancels(now);
-        }
-    }
-
-    /// Moves one message from the core's inbox to the capacity-1 channel if it
-    /// has room (G5: the inbox is the queue; the channel only hands over).
-    fn deliver_incoming(&mut self, now: Instant) -> Delivery {
-        if !self.core.has_incoming() {
-            return Delivery::Idle;
-        }
-        if self.incoming.is_full() {
-            let listener = self.incoming_taken.listen();
-            // Re-check after listening: a take in between must not be missed.
-            return if self.incoming.is_full() {
-                Delivery::WaitForRoom(listener)
-            } else {
-                Delivery::Again
-            };
-        }
-        let msg = match self.core.poll_incoming(now) {
-            Some(Incoming::Request(r)) => {
-                // No sender left: the application is gone and nobody could answer.
-                let Some(commands) = self.commands_tx.upgrade() else {
-                    return Delivery::Again;
-                };
-                let responder = Responder {
-                    id: r.id.clone(),
-                    commands,
-                };
-                IncomingMessage::Request(r, responder)
-            }
-            Some(Incoming::Notification(n)) => IncomingMessage::Notification(n),
-            None => return Delivery::Idle,
-        };
-        // Only the driver sends and it checked for room, so this cannot be
-        // `Full`; `Closed` means the Client is gone (its group was killed in
-        // Drop) and nobody will read the message: the session is ending.
-        let _ = self.incoming.try_send(msg);
-        Delivery::Again
-    }
-
-    /// Waits for the next thing the driver must act on: a pipe's bytes or
-    /// end, room in stdin for the held message, the exit, a command, a
-    /// cancel, room for an incoming message, or the core's deadline.
-    ///
-    /// Every branch is cancel-safe: an `Async` pipe's read or write that
-    /// returned `Pending` has moved no bytes, and a channel `recv` that did
-    /// not complete has taken nothing.
-    async fn next_wake(&mut self, taken: Option<EventListener>) -> Wake {
-        // Re-armed only for an earlier deadline: arming registers with
-        // async-io's reactor and wakes its thread, which per request (each
-        // has its own deadline) would cost a context switch per round trip.
-        // A later or vanished deadline leaves it armed: it fires early once
-        // and `handle_timeout` ignores the early call.
-        if let Some(deadline) = self.core.poll_timeout() {
-            let earlier = match self.armed {
-                Some(armed) => deadline < armed,
-                None => true,
-            };
-            if earlier {
-                self.timer.set_at(deadline);
-                self.armed = Some(deadline);
-            }
-        }
-        let Self {
-            core,
-            stdout,
-            stderr,
-            stderr_buf,
-            stdin,
-            leader,
-            exited,
-            commands,
-            commands_open,
-            wake,
-            timer,
-            ..
-        } = self;
-        // The rest of the one held message (taken from the core's queue when
-        // none is held); written only as far as the pipe takes it.
-        // And stdout is read straight into the framer's buffer.
-        let (held, room) = core.poll_io();
-        let held = held.filter(|_| stdin.is_some());
-        let stdout = async {
-            match stdout.as_mut() {
-                Some(pipe) => Wake::Stdout(pipe.read(room.zeroed()).await),
-                None => std::future::pending().await,
-            }
-        };
-        let stderr = async {
-            match stderr.as_mut() {
-                Some(pipe) => Wake::Stderr(pipe.read(stderr_buf).await),
-                None => std::future::pending().await,
-            }
-        };
-        let write = async {
-            match (stdin.as_mut(), held) {
-                (Some(pipe), Some(bytes)) => Wake::Written(pipe.write(bytes).await),
-                _ => std::future::pending().await,
-            }
-        };
-        let exited = async {
-            if *exited {
-                std::future::pending().await
-            } else {
-                // Seen without reaping: the zombie keeps the group id ours.
-                Wake::Exited(leader.exited().await)
-            }
-        };
-        let commands = async {
-            if *commands_open {
-                Wake::Command(commands.recv().await.ok())
-            } else {
-                std::future::pending().await
-            }
-        };
-        let cancels = async {
-            // The registry holds a sender for the whole session.
-            match wake.recv().await {
-                Ok(()) => Wake::Cancel,
-                Err(_) => std::future::pending().await,
-            }
-        };
-        let taken = async {
-            match taken {
-                Some(listener) => {
-                    listener.await;
-                    Wake::IncomingTaken
+            let msg = match self.core.poll_incoming(now) {
+                Some(Incoming::Request(r)) => {
+                    // No sender left: the application is gone and nobody could answer.
+                    let Some(commands) = self.commands_tx.upgrade() else {
+                        continue;
+                    };
+                    let responder = Responder {
+                        id: r.id.clone(),
+                        commands,
+                    };
+                    IncomingMessage::Request(r, responder)
                 }
-                None => std::future::pending().await,
-            }
-        };
-        let timer = async {
-            timer.await;
-            Wake::Timer
-        };
-        // `race` picks at random among ready branches, so a flood of stdout
-        // cannot starve the application's commands, nor the reverse.
-        let pipes = race(stdout, race(stderr, race(write, exited)));
-        let control = race(commands, race(cancels, or(timer, taken)));
-        race(pipes, control).await
-    }
-
-    fn stdout_read(&mut self, now: Instant, read: std::io::Result<usize>) {
-        match read {
-            Ok(n) if n > 0 => {
-                self.core.handle_stdout_read(now, n);
-                self.drain_stdout(now);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            // End of file, or a read error: either way nothing more comes.
-            _ => {
-                self.stdout = None;
-                self.core.handle_stdout_eof(now);
-            }
-        }
-    }
-
-    /// Reads on while stdout has bytes ready, at most
-    /// [`STDOUT_READS_PER_WAKE`] times, each read polled once: a large
-    /// response is many reads, and each turn through the wait re-polls every
-    /// branch.
-    fn drain_stdout(&mut self, now: Instant) {
-        let waker = mcp_stdio_sys::poll_once::noop_waker();
-        let mut cx = Context::from_waker(&waker);
-        for _ in 1..STDOUT_READS_PER_WAKE {
-            let Some(pipe) = self.stdout.as_mut() else {
-                return;
+                Some(Incoming::Notification(n)) => IncomingMessage::Notification(n),
+                None => continue,
             };
-            let polled = {
-                let read = pipe.read(self.core.stdout_room().zeroed());
-                std::pin::pin!(read).poll(&mut cx)
-            };
-            match polled {
-                Poll::Ready(Ok(n)) if n > 0 => self.core.handle_stdout_read(now, n),
-                Poll::Ready(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Poll::Ready(_) => {
-                    self.stdout = None;
-                    self.core.handle_stdout_eof(now);
-                    return;
-                }
-                // The next wait polls it again with the driver's own waker.
-                Poll::Pending => return,
-            }
+            // Only the driver sends and it checked for room: never `Full`.
+            let _ = self.incoming.try_send(msg);
+            busy = true;
         }
     }
 
-    fn stderr_read(&mut self, now: Instant, read: std::io::Result<usize>) {
-        match read {
-            Ok(n) if n > 0 => self.core.handle_stderr(now, &self.stderr_buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            _ => {
-                self.stderr = None;
-                self.core.handle_stderr_eof(now);
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
+        match self.timer.poll(cx, self.core.poll_timeout()) {
+            Poll::Ready(now) => {
+                self.core.handle_timeout(now);
+                true
             }
+            Poll::Pending => false,
         }
-    }
-
-    fn written(&mut self, written: std::io::Result<usize>) {
-        let failure = match written {
-            Ok(n) if n > 0 => {
-                self.core.handle_written(n);
-                return;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return,
-            Ok(_) => std::io::Error::from(std::io::ErrorKind::WriteZero),
-            Err(e) => e,
-        };
-        // The server closed its stdin or died: stop writing; stdout's end
-        // and the exit will follow.
-        log_relay::event(
-            self.pid,
-            Level::Debug,
-            "writing to server stdin failed",
-            Some(failure.to_string()),
-        );
-        self.core.handle_write_failed();
-        self.stdin = None;
     }
 
     /// Drains every core output; returns the record once the session is over.
@@ -895,6 +784,7 @@ impl Driver {
                 // the server sees EOF.
                 DriverAction::CloseStdin => self.stdin = None,
                 DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
+                DriverAction::Note(note) => log_note(self.pid, note),
                 DriverAction::SignalGroup(sig) => {
                     let _ = self.leader.signal(sig);
                 }
@@ -924,9 +814,21 @@ impl Driver {
     }
 }
 
-#[cfg(test)]
+/// A machine's note, to the log relay (which never blocks the loop).
+pub(crate) fn log_note(pid: u32, note: Note) {
+    let level = match note.level {
+        NoteLevel::Warn => Level::Warn,
+        _ => Level::Debug,
+    };
+    log_relay::event(pid, level, note.message, note.detail);
+}
+
+#[cfg(all(test, feature = "async-io"))]
 mod tests {
     use super::*;
+    use crate::AsyncIo;
+    use async_io::Timer;
+    use futures_lite::future::or;
 
     /// G6: a `request` future dropped before the driver even took its
     /// command (it never ran: the driver runs on this thread) is a real
@@ -935,7 +837,8 @@ mod tests {
     #[test]
     fn g6_request_dropped_before_the_driver_took_it_is_cancelled_on_the_server() {
         let (client, driver) =
-            Client::start(&CommandSpec::new("cat"), ClientOptions::default()).expect("spawn cat");
+            Client::<AsyncIo>::start(&AsyncIo, &CommandSpec::new("cat"), ClientOptions::default())
+                .expect("spawn cat");
         let script = async {
             {
                 let request =
@@ -979,13 +882,13 @@ mod tests {
             };
             or(echoed, timed_out).await;
             eprintln!(
-                "async-std: cancel of a request dropped before it was sent echoed in {:?}",
+                "async: cancel of a request dropped before it was sent echoed in {:?}",
                 t.elapsed()
             );
             let _ = client.commands.send(Command::Kill).await;
             std::future::pending::<SessionRecord>().await
         };
-        let record = async_std::task::block_on(or(driver.run(), script));
+        let record = async_io::block_on(or(driver.run(), script));
         assert_eq!(record.metrics.cancels_sent, 1);
     }
 
@@ -995,7 +898,8 @@ mod tests {
     #[test]
     fn g6_cancel_then_request_reach_the_wire_in_that_order() {
         let (client, driver) =
-            Client::start(&CommandSpec::new("cat"), ClientOptions::default()).expect("spawn cat");
+            Client::<AsyncIo>::start(&AsyncIo, &CommandSpec::new("cat"), ClientOptions::default())
+                .expect("spawn cat");
         let script = async {
             let mut order = Vec::new();
             // Kept: a dropped request would send a cancel of its own.
@@ -1035,11 +939,11 @@ mod tests {
                     "round {round}"
                 );
             }
-            eprintln!("async-std: cancel before the next request in 8 rounds: {order:?}");
+            eprintln!("async: cancel before the next request in 8 rounds: {order:?}");
             let _ = client.commands.send(Command::Kill).await;
             std::future::pending::<SessionRecord>().await
         };
-        async_std::task::block_on(or(driver.run(), script));
+        async_io::block_on(or(driver.run(), script));
     }
 
     /// G6: a cancel issued while the command queue is full still reaches the
@@ -1049,7 +953,8 @@ mod tests {
     #[test]
     fn g6_cancel_while_the_command_queue_is_full_reaches_the_server() {
         let (client, driver) =
-            Client::start(&CommandSpec::new("cat"), ClientOptions::default()).expect("spawn cat");
+            Client::<AsyncIo>::start(&AsyncIo, &CommandSpec::new("cat"), ClientOptions::default())
+                .expect("spawn cat");
         let script = async {
             let pending = client
                 // A deadline, so a lost cancel fails the test instead of hanging it.
@@ -1097,13 +1002,13 @@ mod tests {
             };
             or(echoed, timed_out).await;
             eprintln!(
-                "async-std: cancel with {filled} commands queued reached the server in {:?}",
+                "async: cancel with {filled} commands queued reached the server in {:?}",
                 t.elapsed()
             );
             let _ = client.commands.send(Command::Kill).await;
             std::future::pending::<SessionRecord>().await
         };
-        let record = async_std::task::block_on(or(driver.run(), script));
+        let record = async_io::block_on(or(driver.run(), script));
         assert!(record.metrics.cancels_sent >= 1);
     }
 }

@@ -1,0 +1,65 @@
+//! # mcp-stdio-async
+//!
+//! The async driver of mcp-stdio, written once over a small [`Runtime`]
+//! trait (quinn's shape). `mcp-stdio-tokio` and `mcp-stdio-async-std` are
+//! this crate plus a few dozen lines that supply their runtime; an
+//! application uses one of them, not this crate.
+//!
+//! Every decision comes from the sans-IO core ([`mcp_stdio_core`]). What
+//! is here is the waiting: which descriptor is ready, which timer fired,
+//! which command came in.
+//!
+//! ## The run-loop rule
+//!
+//! Every loop here is one `poll` over one core machine, and each turn is:
+//!
+//! 1. drain the machine's outputs (`poll_action` until `None`): bytes to
+//!    write are taken, signals sent, messages handed on, the end recognised;
+//! 2. read the clock once;
+//! 3. poll every input in a fixed order — cancels first, then the child's
+//!    exit, then the pipes, then the application's commands, then the
+//!    timer — feeding whatever is ready to the machine with that `now`. A
+//!    read or write result goes to the machine as it came
+//!    (`handle_*_result`): the machine, not the loop, decides what an error,
+//!    an end of stream or a zero-byte write means, and takes an exit before
+//!    the end of stream it caused;
+//! 4. if nothing was ready, return `Pending`: every input registered its
+//!    waker on the way.
+//!
+//! A write is one of those inputs, made only as far as the pipe takes it
+//! now: the loop never waits for a write, a flush or a lock while it could
+//! read (G1).
+//!
+//! ## The runtime trait
+//!
+//! [`Runtime`] gives a reactor for non-blocking descriptors
+//! ([`Readiness`]), re-armable timers ([`Timer`]), and a place to run a
+//! driver ([`Runtime::spawn_driver`]: tokio's task, or async-std's thread of
+//! its own). The `read`, `write` and the non-reaping look at an exit are the
+//! driver's own system calls (`mcp-stdio-sys`), so every runtime reads and
+//! writes alike.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+#[cfg(feature = "async-io")]
+mod async_io_rt;
+mod client;
+mod helper;
+mod io;
+pub mod leader;
+mod pipe;
+mod runtime;
+mod serve;
+pub mod stdio;
+
+#[cfg(feature = "async-io")]
+pub use async_io_rt::{spawn_thread, AsyncIo};
+pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responder};
+pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
+pub use io::{FuturesIo, Sink, Source};
+pub use pipe::Pipe;
+pub use runtime::{BoxFuture, Interest, Readiness, Runtime, Timer};
+pub use serve::{
+    serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeEnd, ServeOptions,
+    ServeReport,
+};

@@ -1,0 +1,430 @@
+//! `serve`: an MCP server on this process's stdin and stdout, on any
+//! [`Runtime`].
+//!
+//! One loop owns the core's [`ServeLifecycle`] and the reader and writer
+//! (which need not be `Send` or `'static`): one `poll` that drains the
+//! lifecycle's actions, then polls input, finished handlers, handlers'
+//! notifications, output progress and the deadline in that order, and
+//! sleeps only when none is ready. Each request runs in its own task on the
+//! runtime's executor, with a [`CancelToken`].
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use async_channel::{Receiver, Sender};
+use futures_lite::future::or;
+use futures_lite::{FutureExt, Stream};
+use mcp_stdio_core::basics::ClientHello;
+use mcp_stdio_core::budget::ResultBudget;
+use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
+use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
+pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
+use mcp_stdio_sys::log_relay::{self, Level};
+
+use crate::io::{Sink, Source};
+use crate::runtime::{DeadlineTimer, Runtime, Timer};
+use crate::stdio::{Stdin, Stdout};
+
+/// Bytes read from stdin per read call.
+const STDIN_READ: usize = 64 * 1024;
+/// Notifications from handlers waiting for the writer.
+const HANDLER_NOTIFY_QUEUE: usize = 256;
+/// Turns in one `poll` before the loop yields to its executor.
+const TURNS_PER_POLL: usize = 32;
+/// How often the end of `serve` looks whether the helper runs finished.
+const HELPER_LOOK: Duration = Duration::from_millis(10);
+
+/// What a handler returns: a raw result, or a JSON-RPC error.
+pub type HandlerResult = Result<Box<RawValue>, ErrorObject>;
+
+/// A cancellation signal that reaches a handler (G7): tokio-util's
+/// [`CancellationToken`], which needs no tokio runtime, so a token a tokio
+/// application already holds (or a child of it) is what
+/// [`RequestContext::cancel_token`] gives and `run_helper` takes, on every
+/// runtime alike.
+///
+/// [`CancellationToken`]: https://docs.rs/tokio-util/0.7/tokio_util/sync/struct.CancellationToken.html
+pub type CancelToken = tokio_util::sync::CancellationToken;
+
+/// What a handler gets besides its request.
+#[derive(Debug, Clone)]
+pub struct RequestContext {
+    id: Id,
+    cancel: CancelToken,
+    notify: Sender<HandlerNote>,
+    max_frame: usize,
+    client: Option<Arc<ClientHello>>,
+}
+
+impl RequestContext {
+    /// The request id.
+    pub fn id(&self) -> &Id {
+        &self.id
+    }
+
+    /// What the client said about itself (`clientInfo`, `capabilities`) in
+    /// `initialize`, when `serve` answered it before this request (`None`
+    /// with the basics off: the handler saw `initialize` itself).
+    pub fn client(&self) -> Option<&ClientHello> {
+        self.client.as_deref()
+    }
+
+    /// The request's cancellation token; also pass it to `run_helper` so a
+    /// cancel reaches the subprocess. (The handler's future is dropped on
+    /// cancel too, so work that does not watch the token still stops at its
+    /// next await.)
+    pub fn cancel_token(&self) -> &CancelToken {
+        &self.cancel
+    }
+
+    /// Sends a notification to the client (progress, logging), waiting while
+    /// the handlers' notification queue is full. Past the session's outgoing
+    /// limit (the client is not reading stdout) it is refused and counted in
+    /// [`ServeReport::notifications_refused`].
+    pub async fn notify(&self, method: &str, params: Option<Box<RawValue>>) {
+        let _ = self.notify.send((method.to_owned(), params)).await;
+    }
+
+    /// A content budget for this request's result: its size leaves room for
+    /// the JSON-RPC envelope under the wire limit (G9).
+    pub fn result_budget(&self) -> Option<ResultBudget> {
+        mcp_stdio_core::serve::result_budget(self.max_frame)
+    }
+}
+
+/// Handles requests and notifications for `serve`.
+pub trait Handler: Send + Sync + 'static {
+    /// Handles one request. The future is dropped when the client cancels.
+    fn call(
+        &self,
+        request: Request,
+        ctx: RequestContext,
+    ) -> impl Future<Output = HandlerResult> + Send;
+
+    /// Handles one notification (default: ignore).
+    fn notification(&self, _notification: Notification) {}
+}
+
+impl<F, Fut> Handler for F
+where
+    F: Fn(Request, RequestContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + Send + 'static,
+{
+    fn call(
+        &self,
+        request: Request,
+        ctx: RequestContext,
+    ) -> impl Future<Output = HandlerResult> + Send {
+        self(request, ctx)
+    }
+}
+
+/// Serves MCP on this process's stdin and stdout until stdin closes and
+/// in-flight work drains (bounded by `drain_timeout`). Only protocol messages
+/// go to stdout (G13); log with `tracing` to stderr.
+///
+/// `initialize` (with version negotiation), `ping`, unknown methods and,
+/// with tools given, `tools/list` are answered by `serve` itself from
+/// [`ServeOptions::basics`] (see
+/// [`ServerBasics`](mcp_stdio_core::basics::ServerBasics)); the handler sees
+/// the rest.
+///
+/// When stdin and stdout are pipes or sockets (as under every MCP host) they
+/// are read and written non-blocking, in the runtime's reactor: a client
+/// that stops reading stdout never stops this loop from reading stdin,
+/// serving cancels, or ending at the drain deadline (G1). Their original
+/// flags come back when `serve` returns. A terminal or a file is served
+/// through a thread that owns the blocking call instead.
+///
+/// # Errors
+/// Writing stdout failed (the client went away): every handler was aborted.
+pub async fn serve<R: Runtime, H: Handler>(
+    options: ServeOptions,
+    handler: H,
+) -> std::io::Result<ServeReport> {
+    let rt = R::current()?;
+    let input = Stdin::new(&rt)?;
+    let output = Stdout::new(&rt)?;
+    serve_io(rt, input, output, options, handler).await
+}
+
+/// A handler's notification: its method and params.
+type HandlerNote = (String, Option<Box<RawValue>>);
+
+/// How a handler's task ended.
+enum Done {
+    Finished(Id, HandlerResult),
+    Aborted(Id),
+}
+
+/// [`serve`] over any [`Source`] and [`Sink`] (a pipe, a socket, a test
+/// harness), with handlers on `rt`.
+///
+/// The loop never waits for a write or a flush alone: while the writer is
+/// busy it keeps reading input, serving cancels and handlers, and the drain
+/// deadline (G1). Every decision comes from the core's [`ServeLifecycle`].
+///
+/// # Errors
+/// Writing or flushing `output` failed: every handler was aborted.
+pub async fn serve_io<R, I, O, H>(
+    rt: R,
+    input: I,
+    output: O,
+    options: ServeOptions,
+    handler: H,
+) -> std::io::Result<ServeReport>
+where
+    R: Runtime,
+    I: Source,
+    O: Sink,
+    H: Handler,
+{
+    let life = ServeLifecycle::new(&options);
+    // At most `max_concurrent` handlers exist (the core refuses more), each
+    // sending one `Done`: their sends never wait.
+    let (done_tx, done_rx) = async_channel::bounded::<Done>(options.get_max_concurrent().max(1));
+    let (notify_tx, notify_rx) = async_channel::bounded(HANDLER_NOTIFY_QUEUE);
+    let mut serve = Serve {
+        timer: DeadlineTimer::new(&rt),
+        rt,
+        life,
+        input,
+        output,
+        handler: Arc::new(handler),
+        tasks: HashMap::new(),
+        done_tx,
+        done_rx: Box::pin(done_rx),
+        notify_tx,
+        notify_rx: Box::pin(notify_rx),
+        buf: vec![0u8; STDIN_READ],
+        input_open: true,
+    };
+    futures_lite::future::poll_fn(|cx| serve.poll_run(cx)).await;
+    let mut life = serve.life;
+    match life.take_write_error() {
+        Some(e) if life.report().end == ServeEnd::WriteFailed => Err(e),
+        _ => {
+            let mut report = life.report();
+            report.helpers_unfinished_at_exit =
+                wait_for_helpers(&serve.rt, options.get_helper_grace()).await;
+            Ok(report)
+        }
+    }
+}
+
+/// The serve loop's state: the lifecycle, the streams and the handlers.
+struct Serve<R: Runtime, I, O, H> {
+    rt: R,
+    life: ServeLifecycle,
+    input: I,
+    output: O,
+    handler: Arc<H>,
+    /// One token per running handler: at most `max_concurrent`.
+    tasks: HashMap<Id, CancelToken>,
+    done_tx: Sender<Done>,
+    done_rx: Pin<Box<Receiver<Done>>>,
+    notify_tx: Sender<HandlerNote>,
+    notify_rx: Pin<Box<Receiver<HandlerNote>>>,
+    buf: Vec<u8>,
+    input_open: bool,
+    timer: DeadlineTimer<R>,
+}
+
+impl<R: Runtime, I: Source, O: Sink, H: Handler> Serve<R, I, O, H> {
+    fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        for _ in 0..TURNS_PER_POLL {
+            self.pump();
+            if self.life.is_finished() {
+                return Poll::Ready(());
+            }
+            let now = Instant::now();
+            let mut busy = self.poll_input(cx, now);
+            busy |= self.poll_done(cx, now);
+            busy |= self.poll_notifications(cx, now);
+            busy |= self.poll_output(cx, now);
+            busy |= self.poll_timer(cx);
+            if !busy {
+                return Poll::Pending;
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    fn poll_input(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        if !self.input_open || !self.life.wants_input() {
+            return false;
+        }
+        match self.input.poll_read(cx, &mut self.buf) {
+            Poll::Ready(r) => {
+                self.input_open = self.life.handle_read_result(now, r, &self.buf);
+                true
+            }
+            Poll::Pending => false,
+        }
+    }
+
+    fn poll_done(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        let mut busy = false;
+        // The loop holds a sender: the channel never closes while it runs.
+        while let Poll::Ready(Some(done)) = self.done_rx.as_mut().poll_next(cx) {
+            busy = true;
+            match done {
+                Done::Finished(id, result) => {
+                    self.tasks.remove(&id);
+                    self.life.handler_finished(now, &id, result.as_deref());
+                }
+                Done::Aborted(id) => {
+                    self.tasks.remove(&id);
+                    self.life.handler_aborted(now, &id);
+                }
+            }
+        }
+        busy
+    }
+
+    fn poll_notifications(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        let mut busy = false;
+        while let Poll::Ready(Some((method, params))) = self.notify_rx.as_mut().poll_next(cx) {
+            busy = true;
+            if let Err(e) = self.life.notify(now, &method, params.as_deref()) {
+                log_relay::serve_event(
+                    Level::Debug,
+                    "notification from handler refused",
+                    Some(e.to_string()),
+                );
+            }
+        }
+        busy
+    }
+
+    /// Writes what the pipe takes of the message being written, or flushes
+    /// once it is out; never waits for either.
+    fn poll_output(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        let mut busy = false;
+        loop {
+            if let Some(bytes) = self.life.pending_write() {
+                match self.output.poll_write(cx, bytes) {
+                    Poll::Ready(r) => self.life.handle_write_result(now, r),
+                    Poll::Pending => return busy,
+                }
+            } else if self.life.flush_due() {
+                match self.output.poll_flush(cx) {
+                    Poll::Ready(r) => self.life.handle_flush_result(now, r),
+                    Poll::Pending => return busy,
+                }
+            } else {
+                return busy;
+            }
+            busy = true;
+        }
+    }
+
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
+        match self.timer.poll(cx, self.life.poll_timeout()) {
+            Poll::Ready(now) => {
+                self.life.handle_timeout(now);
+                true
+            }
+            Poll::Pending => false,
+        }
+    }
+
+    fn pump(&mut self) {
+        while let Some(action) = self.life.poll_action() {
+            match action {
+                ServeAction::Start(request) => self.start(request),
+                ServeAction::Cancel { id, reason } => {
+                    log_relay::serve_event(
+                        Level::Debug,
+                        "request cancelled by the client",
+                        Some(format!("id {id}, reason {reason:?}")),
+                    );
+                    if let Some(cancel) = self.tasks.get(&id) {
+                        // The token reaches the handler, and its task drops
+                        // the handler's future, then reports `Aborted`.
+                        cancel.cancel();
+                    }
+                }
+                ServeAction::Abort(id) => {
+                    if let Some(cancel) = self.tasks.remove(&id) {
+                        cancel.cancel();
+                    }
+                }
+                ServeAction::Notification(n) => self.handler.notification(n),
+                ServeAction::Note(note) => {
+                    let level = match note.level {
+                        mcp_stdio_core::io_result::NoteLevel::Warn => Level::Warn,
+                        _ => Level::Debug,
+                    };
+                    log_relay::serve_event(level, note.message, note.detail);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn start(&mut self, request: Request) {
+        let id = request.id.clone();
+        let cancel = CancelToken::new();
+        let ctx = RequestContext {
+            id: id.clone(),
+            cancel: cancel.clone(),
+            notify: self.notify_tx.clone(),
+            max_frame: self.life.max_frame(),
+            client: self.life.client().cloned(),
+        };
+        let handler = self.handler.clone();
+        let done = self.done_tx.clone();
+        self.rt
+            .spawn(Box::pin(run_handler(handler, request, ctx, done)));
+        self.tasks.insert(id, cancel);
+    }
+}
+
+/// Runs one handler in its own task and reports how it ended: with a result,
+/// by panic, or dropped after a cancel.
+async fn run_handler<H: Handler>(
+    handler: Arc<H>,
+    request: Request,
+    ctx: RequestContext,
+    done: Sender<Done>,
+) {
+    let id = request.id.clone();
+    let cancel = ctx.cancel.clone();
+    let work = AssertUnwindSafe(async move { handler.call(request, ctx).await }).catch_unwind();
+    let cancelled = async {
+        cancel.cancelled().await;
+        None
+    };
+    // The cancel is polled first: once the token fires, the handler's future
+    // is dropped — with everything it owns — at its next await, even if it
+    // never looks at the token (G7).
+    let msg = match or(cancelled, async { Some(work.await) }).await {
+        None => Done::Aborted(id),
+        Some(Ok(result)) => Done::Finished(id, result),
+        Some(Err(_panic)) => Done::Finished(
+            id,
+            Err(ErrorObject::new(INTERNAL_ERROR, "handler panicked")),
+        ),
+    };
+    let _ = done.send(msg).await;
+}
+
+/// Waits, at most `grace`, for the helper runs the handlers started to
+/// finish their own shutdown (`SIGTERM`, grace, `SIGKILL`, drain) and write
+/// their final records; returns how many are still going.
+async fn wait_for_helpers<R: Runtime>(rt: &R, grace: Duration) -> u64 {
+    let end = Instant::now() + grace;
+    let mut timer = rt.timer();
+    while mcp_stdio_sys::helper_owners::live() > 0 && Instant::now() < end {
+        timer.set(Instant::now() + HELPER_LOOK);
+        futures_lite::future::poll_fn(|cx| timer.poll_fired(cx)).await;
+    }
+    mcp_stdio_sys::helper_owners::live() as u64
+}
