@@ -8,7 +8,7 @@
 //! looks every [`EXIT_POLL_TICK`] (50 ms). The child is a
 //! `std::process::Child`: no runtime reaps it behind our back; a leader
 //! still running when the supervision gave up on it is reaped by a thread
-//! of its own ([`reap_in_background`](mcp_stdio_sys::pipe_io::reap_in_background)).
+//! of its own (`mcp_stdio_sys::pipe_io::reap_in_background`).
 
 use std::io;
 use std::task::{Context, Poll};

@@ -52,6 +52,11 @@ mod runtime;
 mod serve;
 pub mod stdio;
 
+/// The sans-IO core, documented here in full: the core's docs inlined on this crate's pages
+/// link to core items, which then resolve to these pages when this crate is documented alone.
+#[doc(inline)]
+pub use mcp_stdio_core as core;
+
 #[cfg(feature = "async-io")]
 pub use async_io_rt::{spawn_thread, AsyncIo};
 pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responder};
