@@ -264,12 +264,7 @@ impl<R: Runtime> Client<R> {
         command: &CommandSpec,
         options: ClientOptions,
     ) -> std::io::Result<(Self, Driver<R>)> {
-        let mut child = mcp_stdio_sys::spawn_tied(command, |mut cmd| {
-            cmd.stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-        })?;
+        let mut child = mcp_stdio_sys::spawn_piped(command)?;
         let pid = child.id();
         tracing::debug!(pid, command = %command.display(), "spawned MCP server");
         let (stdin, stdout, stderr) =

@@ -143,6 +143,15 @@ impl<R: Runtime> Leader<R> {
         }
     }
 
+    /// Waits for the exit without reaping (as [`poll_exited`](Self::poll_exited)).
+    /// Cancel-safe: a branch of a `select!` dropped unfinished has observed nothing.
+    ///
+    /// # Errors
+    /// The wait failed: no status can ever be observed.
+    pub async fn exited(&mut self) -> io::Result<ExitStatus> {
+        futures_lite::future::poll_fn(|cx| self.poll_exited(cx)).await
+    }
+
     /// The supervision is over: reaps the leader (at once on a zombie) and
     /// ends every signalling of its group. A leader still running (the
     /// supervisor gave up on it) is reaped by a thread of its own whenever

@@ -22,8 +22,17 @@
 #![deny(missing_docs)]
 
 mod helper;
-pub mod leader;
 pub mod runtime;
+
+/// A spawned child that leads its process group, on tokio (see
+/// [`mcp_stdio_async::leader`]): its exit observed without reaping, its group
+/// signalled only while the id is still ours.
+pub mod leader {
+    pub use mcp_stdio_async::leader::{LeaderState, ProcessGroup, Signalled, EXIT_POLL_TICK};
+
+    /// The one owner of a spawned child and its group, on tokio.
+    pub type Leader = mcp_stdio_async::leader::Leader<crate::runtime::Tokio>;
+}
 mod serve;
 pub mod stdio;
 
@@ -39,13 +48,13 @@ pub use serve::{
     ServeReport,
 };
 
+/// The async driver this crate runs on its runtime, documented here in full (as the core).
+#[doc(inline)]
+pub use mcp_stdio_async as driver;
 /// The sans-IO core, documented here in full: the core's docs inlined on this crate's pages
 /// link to core items, which then resolve to these pages when this crate is documented alone.
 #[doc(inline)]
 pub use mcp_stdio_core as core;
-/// The async driver this crate runs on its runtime, documented here in full (as the core).
-#[doc(inline)]
-pub use mcp_stdio_async as driver;
 pub use mcp_stdio_core::basics::{BasicsError, ServerBasics};
 pub use mcp_stdio_core::client::Deadline;
 pub use mcp_stdio_core::helper::{HelperConfig, HelperOptions, HelperOutcome};

@@ -27,7 +27,7 @@ pub use stderr::{
     drain_stderr, stderr_dropped_bytes, write_stderr, NonBlockingStderr, STDERR_QUEUE_BYTES,
 };
 pub use stdio::{stdout_file, NonBlockingStdio, StdioKind};
-pub use tied::spawn_tied;
+pub use tied::{spawn_piped, spawn_tied};
 pub mod helper_owners;
 pub mod log_relay;
 #[cfg(unix)]

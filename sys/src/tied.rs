@@ -52,6 +52,21 @@ where
     spawner::on_spawner_thread(move || spawn(cmd))?
 }
 
+/// [`spawn_tied`] with stdin, stdout and stderr piped: how an MCP server is
+/// spawned (by every `Client`, the guard and `check`). Take the pipes from
+/// the child, then hand it to its group's owner.
+///
+/// # Errors
+/// As [`spawn_tied`].
+pub fn spawn_piped(spec: &CommandSpec) -> io::Result<std::process::Child> {
+    spawn_tied(spec, |mut cmd| {
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+    })
+}
+
 /// The process-wide spawner thread.
 pub(crate) mod spawner {
     use std::cell::Cell;

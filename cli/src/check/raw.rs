@@ -27,7 +27,9 @@ use mcp_stdio_core::process::{
     ChildPipes, EndedBy, ProcessAction, ProcessSupervisor, SupervisorConfig,
 };
 use mcp_stdio_core::{CommandSpec, ExitStatus};
+use mcp_stdio_tokio::driver::Runtime;
 use mcp_stdio_tokio::leader::Leader;
+use mcp_stdio_tokio::runtime::Tokio;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::task::JoinHandle;
@@ -111,20 +113,17 @@ impl RawServer {
     /// a `Client`'s server) with all three streams piped; frames stdout under
     /// `max_frame`. Must run inside tokio.
     pub(crate) fn spawn(spec: &CommandSpec, max_frame: usize) -> std::io::Result<Self> {
-        let runtime = tokio::runtime::Handle::current();
-        let mut child = mcp_stdio_sys::spawn_tied(spec, move |cmd| {
-            let _entered = runtime.enter();
-            tokio::process::Command::from(cmd)
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-        })?;
+        let mut child = mcp_stdio_sys::spawn_piped(spec)?;
         let spawned_at = Instant::now();
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        let leader = Leader::new(child)?;
+        let (stdin, stdout, stderr) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        // Owns the child from here: an error below kills and reaps it.
+        let leader = Leader::new(&Tokio::current()?, child);
+        let stdin = stdin.map(ChildStdin::from_std).transpose()?;
+        let stdout = stdout.map(ChildStdout::from_std).transpose()?;
+        let stderr = stderr
+            .map(tokio::process::ChildStderr::from_std)
+            .transpose()?;
         let pid = leader.pid();
         let stderr_bytes = Arc::new(AtomicU64::new(0));
         let stderr_task = stderr.map(|mut err| {

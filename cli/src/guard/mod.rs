@@ -22,7 +22,9 @@ use mcp_stdio_core::call::Stamp;
 use mcp_stdio_core::frame::ReadRoom;
 use mcp_stdio_core::guard::{GuardAction, GuardConfig, GuardReport, GuardSession};
 use mcp_stdio_core::CommandSpec;
+use mcp_stdio_tokio::driver::Runtime;
 use mcp_stdio_tokio::leader::Leader;
+use mcp_stdio_tokio::runtime::Tokio;
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -116,15 +118,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         None => None,
     };
     // Tied to the guard (G11): a SIGKILLed guard leaves no server (Linux).
-    let runtime = tokio::runtime::Handle::current();
-    let spawned = mcp_stdio_sys::spawn_tied(&spec, move |cmd| {
-        let _entered = runtime.enter();
-        tokio::process::Command::from(cmd)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-    });
+    let spawned = mcp_stdio_sys::spawn_piped(&spec);
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
@@ -139,14 +133,12 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
             return ExitCode::from(failure.exit);
         }
     };
-    let pipes = ServerPipes {
-        stdin: child.stdin.take(),
-        stdout: child.stdout.take(),
-        stderr: child.stderr.take(),
-    };
+    let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     // Observed without reaping, reaped at `Finished`: the server's group id
     // is never signalled once it could be someone else's.
-    let mut leader = match Leader::new(child) {
+    let watched = Tokio::current().map(|rt| Leader::new(&rt, child));
+    let pipes = watched.and_then(|leader| Ok((leader, ServerPipes::new(pipes)?)));
+    let (mut leader, pipes) = match pipes {
         Ok(l) => l,
         Err(e) => {
             eprintln!(
@@ -196,6 +188,29 @@ struct ServerPipes {
     stdin: Option<tokio::process::ChildStdin>,
     stdout: Option<tokio::process::ChildStdout>,
     stderr: Option<tokio::process::ChildStderr>,
+}
+
+impl ServerPipes {
+    /// The std pipes, in tokio's reactor.
+    fn new(
+        (stdin, stdout, stderr): (
+            Option<std::process::ChildStdin>,
+            Option<std::process::ChildStdout>,
+            Option<std::process::ChildStderr>,
+        ),
+    ) -> std::io::Result<Self> {
+        Ok(Self {
+            stdin: stdin
+                .map(tokio::process::ChildStdin::from_std)
+                .transpose()?,
+            stdout: stdout
+                .map(tokio::process::ChildStdout::from_std)
+                .transpose()?,
+            stderr: stderr
+                .map(tokio::process::ChildStderr::from_std)
+                .transpose()?,
+        })
+    }
 }
 
 enum Wake {
