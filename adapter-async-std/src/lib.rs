@@ -71,13 +71,13 @@ pub use serve::{
     ServeReport,
 };
 
+/// The async driver this crate runs on its runtime, documented here in full (as the core).
+#[doc(inline)]
+pub use mcp_stdio_async as driver;
 /// The sans-IO core, documented here in full: the core's docs inlined on this crate's pages
 /// link to core items, which then resolve to these pages when this crate is documented alone.
 #[doc(inline)]
 pub use mcp_stdio_core as core;
-/// The async driver this crate runs on its runtime, documented here in full (as the core).
-#[doc(inline)]
-pub use mcp_stdio_async as driver;
 pub use mcp_stdio_core::basics::{BasicsError, ServerBasics};
 pub use mcp_stdio_core::client::Deadline;
 pub use mcp_stdio_core::helper::{HelperConfig, HelperOptions, HelperOutcome};

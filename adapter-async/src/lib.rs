@@ -65,6 +65,6 @@ pub use io::{FuturesIo, Sink, Source};
 pub use pipe::Pipe;
 pub use runtime::{BoxFuture, Interest, Readiness, Runtime, Timer};
 pub use serve::{
-    serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeEnd, ServeOptions,
-    ServeReport,
+    serve, serve_dispatch, serve_io, CancelToken, Dispatch, Handler, HandlerResult, RequestContext,
+    ServeEnd, ServeLifecycle, ServeOptions, ServeReport,
 };

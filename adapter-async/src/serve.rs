@@ -22,7 +22,8 @@ use futures_lite::{FutureExt, Stream};
 use mcp_stdio_core::basics::ClientHello;
 use mcp_stdio_core::budget::ResultBudget;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
-use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
+use mcp_stdio_core::serve::ServeAction;
+pub use mcp_stdio_core::serve::ServeLifecycle;
 pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
 use mcp_stdio_sys::log_relay::{self, Level};
 
@@ -184,58 +185,111 @@ where
     O: Sink,
     H: Handler,
 {
-    let life = ServeLifecycle::new(&options);
     // At most `max_concurrent` handlers exist (the core refuses more), each
     // sending one `Done`: their sends never wait.
     let (done_tx, done_rx) = async_channel::bounded::<Done>(options.get_max_concurrent().max(1));
     let (notify_tx, notify_rx) = async_channel::bounded(HANDLER_NOTIFY_QUEUE);
-    let mut serve = Serve {
-        timer: DeadlineTimer::new(&rt),
-        rt,
-        life,
-        input,
-        output,
+    let handlers = Handlers {
+        rt: rt.clone(),
         handler: Arc::new(handler),
         tasks: HashMap::new(),
         done_tx,
         done_rx: Box::pin(done_rx),
         notify_tx,
         notify_rx: Box::pin(notify_rx),
-        buf: vec![0u8; STDIN_READ],
-        input_open: true,
     };
-    futures_lite::future::poll_fn(|cx| serve.poll_run(cx)).await;
-    let mut life = serve.life;
+    let (mut life, _) =
+        serve_dispatch(&rt, input, output, ServeLifecycle::new(&options), handlers).await;
     match life.take_write_error() {
         Some(e) if life.report().end == ServeEnd::WriteFailed => Err(e),
         _ => {
             let mut report = life.report();
             report.helpers_unfinished_at_exit =
-                wait_for_helpers(&serve.rt, options.get_helper_grace()).await;
+                wait_for_helpers(&rt, options.get_helper_grace()).await;
             Ok(report)
         }
     }
 }
 
-/// The serve loop's state: the lifecycle, the streams and the handlers.
-struct Serve<R: Runtime, I, O, H> {
-    rt: R,
+/// Where the serve loop's requests go and where their answers come from:
+/// the application's [`Handler`] in a task per request (`serve`), or
+/// another server's own service loop (rmcp's, in `mcp-stdio-rmcp`). The loop
+/// calls the first four for the lifecycle's actions, and
+/// [`poll_answers`](Self::poll_answers) on every turn.
+pub trait Dispatch {
+    /// Runs `request` (`ServeAction::Start`); its end is reported to `life`
+    /// (`handler_finished`, `handler_aborted`), now or from `poll_answers`.
+    fn start(&mut self, life: &mut ServeLifecycle, request: Request);
+
+    /// The client cancelled `id` (G7): stop its work; its response is suppressed.
+    fn cancel(&mut self, life: &mut ServeLifecycle, id: Id, reason: Option<String>);
+
+    /// The loop ends without `id`, already answered with an error: stop its work.
+    fn abort(&mut self, id: Id);
+
+    /// A client notification for the application.
+    fn notification(&mut self, notification: Notification);
+
+    /// Feeds `life` what came back since the last call (ends of requests,
+    /// notifications for the client); `true` if anything did. Registers
+    /// `cx` for what has not come yet.
+    fn poll_answers(
+        &mut self,
+        cx: &mut Context<'_>,
+        life: &mut ServeLifecycle,
+        now: Instant,
+    ) -> bool;
+
+    /// No more requests will come (stdin ended, or the loop stopped reading).
+    fn input_ended(&mut self) {}
+}
+
+/// The serve loop over `input` and `output`, its requests to `dispatch`,
+/// until `life` is finished: one `poll` that drains the lifecycle's actions,
+/// then polls input, the dispatch's answers, output progress and the
+/// deadline in that order, and sleeps only when none is ready. Returns the
+/// lifecycle (for its report) and the dispatch.
+pub async fn serve_dispatch<R, I, O, D>(
+    rt: &R,
+    input: I,
+    output: O,
+    life: ServeLifecycle,
+    dispatch: D,
+) -> (ServeLifecycle, D)
+where
+    R: Runtime,
+    I: Source,
+    O: Sink,
+    D: Dispatch,
+{
+    let mut serve = Serve {
+        timer: DeadlineTimer::new(rt),
+        life,
+        input,
+        output,
+        dispatch,
+        buf: vec![0u8; STDIN_READ],
+        input_open: true,
+        input_ended: false,
+    };
+    futures_lite::future::poll_fn(|cx| serve.poll_run(cx)).await;
+    (serve.life, serve.dispatch)
+}
+
+/// The serve loop's state: the lifecycle, the streams and the dispatch.
+struct Serve<R: Runtime, I, O, D> {
     life: ServeLifecycle,
     input: I,
     output: O,
-    handler: Arc<H>,
-    /// One token per running handler: at most `max_concurrent`.
-    tasks: HashMap<Id, CancelToken>,
-    done_tx: Sender<Done>,
-    done_rx: Pin<Box<Receiver<Done>>>,
-    notify_tx: Sender<HandlerNote>,
-    notify_rx: Pin<Box<Receiver<HandlerNote>>>,
+    dispatch: D,
     buf: Vec<u8>,
     input_open: bool,
+    /// The dispatch was told that no more input comes.
+    input_ended: bool,
     timer: DeadlineTimer<R>,
 }
 
-impl<R: Runtime, I: Source, O: Sink, H: Handler> Serve<R, I, O, H> {
+impl<R: Runtime, I: Source, O: Sink, D: Dispatch> Serve<R, I, O, D> {
     fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         for _ in 0..TURNS_PER_POLL {
             self.pump();
@@ -244,8 +298,7 @@ impl<R: Runtime, I: Source, O: Sink, H: Handler> Serve<R, I, O, H> {
             }
             let now = Instant::now();
             let mut busy = self.poll_input(cx, now);
-            busy |= self.poll_done(cx, now);
-            busy |= self.poll_notifications(cx, now);
+            busy |= self.dispatch.poll_answers(cx, &mut self.life, now);
             busy |= self.poll_output(cx, now);
             busy |= self.poll_timer(cx);
             if !busy {
@@ -267,40 +320,6 @@ impl<R: Runtime, I: Source, O: Sink, H: Handler> Serve<R, I, O, H> {
             }
             Poll::Pending => false,
         }
-    }
-
-    fn poll_done(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
-        let mut busy = false;
-        // The loop holds a sender: the channel never closes while it runs.
-        while let Poll::Ready(Some(done)) = self.done_rx.as_mut().poll_next(cx) {
-            busy = true;
-            match done {
-                Done::Finished(id, result) => {
-                    self.tasks.remove(&id);
-                    self.life.handler_finished(now, &id, result.as_deref());
-                }
-                Done::Aborted(id) => {
-                    self.tasks.remove(&id);
-                    self.life.handler_aborted(now, &id);
-                }
-            }
-        }
-        busy
-    }
-
-    fn poll_notifications(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
-        let mut busy = false;
-        while let Poll::Ready(Some((method, params))) = self.notify_rx.as_mut().poll_next(cx) {
-            busy = true;
-            if let Err(e) = self.life.notify(now, &method, params.as_deref()) {
-                log_relay::serve_event(
-                    Level::Debug,
-                    "notification from handler refused",
-                    Some(e.to_string()),
-                );
-            }
-        }
-        busy
     }
 
     /// Writes what the pipe takes of the message being written, or flushes
@@ -338,25 +357,17 @@ impl<R: Runtime, I: Source, O: Sink, H: Handler> Serve<R, I, O, H> {
     fn pump(&mut self) {
         while let Some(action) = self.life.poll_action() {
             match action {
-                ServeAction::Start(request) => self.start(request),
+                ServeAction::Start(request) => self.dispatch.start(&mut self.life, request),
                 ServeAction::Cancel { id, reason } => {
                     log_relay::serve_event(
                         Level::Debug,
                         "request cancelled by the client",
                         Some(format!("id {id}, reason {reason:?}")),
                     );
-                    if let Some(cancel) = self.tasks.get(&id) {
-                        // The token reaches the handler, and its task drops
-                        // the handler's future, then reports `Aborted`.
-                        cancel.cancel();
-                    }
+                    self.dispatch.cancel(&mut self.life, id, reason);
                 }
-                ServeAction::Abort(id) => {
-                    if let Some(cancel) = self.tasks.remove(&id) {
-                        cancel.cancel();
-                    }
-                }
-                ServeAction::Notification(n) => self.handler.notification(n),
+                ServeAction::Abort(id) => self.dispatch.abort(id),
+                ServeAction::Notification(n) => self.dispatch.notification(n),
                 ServeAction::Note(note) => {
                     let level = match note.level {
                         mcp_stdio_core::io_result::NoteLevel::Warn => Level::Warn,
@@ -367,23 +378,94 @@ impl<R: Runtime, I: Source, O: Sink, H: Handler> Serve<R, I, O, H> {
                 _ => {}
             }
         }
+        if !self.input_ended && !self.life.wants_input() {
+            // Everything read so far went out: the dispatch sees the end.
+            self.input_ended = true;
+            self.dispatch.input_ended();
+        }
     }
+}
 
-    fn start(&mut self, request: Request) {
+/// `serve`'s dispatch: the application's handler in a task per request.
+struct Handlers<R: Runtime, H> {
+    rt: R,
+    handler: Arc<H>,
+    /// One token per running handler: at most `max_concurrent`.
+    tasks: HashMap<Id, CancelToken>,
+    done_tx: Sender<Done>,
+    done_rx: Pin<Box<Receiver<Done>>>,
+    notify_tx: Sender<HandlerNote>,
+    notify_rx: Pin<Box<Receiver<HandlerNote>>>,
+}
+
+impl<R: Runtime, H: Handler> Dispatch for Handlers<R, H> {
+    fn start(&mut self, life: &mut ServeLifecycle, request: Request) {
         let id = request.id.clone();
         let cancel = CancelToken::new();
         let ctx = RequestContext {
             id: id.clone(),
             cancel: cancel.clone(),
             notify: self.notify_tx.clone(),
-            max_frame: self.life.max_frame(),
-            client: self.life.client().cloned(),
+            max_frame: life.max_frame(),
+            client: life.client().cloned(),
         };
         let handler = self.handler.clone();
         let done = self.done_tx.clone();
         self.rt
             .spawn(Box::pin(run_handler(handler, request, ctx, done)));
         self.tasks.insert(id, cancel);
+    }
+
+    fn cancel(&mut self, _life: &mut ServeLifecycle, id: Id, _reason: Option<String>) {
+        if let Some(cancel) = self.tasks.get(&id) {
+            // The token reaches the handler, and its task drops the
+            // handler's future, then reports `Aborted`.
+            cancel.cancel();
+        }
+    }
+
+    fn abort(&mut self, id: Id) {
+        if let Some(cancel) = self.tasks.remove(&id) {
+            cancel.cancel();
+        }
+    }
+
+    fn notification(&mut self, notification: Notification) {
+        self.handler.notification(notification);
+    }
+
+    fn poll_answers(
+        &mut self,
+        cx: &mut Context<'_>,
+        life: &mut ServeLifecycle,
+        now: Instant,
+    ) -> bool {
+        let mut busy = false;
+        // The loop holds a sender: the channel never closes while it runs.
+        while let Poll::Ready(Some(done)) = self.done_rx.as_mut().poll_next(cx) {
+            busy = true;
+            match done {
+                Done::Finished(id, result) => {
+                    self.tasks.remove(&id);
+                    life.handler_finished(now, &id, result.as_deref());
+                }
+                Done::Aborted(id) => {
+                    self.tasks.remove(&id);
+                    life.handler_aborted(now, &id);
+                }
+            }
+        }
+        while let Poll::Ready(Some((method, params))) = self.notify_rx.as_mut().poll_next(cx) {
+            busy = true;
+            if let Err(e) = life.notify(now, &method, params.as_deref()) {
+                log_relay::serve_event(
+                    Level::Debug,
+                    "notification from handler refused",
+                    Some(e.to_string()),
+                );
+            }
+        }
+        busy
     }
 }
 

@@ -21,16 +21,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, SERVER_ERROR};
-use mcp_stdio_core::serve::{ServeAction, ServeLifecycle, ServeOptions, ServeReport};
+use mcp_stdio_core::serve::{ServeLifecycle, ServeOptions, ServeReport};
 // The driver's own events go through the relay, never inline: a stalled
 // stderr under a blocking subscriber must not stall the loop (G1).
 use mcp_stdio_sys::log_relay::{self, Level};
-use mcp_stdio_tokio::stdio::{self, sleep_until_opt, write_or_flush, Wrote};
+use mcp_stdio_tokio::driver::stdio::{Stdin, Stdout};
+use mcp_stdio_tokio::driver::{serve_dispatch, Dispatch, Runtime, Sink, Source};
+use mcp_stdio_tokio::runtime::{Tokio, TokioIo};
 use rmcp::model::JsonRpcMessage;
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 
 use crate::client::{error_object, method_and_params, to_id};
@@ -49,8 +51,6 @@ pub const MAX_QUEUED_FOR_RMCP: usize = 256;
 /// them on every turn of its loop (worst case: this many messages, each at
 /// most the size rmcp made it; one response per request in flight).
 const COMMAND_QUEUE: usize = 64;
-/// Bytes read from stdin per read call.
-const STDIN_READ: usize = 64 * 1024;
 
 /// What the transport observed, published when its driver ends.
 #[derive(Debug, Clone, Serialize)]
@@ -172,16 +172,33 @@ impl ServerTransport {
     /// # Errors
     /// Setting stdin or stdout non-blocking failed.
     pub fn stdio_with(options: &ServeOptions) -> io::Result<Self> {
-        let input = stdio::Input::stdin()?;
-        let output = stdio::Output::stdout()?;
-        Ok(Self::with_io(input, output, options))
+        let rt = Tokio::current()?;
+        let input = Stdin::new(&rt)?;
+        let output = Stdout::new(&rt)?;
+        Ok(Self::start(rt, input, output, options))
     }
 
-    /// Serves over any reader and writer (a socket, a pipe pair).
+    /// Serves over any reader and writer (a socket, a pipe pair). Must be
+    /// called inside a tokio runtime.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime (as `tokio::spawn`).
     pub fn with_io<R, W>(input: R, output: W, options: &ServeOptions) -> Self
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let rt =
+            Tokio::current().expect("ServerTransport::with_io is called inside a tokio runtime");
+        Self::start(rt, TokioIo(input), TokioIo(output), options)
+    }
+
+    /// Starts the driver: the serve loop of `mcp-stdio-async` with rmcp
+    /// where `serve`'s handlers are ([`ToRmcp`]).
+    fn start<I, O>(rt: Tokio, input: I, output: O, options: &ServeOptions) -> Self
+    where
+        I: Source + Send + 'static,
+        O: Sink + Send + 'static,
     {
         let (to_rmcp, incoming) = mpsc::channel(MAX_QUEUED_FOR_RMCP);
         let (commands, commands_rx) = mpsc::channel(COMMAND_QUEUE);
@@ -191,8 +208,7 @@ impl ServerTransport {
         // core's protocol basics stay off whatever `options` say.
         let mut options = options.clone();
         options.basics_mut().answer_basics(false);
-        let driver = Driver {
-            life: ServeLifecycle::new(&options),
+        let dispatch = ToRmcp {
             to_rmcp: Some(to_rmcp),
             commands: commands_rx,
             commands_open: true,
@@ -200,10 +216,22 @@ impl ServerTransport {
             counts: Counts::default(),
         };
         let refused = server_requests_refused.clone();
-        tokio::spawn(async move {
-            let report = driver.run(input, output, &refused).await;
+        let life = ServeLifecycle::new(&options);
+        let driver = rt.clone();
+        rt.spawn(Box::pin(async move {
+            let (mut life, rmcp) = serve_dispatch(&driver, input, output, life, dispatch).await;
+            let c = rmcp.counts;
+            let report = ServerReport {
+                write_error: life.take_write_error().map(|e| e.to_string()),
+                serve: life.report(),
+                requests_refused_rmcp_behind: c.requests_refused_rmcp_behind,
+                notifications_dropped: c.notifications_dropped,
+                cancels_not_forwarded: c.cancels_not_forwarded,
+                requests_undecodable: c.requests_undecodable,
+                server_requests_refused: refused.load(Ordering::Relaxed),
+            };
             report_tx.send_replace(Some(Arc::new(report)));
-        });
+        }));
         Self {
             incoming,
             commands,
@@ -291,8 +319,12 @@ enum Command {
     Close,
 }
 
-struct Driver {
-    life: ServeLifecycle,
+/// The serve loop's dispatch for rmcp: a request goes to rmcp's
+/// [`Transport::receive`], its answer comes back through [`Transport::send`].
+///
+/// [`Transport::receive`]: https://docs.rs/rmcp/3/rmcp/transport/trait.Transport.html#tymethod.receive
+/// [`Transport::send`]: https://docs.rs/rmcp/3/rmcp/transport/trait.Transport.html#tymethod.send
+struct ToRmcp {
     /// `None` once no more input comes: rmcp's `receive` then ends.
     to_rmcp: Option<mpsc::Sender<RxJsonRpcMessage<RoleServer>>>,
     commands: mpsc::Receiver<Command>,
@@ -310,100 +342,10 @@ struct Counts {
     notifications_dropped: u64,
     cancels_not_forwarded: u64,
     requests_undecodable: u64,
-    write_error: Option<String>,
 }
 
-impl Driver {
-    async fn run<R, W>(mut self, mut input: R, mut output: W, refused: &AtomicU64) -> ServerReport
-    where
-        R: AsyncRead + Unpin,
-        W: AsyncWrite + Unpin,
-    {
-        let mut buf = vec![0u8; STDIN_READ];
-        loop {
-            self.act();
-            if !self.life.wants_input() {
-                // Everything read so far is queued: rmcp takes it, then sees the end.
-                self.to_rmcp = None;
-            }
-            if self.life.is_finished() {
-                break;
-            }
-            let output_busy = self.life.pending_write().is_some() || self.life.flush_due();
-            let deadline = self.life.poll_timeout().map(tokio::time::Instant::from_std);
-            tokio::select! {
-                r = input.read(&mut buf), if self.life.wants_input() => {
-                    let now = Instant::now();
-                    match r {
-                        Ok(0) => self.life.handle_input_eof(now),
-                        Ok(n) => self.life.handle_input(now, &buf[..n]),
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => {
-                            log_relay::serve_event(Level::Debug, "reading stdin failed; treating it as end-of-file", Some(e.to_string()));
-                            self.life.handle_input_eof(now);
-                        }
-                    }
-                }
-                command = self.commands.recv(), if self.commands_open => {
-                    self.handle_command(Instant::now(), command);
-                }
-                r = write_or_flush(&mut output, self.life.pending_write()), if output_busy => {
-                    let now = Instant::now();
-                    match r {
-                        Ok(Wrote::Bytes(n)) => self.life.handle_written(now, n),
-                        Ok(Wrote::Flushed) => self.life.handle_flushed(now),
-                        Err(e) => {
-                            log_relay::serve_event(Level::Debug, "writing stdout failed; the client is gone", Some(e.to_string()));
-                            self.counts.write_error = Some(e.to_string());
-                            self.life.handle_write_failed(now);
-                        }
-                    }
-                }
-                () = sleep_until_opt(deadline) => self.life.handle_timeout(Instant::now()),
-            }
-        }
-        let c = self.counts;
-        ServerReport {
-            serve: self.life.report(),
-            requests_refused_rmcp_behind: c.requests_refused_rmcp_behind,
-            notifications_dropped: c.notifications_dropped,
-            cancels_not_forwarded: c.cancels_not_forwarded,
-            requests_undecodable: c.requests_undecodable,
-            server_requests_refused: refused.load(Ordering::Relaxed),
-            write_error: c.write_error,
-        }
-    }
-
-    /// Carries out the lifecycle's actions: rmcp stands where handlers do.
-    fn act(&mut self) {
-        while let Some(action) = self.life.poll_action() {
-            match action {
-                ServeAction::Start(request) => self.start(request),
-                ServeAction::Cancel { id, reason } => {
-                    log_relay::serve_event(
-                        Level::Debug,
-                        "request cancelled by the client",
-                        Some(format!("id {id}, reason {reason:?}")),
-                    );
-                    if !self.forward_cancel(&id, reason.as_deref()) {
-                        self.counts.cancels_not_forwarded += 1;
-                    }
-                    // rmcp sends nothing for a cancelled request: its end is now.
-                    self.started.remove(&id);
-                    self.life.handler_aborted(Instant::now(), &id);
-                }
-                ServeAction::Abort(id) => {
-                    // Answered with an error by the lifecycle; rmcp's handler is told to stop.
-                    self.started.remove(&id);
-                    let _ = self.forward_cancel(&id, Some("the server is shutting down"));
-                }
-                ServeAction::Notification(notification) => self.notification(&notification),
-                _ => {}
-            }
-        }
-    }
-
-    fn start(&mut self, request: Request) {
+impl Dispatch for ToRmcp {
+    fn start(&mut self, life: &mut ServeLifecycle, request: Request) {
         let now = Instant::now();
         let message = match rmcp_request(&request) {
             Ok(message) => message,
@@ -413,7 +355,7 @@ impl Driver {
                     mcp_stdio_core::message::INVALID_PARAMS,
                     format!("request does not decode: {e}"),
                 );
-                self.life.handler_finished(now, &request.id, Err(&error));
+                life.handler_finished(now, &request.id, Err(&error));
                 return;
             }
         };
@@ -422,11 +364,26 @@ impl Driver {
         } else {
             self.counts.requests_refused_rmcp_behind += 1;
             let error = ErrorObject::new(SERVER_ERROR, "server overloaded: requests not taken");
-            self.life.handler_finished(now, &request.id, Err(&error));
+            life.handler_finished(now, &request.id, Err(&error));
         }
     }
 
-    fn notification(&mut self, notification: &Notification) {
+    fn cancel(&mut self, life: &mut ServeLifecycle, id: Id, reason: Option<String>) {
+        if !self.forward_cancel(&id, reason.as_deref()) {
+            self.counts.cancels_not_forwarded += 1;
+        }
+        // rmcp sends nothing for a cancelled request: its end is now.
+        self.started.remove(&id);
+        life.handler_aborted(Instant::now(), &id);
+    }
+
+    fn abort(&mut self, id: Id) {
+        // Answered with an error by the lifecycle; rmcp's handler is told to stop.
+        self.started.remove(&id);
+        let _ = self.forward_cancel(&id, Some("the server is shutting down"));
+    }
+
+    fn notification(&mut self, notification: Notification) {
         let text = envelope(None, &notification.method, notification.params.as_deref());
         match serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(&text) {
             Ok(message) => {
@@ -445,6 +402,30 @@ impl Driver {
         }
     }
 
+    fn poll_answers(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        life: &mut ServeLifecycle,
+        now: Instant,
+    ) -> bool {
+        let mut busy = false;
+        while self.commands_open {
+            let std::task::Poll::Ready(command) = self.commands.poll_recv(cx) else {
+                break;
+            };
+            busy = true;
+            self.handle_command(life, now, command);
+        }
+        busy
+    }
+
+    fn input_ended(&mut self) {
+        // Everything read so far is queued: rmcp takes it, then sees the end.
+        self.to_rmcp = None;
+    }
+}
+
+impl ToRmcp {
     /// Tells rmcp that request `id` is cancelled; `false` if it could not.
     fn forward_cancel(&mut self, id: &Id, reason: Option<&str>) -> bool {
         let params = serde_json::json!({"requestId": id, "reason": reason});
@@ -467,15 +448,20 @@ impl Driver {
             .is_some_and(|tx| tx.try_send(message).is_ok())
     }
 
-    fn handle_command(&mut self, now: Instant, command: Option<Command>) {
+    fn handle_command(
+        &mut self,
+        life: &mut ServeLifecycle,
+        now: Instant,
+        command: Option<Command>,
+    ) {
         match command {
             Some(Command::Respond { id, result }) => {
                 self.started.remove(&id);
-                self.life.handler_finished(now, &id, result.as_deref());
+                life.handler_finished(now, &id, result.as_deref());
             }
             Some(Command::Notify { method, params }) => {
                 // Refused past the wire limit or the outgoing limit, and counted (G9, G1).
-                if let Err(e) = self.life.notify(now, &method, params.as_deref()) {
+                if let Err(e) = life.notify(now, &method, params.as_deref()) {
                     log_relay::serve_event(
                         Level::Debug,
                         "notification from rmcp refused",
@@ -487,11 +473,11 @@ impl Driver {
                 // rmcp answers nothing more: stop reading, answer what it left.
                 self.commands_open = false;
                 self.to_rmcp = None;
-                self.life.handle_input_eof(now);
+                life.handle_input_eof(now);
                 let mut left: Vec<Id> = self.started.drain().collect();
                 left.sort_by_key(ToString::to_string);
                 for id in left {
-                    self.life.handler_aborted(now, &id);
+                    life.handler_aborted(now, &id);
                 }
             }
         }

@@ -34,7 +34,6 @@ pub mod leader {
     pub type Leader = mcp_stdio_async::leader::Leader<crate::runtime::Tokio>;
 }
 mod serve;
-pub mod stdio;
 
 pub use mcp_stdio_async::{CancelHandle, IncomingMessage, PendingRequest, Responder};
 

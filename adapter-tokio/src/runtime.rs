@@ -8,8 +8,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_async::{BoxFuture, Interest, Readiness, Runtime, Timer};
+use mcp_stdio_async::{BoxFuture, Interest, Readiness, Runtime, Sink, Source, Timer};
 use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The tokio runtime the caller runs in (a handle to it).
 #[derive(Debug, Clone)]
@@ -91,5 +92,28 @@ impl Timer for Sleep {
 
     fn poll_fired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.0.as_mut().poll(cx)
+    }
+}
+
+/// A tokio reader or writer as a serve loop's [`Source`] or [`Sink`].
+#[derive(Debug)]
+pub struct TokioIo<T>(pub T);
+
+impl<T: AsyncRead + Unpin> Source for TokioIo<T> {
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let mut buf = ReadBuf::new(buf);
+        Pin::new(&mut self.0)
+            .poll_read(cx, &mut buf)
+            .map_ok(|()| buf.filled().len())
+    }
+}
+
+impl<T: AsyncWrite + Unpin> Sink for TokioIo<T> {
+    fn poll_write(&mut self, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, bytes)
+    }
+
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
     }
 }

@@ -2,16 +2,14 @@
 //! with handlers as tokio tasks.
 
 use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
+use mcp_stdio_async::Runtime;
 pub use mcp_stdio_async::{
     CancelToken, Handler, HandlerResult, RequestContext, ServeEnd, ServeOptions, ServeReport,
 };
-use mcp_stdio_async::{Runtime, Sink, Source};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::runtime::Tokio;
+use crate::runtime::{Tokio, TokioIo};
 
 /// Serves MCP on this process's stdin and stdout until stdin closes and
 /// in-flight work drains (bounded by `drain_timeout`); each request in a
@@ -43,27 +41,5 @@ where
     H: Handler,
 {
     let rt = Tokio::current()?;
-    mcp_stdio_async::serve_io(rt, Io(input), Io(output), options, handler).await
-}
-
-/// A tokio reader or writer as the loop's [`Source`] or [`Sink`].
-struct Io<T>(T);
-
-impl<T: AsyncRead + Unpin> Source for Io<T> {
-    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        let mut buf = ReadBuf::new(buf);
-        Pin::new(&mut self.0)
-            .poll_read(cx, &mut buf)
-            .map_ok(|()| buf.filled().len())
-    }
-}
-
-impl<T: AsyncWrite + Unpin> Sink for Io<T> {
-    fn poll_write(&mut self, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, bytes)
-    }
-
-    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
+    mcp_stdio_async::serve_io(rt, TokioIo(input), TokioIo(output), options, handler).await
 }
