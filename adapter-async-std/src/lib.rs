@@ -1,9 +1,9 @@
 //! # mcp-stdio-async-std
 //!
-//! The async-std adapter of mcp-stdio: every decision comes from the sans-IO
-//! core ([`mcp_stdio_core`]); this crate only does the pipe I/O, the timers
-//! and the process management, on async-std's executor over `async-process`
-//! and `async-io`.
+//! The async-std adapter of mcp-stdio: the driver of `mcp-stdio-async`
+//! ([`driver`]), written once over a runtime trait, on async-io's reactor and
+//! timers ([`runtime::AsyncStd`]). Every decision comes from the sans-IO core
+//! ([`mcp_stdio_core`]).
 //!
 //! - [`Client`] spawns an MCP server (never through a shell, in its own
 //!   process group) and runs the session: stdout and stderr are read for the
@@ -28,48 +28,36 @@
 //! ## async-std, smol and other executors
 //!
 //! async-std is discontinued upstream in favour of [smol]. This crate is
-//! built on the foundations the two share — `async-process` for children,
-//! `async-io` for the pipes and timers, `async-channel` and `event-listener`
-//! for the tasks' queues — and uses async-std only to spawn its tasks
-//! (`async_std::task::spawn`, which runs them on async-std's own global
-//! executor threads) and for this process's stdin and stdout in [`serve`].
-//! Its futures are executor-agnostic, so an application running on smol
+//! built on the foundations the two share — `async-io` for the pipes and
+//! timers, `async-channel` and `event-listener` for the queues — and uses
+//! async-std only to spawn request handlers (`async_std::task::spawn`). Its
+//! futures are executor-agnostic, so an application running on smol
 //! (`smol::block_on`, `smol::Executor`) or on `futures_lite::future::block_on`
 //! uses it unchanged; the crate's tests include ones that run under
 //! `smol::block_on`.
 //!
-//! Each [`Client`]'s driver runs on a thread of its own (`async_io::block_on`,
-//! on the process's one async-io reactor), its exit watcher on async-std's
-//! executor threads, neither on the thread that awaits the [`Client`]: an
-//! application that sleeps, blocks or stops polling does not pause them, and
-//! neither does code that blocks every executor thread. A thread, not a task:
-//! the executor moved the driver task between its worker threads from one
-//! wake-up to the next, about a third of a round trip's latency.
-//!
-//! [`run_helper`] spawns no task at all: it is one future that owns the
-//! child, both pipes and the timer, and reads the pipes whenever it is
-//! polled — that is, for as long as the tool handler awaits it. Dropping it
-//! (a cancelled handler) kills the helper's process group at once.
+//! Each [`Client`]'s driver, and each [`run_helper`]'s owner, runs on a
+//! thread of its own (`async_io::block_on`, on the process's one async-io
+//! reactor), not on the thread that awaits it: an application that sleeps,
+//! blocks or stops polling does not pause it, and neither does code that
+//! blocks every executor thread. A thread, not a task: the executor moved a
+//! driver task between its worker threads from one wake-up to the next,
+//! about a third of a round trip's latency. Dropping a `run_helper` future
+//! (a cancelled handler) cancels the run; its owner finishes the shutdown
+//! and writes the final record.
 //!
 //! [smol]: https://docs.rs/smol
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-mod helper;
 pub mod runtime;
-mod serve;
 
-pub use mcp_stdio_async::{CancelHandle, IncomingMessage, PendingRequest, Responder};
-
-/// A spawned MCP server and its session, its driver on a thread of its own
-/// (see [`runtime::AsyncStd`] and [`mcp_stdio_async::Client`]). Works from
-/// any thread, inside or outside an executor (async-std, smol or none).
-pub type Client = mcp_stdio_async::Client<runtime::AsyncStd>;
-pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
-pub use serve::{
-    serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeEnd, ServeOptions,
-    ServeReport,
-};
+pub use mcp_stdio_async::surface::*;
+pub use runtime::serve_io;
+mcp_stdio_async::runtime_api!(
+    runtime::AsyncStd,
+    "On async-std: the driver and the helper's owner each run on a thread of their own (async-io's `block_on`); works from any thread, inside or outside an executor."
+);
 
 /// The async driver this crate runs on its runtime, documented here in full (as the core).
 #[doc(inline)]
@@ -78,12 +66,3 @@ pub use mcp_stdio_async as driver;
 /// link to core items, which then resolve to these pages when this crate is documented alone.
 #[doc(inline)]
 pub use mcp_stdio_core as core;
-pub use mcp_stdio_core::basics::{BasicsError, ServerBasics};
-pub use mcp_stdio_core::client::Deadline;
-pub use mcp_stdio_core::helper::{HelperConfig, HelperOptions, HelperOutcome};
-pub use mcp_stdio_core::host::{
-    ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord,
-};
-pub use mcp_stdio_core::CommandSpec;
-/// What [`Client::signal_group`] did.
-pub use mcp_stdio_sys::Signalled;

@@ -51,6 +51,7 @@ mod pipe;
 mod runtime;
 mod serve;
 pub mod stdio;
+pub mod surface;
 
 /// The sans-IO core, documented here in full: the core's docs inlined on this crate's pages
 /// link to core items, which then resolve to these pages when this crate is documented alone.

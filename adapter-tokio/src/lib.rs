@@ -1,8 +1,9 @@
 //! # mcp-stdio-tokio
 //!
-//! The tokio adapter of mcp-stdio: every decision comes from the sans-IO core
-//! ([`mcp_stdio_core`]); this crate only does the pipe I/O, the timers and
-//! the process management, on tokio.
+//! The tokio adapter of mcp-stdio: the driver of `mcp-stdio-async`
+//! ([`driver`]), written once over a runtime trait, on tokio's reactor,
+//! timers and tasks ([`runtime::Tokio`]). Every decision comes from the
+//! sans-IO core ([`mcp_stdio_core`]).
 //!
 //! - [`Client`] spawns an MCP server (never through a shell, in its own
 //!   process group) and runs the session: stdout and stderr are read for the
@@ -21,7 +22,6 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-mod helper;
 pub mod runtime;
 
 /// A spawned child that leads its process group, on tokio (see
@@ -33,19 +33,13 @@ pub mod leader {
     /// The one owner of a spawned child and its group, on tokio.
     pub type Leader = mcp_stdio_async::leader::Leader<crate::runtime::Tokio>;
 }
-mod serve;
 
-pub use mcp_stdio_async::{CancelHandle, IncomingMessage, PendingRequest, Responder};
-
-/// A spawned MCP server and its session, driven by a task on the tokio
-/// runtime it was spawned in (see [`mcp_stdio_async::Client`]).
-/// [`Client::spawn`] must be called inside a tokio runtime.
-pub type Client = mcp_stdio_async::Client<runtime::Tokio>;
-pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
-pub use serve::{
-    serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeEnd, ServeOptions,
-    ServeReport,
-};
+pub use mcp_stdio_async::surface::*;
+pub use runtime::serve_io;
+mcp_stdio_async::runtime_api!(
+    runtime::Tokio,
+    "On tokio: the driver and the helper's owner are tasks of the runtime the call was made in (call inside a tokio runtime)."
+);
 
 /// The async driver this crate runs on its runtime, documented here in full (as the core).
 #[doc(inline)]
@@ -54,10 +48,3 @@ pub use mcp_stdio_async as driver;
 /// link to core items, which then resolve to these pages when this crate is documented alone.
 #[doc(inline)]
 pub use mcp_stdio_core as core;
-pub use mcp_stdio_core::basics::{BasicsError, ServerBasics};
-pub use mcp_stdio_core::client::Deadline;
-pub use mcp_stdio_core::helper::{HelperConfig, HelperOptions, HelperOutcome};
-pub use mcp_stdio_core::host::{
-    ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord,
-};
-pub use mcp_stdio_core::CommandSpec;

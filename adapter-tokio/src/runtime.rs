@@ -8,7 +8,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_async::{BoxFuture, Interest, Readiness, Runtime, Sink, Source, Timer};
+use mcp_stdio_async::{
+    BoxFuture, Handler, Interest, Readiness, Runtime, ServeOptions, ServeReport, Sink, Source,
+    Timer,
+};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -116,4 +119,24 @@ impl<T: AsyncWrite + Unpin> Sink for TokioIo<T> {
     fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.0).poll_flush(cx)
     }
+}
+
+/// [`serve`](crate::serve) over any tokio reader and writer (a pipe, a socket, a test
+/// harness). The loop never waits for a write or a flush alone (G1).
+///
+/// # Errors
+/// Writing or flushing `output` failed: every handler was aborted.
+pub async fn serve_io<R, W, H>(
+    input: R,
+    output: W,
+    options: ServeOptions,
+    handler: H,
+) -> io::Result<ServeReport>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+    H: Handler,
+{
+    let rt = Tokio::current()?;
+    mcp_stdio_async::serve_io(rt, TokioIo(input), TokioIo(output), options, handler).await
 }

@@ -1,0 +1,79 @@
+//! The API the async adapters share, for a glob re-export
+//! (`pub use mcp_stdio_async::surface::*`) and [`runtime_api!`](crate::runtime_api):
+//! the same names and types in `mcp-stdio-tokio` and `mcp-stdio-async-std`
+//! (and, by name, in `mcp-stdio-blocking`), so switching adapters is a change
+//! of import.
+
+pub use crate::client::{CancelHandle, IncomingMessage, PendingRequest, Responder};
+pub use crate::helper::{ApprovalRequest, Approver};
+pub use crate::serve::{
+    CancelToken, Handler, HandlerResult, RequestContext, ServeEnd, ServeOptions, ServeReport,
+};
+pub use mcp_stdio_core::basics::{BasicsError, ServerBasics};
+pub use mcp_stdio_core::client::Deadline;
+pub use mcp_stdio_core::helper::{HelperConfig, HelperOptions, HelperOutcome};
+pub use mcp_stdio_core::host::{
+    ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord,
+};
+pub use mcp_stdio_core::CommandSpec;
+/// What `Client::signal_group` did.
+pub use mcp_stdio_sys::Signalled;
+
+/// The functions of an adapter crate on its runtime: `Client` (a type
+/// alias), `serve`, `run_helper` and `run_helper_with_approval`, each the
+/// driver's, with the runtime filled in. `$where` says, for the docs, where
+/// the drivers and the helper's owner run.
+#[macro_export]
+macro_rules! runtime_api {
+    ($rt:ty, $where:literal) => {
+        /// A spawned MCP server and its session (see
+        /// [`mcp_stdio_async::Client`]).
+        #[doc = $where]
+        pub type Client = $crate::Client<$rt>;
+
+        /// Serves MCP on this process's stdin and stdout until stdin closes
+        /// and in-flight work drains (bounded by `drain_timeout`), a task and
+        /// a [`CancelToken`] per request. Only protocol messages go to stdout
+        /// (G13); log with `tracing` to stderr. See
+        /// [`mcp_stdio_async::serve`] for the basics it answers and how stdin
+        /// and stdout are read and written.
+        ///
+        /// # Errors
+        /// Writing stdout failed (the client went away): every handler was
+        /// aborted; or there is no runtime to serve on.
+        pub async fn serve<H: $crate::Handler>(
+            options: $crate::ServeOptions,
+            handler: H,
+        ) -> ::std::io::Result<$crate::ServeReport> {
+            $crate::serve::<$rt, H>(options, handler).await
+        }
+
+        /// Runs `command` as a helper: its own process group, stdin from
+        /// `/dev/null`, stdout and stderr each captured within its budget and
+        /// read to EOF even past it (G10). `cancel` → `SIGTERM` to the group →
+        /// grace → `SIGKILL` (G7, G11). The outcome holds the exit status
+        /// actually observed, both captures and the call record (G12). The
+        /// run's owner outlives this future (see
+        /// [`mcp_stdio_async::run_helper`]).
+        #[doc = $where]
+        pub async fn run_helper(
+            command: &$crate::surface::CommandSpec,
+            options: &$crate::surface::HelperOptions,
+            cancel: &$crate::CancelToken,
+        ) -> $crate::surface::HelperOutcome {
+            $crate::run_helper::<$rt>(command, options, cancel).await
+        }
+
+        /// [`run_helper`] with an approval step when `options.get_config()`
+        /// has an approval deadline (see
+        /// [`mcp_stdio_async::run_helper_with_approval`]).
+        pub async fn run_helper_with_approval<A: $crate::Approver>(
+            command: &$crate::surface::CommandSpec,
+            options: &$crate::surface::HelperOptions,
+            cancel: &$crate::CancelToken,
+            approver: &A,
+        ) -> $crate::surface::HelperOutcome {
+            $crate::run_helper_with_approval::<$rt, A>(command, options, cancel, approver).await
+        }
+    };
+}
