@@ -53,10 +53,12 @@
 pub mod runtime;
 
 pub use mcp_stdio_async::surface::*;
-pub use runtime::serve_io;
 mcp_stdio_async::runtime_api!(
     runtime::AsyncStd,
-    "On async-std: the driver and the helper's owner each run on a thread of their own (async-io's `block_on`); works from any thread, inside or outside an executor."
+    "On async-std: the driver and the helper's owner each run on a thread of their own (async-io's `block_on`); works from any thread, inside or outside an executor.",
+    io: driver::FuturesIo,
+    futures_lite::AsyncRead,
+    futures_lite::AsyncWrite
 );
 
 /// The async driver this crate runs on its runtime, documented here in full (as the core).

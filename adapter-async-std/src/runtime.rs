@@ -11,7 +11,7 @@
 use std::io;
 use std::os::fd::OwnedFd;
 
-use mcp_stdio_async::{AsyncIo, BoxFuture, FuturesIo, Handler, Runtime, ServeOptions, ServeReport};
+use mcp_stdio_async::{AsyncIo, BoxFuture, Runtime};
 
 /// async-std, as the drivers run on it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -40,30 +40,4 @@ impl Runtime for AsyncStd {
     fn spawn(&self, future: BoxFuture) {
         drop(async_std::task::spawn(future));
     }
-}
-
-/// [`serve`](crate::serve) over any `futures-io` reader and writer (which need not be
-/// `Send` or `'static`). The loop never waits for a write or a flush alone (G1).
-///
-/// # Errors
-/// Writing or flushing `output` failed: every handler was aborted.
-pub async fn serve_io<R, W, H>(
-    input: R,
-    output: W,
-    options: ServeOptions,
-    handler: H,
-) -> io::Result<ServeReport>
-where
-    R: futures_lite::AsyncRead + Unpin,
-    W: futures_lite::AsyncWrite + Unpin,
-    H: Handler,
-{
-    mcp_stdio_async::serve_io(
-        AsyncStd,
-        FuturesIo(input),
-        FuturesIo(output),
-        options,
-        handler,
-    )
-    .await
 }

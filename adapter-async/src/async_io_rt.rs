@@ -71,14 +71,9 @@ impl Readiness for async_io::Async<OwnedFd> {
             }
             // Ready once an event arrived since this task last saw `Pending`:
             // a stale readiness costs one more `WouldBlock`, never a lost wake.
-            let ready = match interest {
-                Interest::Read => self.poll_readable(cx),
-                Interest::Write => self.poll_writable(cx),
-            };
-            match ready {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
+            match interest {
+                Interest::Read => std::task::ready!(self.poll_readable(cx))?,
+                Interest::Write => std::task::ready!(self.poll_writable(cx))?,
             }
         }
     }

@@ -21,11 +21,13 @@ pub use mcp_stdio_sys::Signalled;
 
 /// The functions of an adapter crate on its runtime: `Client` (a type
 /// alias), `serve`, `run_helper` and `run_helper_with_approval`, each the
-/// driver's, with the runtime filled in. `$where` says, for the docs, where
-/// the drivers and the helper's owner run.
+/// driver's, with the runtime filled in; and `serve_io` over the runtime's
+/// own reader and writer traits (`$read`, `$write`), wrapped as the loop's
+/// `Source` and `Sink` by `$io`. `$where` says, for the docs, where the
+/// drivers and the helper's owner run.
 #[macro_export]
 macro_rules! runtime_api {
-    ($rt:ty, $where:literal) => {
+    ($rt:ty, $where:literal, io: $io:path, $read:path, $write:path) => {
         /// A spawned MCP server and its session (see
         /// [`mcp_stdio_async::Client`]).
         #[doc = $where]
@@ -46,6 +48,23 @@ macro_rules! runtime_api {
             handler: H,
         ) -> ::std::io::Result<$crate::ServeReport> {
             $crate::serve::<$rt, H>(options, handler).await
+        }
+
+        /// [`serve`] over any reader and writer of the runtime (a pipe, a
+        /// socket, a test harness). The loop never waits for a write or a
+        /// flush alone (G1).
+        ///
+        /// # Errors
+        /// Writing or flushing `output` failed: every handler was aborted;
+        /// or there is no runtime to serve on.
+        pub async fn serve_io<R: $read + Unpin, W: $write + Unpin, H: $crate::Handler>(
+            input: R,
+            output: W,
+            options: $crate::ServeOptions,
+            handler: H,
+        ) -> ::std::io::Result<$crate::ServeReport> {
+            let rt = <$rt as $crate::Runtime>::current()?;
+            $crate::serve_io(rt, $io(input), $io(output), options, handler).await
         }
 
         /// Runs `command` as a helper: its own process group, stdin from

@@ -31,7 +31,7 @@
 //! reaped only after the core's `Finished`; its group is never signalled
 //! after that.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -583,33 +583,19 @@ impl Io {
     }
 
     fn close_stdin(&mut self) {
-        if let Some(mut s) = self.stdin.take() {
-            let _ = self.poll.registry().deregister(&mut s);
-        }
-        self.stdin_ready = false;
+        crate::os::close(&self.poll, &mut self.stdin, &mut self.stdin_ready);
     }
 
     fn close_stdout(&mut self) {
-        if let Some(mut r) = self.stdout.take() {
-            let _ = self.poll.registry().deregister(&mut r);
-        }
-        self.stdout_ready = false;
+        crate::os::close(&self.poll, &mut self.stdout, &mut self.stdout_ready);
     }
 
     fn close_stderr(&mut self) {
-        if let Some(mut r) = self.stderr.take() {
-            let _ = self.poll.registry().deregister(&mut r);
-        }
-        self.stderr_ready = false;
+        crate::os::close(&self.poll, &mut self.stderr, &mut self.stderr_ready);
     }
 
     fn close_exit_fd(&mut self) {
-        if let Some(fd) = self.exit_fd.take() {
-            let _ = self
-                .poll
-                .registry()
-                .deregister(&mut SourceFd(&fd.as_raw_fd()));
-        }
+        crate::os::close_fd(&self.poll, &mut self.exit_fd);
     }
 }
 
@@ -620,47 +606,6 @@ fn exit_fd(group: &ProcessGroup) -> Option<OwnedFd> {
         return None;
     }
     group.exit_fd()
-}
-
-/// What one read of an output pipe gave.
-enum Read1 {
-    Data(usize),
-    /// End-of-file or a read error: the stream is over.
-    End,
-    /// Nothing now (`WouldBlock`, a spurious event, or no pipe).
-    Idle,
-}
-
-fn read_once(
-    pid: u32,
-    pipe: &mut Option<pipe::Receiver>,
-    ready: &mut bool,
-    buf: &mut [u8],
-) -> Read1 {
-    let Some(r) = pipe.as_mut() else {
-        *ready = false;
-        return Read1::Idle;
-    };
-    loop {
-        return match r.read(buf) {
-            Ok(0) => Read1::End,
-            Ok(n) => Read1::Data(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                *ready = false;
-                Read1::Idle
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                log_relay::event(
-                    pid,
-                    Level::Debug,
-                    "reading a server pipe failed; treating it as EOF",
-                    Some(e.to_string()),
-                );
-                Read1::End
-            }
-        };
-    }
 }
 
 /// The I/O thread's state: the core's [`ClientDriver`], the child and the pipes.
@@ -676,7 +621,6 @@ struct Driver {
     commands_more: bool,
     commands_tx: Commands,
     shared: Arc<Shared>,
-    exited: bool,
     kill_requested: bool,
     err_buf: Vec<u8>,
 }
@@ -740,7 +684,6 @@ impl Driver {
             commands_more: false,
             commands_tx: commands.clone(),
             shared: shared.clone(),
-            exited: false,
             kill_requested: false,
             err_buf: vec![0; STDERR_READ],
         };
@@ -823,43 +766,30 @@ impl Driver {
 
     fn read_stdout(&mut self, now: Instant) {
         for _ in 0..READS_PER_TURN {
-            if !self.io.stdout_ready {
+            let room = self.core.stdout_room().zeroed();
+            let Some(r) = os::read_ready(&mut self.io.stdout, &mut self.io.stdout_ready, room)
+            else {
                 return;
-            }
-            // Straight into the framer's buffer: the read is the one copy.
-            match read_once(
-                self.pid,
-                &mut self.io.stdout,
-                &mut self.io.stdout_ready,
-                self.core.stdout_room().zeroed(),
-            ) {
-                Read1::Data(n) => self.core.handle_stdout_read(now, n),
-                Read1::End => {
-                    self.io.close_stdout();
-                    self.core.handle_stdout_eof(now);
-                }
-                Read1::Idle => return,
+            };
+            let (child, group) = (&mut self.child, &self.group);
+            let mut look = || group.observe_exit(|| child.try_wait());
+            if !self.core.handle_stdout_result(now, r, &mut look) {
+                self.io.close_stdout();
             }
         }
     }
 
     fn read_stderr(&mut self, now: Instant) {
         for _ in 0..READS_PER_TURN {
-            if !self.io.stderr_ready {
+            let buf = &mut self.err_buf;
+            let Some(r) = os::read_ready(&mut self.io.stderr, &mut self.io.stderr_ready, buf)
+            else {
                 return;
-            }
-            match read_once(
-                self.pid,
-                &mut self.io.stderr,
-                &mut self.io.stderr_ready,
-                &mut self.err_buf,
-            ) {
-                Read1::Data(n) => self.core.handle_stderr(now, &self.err_buf[..n]),
-                Read1::End => {
-                    self.io.close_stderr();
-                    self.core.handle_stderr_eof(now);
-                }
-                Read1::Idle => return,
+            };
+            let (child, group) = (&mut self.child, &self.group);
+            let mut look = || group.observe_exit(|| child.try_wait());
+            if !self.core.handle_stderr_result(now, r, buf, &mut look) {
+                self.io.close_stderr();
             }
         }
     }
@@ -867,29 +797,17 @@ impl Driver {
     /// After every wake-up: one `waitid(WNOHANG | WNOWAIT)`, which leaves
     /// the server a zombie (its group id stays ours until the reap).
     fn observe_exit(&mut self, now: Instant) {
-        if self.exited {
-            return;
+        if !self.core.exit_seen() {
+            let child = &mut self.child;
+            match self.group.observe_exit(|| child.try_wait()) {
+                Ok(None) => {}
+                Ok(Some(status)) => self.core.handle_exit_result(now, Ok(status)),
+                // No status can ever be observed: the supervisor's deadlines end the session.
+                Err(e) => self.core.handle_exit_result(now, Err(e)),
+            }
         }
-        let child = &mut self.child;
-        match self.group.observe_exit(|| child.try_wait()) {
-            Ok(Some(status)) => {
-                self.exited = true;
-                self.io.close_exit_fd();
-                self.core.handle_exited(now, status);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                // No status can ever be observed: the supervisor's deadlines
-                // end the session.
-                self.exited = true;
-                self.io.close_exit_fd();
-                log_relay::event(
-                    self.pid,
-                    Level::Warn,
-                    "waiting for the server failed",
-                    Some(e.to_string()),
-                );
-            }
+        if self.core.exit_seen() {
+            self.io.close_exit_fd();
         }
     }
 
@@ -897,34 +815,24 @@ impl Driver {
     /// next one only when it is fully written.
     fn write_stdin(&mut self) {
         loop {
-            let Some(stdin) = self.io.stdin.as_mut() else {
+            let Some(stdin) = self.io.stdin.as_mut().filter(|_| self.io.stdin_ready) else {
                 return;
             };
-            if !self.io.stdin_ready {
-                return;
-            }
             let Some(bytes) = self.core.poll_write() else {
                 return;
             };
             match stdin.write(bytes) {
-                Ok(n) if n > 0 => self.core.handle_written(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.io.stdin_ready = false;
                     return;
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // The core's rule: a failed or 0-byte write ends the writing;
+                // stdout's end and the exit follow.
                 r => {
-                    let error = r.err().unwrap_or_else(|| io::ErrorKind::WriteZero.into());
-                    log_relay::event(
-                        self.pid,
-                        Level::Debug,
-                        "writing to server stdin failed",
-                        Some(error.to_string()),
-                    );
-                    // The server closed its stdin: stdout EOF and the exit will follow.
-                    self.io.close_stdin();
-                    self.core.handle_write_failed();
-                    return;
+                    if !self.core.handle_write_result(r) {
+                        self.io.close_stdin();
+                        return;
+                    }
                 }
             }
         }
@@ -936,6 +844,7 @@ impl Driver {
             match action {
                 DriverAction::CloseStdin => self.io.close_stdin(),
                 DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
+                DriverAction::Note(note) => os::log_note(self.pid, note),
                 DriverAction::SignalGroup(sig) => {
                     let _ = self.group.signal(sig);
                 }
@@ -994,7 +903,7 @@ impl Driver {
             .core
             .poll_timeout()
             .map(|d| d.saturating_duration_since(now));
-        if !self.exited && self.io.exit_fd.is_none() {
+        if !self.core.exit_seen() && self.io.exit_fd.is_none() {
             timeout = Some(timeout.map_or(EXIT_POLL_TICK, |t| t.min(EXIT_POLL_TICK)));
         }
         timeout

@@ -43,13 +43,14 @@
 //! drop guard). It is reaped at the end, and its group is never signalled
 //! after that.
 
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, HelperRun, RecordTap};
+use mcp_stdio_core::io_result::ChildStream;
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
 use mio::unix::pipe;
@@ -292,7 +293,7 @@ fn wait_timeout(run: &HelperRun, helper: Option<&Helper>, cancel_seen: bool) -> 
     if !cancel_seen {
         cap(CANCEL_TICK);
     }
-    if helper.is_some_and(|h| !h.exited && h.io.exit_fd.is_none()) {
+    if !run.exit_seen() && helper.is_some_and(|h| h.io.exit_fd.is_none()) {
         cap(EXIT_POLL_TICK);
     }
     timeout
@@ -337,8 +338,6 @@ struct Helper {
     group: ProcessGroup,
     pid: u32,
     io: Io,
-    /// The exit was observed (or can never be).
-    exited: bool,
 }
 
 impl Helper {
@@ -389,53 +388,47 @@ impl Helper {
                 stdout_ready: true,
                 stderr_ready: true,
             },
-            exited: false,
         })
     }
 
     /// Looks for the exit after every wake-up: one non-blocking `waitid`.
     fn observe_exit(&mut self, run: &mut HelperRun) {
-        if self.exited {
-            return;
+        if !run.exit_seen() {
+            let child = &mut self.child;
+            // A failed wait: no status can ever be observed; the supervisor's
+            // deadlines end the run, with `exit_status: None`.
+            match self.group.observe_exit(|| child.try_wait()) {
+                Ok(None) => {}
+                Ok(Some(status)) => run.handle_exit_result(stamp(), Ok(status)),
+                Err(e) => run.handle_exit_result(stamp(), Err(e)),
+            }
         }
-        let child = &mut self.child;
-        match self.group.observe_exit(|| child.try_wait()) {
-            Ok(Some(status)) => {
-                self.exited = true;
-                self.io.close_exit_fd();
-                run.handle_exited(stamp(), status);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                // No status can ever be observed: the supervisor's deadlines
-                // end the run, with `exit_status: None`.
-                self.exited = true;
-                self.io.close_exit_fd();
-                tracing::warn!(pid = self.pid, error = %e, "waiting for the helper failed");
-            }
+        if run.exit_seen() {
+            self.io.close_exit_fd();
         }
     }
 
-    /// Reads both streams until `WouldBlock` (or the per-turn cap).
+    /// Reads both streams until `WouldBlock` (or the per-turn cap), by the
+    /// core's rule for what a read came to.
     fn read(&mut self, run: &mut HelperRun, buf: &mut [u8]) {
-        for _ in 0..READS_PER_TURN {
-            match read_once(&mut self.io.stdout, &mut self.io.stdout_ready, buf) {
-                Read1::Data(n) => run.handle_stdout(stamp(), &buf[..n]),
-                Read1::End => {
-                    self.io.close_stdout();
-                    run.handle_stdout_eof(stamp());
+        for stream in [ChildStream::Stdout, ChildStream::Stderr] {
+            for _ in 0..READS_PER_TURN {
+                let (pipe, ready) = match stream {
+                    ChildStream::Stdout => (&mut self.io.stdout, &mut self.io.stdout_ready),
+                    ChildStream::Stderr => (&mut self.io.stderr, &mut self.io.stderr_ready),
+                };
+                let Some(r) = os::read_ready(pipe, ready, buf) else {
+                    break;
+                };
+                let (child, group) = (&mut self.child, &self.group);
+                let mut look = || group.observe_exit(|| child.try_wait());
+                if !run.handle_read_result(stamp(), stream, r, buf, &mut look) {
+                    match stream {
+                        ChildStream::Stdout => self.io.close_stdout(),
+                        ChildStream::Stderr => self.io.close_stderr(),
+                    }
+                    break;
                 }
-                Read1::Idle => break,
-            }
-        }
-        for _ in 0..READS_PER_TURN {
-            match read_once(&mut self.io.stderr, &mut self.io.stderr_ready, buf) {
-                Read1::Data(n) => run.handle_stderr(stamp(), &buf[..n]),
-                Read1::End => {
-                    self.io.close_stderr();
-                    run.handle_stderr_eof(stamp());
-                }
-                Read1::Idle => break,
             }
         }
     }
@@ -502,59 +495,14 @@ struct Io {
 
 impl Io {
     fn close_stdout(&mut self) {
-        if let Some(mut r) = self.stdout.take() {
-            let _ = self.poll.registry().deregister(&mut r);
-        }
-        self.stdout_ready = false;
+        crate::os::close(&self.poll, &mut self.stdout, &mut self.stdout_ready);
     }
 
     fn close_stderr(&mut self) {
-        if let Some(mut r) = self.stderr.take() {
-            let _ = self.poll.registry().deregister(&mut r);
-        }
-        self.stderr_ready = false;
+        crate::os::close(&self.poll, &mut self.stderr, &mut self.stderr_ready);
     }
 
     fn close_exit_fd(&mut self) {
-        if let Some(fd) = self.exit_fd.take() {
-            let _ = self
-                .poll
-                .registry()
-                .deregister(&mut SourceFd(&fd.as_raw_fd()));
-        }
-    }
-}
-
-/// What one read of an output pipe gave.
-enum Read1 {
-    Data(usize),
-    /// End-of-file or a read error: the stream is over.
-    End,
-    /// Nothing now (`WouldBlock`, a spurious event, or no pipe).
-    Idle,
-}
-
-fn read_once(pipe: &mut Option<pipe::Receiver>, ready: &mut bool, buf: &mut [u8]) -> Read1 {
-    let Some(r) = pipe.as_mut() else {
-        *ready = false;
-        return Read1::Idle;
-    };
-    if !*ready {
-        return Read1::Idle;
-    }
-    loop {
-        return match r.read(buf) {
-            Ok(0) => Read1::End,
-            Ok(n) => Read1::Data(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                *ready = false;
-                Read1::Idle
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                tracing::debug!(error = %e, "reading a helper pipe failed; treating it as EOF");
-                Read1::End
-            }
-        };
+        crate::os::close_fd(&self.poll, &mut self.exit_fd);
     }
 }

@@ -5,3 +5,56 @@
 //! readiness event.
 
 pub(crate) use mcp_stdio_sys::{command, exit_status};
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use mio::unix::SourceFd;
+
+/// Takes `source` out of the poll and drops it (closing the pipe); nothing
+/// is ready on it any more.
+pub(crate) fn close<S: mio::event::Source>(
+    poll: &mio::Poll,
+    source: &mut Option<S>,
+    ready: &mut bool,
+) {
+    if let Some(mut s) = source.take() {
+        let _ = poll.registry().deregister(&mut s);
+    }
+    *ready = false;
+}
+
+/// Takes the exit's pidfd out of the poll and closes it.
+pub(crate) fn close_fd(poll: &mio::Poll, fd: &mut Option<OwnedFd>) {
+    if let Some(fd) = fd.take() {
+        let _ = poll.registry().deregister(&mut SourceFd(&fd.as_raw_fd()));
+    }
+}
+
+/// One read of a ready pipe: `None` when there is nothing to read now (no
+/// pipe, not ready, or `WouldBlock`, which clears `ready`); else what the
+/// read returned, for the machine's `handle_*_result` (the core's rule).
+pub(crate) fn read_ready(
+    pipe: &mut Option<mio::unix::pipe::Receiver>,
+    ready: &mut bool,
+    buf: &mut [u8],
+) -> Option<std::io::Result<usize>> {
+    let r = pipe.as_mut().filter(|_| *ready)?;
+    match std::io::Read::read(r, buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            *ready = false;
+            None
+        }
+        other => Some(other),
+    }
+}
+
+/// A machine's note, to the log relay (which never blocks the loop).
+pub(crate) fn log_note(pid: u32, note: mcp_stdio_core::io_result::Note) {
+    use mcp_stdio_core::io_result::NoteLevel;
+    use mcp_stdio_sys::log_relay::{event, Level};
+    let level = match note.level {
+        NoteLevel::Warn => Level::Warn,
+        _ => Level::Debug,
+    };
+    event(pid, level, note.message, note.detail);
+}

@@ -35,10 +35,12 @@ pub mod leader {
 }
 
 pub use mcp_stdio_async::surface::*;
-pub use runtime::serve_io;
 mcp_stdio_async::runtime_api!(
     runtime::Tokio,
-    "On tokio: the driver and the helper's owner are tasks of the runtime the call was made in (call inside a tokio runtime)."
+    "On tokio: the driver and the helper's owner are tasks of the runtime the call was made in (call inside a tokio runtime).",
+    io: runtime::TokioIo,
+    tokio::io::AsyncRead,
+    tokio::io::AsyncWrite
 );
 
 /// The async driver this crate runs on its runtime, documented here in full (as the core).

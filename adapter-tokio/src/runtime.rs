@@ -8,10 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_async::{
-    BoxFuture, Handler, Interest, Readiness, Runtime, ServeOptions, ServeReport, Sink, Source,
-    Timer,
-};
+use mcp_stdio_async::{BoxFuture, Interest, Readiness, Runtime, Sink, Source, Timer};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -67,14 +64,9 @@ impl Readiness for Fd {
         op: &mut dyn FnMut(BorrowedFd<'_>) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
         loop {
-            let ready = match interest {
-                Interest::Read => self.0.poll_read_ready(cx),
-                Interest::Write => self.0.poll_write_ready(cx),
-            };
-            let mut guard = match ready {
-                Poll::Ready(Ok(guard)) => guard,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
+            let mut guard = match interest {
+                Interest::Read => std::task::ready!(self.0.poll_read_ready(cx))?,
+                Interest::Write => std::task::ready!(self.0.poll_write_ready(cx))?,
             };
             // `WouldBlock` clears the readiness and waits again.
             if let Ok(r) = guard.try_io(|fd| op(fd.get_ref().as_fd())) {
@@ -119,24 +111,4 @@ impl<T: AsyncWrite + Unpin> Sink for TokioIo<T> {
     fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.0).poll_flush(cx)
     }
-}
-
-/// [`serve`](crate::serve) over any tokio reader and writer (a pipe, a socket, a test
-/// harness). The loop never waits for a write or a flush alone (G1).
-///
-/// # Errors
-/// Writing or flushing `output` failed: every handler was aborted.
-pub async fn serve_io<R, W, H>(
-    input: R,
-    output: W,
-    options: ServeOptions,
-    handler: H,
-) -> io::Result<ServeReport>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-    H: Handler,
-{
-    let rt = Tokio::current()?;
-    mcp_stdio_async::serve_io(rt, TokioIo(input), TokioIo(output), options, handler).await
 }
