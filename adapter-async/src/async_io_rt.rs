@@ -5,12 +5,12 @@
 
 use std::future::Future;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use crate::runtime::{BoxFuture, Interest, Readiness, Runtime, Timer};
+use crate::runtime::{BoxFuture, Interest, IoOp, IoPoll, Readiness, Runtime, Timer};
 
 /// async-io as a [`Runtime`]: every driver on a thread of its own, on the
 /// process's one async-io reactor; [`Runtime::spawn`] also runs each task on
@@ -58,12 +58,7 @@ pub fn spawn_thread(name: String, future: BoxFuture) -> io::Result<()> {
 }
 
 impl Readiness for async_io::Async<OwnedFd> {
-    fn poll_io(
-        &self,
-        cx: &mut Context<'_>,
-        interest: Interest,
-        op: &mut dyn FnMut(BorrowedFd<'_>) -> io::Result<usize>,
-    ) -> Poll<io::Result<usize>> {
+    fn poll_io(&self, cx: &mut Context<'_>, interest: Interest, op: IoOp<'_>) -> IoPoll {
         loop {
             match op(self.get_ref().as_fd()) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}

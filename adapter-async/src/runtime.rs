@@ -17,6 +17,12 @@ use std::time::Instant;
 /// A future the runtime runs to completion: a driver, an owner, a handler.
 pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
+/// One non-blocking system call on a ready descriptor (see [`Readiness::poll_io`]).
+pub type IoOp<'a> = &'a mut dyn FnMut(BorrowedFd<'_>) -> io::Result<usize>;
+
+/// What [`Readiness::poll_io`] gives: the call's result once it did not block.
+pub type IoPoll = Poll<io::Result<usize>>;
+
 /// What a descriptor is waited on for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Interest {
@@ -67,12 +73,7 @@ pub trait Readiness: Send + Sync + fmt::Debug + 'static {
     /// descriptor is ready for `interest`, and again after every readiness
     /// that `op` found spurious (`WouldBlock`), until it returns something
     /// else or the descriptor is not ready (`Pending`, the waker registered).
-    fn poll_io(
-        &self,
-        cx: &mut Context<'_>,
-        interest: Interest,
-        op: &mut dyn FnMut(BorrowedFd<'_>) -> io::Result<usize>,
-    ) -> Poll<io::Result<usize>>;
+    fn poll_io(&self, cx: &mut Context<'_>, interest: Interest, op: IoOp<'_>) -> IoPoll;
 }
 
 /// One re-armable timer.

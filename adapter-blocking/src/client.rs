@@ -32,7 +32,7 @@
 //! after that.
 
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
@@ -49,7 +49,6 @@ use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
 use mio::unix::pipe;
-use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
@@ -559,16 +558,7 @@ impl Io {
         registry.register(&mut stdin, STDIN, Interest::WRITABLE)?;
         registry.register(&mut stdout, STDOUT, Interest::READABLE)?;
         registry.register(&mut stderr, STDERR, Interest::READABLE)?;
-        let exit_fd = exit_fd(group).and_then(|fd| {
-            match registry.register(&mut SourceFd(&fd.as_raw_fd()), CHILD_EXIT, Interest::READABLE)
-            {
-                Ok(()) => Some(fd),
-                Err(e) => {
-                    tracing::debug!(pid, error = %e, "pidfd not pollable; polling the exit on a tick");
-                    None
-                }
-            }
-        });
+        let exit_fd = os::register_exit_fd(registry, exit_fd(group), CHILD_EXIT, pid);
         Ok(Self {
             poll,
             waker,

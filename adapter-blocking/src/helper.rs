@@ -44,7 +44,7 @@
 //! after that.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::process::{Child, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -54,7 +54,6 @@ use mcp_stdio_core::io_result::ChildStream;
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
 use mio::unix::pipe;
-use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::os;
@@ -228,8 +227,8 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
                             pid = h.pid,
                             "helper pipes still open past the drain deadline; abandoning readers"
                         );
-                        h.io.close_stdout();
-                        h.io.close_stderr();
+                        h.io.close(ChildStream::Stdout);
+                        h.io.close(ChildStream::Stderr);
                     }
                 }
                 HelperAction::Finished(outcome) => {
@@ -366,16 +365,7 @@ impl Helper {
         };
         let pid = child.id();
         let group = ProcessGroup::new(pid);
-        let exit_fd = group.exit_fd().and_then(|fd| {
-            match registry.register(&mut SourceFd(&fd.as_raw_fd()), CHILD_EXIT, Interest::READABLE)
-            {
-                Ok(()) => Some(fd),
-                Err(e) => {
-                    tracing::debug!(pid, error = %e, "pidfd not pollable; polling the exit on a tick");
-                    None
-                }
-            }
-        });
+        let exit_fd = os::register_exit_fd(registry, group.exit_fd(), CHILD_EXIT, pid);
         Ok(Self {
             child,
             group,
@@ -413,20 +403,14 @@ impl Helper {
     fn read(&mut self, run: &mut HelperRun, buf: &mut [u8]) {
         for stream in [ChildStream::Stdout, ChildStream::Stderr] {
             for _ in 0..READS_PER_TURN {
-                let (pipe, ready) = match stream {
-                    ChildStream::Stdout => (&mut self.io.stdout, &mut self.io.stdout_ready),
-                    ChildStream::Stderr => (&mut self.io.stderr, &mut self.io.stderr_ready),
-                };
+                let (pipe, ready) = self.io.pipe(stream);
                 let Some(r) = os::read_ready(pipe, ready, buf) else {
                     break;
                 };
                 let (child, group) = (&mut self.child, &self.group);
                 let mut look = || group.observe_exit(|| child.try_wait());
                 if !run.handle_read_result(stamp(), stream, r, buf, &mut look) {
-                    match stream {
-                        ChildStream::Stdout => self.io.close_stdout(),
-                        ChildStream::Stderr => self.io.close_stderr(),
-                    }
+                    self.io.close(stream);
                     break;
                 }
             }
@@ -494,12 +478,21 @@ struct Io {
 }
 
 impl Io {
-    fn close_stdout(&mut self) {
-        crate::os::close(&self.poll, &mut self.stdout, &mut self.stdout_ready);
+    /// The pipe of `stream`, with its readiness.
+    fn pipe(&mut self, stream: ChildStream) -> (&mut Option<pipe::Receiver>, &mut bool) {
+        match stream {
+            ChildStream::Stdout => (&mut self.stdout, &mut self.stdout_ready),
+            ChildStream::Stderr => (&mut self.stderr, &mut self.stderr_ready),
+        }
     }
 
-    fn close_stderr(&mut self) {
-        crate::os::close(&self.poll, &mut self.stderr, &mut self.stderr_ready);
+    fn close(&mut self, stream: ChildStream) {
+        let poll = &self.poll;
+        let (pipe, ready) = match stream {
+            ChildStream::Stdout => (&mut self.stdout, &mut self.stdout_ready),
+            ChildStream::Stderr => (&mut self.stderr, &mut self.stderr_ready),
+        };
+        crate::os::close(poll, pipe, ready);
     }
 
     fn close_exit_fd(&mut self) {

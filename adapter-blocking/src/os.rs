@@ -58,3 +58,26 @@ pub(crate) fn log_note(pid: u32, note: mcp_stdio_core::io_result::Note) {
     };
     event(pid, level, note.message, note.detail);
 }
+
+/// The leader's pidfd (Linux), registered readable under `token`: the exit
+/// becomes a readiness event; `None` where there is none or it cannot be
+/// polled (the loop then looks for the exit on a tick).
+pub(crate) fn register_exit_fd(
+    registry: &mio::Registry,
+    fd: Option<OwnedFd>,
+    token: mio::Token,
+    pid: u32,
+) -> Option<OwnedFd> {
+    let fd = fd?;
+    match registry.register(
+        &mut SourceFd(&fd.as_raw_fd()),
+        token,
+        mio::Interest::READABLE,
+    ) {
+        Ok(()) => Some(fd),
+        Err(e) => {
+            tracing::debug!(pid, error = %e, "pidfd not pollable; polling the exit on a tick");
+            None
+        }
+    }
+}

@@ -3,12 +3,12 @@
 
 use std::future::Future;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_async::{BoxFuture, Interest, Readiness, Runtime, Sink, Source, Timer};
+use mcp_stdio_async::{BoxFuture, Interest, IoOp, IoPoll, Readiness, Runtime, Sink, Source, Timer};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -57,12 +57,7 @@ impl Runtime for Tokio {
 pub struct Fd(AsyncFd<OwnedFd>);
 
 impl Readiness for Fd {
-    fn poll_io(
-        &self,
-        cx: &mut Context<'_>,
-        interest: Interest,
-        op: &mut dyn FnMut(BorrowedFd<'_>) -> io::Result<usize>,
-    ) -> Poll<io::Result<usize>> {
+    fn poll_io(&self, cx: &mut Context<'_>, interest: Interest, op: IoOp<'_>) -> IoPoll {
         loop {
             let mut guard = match interest {
                 Interest::Read => std::task::ready!(self.0.poll_read_ready(cx))?,

@@ -18,37 +18,39 @@ const SUITE: &str = "mcp-stdio check";
 /// XML 1.0 forbids (most C0 controls) become U+FFFD, so a server's odd
 /// output cannot make the document unreadable.
 pub(crate) fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\t' | '\n' | '\r' => out.push(c),
-            c if u32::from(c) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => {
-                out.push('\u{FFFD}');
-            }
-            c => out.push(c),
-        }
-    }
-    out
+    rewrite(s, |c| match c {
+        '&' => Some("&amp;"),
+        '<' => Some("&lt;"),
+        '>' => Some("&gt;"),
+        '"' => Some("&quot;"),
+        '\'' => Some("&apos;"),
+        '\t' | '\n' | '\r' => None,
+        c if u32::from(c) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => Some("\u{FFFD}"),
+        _ => None,
+    })
 }
 
 /// `s` made safe for one cell of a Markdown table: no line breaks, no column
 /// separators, no HTML.
 fn md_cell(s: &str) -> String {
+    rewrite(s, |c| match c {
+        '|' => Some("\\|"),
+        '&' => Some("&amp;"),
+        '<' => Some("&lt;"),
+        '>' => Some("&gt;"),
+        '\n' | '\r' | '\t' => Some(" "),
+        c if c.is_control() => Some("\u{FFFD}"),
+        _ => None,
+    })
+}
+
+/// `s` with every character `map` names replaced by its text.
+fn rewrite(s: &str, map: impl Fn(char) -> Option<&'static str>) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        match c {
-            '|' => out.push_str("\\|"),
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\n' | '\r' | '\t' => out.push(' '),
-            c if c.is_control() => out.push('\u{FFFD}'),
-            c => out.push(c),
+        match map(c) {
+            Some(text) => out.push_str(text),
+            None => out.push(c),
         }
     }
     out
@@ -73,20 +75,16 @@ impl Report {
         let s = &self.summary;
         let total = secs(std::time::Duration::from_millis(self.elapsed_ms));
         let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-        let _ = writeln!(
-            out,
-            "<testsuites name=\"{SUITE}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"{}\" time=\"{total}\">",
-            self.rows.len(),
-            s.fail,
-            s.skip
-        );
-        let _ = writeln!(
-            out,
-            "  <testsuite name=\"{SUITE}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"{}\" time=\"{total}\">",
-            self.rows.len(),
-            s.fail,
-            s.skip
-        );
+        // The one suite and its wrapper carry the same counts.
+        for (indent, tag) in [("", "testsuites"), ("  ", "testsuite")] {
+            let _ = writeln!(
+                out,
+                "{indent}<{tag} name=\"{SUITE}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"{}\" time=\"{total}\">",
+                self.rows.len(),
+                s.fail,
+                s.skip
+            );
+        }
         let _ = writeln!(out, "    <properties>");
         let _ = writeln!(
             out,
