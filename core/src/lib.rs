@@ -22,18 +22,32 @@
 //!
 //! ## The run loop
 //!
-//! Every state machine here has the same shape (after quinn-proto and str0m):
+//! Every state machine here has the same shape (after quinn-proto and str0m),
+//! and every loop that drives one — the async driver of `mcp-stdio-async`,
+//! the blocking adapter's loops, the guard — follows one rule, a turn at a time:
 //!
-//! 1. feed it an input: `handle_*(now, …)` for bytes, end-of-stream and
-//!    timeouts, or a command from the application (`request`, `cancel`,
-//!    `respond`, …);
-//! 2. then **poll until nothing is left**: `poll_transmit()` for bytes to
-//!    write, `poll_event()` for things the application must see, and finally
-//!    `poll_timeout()` for the next instant at which `handle_timeout` must be
-//!    called.
+//! 1. **drain the outputs**: `poll_action()` until `None` (and, where a
+//!    machine has them, `poll_transmit()` / `poll_write()` for bytes to
+//!    write and `poll_event()` / `poll_incoming()` for what the application
+//!    must see); the machine decides their order;
+//! 2. **read the clock once**;
+//! 3. **feed what is ready**, in a fixed order: cancels, the child's exit,
+//!    the pipes, the application's commands, the timer. A read or write goes
+//!    in as it came — `handle_*_result(now, io::Result, …)` — and the machine
+//!    applies [`io_result`]'s one rule (a 0-byte read or a read error is the
+//!    end, a 0-byte write is a failure, `EINTR` is nothing) and takes a
+//!    child's exit before the end of stream it caused, through the loop's
+//!    non-reaping look at the exit ([`driver::LookForExit`]). Other inputs
+//!    are `handle_*(now, …)` and the application's commands (`request`,
+//!    `cancel`, `respond`, …); a `handle_timeout(now)` before the deadline
+//!    does nothing;
+//! 4. **sleep until `poll_timeout()`** or the next input, never on a write
+//!    alone: a write is one of the inputs, made as far as the pipe takes it.
 //!
 //! Skipping a poll never loses data, but it leaves output queued and counted
-//! against the queue's limit.
+//! against the queue's limit. Notes a machine wants logged come out as an
+//! action (`DriverAction::Note`, `ServeAction::Note`) for the loop to hand
+//! to something that cannot block it.
 //!
 //! ## Configuration
 //!
