@@ -12,7 +12,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_tests::TempPath;
+use mcp_stdio_tests::{wait_until, TempPath};
 use serde_json::{json, Value};
 
 fn fixture_server() -> PathBuf {
@@ -597,5 +597,48 @@ fn g11_the_servers_leader_stays_a_zombie_while_its_group_may_be_signalled() {
     eprintln!(
         "guard: exited {:?} after its start; escaped grandchild {gc:?} killed by pid",
         ended.duration_since(t)
+    );
+}
+
+/// A server that exits by itself while its output is still being read (a
+/// 300 KB line still in the pipe when it exits, the host's stdin open) is
+/// recorded as having exited by itself, with its own status, in every round:
+/// the session takes the exit before the end of stdout it caused, whichever
+/// the guard's loop saw first.
+#[test]
+fn g12_a_server_exiting_with_output_unread_is_recorded_as_exiting_by_itself() {
+    let t = Instant::now();
+    for round in 0..10 {
+        let metrics = tmp(&format!("exit-unread-{round}.json"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-stdio"))
+            .arg("guard")
+            .arg("--metrics")
+            .arg(&metrics)
+            .args(["--", "sh", "-c"])
+            .arg("head -c 300000 /dev/zero | tr '\\0' x; echo; exit 4")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the guard");
+        let _stdin = child.stdin.take(); // open: the guard starts no shutdown of its own
+        let exited = wait_until(Duration::from_secs(10), Duration::from_millis(5), || {
+            child.try_wait().expect("try_wait").is_some()
+        });
+        let _ = child.kill();
+        let status = child.wait().expect("wait");
+        assert!(exited.is_some(), "round {round}: the guard did not exit");
+        assert_eq!(status.code(), Some(4), "round {round}");
+        let m: Value = serde_json::from_slice(&std::fs::read(&metrics).expect("metrics"))
+            .expect("metrics JSON");
+        assert_eq!(
+            m["process"]["ended_by"], "exited_by_itself",
+            "round {round}: {m}"
+        );
+        assert_eq!(m["process"]["exit_status"]["code"], 4, "round {round}: {m}");
+    }
+    eprintln!(
+        "guard: 10 servers exiting with output unread, each recorded as exiting by itself, in {:?}",
+        t.elapsed()
     );
 }

@@ -65,7 +65,9 @@ use serde::Serialize;
 
 use crate::call::{CallRecord, Stamp};
 use crate::capture::{CaptureConfig, CaptureSummary, OutputCapture, SharedRetentionPool};
+use crate::driver::LookForExit;
 use crate::frame::ReadRoom;
+use crate::io_result::{ChildStream, ReadResult, WriteResult};
 use crate::process::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
     SupervisorConfig,
@@ -236,6 +238,8 @@ pub struct GuardSession {
     stdin_drain_deadline: Option<Instant>,
     latest: Option<Stamp>,
     finished: Option<ProcessOutcome>,
+    /// Waiting for the server's exit failed: no status will ever be observed.
+    exit_wait_failed: bool,
 }
 
 impl GuardSession {
@@ -258,6 +262,7 @@ impl GuardSession {
             stdin_drain_deadline: None,
             latest: None,
             finished: None,
+            exit_wait_failed: false,
             config,
         }
     }
@@ -411,6 +416,106 @@ impl GuardSession {
     pub fn handle_exited(&mut self, at: Stamp, status: ExitStatus) {
         self.see(at);
         self.supervisor.handle_exited(at.instant, status);
+    }
+
+    /// Whether the server's exit was fed (or waiting for it failed for good):
+    /// the loop stops waiting for it.
+    pub fn exit_seen(&self) -> bool {
+        self.exit_wait_failed || self.supervisor.exit_status().is_some()
+    }
+
+    /// The wait for the server's exit returned `r`; a failed wait means no
+    /// status can ever be observed (the supervisor's deadlines end the session).
+    pub fn handle_exit_result(&mut self, at: Stamp, r: std::io::Result<ExitStatus>) {
+        match r {
+            Ok(status) => self.handle_exited(at, status),
+            Err(e) => {
+                self.exit_wait_failed = true;
+                tracing::warn!(error = %e, "waiting for the server failed");
+            }
+        }
+    }
+
+    /// A read of the server's `stream` returned `r` (the rule:
+    /// [`ReadResult`]): stdout's bytes are in
+    /// [`server_stdout_room`](Self::server_stdout_room), stderr's in `buf`.
+    /// At the end of the stream, `look` is asked whether the server has
+    /// exited, and an exit it reports is taken first, whatever order the loop
+    /// saw them in. Returns whether the stream is still open.
+    pub fn handle_server_read_result(
+        &mut self,
+        at: Stamp,
+        stream: ChildStream,
+        r: std::io::Result<usize>,
+        buf: &[u8],
+        look: LookForExit<'_>,
+    ) -> bool {
+        match (ReadResult::from(r), stream) {
+            (ReadResult::Bytes(n), ChildStream::Stdout) => self.handle_server_read(at, n),
+            (ReadResult::Bytes(n), ChildStream::Stderr) => {
+                self.handle_server_stderr(at, &buf[..n.min(buf.len())]);
+            }
+            (ReadResult::Again, _) => {}
+            (ReadResult::End(error), _) => {
+                if let Some(e) = error {
+                    tracing::debug!(error = %e, ?stream, "reading the server failed; taken as its end");
+                }
+                if !self.exit_seen() {
+                    match look() {
+                        Ok(Some(status)) => self.handle_exited(at, status),
+                        Ok(None) => {}
+                        Err(e) => self.handle_exit_result(at, Err(e)),
+                    }
+                }
+                match stream {
+                    ChildStream::Stdout => self.handle_server_stdout_eof(at),
+                    ChildStream::Stderr => self.handle_server_stderr_eof(at),
+                }
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A write to the server's stdin returned `r` (the rule: [`WriteResult`]):
+    /// the bytes written (0 for an interrupted write), or `None` once the
+    /// write failed (a 0-byte write included) and what waits for the server
+    /// was dropped: close the pipe.
+    pub fn handle_server_write_result(&mut self, r: std::io::Result<usize>) -> Option<usize> {
+        match WriteResult::from(r) {
+            WriteResult::Bytes(n) => {
+                self.handle_server_written(n);
+                Some(n)
+            }
+            WriteResult::Again => Some(0),
+            WriteResult::Failed(e) => {
+                tracing::debug!(error = %e, "server stdin closed");
+                self.handle_server_stdin_error();
+                None
+            }
+        }
+    }
+
+    /// A read of the host's input into `buf` returned `r`: bytes, or (end or
+    /// error) the host's end. Returns whether the input is still open.
+    pub fn handle_host_read_result(
+        &mut self,
+        at: Stamp,
+        r: std::io::Result<usize>,
+        buf: &[u8],
+    ) -> bool {
+        match ReadResult::from(r) {
+            ReadResult::Bytes(n) => self.handle_host(at, &buf[..n.min(buf.len())]),
+            ReadResult::Again => {}
+            ReadResult::End(error) => {
+                if let Some(e) = error {
+                    tracing::debug!(error = %e, "reading stdin failed");
+                }
+                self.handle_host_eof(at);
+                return false;
+            }
+        }
+        true
     }
 
     /// SIGTERM, SIGINT or SIGHUP reached the guard: stop the server the same

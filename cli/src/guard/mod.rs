@@ -21,6 +21,7 @@ use std::time::Instant;
 use mcp_stdio_core::call::Stamp;
 use mcp_stdio_core::frame::ReadRoom;
 use mcp_stdio_core::guard::{GuardAction, GuardConfig, GuardReport, GuardSession};
+use mcp_stdio_core::io_result::ChildStream;
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_tokio::driver::Runtime;
 use mcp_stdio_tokio::leader::Leader;
@@ -293,7 +294,6 @@ async fn drive(
     let mut host_out = Some(HostOutput::open());
     let mut to_server = Outbox::default();
     let mut to_host = Outbox::default();
-    let mut exited = false;
     let mut host_buf = vec![0u8; 64 * 1024];
     let mut err_buf = vec![0u8; 16 * 1024];
     let mut terminate = terminate_signal();
@@ -403,56 +403,52 @@ async fn drive(
             r = write_host_opt(&mut host_out, host_front), if host_front.is_some() => Wake::WroteHost(r),
             r = opt_future(host_progress) => Wake::HostProgress(r),
             // Seen without reaping: the zombie keeps the group id ours.
-            s = leader.exited(), if !exited => Wake::Exited(s),
+            s = leader.exited(), if !session.exit_seen() => Wake::Exited(s),
             () = sleep_opt(deadline) => Wake::Timer,
             () = terminate.recv() => Wake::Terminate,
         };
         let at = stamp(Instant::now());
+        // The session's rule for what a read or a write came to, and its
+        // non-reaping look at the exit at the end of a server stream.
+        let mut look = || leader.try_exited();
         match wake {
-            Wake::Host(Ok(n)) if n > 0 => session.handle_host(at, &host_buf[..n]),
             Wake::Host(r) => {
-                if let Err(e) = r {
-                    tracing::debug!(error = %e, "reading stdin failed");
+                if !session.handle_host_read_result(at, r, &host_buf) {
+                    host_in = None;
                 }
-                host_in = None;
-                session.handle_host_eof(at);
             }
-            Wake::ServerOut(Ok(n)) if n > 0 => {
-                session.handle_server_read(at, n);
-                drain_server_stdout(&mut server_out, session, at);
+            Wake::ServerOut(r) => {
+                if session.handle_server_read_result(at, ChildStream::Stdout, r, &[], &mut look) {
+                    drain_server_stdout(&mut server_out, session, at, &mut look);
+                } else {
+                    server_out = None;
+                }
             }
-            Wake::ServerOut(_) => {
-                server_out = None;
-                session.handle_server_stdout_eof(at);
+            Wake::ServerErr(r) => {
+                if !session.handle_server_read_result(
+                    at,
+                    ChildStream::Stderr,
+                    r,
+                    &err_buf,
+                    &mut look,
+                ) {
+                    server_err = None;
+                }
             }
-            Wake::ServerErr(Ok(n)) if n > 0 => session.handle_server_stderr(at, &err_buf[..n]),
-            Wake::ServerErr(_) => {
-                server_err = None;
-                session.handle_server_stderr_eof(at);
-            }
-            Wake::WroteServer(Ok(n)) => {
-                to_server.advance(n);
-                session.handle_server_written(n);
-            }
-            Wake::WroteServer(Err(e)) => {
-                tracing::debug!(error = %e, "server stdin closed");
-                server_in = None;
-                to_server.clear();
-                session.handle_server_stdin_error();
-            }
+            Wake::WroteServer(r) => match session.handle_server_write_result(r) {
+                Some(n) => to_server.advance(n),
+                None => {
+                    server_in = None;
+                    to_server.clear();
+                }
+            },
             Wake::WroteHost(Ok(n)) => to_host.advance(n),
             Wake::WroteHost(Err(e)) | Wake::HostProgress(Err(e)) => {
                 tracing::debug!(error = %e, "writing stdout failed");
                 session.handle_host_write_error(at);
             }
             Wake::HostProgress(Ok(())) | Wake::AuditProgress => {}
-            Wake::Exited(s) => {
-                exited = true;
-                match s {
-                    Ok(s) => session.handle_exited(at, s),
-                    Err(e) => tracing::warn!(error = %e, "waiting for the server failed"),
-                }
-            }
+            Wake::Exited(s) => session.handle_exit_result(at, s),
             Wake::Timer => session.handle_timeout(at),
             Wake::Terminate => session.handle_terminate(at),
         }
@@ -543,6 +539,7 @@ fn drain_server_stdout(
     server_out: &mut Option<tokio::process::ChildStdout>,
     session: &mut GuardSession,
     at: Stamp,
+    look: mcp_stdio_core::driver::LookForExit<'_>,
 ) {
     let waker = mcp_stdio_sys::poll_once::noop_waker();
     let mut cx = std::task::Context::from_waker(&waker);
@@ -557,11 +554,11 @@ fn drain_server_stdout(
             std::future::Future::poll(std::pin::pin!(read), &mut cx)
         };
         match polled {
-            std::task::Poll::Ready(Ok(n)) if n > 0 => session.handle_server_read(at, n),
-            std::task::Poll::Ready(_) => {
-                *server_out = None;
-                session.handle_server_stdout_eof(at);
-                return;
+            std::task::Poll::Ready(r) => {
+                if !session.handle_server_read_result(at, ChildStream::Stdout, r, &[], look) {
+                    *server_out = None;
+                    return;
+                }
             }
             // The next `select` waits for it with the task's own waker.
             std::task::Poll::Pending => return,
