@@ -39,7 +39,7 @@ use mcp_stdio_core::{CommandSpec, ExitStatus};
 
 /// A `std` command for `spec`: argv, environment and working directory, in a
 /// process group of its own (so a group signal reaches its grandchildren).
-/// No shell is ever involved. tokio and async-process convert it with `From`,
+/// No shell is ever involved. tokio and async-process can convert it with `From`,
 /// keeping every setting.
 pub fn command(spec: &CommandSpec) -> std::process::Command {
     let mut cmd = std::process::Command::new(spec.get_program());
