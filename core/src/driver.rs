@@ -373,6 +373,19 @@ pub enum DriverAction {
 /// it caused, whatever order the loop saw them in. `Ok(None)`: still running.
 pub type LookForExit<'a> = &'a mut dyn FnMut() -> std::io::Result<Option<ExitStatus>>;
 
+/// At the end of a child's stream: what `look` found for the machine to take
+/// first (its `handle_exit_result`), unless the exit was seen already. `None`:
+/// seen already, or the child still runs.
+pub(crate) fn exit_before_end(
+    exit_seen: bool,
+    look: LookForExit<'_>,
+) -> Option<std::io::Result<ExitStatus>> {
+    if exit_seen {
+        return None;
+    }
+    look().transpose()
+}
+
 /// The client driver of one spawned server (sans-IO). See the module docs
 /// for the loop every adapter runs around it.
 ///
@@ -630,12 +643,8 @@ impl<C: ReplyChannel> ClientDriver<C> {
             self.notes
                 .push(Note::new(NoteLevel::Debug, message, Some(e.to_string())));
         }
-        if !self.exit_seen {
-            match look() {
-                Ok(Some(status)) => self.handle_exited(now, status),
-                Ok(None) => {}
-                Err(e) => self.handle_exit_result(now, Err(e)),
-            }
+        if let Some(r) = exit_before_end(self.exit_seen, look) {
+            self.handle_exit_result(now, r);
         }
         match stream {
             ChildStream::Stdout => self.host.handle_stdout_eof(now),

@@ -65,7 +65,7 @@ use serde::Serialize;
 
 use crate::call::{CallRecord, Stamp};
 use crate::capture::{CaptureConfig, CaptureSummary, OutputCapture, SharedRetentionPool};
-use crate::driver::LookForExit;
+use crate::driver::{exit_before_end, LookForExit};
 use crate::frame::ReadRoom;
 use crate::io_result::{ChildStream, ReadResult, WriteResult};
 use crate::process::{
@@ -460,12 +460,8 @@ impl GuardSession {
                 if let Some(e) = error {
                     tracing::debug!(error = %e, ?stream, "reading the server failed; taken as its end");
                 }
-                if !self.exit_seen() {
-                    match look() {
-                        Ok(Some(status)) => self.handle_exited(at, status),
-                        Ok(None) => {}
-                        Err(e) => self.handle_exit_result(at, Err(e)),
-                    }
+                if let Some(r) = exit_before_end(self.exit_seen(), look) {
+                    self.handle_exit_result(at, r);
                 }
                 match stream {
                     ChildStream::Stdout => self.handle_server_stdout_eof(at),

@@ -123,7 +123,7 @@ use crate::capture::{
     CaptureConfig, CaptureSummary, DebugMark, Grant, OutputCapture, SharedRetentionPool,
     DEFAULT_EXCERPT,
 };
-use crate::driver::LookForExit;
+use crate::driver::{exit_before_end, LookForExit};
 use crate::io_result::{ChildStream, ReadResult};
 use crate::process::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
@@ -923,7 +923,9 @@ impl HelperRun {
             }
             (ReadResult::Again, _) => {}
             (ReadResult::End(_), _) => {
-                self.look_for_exit(at, look);
+                if let Some(r) = exit_before_end(self.exit_seen(), look) {
+                    self.handle_exit_result(at, r);
+                }
                 match stream {
                     ChildStream::Stdout => self.handle_stdout_eof(at),
                     ChildStream::Stderr => self.handle_stderr_eof(at),
@@ -942,17 +944,6 @@ impl HelperRun {
             Err(e) => {
                 self.exit_wait_failed = true;
                 tracing::warn!(error = %e, "waiting for the helper failed");
-            }
-        }
-    }
-
-    fn look_for_exit(&mut self, at: Stamp, look: LookForExit<'_>) {
-        if !self.exit_seen() {
-            let r = look();
-            match r {
-                Ok(Some(status)) => self.handle_exited(at, status),
-                Ok(None) => {}
-                Err(e) => self.handle_exit_result(at, Err(e)),
             }
         }
     }
