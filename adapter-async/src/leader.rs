@@ -39,6 +39,9 @@ pub struct Leader<R: Runtime> {
     group: ProcessGroup,
     /// `None` once the exit was seen.
     wait: Option<ExitWait<R>>,
+    /// The first [`poll_exited`](Leader::poll_exited) looked once, whatever
+    /// the readiness said; later ones look only when woken.
+    looked: bool,
 }
 
 impl<R: Runtime> Leader<R> {
@@ -61,6 +64,7 @@ impl<R: Runtime> Leader<R> {
             child: Some(child),
             group,
             wait: Some(wait),
+            looked: false,
         }
     }
 
@@ -100,10 +104,16 @@ impl<R: Runtime> Leader<R> {
     /// was seen; `Pending` with the waker registered (the pidfd's
     /// readiness, or the next tick) before.
     pub fn poll_exited(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<ExitStatus>> {
-        loop {
+        // One look at once (an exit before the pidfd was registered), and
+        // whenever the exit was seen already; otherwise a `waitid` only on a
+        // readiness or a tick, not on every turn of the loop that polls this.
+        if !self.looked || self.wait.is_none() {
+            self.looked = true;
             if let Some(status) = self.try_exited()? {
                 return Poll::Ready(Ok(status));
             }
+        }
+        loop {
             match self.wait.as_mut() {
                 Some(ExitWait::Fd(fd)) => {
                     let Self { child, group, .. } = self;
@@ -133,11 +143,14 @@ impl<R: Runtime> Leader<R> {
                         return Poll::Ready(Ok(status));
                     }
                 }
-                Some(ExitWait::Tick(tick)) => match tick.poll_fired(cx) {
-                    Poll::Ready(()) => tick.set(Instant::now() + EXIT_POLL_TICK),
-                    Poll::Pending => return Poll::Pending,
-                },
-                // Seen already: `try_exited` above answered.
+                Some(ExitWait::Tick(tick)) => {
+                    std::task::ready!(tick.poll_fired(cx));
+                    tick.set(Instant::now() + EXIT_POLL_TICK);
+                    if let Some(status) = self.try_exited()? {
+                        return Poll::Ready(Ok(status));
+                    }
+                }
+                // The wait failed for good: no status will come.
                 None => return Poll::Pending,
             }
         }
