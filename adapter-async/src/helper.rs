@@ -30,12 +30,15 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use async_channel::{Receiver, Sender};
 use futures_lite::future::race;
 use futures_lite::{FutureExt, Stream};
 pub use mcp_stdio_core::helper::ApprovalRequest;
-use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, HelperRun, RecordTap};
+use mcp_stdio_core::helper::{
+    HelperAction, HelperInput, HelperOptions, HelperOutcome, HelperOutput, HelperRun, RecordTap,
+};
 use mcp_stdio_core::io_result::ChildStream;
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_sys::stamp;
@@ -197,16 +200,16 @@ pub async fn run_helper_with_approval<R: Runtime, A: Approver>(
 fn unstarted(options: &HelperOptions) -> HelperOutcome {
     let mut run = options.start(stamp());
     let mut tap = RecordTap::default();
-    run.cancel(stamp());
+    run.handle_input(stamp(), HelperInput::Cancel);
     loop {
-        match run.poll_action() {
-            Some(HelperAction::Finished(outcome)) => {
+        match run.poll_output() {
+            HelperOutput::Action(HelperAction::Finished(outcome)) => {
                 options.release(&mut run);
                 tap.finish(&outcome.record, options.get_records());
                 return *outcome;
             }
-            Some(_) => {}
-            None => run.handle_timeout(stamp()),
+            HelperOutput::Action(_) => {}
+            HelperOutput::Timeout(_) => run.handle_input(stamp(), HelperInput::Timeout),
         }
     }
 }
@@ -251,6 +254,10 @@ struct Owner<R: Runtime> {
     gone: Pin<Box<WaitForCancellationFutureOwned>>,
     cancel_seen: bool,
     timer: DeadlineTimer<R>,
+    /// The run's next deadline, from its last drained output.
+    deadline: Option<Instant>,
+    /// The outcome, once `Finished` was drained.
+    outcome: Option<HelperOutcome>,
     /// Counted while alive, so that `serve` waits for this run at its end.
     _ticket: mcp_stdio_sys::helper_owners::OwnerTicket,
 }
@@ -269,7 +276,7 @@ impl<R: Runtime> Owner<R> {
         let cancel_seen = cancel.is_cancelled();
         if cancel_seen {
             // Cancelled before the run began: it ends without a spawn (G7).
-            run.cancel(stamp());
+            run.handle_input(stamp(), HelperInput::Cancel);
         }
         Self {
             timer: DeadlineTimer::new(&rt),
@@ -288,21 +295,35 @@ impl<R: Runtime> Owner<R> {
             cancelled: Box::pin(cancel.cancelled_owned()),
             gone: Box::pin(caller_gone.cancelled_owned()),
             cancel_seen,
+            deadline: None,
+            outcome: None,
             _ticket,
         }
     }
 
     fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<HelperOutcome> {
         for _ in 0..TURNS_PER_POLL {
-            if let Some(outcome) = self.pump() {
+            self.pump();
+            if let Some(outcome) = self.outcome.take() {
                 return Poll::Ready(outcome);
             }
-            let mut busy = self.poll_cancel(cx);
-            busy |= self.poll_exit(cx);
-            busy |= self.poll_stream(cx, ChildStream::Stdout);
-            busy |= self.poll_stream(cx, ChildStream::Stderr);
-            busy |= self.poll_answer(cx);
-            busy |= self.poll_timer(cx);
+            // The inputs in a fixed order, the exit before the pipes; each
+            // input's outputs are drained before the next input.
+            let mut busy = false;
+            for step in [
+                Self::poll_cancel,
+                Self::poll_exit,
+                Self::poll_stdout,
+                Self::poll_stderr,
+                Self::poll_answer,
+                Self::poll_timer,
+            ] {
+                busy |= step(self, cx);
+                self.pump();
+                if self.outcome.is_some() {
+                    break;
+                }
+            }
             if !busy {
                 return Poll::Pending;
             }
@@ -319,7 +340,7 @@ impl<R: Runtime> Owner<R> {
             self.cancelled.as_mut().poll(cx).is_ready() || self.gone.as_mut().poll(cx).is_ready();
         if fired {
             self.cancel_seen = true;
-            self.run.cancel(stamp());
+            self.run.handle_input(stamp(), HelperInput::Cancel);
         }
         fired
     }
@@ -331,11 +352,19 @@ impl<R: Runtime> Owner<R> {
         match helper.poll_exited(cx) {
             // Seen without reaping: the zombie keeps the group id ours.
             Poll::Ready(r) => {
-                self.run.handle_exit_result(stamp(), r);
+                self.run.handle_input(stamp(), HelperInput::Exited(r));
                 true
             }
             Poll::Pending => false,
         }
+    }
+
+    fn poll_stdout(&mut self, cx: &mut Context<'_>) -> bool {
+        self.poll_stream(cx, ChildStream::Stdout)
+    }
+
+    fn poll_stderr(&mut self, cx: &mut Context<'_>) -> bool {
+        self.poll_stream(cx, ChildStream::Stderr)
     }
 
     /// Reads `stream` while it has bytes (or its end) ready.
@@ -355,12 +384,15 @@ impl<R: Runtime> Owner<R> {
             busy = true;
             let helper = &mut self.helper;
             let mut look = || helper.as_mut().map_or(Ok(None), Leader::try_exited);
-            if !self
-                .run
-                .handle_read_result(stamp(), stream, r, buf, &mut look)
-            {
-                *pipe = None;
-            }
+            let read = HelperInput::Read {
+                stream,
+                result: r,
+                buf,
+                look: &mut look,
+            };
+            self.run.handle_input(stamp(), read);
+            // After every input, its outputs: a `CloseReader` drops the pipe.
+            self.pump();
         }
         busy
     }
@@ -373,40 +405,44 @@ impl<R: Runtime> Owner<R> {
             return false;
         };
         self.approval = None;
-        let at = stamp();
         // No answer: the caller went away while the card was up.
-        let r = match approved {
-            Some(true) => self.run.approve(at),
-            Some(false) => self.run.deny(at),
+        let input = match approved {
+            Some(approved) => HelperInput::Approval(approved),
             None => {
                 self.cancel_seen = true;
-                self.run.cancel(at);
-                Ok(())
+                HelperInput::Cancel
             }
         };
-        if let Err(e) = r {
-            tracing::debug!(error = %e, "approval answer not applied");
-        }
+        self.run.handle_input(stamp(), input);
         true
     }
 
     fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
-        match self.timer.poll(cx, self.run.poll_timeout()) {
+        match self.timer.poll(cx, self.deadline) {
             Poll::Ready(now) => {
-                self.run.handle_timeout(mcp_stdio_sys::stamp_at(now));
+                let at = mcp_stdio_sys::stamp_at(now);
+                self.run.handle_input(at, HelperInput::Timeout);
                 true
             }
             Poll::Pending => false,
         }
     }
 
-    /// Drains the run's actions; the outcome once it is over.
-    fn pump(&mut self) -> Option<HelperOutcome> {
+    /// Drains the run's outputs after an input, in its order; keeps the
+    /// outcome once it is over, and the next deadline.
+    fn pump(&mut self) {
         let sink = self.options.get_records();
-        while let Some(action) = self.run.poll_action() {
+        while self.outcome.is_none() {
             // The record of each new state goes out before the action it
             // leads to: `authorized` before the spawn (G12).
             self.tap.observe(&self.run, sink);
+            let action = match self.run.poll_output() {
+                HelperOutput::Action(action) => action,
+                HelperOutput::Timeout(deadline) => {
+                    self.deadline = deadline;
+                    break;
+                }
+            };
             match action {
                 HelperAction::RequestApproval { deadline } => {
                     let (answer, answered) = async_channel::bounded(1);
@@ -418,14 +454,17 @@ impl<R: Runtime> Owner<R> {
                 }
                 HelperAction::Spawn => {
                     self.approval = None;
-                    let spawned = spawn(&self.rt, &self.command);
-                    match spawned {
+                    match spawn(&self.rt, &self.command) {
                         Ok((helper, stdout, stderr)) => {
                             (self.helper, self.stdout, self.stderr) =
                                 (Some(helper), stdout, stderr);
-                            self.run.handle_spawned(stamp());
+                            self.run.handle_input(stamp(), HelperInput::Spawned);
                         }
-                        Err(e) => self.run.handle_spawn_failed(stamp(), &e.to_string()),
+                        Err(e) => {
+                            let reason = e.to_string();
+                            let input = HelperInput::SpawnFailed(&reason);
+                            self.run.handle_input(stamp(), input);
+                        }
                     }
                 }
                 HelperAction::SignalGroup(sig) => {
@@ -433,6 +472,8 @@ impl<R: Runtime> Owner<R> {
                         let _ = h.signal(sig);
                     }
                 }
+                HelperAction::CloseReader(ChildStream::Stdout) => self.stdout = None,
+                HelperAction::CloseReader(ChildStream::Stderr) => self.stderr = None,
                 HelperAction::AbandonReaders => {
                     // Dropping a read end is the whole of it; a grandchild
                     // still writing gets EPIPE.
@@ -445,14 +486,13 @@ impl<R: Runtime> Owner<R> {
                     }
                     self.options.release(&mut self.run);
                     self.tap.finish(&outcome.record, sink);
-                    return Some(*outcome);
+                    self.outcome = Some(*outcome);
+                    return;
                 }
                 _ => {}
             }
-            self.tap.observe(&self.run, sink);
         }
         self.tap.observe(&self.run, sink);
-        None
     }
 }
 

@@ -49,7 +49,9 @@ use std::process::{Child, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::helper::{HelperAction, HelperOptions, HelperOutcome, HelperRun, RecordTap};
+use mcp_stdio_core::helper::{
+    HelperAction, HelperInput, HelperOptions, HelperOutcome, HelperOutput, HelperRun, RecordTap,
+};
 use mcp_stdio_core::io_result::ChildStream;
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
@@ -156,24 +158,22 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
     let mut cancel_seen = false;
     let mut events = Events::with_capacity(8);
     let mut buf = vec![0u8; READ_CHUNK];
+    let mut deadline = None;
     loop {
         // Inputs: the approval answer, the exit, stdout, stderr, the cancel,
         // the clock. The exit first: when it and the EOFs arrive together,
         // the record then says the helper exited by itself, which it did.
         if let Some(answer) = answer.take() {
             approval = None;
-            let at = stamp();
-            let r = match answer {
-                Answer::Approve => run.approve(at),
-                Answer::Deny => run.deny(at),
+            let approved = match answer {
+                Answer::Approve => true,
+                Answer::Deny => false,
                 Answer::Lost => {
                     tracing::warn!("the approver ended without an answer (it panicked); denying");
-                    run.deny(at)
+                    false
                 }
             };
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "approval answer not applied");
-            }
+            run.handle_input(stamp(), HelperInput::Approval(approved));
         }
         if let Some(h) = helper.as_mut() {
             h.observe_exit(&mut run);
@@ -181,17 +181,24 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
         }
         if !cancel_seen && cancel.is_cancelled() {
             cancel_seen = true;
-            run.cancel(stamp());
+            run.handle_input(stamp(), HelperInput::Cancel);
         }
-        if run.poll_timeout().is_some_and(|d| d <= Instant::now()) {
-            run.handle_timeout(stamp());
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            run.handle_input(stamp(), HelperInput::Timeout);
         }
 
-        // Outputs, in the core's order.
-        while let Some(action) = run.poll_action() {
+        // Outputs, in the core's order, until the next deadline.
+        loop {
             // The record of each new state goes out before the action it
             // leads to: `authorized` before the spawn (G12).
             tap.observe(&run, sink);
+            let action = match run.poll_output() {
+                HelperOutput::Action(action) => action,
+                HelperOutput::Timeout(next) => {
+                    deadline = next;
+                    break;
+                }
+            };
             match action {
                 HelperAction::RequestApproval { deadline } => {
                     let request = run.approval_request(deadline);
@@ -211,14 +218,22 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
                             guard.0 = Some(h.group.clone());
                             tracing::debug!(pid = h.pid, command = %command.display(), "spawned helper");
                             helper = Some(h);
-                            run.handle_spawned(stamp());
+                            run.handle_input(stamp(), HelperInput::Spawned);
                         }
-                        Err(e) => run.handle_spawn_failed(stamp(), &e.to_string()),
+                        Err(e) => {
+                            let reason = e.to_string();
+                            run.handle_input(stamp(), HelperInput::SpawnFailed(&reason));
+                        }
                     }
                 }
                 HelperAction::SignalGroup(sig) => {
                     if let Some(group) = &guard.0 {
                         let _ = group.signal(sig);
+                    }
+                }
+                HelperAction::CloseReader(stream) => {
+                    if let Some(h) = helper.as_mut() {
+                        h.io.close(stream);
                     }
                 }
                 HelperAction::AbandonReaders => {
@@ -244,14 +259,13 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
             }
             tap.observe(&run, sink);
         }
-        tap.observe(&run, sink);
         if answer.is_some() {
             // The approver could not be asked: apply the denial at once.
             continue;
         }
 
         // Wait for readiness, the answer, the exit, a deadline or the tick.
-        let timeout = wait_timeout(&run, helper.as_ref(), cancel_seen);
+        let timeout = wait_timeout(&run, deadline, helper.as_ref(), cancel_seen);
         if let Some(h) = helper.as_mut() {
             h.wait(&mut events, timeout);
         } else if let Some(rx) = &approval {
@@ -282,12 +296,17 @@ enum Answer {
 /// How long the next wait may last: the core's next deadline, the cancel
 /// tick until the cancel is seen, the exit tick without a pidfd; zero while a
 /// stream has more to read.
-fn wait_timeout(run: &HelperRun, helper: Option<&Helper>, cancel_seen: bool) -> Option<Duration> {
+fn wait_timeout(
+    run: &HelperRun,
+    deadline: Option<Instant>,
+    helper: Option<&Helper>,
+    cancel_seen: bool,
+) -> Option<Duration> {
     if helper.is_some_and(|h| h.io.stdout_ready || h.io.stderr_ready) {
         return Some(Duration::ZERO);
     }
     let now = Instant::now();
-    let mut timeout = run.poll_timeout().map(|d| d.saturating_duration_since(now));
+    let mut timeout = deadline.map(|d| d.saturating_duration_since(now));
     let mut cap = |tick: Duration| timeout = Some(timeout.map_or(tick, |t| t.min(tick)));
     if !cancel_seen {
         cap(CANCEL_TICK);
@@ -387,10 +406,8 @@ impl Helper {
             let child = &mut self.child;
             // A failed wait: no status can ever be observed; the supervisor's
             // deadlines end the run, with `exit_status: None`.
-            match self.group.observe_exit(|| child.try_wait()) {
-                Ok(None) => {}
-                Ok(Some(status)) => run.handle_exit_result(stamp(), Ok(status)),
-                Err(e) => run.handle_exit_result(stamp(), Err(e)),
+            if let Some(r) = self.group.observe_exit(|| child.try_wait()).transpose() {
+                run.handle_input(stamp(), HelperInput::Exited(r));
             }
         }
         if run.exit_seen() {
@@ -407,10 +424,19 @@ impl Helper {
                 let Some(r) = os::read_ready(pipe, ready, buf) else {
                     break;
                 };
+                // Only bytes keep this turn reading: what else a read came
+                // to is the core's to decide (a `CloseReader` at the end).
+                let more = matches!(r, Ok(n) if n > 0);
                 let (child, group) = (&mut self.child, &self.group);
                 let mut look = || group.observe_exit(|| child.try_wait());
-                if !run.handle_read_result(stamp(), stream, r, buf, &mut look) {
-                    self.io.close(stream);
+                let read = HelperInput::Read {
+                    stream,
+                    result: r,
+                    buf,
+                    look: &mut look,
+                };
+                run.handle_input(stamp(), read);
+                if !more {
                     break;
                 }
             }

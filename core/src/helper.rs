@@ -426,7 +426,78 @@ impl HelperOutcome {
     }
 }
 
-/// What the adapter must do, from [`HelperRun::poll_action`].
+/// One thing that happened to a run: the one way into [`HelperRun`]
+/// ([`HelperRun::handle_input`]). After each, drain
+/// [`HelperRun::poll_output`] until it says [`HelperOutput::Timeout`].
+#[non_exhaustive]
+pub enum HelperInput<'a> {
+    /// The adapter spawned the helper, as [`HelperAction::Spawn`] asked: the
+    /// call is `dispatched`, the captures start. A cancel that came while
+    /// spawning is applied now (`SIGTERM` at once).
+    Spawned,
+    /// Spawning failed (program not found, permissions, limits), for this
+    /// reason: the call is `failed_before_dispatch` (or `cancelled`, if a
+    /// cancel came while spawning). No exit status.
+    SpawnFailed(&'a str),
+    /// A read of the helper's `stream` into `buf` returned `result` (the
+    /// rule: [`ReadResult`]). At the end of a stream, `look` is asked whether
+    /// the helper has exited, and an exit it reports is taken first, whatever
+    /// order the loop saw them in; then [`HelperAction::CloseReader`] follows.
+    Read {
+        /// Which stream.
+        stream: ChildStream,
+        /// What the read system call returned.
+        result: std::io::Result<usize>,
+        /// The buffer it read into (the first `n` bytes are used).
+        buf: &'a [u8],
+        /// A non-reaping look at the exit.
+        look: LookForExit<'a>,
+    },
+    /// The wait for the helper's exit returned this. A failed wait means no
+    /// status can ever be observed: the supervisor's deadlines end the run.
+    Exited(std::io::Result<ExitStatus>),
+    /// The user's answer to [`HelperAction::RequestApproval`]: `true`
+    /// approves. An answer at or after the deadline finds the call denied;
+    /// one with no approval pending is ignored (both logged at debug).
+    Approval(bool),
+    /// Cancel the run (see [`HelperRun::cancel`] for what that means in each
+    /// phase). Idempotent.
+    Cancel,
+    /// Time has passed: deadlines that are due act; before them, nothing.
+    Timeout,
+}
+
+impl std::fmt::Debug for HelperInput<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Spawned => f.write_str("Spawned"),
+            Self::SpawnFailed(reason) => f.debug_tuple("SpawnFailed").field(reason).finish(),
+            Self::Read { stream, result, .. } => f
+                .debug_struct("Read")
+                .field("stream", stream)
+                .field("result", result)
+                .finish_non_exhaustive(),
+            Self::Exited(r) => f.debug_tuple("Exited").field(r).finish(),
+            Self::Approval(yes) => f.debug_tuple("Approval").field(yes).finish(),
+            Self::Cancel => f.write_str("Cancel"),
+            Self::Timeout => f.write_str("Timeout"),
+        }
+    }
+}
+
+/// What the run asks of its loop, in the order it must happen, from
+/// [`HelperRun::poll_output`]: actions first, then the next deadline, which
+/// ends the drain.
+#[derive(Debug)]
+pub enum HelperOutput {
+    /// Do this now.
+    Action(HelperAction),
+    /// Nothing more until the next input: wait for I/O, the answer, or this
+    /// instant, then feed [`HelperInput::Timeout`]. `None`: no deadline.
+    Timeout(Option<Instant>),
+}
+
+/// What the adapter must do, inside [`HelperOutput::Action`].
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum HelperAction {
@@ -446,6 +517,8 @@ pub enum HelperAction {
     SignalGroup(Signal),
     /// Stop reading the streams that are still open (drop their read ends).
     AbandonReaders,
+    /// This stream is at its end: stop reading it (drop its read end).
+    CloseReader(ChildStream),
     /// The run is over. Emitted exactly once, always last. Release the grants
     /// from [`HelperRun::take_grants`].
     Finished(Box<HelperOutcome>),
@@ -797,7 +870,53 @@ impl HelperRun {
             .saturating_add(self.supervisor.ignored_inputs())
     }
 
-    // ---- inputs ----
+    // ---- the one input and the one output ----
+
+    /// Takes one input (see [`HelperInput`] for what each means). Then drain
+    /// [`poll_output`](Self::poll_output).
+    pub fn handle_input(&mut self, at: Stamp, input: HelperInput<'_>) {
+        match input {
+            HelperInput::Spawned => self.handle_spawned(at),
+            HelperInput::SpawnFailed(reason) => self.handle_spawn_failed(at, reason),
+            HelperInput::Read {
+                stream,
+                result,
+                buf,
+                look,
+            } => {
+                if !self.handle_read_result(at, stream, result, buf, look) {
+                    // Before anything the end queued (`Finished` stays last).
+                    self.actions.insert(0, HelperAction::CloseReader(stream));
+                }
+            }
+            HelperInput::Exited(r) => self.handle_exit_result(at, r),
+            HelperInput::Approval(approved) => {
+                let r = if approved {
+                    self.approve(at)
+                } else {
+                    self.deny(at)
+                };
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "approval answer not applied");
+                }
+            }
+            HelperInput::Cancel => self.cancel(at),
+            HelperInput::Timeout => self.handle_timeout(at),
+        }
+    }
+
+    /// The next thing the loop must do: each queued action in order, then
+    /// [`HelperOutput::Timeout`] (the end of this drain; it repeats until
+    /// the next input).
+    #[must_use]
+    pub fn poll_output(&mut self) -> HelperOutput {
+        match self.poll_action() {
+            Some(action) => HelperOutput::Action(action),
+            None => HelperOutput::Timeout(self.poll_timeout()),
+        }
+    }
+
+    // ---- inputs, one by one (what `handle_input` calls) ----
 
     /// The adapter spawned the helper (after polling [`HelperAction::Spawn`]):
     /// the call is `dispatched`, the captures start. If a cancel came while
@@ -1597,7 +1716,9 @@ mod fuzzing {
                     assert!(!self.signals.contains(&signal), "{signal:?} twice");
                     self.signals.push(signal);
                 }
-                HelperAction::AbandonReaders => assert!(self.spawn_reported),
+                HelperAction::AbandonReaders | HelperAction::CloseReader(_) => {
+                    assert!(self.spawn_reported);
+                }
                 HelperAction::Finished(outcome) => {
                     self.check_outcome(&outcome);
                     self.finished = Some(*outcome);
