@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::io;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,8 +23,8 @@ use futures_lite::{FutureExt, Stream};
 use mcp_stdio_core::basics::ClientHello;
 use mcp_stdio_core::budget::ResultBudget;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
-use mcp_stdio_core::serve::ServeAction;
 pub use mcp_stdio_core::serve::ServeLifecycle;
+use mcp_stdio_core::serve::{ServeAction, ServeInput, ServeOutput};
 pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
 use mcp_stdio_sys::log_relay::{self, Level};
 
@@ -218,7 +219,8 @@ where
 /// [`poll_answers`](Self::poll_answers) on every turn.
 pub trait Dispatch {
     /// Runs `request` (`ServeAction::Start`); its end is reported to `life`
-    /// (`handler_finished`, `handler_aborted`), now or from `poll_answers`.
+    /// (`ServeInput::HandlerFinished`, `ServeInput::HandlerAborted`), now or
+    /// from `poll_answers`.
     fn start(&mut self, life: &mut ServeLifecycle, request: Request);
 
     /// The client cancelled `id` (G7): stop its work; its response is suppressed.
@@ -245,9 +247,9 @@ pub trait Dispatch {
 }
 
 /// The serve loop over `input` and `output`, its requests to `dispatch`,
-/// until `life` is finished: one `poll` that drains the lifecycle's actions,
-/// then polls input, the dispatch's answers, output progress and the
-/// deadline in that order, and sleeps only when none is ready. Returns the
+/// until `life` is finished: one `poll` that takes input, the dispatch's
+/// answers and the deadline in that order, drains the lifecycle's outputs
+/// (actions, writes, flushes) after each, and sleeps only when none is ready. Returns the
 /// lifecycle (for its report) and the dispatch.
 pub async fn serve_dispatch<R, I, O, D>(
     rt: &R,
@@ -270,7 +272,9 @@ where
         dispatch,
         buf: vec![0u8; STDIN_READ],
         input_open: true,
-        input_ended: false,
+        output_parked: false,
+        finished: false,
+        deadline: None,
     };
     futures_lite::future::poll_fn(|cx| serve.poll_run(cx)).await;
     (serve.life, serve.dispatch)
@@ -284,23 +288,34 @@ struct Serve<R: Runtime, I, O, D> {
     dispatch: D,
     buf: Vec<u8>,
     input_open: bool,
-    /// The dispatch was told that no more input comes.
-    input_ended: bool,
+    /// The last write or flush was pending: tell the lifecycle at the next
+    /// turn that the output may take bytes again.
+    output_parked: bool,
+    /// The lifecycle said `Finished`.
+    finished: bool,
+    /// The lifecycle's next deadline, from its last drained output.
+    deadline: Option<Instant>,
     timer: DeadlineTimer<R>,
 }
 
 impl<R: Runtime, I: Source, O: Sink, D: Dispatch> Serve<R, I, O, D> {
     fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         for _ in 0..TURNS_PER_POLL {
-            self.pump();
-            if self.life.is_finished() {
+            let now = Instant::now();
+            if std::mem::take(&mut self.output_parked) {
+                self.life.handle_input(now, ServeInput::Writable);
+            }
+            // The inputs in a fixed order; after each, the outputs it led to.
+            let mut busy = self.pump(cx, now);
+            busy |= self.poll_input(cx, now);
+            busy |= self.pump(cx, now);
+            busy |= self.dispatch.poll_answers(cx, &mut self.life, now);
+            busy |= self.pump(cx, now);
+            busy |= self.poll_timer(cx);
+            busy |= self.pump(cx, now);
+            if self.finished {
                 return Poll::Ready(());
             }
-            let now = Instant::now();
-            let mut busy = self.poll_input(cx, now);
-            busy |= self.dispatch.poll_answers(cx, &mut self.life, now);
-            busy |= self.poll_output(cx, now);
-            busy |= self.poll_timer(cx);
             if !busy {
                 return Poll::Pending;
             }
@@ -310,78 +325,96 @@ impl<R: Runtime, I: Source, O: Sink, D: Dispatch> Serve<R, I, O, D> {
     }
 
     fn poll_input(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
-        if !self.input_open || !self.life.wants_input() {
+        if !self.input_open || self.finished {
             return false;
         }
         match self.input.poll_read(cx, &mut self.buf) {
-            Poll::Ready(r) => {
-                self.input_open = self.life.handle_read_result(now, r, &self.buf);
+            Poll::Ready(result) => {
+                let buf = &self.buf;
+                self.life
+                    .handle_input(now, ServeInput::Read { result, buf });
                 true
             }
             Poll::Pending => false,
-        }
-    }
-
-    /// Writes what the pipe takes of the message being written, or flushes
-    /// once it is out; never waits for either.
-    fn poll_output(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
-        let mut busy = false;
-        loop {
-            if let Some(bytes) = self.life.pending_write() {
-                match self.output.poll_write(cx, bytes) {
-                    Poll::Ready(r) => self.life.handle_write_result(now, r),
-                    Poll::Pending => return busy,
-                }
-            } else if self.life.flush_due() {
-                match self.output.poll_flush(cx) {
-                    Poll::Ready(r) => self.life.handle_flush_result(now, r),
-                    Poll::Pending => return busy,
-                }
-            } else {
-                return busy;
-            }
-            busy = true;
         }
     }
 
     fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
-        match self.timer.poll(cx, self.life.poll_timeout()) {
+        match self.timer.poll(cx, self.deadline) {
             Poll::Ready(now) => {
-                self.life.handle_timeout(now);
+                self.life.handle_input(now, ServeInput::Timeout);
                 true
             }
             Poll::Pending => false,
         }
     }
 
-    fn pump(&mut self) {
-        while let Some(action) = self.life.poll_action() {
-            match action {
-                ServeAction::Start(request) => self.dispatch.start(&mut self.life, request),
-                ServeAction::Cancel { id, reason } => {
-                    log_relay::serve_event(
-                        Level::Debug,
-                        "request cancelled by the client",
-                        Some(format!("id {id}, reason {reason:?}")),
-                    );
-                    self.dispatch.cancel(&mut self.life, id, reason);
+    /// Drains the lifecycle's outputs in its order: actions go to the
+    /// dispatch; bytes are written as far as the output takes them now,
+    /// never waited for (G1). `true` if a write or flush made progress.
+    fn pump(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        let mut busy = false;
+        loop {
+            let written = match self.life.poll_output() {
+                ServeOutput::Action(action) => {
+                    self.act(action);
+                    continue;
                 }
-                ServeAction::Abort(id) => self.dispatch.abort(id),
-                ServeAction::Notification(n) => self.dispatch.notification(n),
-                ServeAction::Note(note) => {
-                    let level = match note.level {
-                        mcp_stdio_core::io_result::NoteLevel::Warn => Level::Warn,
-                        _ => Level::Debug,
-                    };
-                    log_relay::serve_event(level, note.message, note.detail);
+                ServeOutput::CloseInput => {
+                    // Everything read so far went out: the dispatch sees the end.
+                    self.input_open = false;
+                    self.dispatch.input_ended();
+                    continue;
                 }
-                _ => {}
-            }
+                ServeOutput::Write(out) => match self.output.poll_write(cx, out.bytes()) {
+                    Poll::Ready(r) => ServeInput::Written(r),
+                    Poll::Pending => ServeInput::Written(Err(io::ErrorKind::WouldBlock.into())),
+                },
+                ServeOutput::Flush => match self.output.poll_flush(cx) {
+                    Poll::Ready(r) => ServeInput::Flushed(r),
+                    Poll::Pending => ServeInput::Flushed(Err(io::ErrorKind::WouldBlock.into())),
+                },
+                ServeOutput::Finished => {
+                    self.finished = true;
+                    return busy;
+                }
+                ServeOutput::Timeout(deadline) => {
+                    self.deadline = deadline;
+                    return busy;
+                }
+            };
+            let parked = matches!(
+                &written,
+                ServeInput::Written(Err(e)) | ServeInput::Flushed(Err(e))
+                    if e.kind() == io::ErrorKind::WouldBlock
+            );
+            self.output_parked |= parked;
+            busy |= !parked;
+            self.life.handle_input(now, written);
         }
-        if !self.input_ended && !self.life.wants_input() {
-            // Everything read so far went out: the dispatch sees the end.
-            self.input_ended = true;
-            self.dispatch.input_ended();
+    }
+
+    fn act(&mut self, action: ServeAction) {
+        match action {
+            ServeAction::Start(request) => self.dispatch.start(&mut self.life, request),
+            ServeAction::Cancel { id, reason } => {
+                log_relay::serve_event(
+                    Level::Debug,
+                    "request cancelled by the client",
+                    Some(format!("id {id}, reason {reason:?}")),
+                );
+                self.dispatch.cancel(&mut self.life, id, reason);
+            }
+            ServeAction::Abort(id) => self.dispatch.abort(id),
+            ServeAction::Notification(n) => self.dispatch.notification(n),
+            ServeAction::Note(note) => {
+                let level = match note.level {
+                    mcp_stdio_core::io_result::NoteLevel::Warn => Level::Warn,
+                    _ => Level::Debug,
+                };
+                log_relay::serve_event(level, note.message, note.detail);
+            }
+            _ => {}
         }
     }
 }
@@ -447,23 +480,26 @@ impl<R: Runtime, H: Handler> Dispatch for Handlers<R, H> {
             match done {
                 Done::Finished(id, result) => {
                     self.tasks.remove(&id);
-                    life.handler_finished(now, &id, result.as_deref());
+                    let result = result.as_deref();
+                    life.handle_input(now, ServeInput::HandlerFinished { id: &id, result });
                 }
                 Done::Aborted(id) => {
                     self.tasks.remove(&id);
-                    life.handler_aborted(now, &id);
+                    life.handle_input(now, ServeInput::HandlerAborted(&id));
                 }
             }
         }
         while let Poll::Ready(Some((method, params))) = self.notify_rx.as_mut().poll_next(cx) {
             busy = true;
-            if let Err(e) = life.notify(now, &method, params.as_deref()) {
-                log_relay::serve_event(
-                    Level::Debug,
-                    "notification from handler refused",
-                    Some(e.to_string()),
-                );
-            }
+            // Refused past the wire limit or the outgoing limit: counted and noted (G9, G1).
+            let params = params.as_deref();
+            life.handle_input(
+                now,
+                ServeInput::Notify {
+                    method: &method,
+                    params,
+                },
+            );
         }
         busy
     }

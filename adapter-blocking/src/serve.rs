@@ -45,8 +45,9 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_core::basics::ClientHello;
 use mcp_stdio_core::budget::ResultBudget;
+use mcp_stdio_core::io_result::{NoteLevel, ReadResult};
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
-use mcp_stdio_core::serve::{ServeAction, ServeLifecycle};
+use mcp_stdio_core::serve::{ServeAction, ServeInput, ServeLifecycle, ServeOutput};
 use mcp_stdio_sys::log_relay::{self, Level};
 
 /// Bytes read from stdin per read call.
@@ -212,8 +213,8 @@ pub fn serve<H: Handler>(options: ServeOptions, handler: H) -> io::Result<ServeR
 
 /// What the coordinator waits for.
 enum Input {
-    Stdin(Vec<u8>),
-    StdinEnd,
+    /// A read of stdin returned this, into these bytes.
+    Read(io::Result<usize>, Vec<u8>),
     Done(Id, HandlerResult),
     Notify(String, Option<Box<RawValue>>),
     /// The writer wrote and flushed this many bytes, or failed.
@@ -262,7 +263,6 @@ where
         life,
         inputs_tx,
         write_tx,
-        writer_busy: false,
         tasks: HashMap::new(),
     };
     // Returning drops `write_tx`: the writer ends after its last message.
@@ -285,26 +285,15 @@ fn wait_for_helpers(grace: std::time::Duration) -> u64 {
 fn spawn_reader<R: Read + Send + 'static>(mut input: R, tx: SyncSender<Input>) -> io::Result<()> {
     std::thread::Builder::new()
         .name("mcp-stdio-stdin".to_owned())
-        .spawn(move || {
+        .spawn(move || loop {
             let mut buf = vec![0u8; STDIN_READ];
-            loop {
-                let msg = match input.read(&mut buf) {
-                    Ok(0) => Input::StdinEnd,
-                    Ok(n) => Input::Stdin(buf[..n].to_vec()),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        log_relay::serve_event(
-                            Level::Debug,
-                            "reading stdin failed; treating it as EOF",
-                            Some(e.to_string()),
-                        );
-                        Input::StdinEnd
-                    }
-                };
-                let end = matches!(msg, Input::StdinEnd);
-                if tx.send(msg).is_err() || end {
-                    return;
-                }
+            let r = input.read(&mut buf);
+            // The core decides what the read came to; the thread only
+            // stops at what ends the stream.
+            let end = ReadResult::ends_stream(&r);
+            buf.truncate(*r.as_ref().unwrap_or(&0));
+            if tx.send(Input::Read(r, buf)).is_err() || end {
+                return;
             }
         })?;
     Ok(())
@@ -330,103 +319,115 @@ struct Coordinator<H: Handler> {
     max_frame: usize,
     inputs_tx: SyncSender<Input>,
     write_tx: SyncSender<Vec<u8>>,
-    writer_busy: bool,
     /// The cancel token of every running handler: at most `max_concurrent`.
     tasks: HashMap<Id, CancelToken>,
 }
 
 impl<H: Handler> Coordinator<H> {
     fn run(&mut self, inputs: &Receiver<Input>) -> io::Result<ServeReport> {
-        let mut write_error = None;
         loop {
-            while let Some(action) = self.life.poll_action() {
-                match action {
-                    ServeAction::Start(request) => self.start(request),
-                    ServeAction::Cancel { id, reason } => {
-                        log_relay::serve_event(
-                            Level::Debug,
-                            "request cancelled by the client",
-                            Some(format!("id {id}, reason {reason:?}")),
-                        );
-                        if let Some(cancel) = self.tasks.get(&id) {
-                            cancel.cancel();
-                        }
+            let deadline;
+            // The outputs of the last input, in the lifecycle's order.
+            loop {
+                match self.life.poll_output() {
+                    ServeOutput::Action(action) => self.act(action),
+                    ServeOutput::CloseInput => {}
+                    ServeOutput::Write(out) => {
+                        // Taken whole: nothing more is offered until the writer
+                        // acknowledges it, so this never blocks (capacity 1).
+                        // If the writer is gone its error is already queued.
+                        let _ = self.write_tx.send(out.take());
                     }
-                    ServeAction::Abort(id) => {
-                        // The thread finishes on its own; its result is ignored.
-                        if let Some(cancel) = self.tasks.remove(&id) {
-                            cancel.cancel();
-                        }
+                    ServeOutput::Flush => {
+                        // The writer flushes after every message.
+                        self.life
+                            .handle_input(Instant::now(), ServeInput::Flushed(Ok(())));
                     }
-                    ServeAction::Notification(n) => self.handler.notification(n),
-                    _ => {}
+                    ServeOutput::Finished => {
+                        return match self.life.take_write_error() {
+                            Some(e) if self.life.report().end == ServeEnd::WriteFailed => Err(e),
+                            _ => Ok(self.life.report()),
+                        };
+                    }
+                    ServeOutput::Timeout(next) => {
+                        deadline = next;
+                        break;
+                    }
                 }
             }
-            if self.life.is_finished() {
-                break;
-            }
-            if !self.writer_busy {
-                if let Some(bytes) = self.life.take_write() {
-                    // Never blocks: capacity 1 and the writer is idle. If the
-                    // writer is gone its error is already queued for us.
-                    let _ = self.write_tx.send(bytes);
-                    self.writer_busy = true;
-                }
-            }
-            let input = match self.life.poll_timeout() {
+            let input = match deadline {
                 Some(d) => match inputs.recv_timeout(d.saturating_duration_since(Instant::now())) {
                     Ok(input) => input,
                     Err(RecvTimeoutError::Timeout) => {
-                        self.life.handle_timeout(Instant::now());
+                        self.life.handle_input(Instant::now(), ServeInput::Timeout);
                         continue;
                     }
-                    Err(RecvTimeoutError::Disconnected) => break,
+                    Err(RecvTimeoutError::Disconnected) => return Ok(self.life.report()),
                 },
                 // Disconnected cannot happen: `self` holds a sender.
                 None => match inputs.recv() {
                     Ok(input) => input,
-                    Err(_) => break,
+                    Err(_) => return Ok(self.life.report()),
                 },
             };
             let now = Instant::now();
             match input {
-                Input::Stdin(bytes) => self.life.handle_input(now, &bytes),
-                Input::StdinEnd => self.life.handle_input_eof(now),
+                Input::Read(result, buf) => {
+                    self.life
+                        .handle_input(now, ServeInput::Read { result, buf: &buf });
+                }
                 Input::Done(id, result) => {
                     self.pool.finished();
                     self.tasks.remove(&id);
                     // Ignored when abandoned at exit: its request was answered.
-                    self.life.handler_finished(now, &id, result.as_deref());
+                    let result = result.as_deref();
+                    self.life
+                        .handle_input(now, ServeInput::HandlerFinished { id: &id, result });
                 }
                 Input::Notify(method, params) => {
-                    if let Err(e) = self.life.notify(now, &method, params.as_deref()) {
-                        log_relay::serve_event(
-                            Level::Debug,
-                            "notification from handler refused",
-                            Some(e.to_string()),
-                        );
-                    }
+                    // Refused past the wire limit or the outgoing limit: counted and noted.
+                    let params = params.as_deref();
+                    let notify = ServeInput::Notify {
+                        method: &method,
+                        params,
+                    };
+                    self.life.handle_input(now, notify);
                 }
-                Input::Written(Ok(n)) => {
-                    self.writer_busy = false;
-                    self.life.handle_written(now, n);
-                    // The writer flushes after every message.
-                    self.life.handle_flushed(now);
-                }
-                Input::Written(Err(e)) => {
-                    log_relay::serve_event(
-                        Level::Debug,
-                        "writing stdout failed; cancelling every handler",
-                        Some(e.to_string()),
-                    );
-                    write_error = Some(e);
-                    self.life.handle_write_failed(now);
+                Input::Written(r) => {
+                    self.life.handle_input(now, ServeInput::Written(r));
                 }
             }
         }
-        match write_error {
-            Some(e) if self.life.report().end == ServeEnd::WriteFailed => Err(e),
-            _ => Ok(self.life.report()),
+    }
+
+    fn act(&mut self, action: ServeAction) {
+        match action {
+            ServeAction::Start(request) => self.start(request),
+            ServeAction::Cancel { id, reason } => {
+                log_relay::serve_event(
+                    Level::Debug,
+                    "request cancelled by the client",
+                    Some(format!("id {id}, reason {reason:?}")),
+                );
+                if let Some(cancel) = self.tasks.get(&id) {
+                    cancel.cancel();
+                }
+            }
+            ServeAction::Abort(id) => {
+                // The thread finishes on its own; its result is ignored.
+                if let Some(cancel) = self.tasks.remove(&id) {
+                    cancel.cancel();
+                }
+            }
+            ServeAction::Notification(n) => self.handler.notification(n),
+            ServeAction::Note(note) => {
+                let level = match note.level {
+                    NoteLevel::Warn => Level::Warn,
+                    _ => Level::Debug,
+                };
+                log_relay::serve_event(level, note.message, note.detail);
+            }
+            _ => {}
         }
     }
 
@@ -451,7 +452,11 @@ impl<H: Handler> Coordinator<H> {
                     Some(format!("id {id}: {e}")),
                 );
                 let err = ErrorObject::new(INTERNAL_ERROR, "server could not start a handler");
-                self.life.handler_finished(Instant::now(), &id, Err(&err));
+                let done = ServeInput::HandlerFinished {
+                    id: &id,
+                    result: Err(&err),
+                };
+                self.life.handle_input(Instant::now(), done);
             }
         }
     }

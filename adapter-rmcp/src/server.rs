@@ -7,10 +7,10 @@
 //! never for a write alone (G1). rmcp sits where `serve`'s handlers sit:
 //!
 //! - `ServeAction::Start(request)` → the request goes to rmcp ([`Transport::receive`]);
-//! - rmcp's response ([`Transport::send`]) → `handler_finished`, which
-//!   replaces a result above the wire limit with an error for its id (G9);
-//! - rmcp's notification → `notify`, refused and counted past the wire
-//!   limit or when the client does not read;
+//! - rmcp's response ([`Transport::send`]) → `ServeInput::HandlerFinished`,
+//!   which replaces a result above the wire limit with an error for its id (G9);
+//! - rmcp's notification → `ServeInput::Notify`, refused and counted past
+//!   the wire limit or when the client does not read;
 //! - `ServeAction::Cancel` → `notifications/cancelled` to rmcp, and the
 //!   handler's end is reported at once (its response is suppressed, G7).
 
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, SERVER_ERROR};
-use mcp_stdio_core::serve::{ServeLifecycle, ServeOptions, ServeReport};
+use mcp_stdio_core::serve::{ServeInput, ServeLifecycle, ServeOptions, ServeReport};
 // The driver's own events go through the relay, never inline: a stalled
 // stderr under a blocking subscriber must not stall the loop (G1).
 use mcp_stdio_sys::log_relay::{self, Level};
@@ -355,7 +355,11 @@ impl Dispatch for ToRmcp {
                     mcp_stdio_core::message::INVALID_PARAMS,
                     format!("request does not decode: {e}"),
                 );
-                life.handler_finished(now, &request.id, Err(&error));
+                let done = ServeInput::HandlerFinished {
+                    id: &request.id,
+                    result: Err(&error),
+                };
+                life.handle_input(now, done);
                 return;
             }
         };
@@ -364,7 +368,11 @@ impl Dispatch for ToRmcp {
         } else {
             self.counts.requests_refused_rmcp_behind += 1;
             let error = ErrorObject::new(SERVER_ERROR, "server overloaded: requests not taken");
-            life.handler_finished(now, &request.id, Err(&error));
+            let done = ServeInput::HandlerFinished {
+                id: &request.id,
+                result: Err(&error),
+            };
+            life.handle_input(now, done);
         }
     }
 
@@ -374,7 +382,7 @@ impl Dispatch for ToRmcp {
         }
         // rmcp sends nothing for a cancelled request: its end is now.
         self.started.remove(&id);
-        life.handler_aborted(Instant::now(), &id);
+        life.handle_input(Instant::now(), ServeInput::HandlerAborted(&id));
     }
 
     fn abort(&mut self, id: Id) {
@@ -457,27 +465,29 @@ impl ToRmcp {
         match command {
             Some(Command::Respond { id, result }) => {
                 self.started.remove(&id);
-                life.handler_finished(now, &id, result.as_deref());
+                let result = result.as_deref();
+                life.handle_input(now, ServeInput::HandlerFinished { id: &id, result });
             }
             Some(Command::Notify { method, params }) => {
-                // Refused past the wire limit or the outgoing limit, and counted (G9, G1).
-                if let Err(e) = life.notify(now, &method, params.as_deref()) {
-                    log_relay::serve_event(
-                        Level::Debug,
-                        "notification from rmcp refused",
-                        Some(format!("{method}: {e}")),
-                    );
-                }
+                // Refused past the wire limit or the outgoing limit: counted and noted (G9, G1).
+                let params = params.as_deref();
+                life.handle_input(
+                    now,
+                    ServeInput::Notify {
+                        method: &method,
+                        params,
+                    },
+                );
             }
             Some(Command::Close) | None => {
                 // rmcp answers nothing more: stop reading, answer what it left.
                 self.commands_open = false;
                 self.to_rmcp = None;
-                life.handle_input_eof(now);
+                life.handle_input(now, ServeInput::StopReading);
                 let mut left: Vec<Id> = self.started.drain().collect();
                 left.sort_by_key(ToString::to_string);
                 for id in left {
-                    life.handler_aborted(now, &id);
+                    life.handle_input(now, ServeInput::HandlerAborted(&id));
                 }
             }
         }

@@ -597,7 +597,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
     pub fn handle_write_result(&mut self, r: std::io::Result<usize>) -> bool {
         match WriteResult::from(r) {
             WriteResult::Bytes(n) => self.handle_written(n),
-            WriteResult::Again => {}
+            WriteResult::Again | WriteResult::Full => {}
             WriteResult::Failed(e) => {
                 self.notes.push(Note::new(
                     NoteLevel::Debug,

@@ -483,7 +483,7 @@ impl GuardSession {
                 self.handle_server_written(n);
                 Some(n)
             }
-            WriteResult::Again => Some(0),
+            WriteResult::Again | WriteResult::Full => Some(0),
             WriteResult::Failed(e) => {
                 tracing::debug!(error = %e, "server stdin closed");
                 self.handle_server_stdin_error();

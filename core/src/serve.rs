@@ -5,38 +5,23 @@
 //! abandoned; which message is being written and how far it got; what a
 //! write error means; how long in-flight work may drain after stdin closes;
 //! and when the loop is over. The adapters only wait — for input, for a
-//! handler's end, for the pipe to accept bytes, for [`poll_timeout`] — and
+//! handler's end, for the pipe to accept bytes, for the next deadline — and
 //! make the system calls. So all three behave the same on a write error, at
 //! the drain deadline and with a client that stops reading (G1).
 //!
 //! # The loop every adapter runs
 //!
-//! 1. Feed one input: [`handle_input`], [`handle_input_eof`],
-//!    [`handle_written`], [`handle_flushed`], [`handle_write_failed`],
-//!    [`handle_timeout`], or a handler's [`handler_finished`] /
-//!    [`handler_aborted`] / [`notify`].
-//! 2. Poll until nothing is left: [`poll_action`] until `None` (start,
-//!    cancel or abort handlers), then read [`pending_write`] /
-//!    [`flush_due`] for the output side, [`wants_input`] for the input side,
-//!    [`poll_timeout`] for the next timer, and [`is_finished`].
+//! 1. Feed one input: [`handle_input`] with a [`ServeInput`] (a read of
+//!    stdin, a write or flush result, stdout writable again, a handler's
+//!    end or notification, the time).
+//! 2. Drain [`poll_output`] until it says [`ServeOutput::Timeout`] (or
+//!    [`ServeOutput::Finished`]): actions for the handlers, the end of the
+//!    input, the bytes to write, the flush, in the order the lifecycle gives.
 //! 3. Wait for whichever comes first — never for the write alone: a client
 //!    that stops reading stdout must not stop us reading stdin (G1).
 //!
-//! [`poll_timeout`]: ServeLifecycle::poll_timeout
 //! [`handle_input`]: ServeLifecycle::handle_input
-//! [`handle_input_eof`]: ServeLifecycle::handle_input_eof
-//! [`handle_written`]: ServeLifecycle::handle_written
-//! [`handle_flushed`]: ServeLifecycle::handle_flushed
-//! [`handle_write_failed`]: ServeLifecycle::handle_write_failed
-//! [`handle_timeout`]: ServeLifecycle::handle_timeout
-//! [`handler_finished`]: ServeLifecycle::handler_finished
-//! [`handler_aborted`]: ServeLifecycle::handler_aborted
-//! [`notify`]: ServeLifecycle::notify
-//! [`poll_action`]: ServeLifecycle::poll_action
-//! [`pending_write`]: ServeLifecycle::pending_write
-//! [`flush_due`]: ServeLifecycle::flush_due
-//! [`wants_input`]: ServeLifecycle::wants_input
-//! [`is_finished`]: ServeLifecycle::is_finished
+//! [`poll_output`]: ServeLifecycle::poll_output
 //!
 //! # The protocol basics
 //!
@@ -65,7 +50,7 @@ use serde::Serialize;
 use crate::basics::{BasicsMetrics, BasicsRouter, ClientHello, Route, ServerBasics};
 use crate::budget::ResultBudget;
 use crate::handshake::Implementation;
-use crate::io_result::{Note, NoteLevel, ReadResult, WriteResult};
+use crate::io_result::{Note, NoteLevel, Outgoing, ReadResult, WriteCursor, WriteResult};
 use crate::message::{ErrorObject, Id, Notification, RawValue, Request};
 use crate::server::{NotifyError, ServerConfig, ServerEvent, ServerMetrics, ServerSession};
 
@@ -266,8 +251,8 @@ pub struct ServeReport {
 #[non_exhaustive]
 pub enum ServeAction {
     /// Start a handler for this request, with a fresh cancel token. Report
-    /// its end with [`ServeLifecycle::handler_finished`] or
-    /// [`ServeLifecycle::handler_aborted`].
+    /// its end with [`ServeInput::HandlerFinished`] or
+    /// [`ServeInput::HandlerAborted`].
     Start(Request),
     /// The client cancelled this request (G7): fire its token and abort the
     /// handler with everything it owns. Still report its end; the response
@@ -288,19 +273,105 @@ pub enum ServeAction {
     Note(Note),
 }
 
-/// The message being written: its bytes (empty once handed out whole by
-/// [`ServeLifecycle::take_write`]), its length and how much of it is out.
-#[derive(Debug)]
-struct Writing {
-    bytes: Vec<u8>,
-    len: usize,
-    written: usize,
+/// One thing that happened to the serve loop: the one way into
+/// [`ServeLifecycle`] ([`ServeLifecycle::handle_input`]). After each, drain
+/// [`ServeLifecycle::poll_output`] until it says [`ServeOutput::Timeout`]
+/// or [`ServeOutput::Finished`].
+#[non_exhaustive]
+pub enum ServeInput<'a> {
+    /// A read of stdin into `buf` returned `result` (the rule:
+    /// [`ReadResult`]): bytes are taken; an end or an error ends the input
+    /// ([`ServeOutput::CloseInput`] follows).
+    Read {
+        /// What the read system call returned.
+        result: std::io::Result<usize>,
+        /// The buffer it read into.
+        buf: &'a [u8],
+    },
+    /// A write of [`ServeOutput::Write`] returned this (the rule:
+    /// [`WriteResult`]; `WouldBlock` parks the output until
+    /// [`Writable`](Self::Writable)). A failure ends the loop
+    /// ([`ServeEnd::WriteFailed`]); its error is kept for
+    /// [`ServeLifecycle::take_write_error`].
+    Written(std::io::Result<usize>),
+    /// A flush of [`ServeOutput::Flush`] returned this; as `Written`.
+    Flushed(std::io::Result<()>),
+    /// Stdout may take bytes again (after a `WouldBlock`).
+    Writable,
+    /// The handler of `id` returned `result`. A cancelled request's
+    /// response is suppressed (G7); a result above the wire limit becomes
+    /// an error (G9); an end for a handler already abandoned is ignored.
+    HandlerFinished {
+        /// The request.
+        id: &'a Id,
+        /// Its result or error.
+        result: Result<&'a RawValue, &'a ErrorObject>,
+    },
+    /// The handler of `id` ended without a result (aborted after a cancel,
+    /// panicked, or could not start): a running request is answered with an
+    /// error so the client is not left waiting.
+    HandlerAborted(&'a Id),
+    /// A handler's notification for the client (progress, logging). Refused
+    /// and counted (with a [`ServeAction::Note`]) when the outgoing queue is
+    /// full — the client is not reading stdout — or when it would pass the
+    /// wire limit; [`ServeLifecycle::notify`] says which to a caller that
+    /// wants to know.
+    Notify {
+        /// The method.
+        method: &'a str,
+        /// Its params.
+        params: Option<&'a RawValue>,
+    },
+    /// No more requests are taken (the service behind the loop closed): as
+    /// an end of stdin, without a read.
+    StopReading,
+    /// Time passed: at the drain deadline running handlers are aborted; at
+    /// the exit deadline unwritten output is given up. Early, it does nothing.
+    Timeout,
 }
 
-impl Writing {
-    fn rest(&self) -> usize {
-        self.len - self.written
+impl std::fmt::Debug for ServeInput<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Read { result, .. } => f.debug_struct("Read").field("result", result).finish(),
+            Self::Written(r) => f.debug_tuple("Written").field(r).finish(),
+            Self::Flushed(r) => f.debug_tuple("Flushed").field(r).finish(),
+            Self::Writable => f.write_str("Writable"),
+            Self::HandlerFinished { id, .. } => f
+                .debug_struct("HandlerFinished")
+                .field("id", id)
+                .finish_non_exhaustive(),
+            Self::HandlerAborted(id) => f.debug_tuple("HandlerAborted").field(id).finish(),
+            Self::Notify { method, .. } => f
+                .debug_struct("Notify")
+                .field("method", method)
+                .finish_non_exhaustive(),
+            Self::StopReading => f.write_str("StopReading"),
+            Self::Timeout => f.write_str("Timeout"),
+        }
     }
+}
+
+/// What the serve loop asks of its adapter, in the order it must happen,
+/// from [`ServeLifecycle::poll_output`].
+#[derive(Debug)]
+pub enum ServeOutput<'a> {
+    /// Do this for the handlers.
+    Action(ServeAction),
+    /// Stdin is at its end (or no longer read): stop reading it. Once.
+    CloseInput,
+    /// Write what stdout takes of these bytes (or take them whole for a
+    /// writer thread) and report [`ServeInput::Written`]; never wait for it.
+    Write(Outgoing<'a>),
+    /// A whole message went out: flush a buffering writer and report
+    /// [`ServeInput::Flushed`] (a pipe reports `Ok` at once).
+    Flush,
+    /// The loop is over: return [`ServeLifecycle::report`] (or the write
+    /// error, after [`ServeEnd::WriteFailed`]). It repeats.
+    Finished,
+    /// Nothing more until the next input: wait for I/O, a handler, or this
+    /// instant, then feed [`ServeInput::Timeout`]. `None`: no deadline.
+    Timeout(Option<Instant>),
 }
 
 /// The serve loop's decisions, without I/O (see the module docs).
@@ -315,7 +386,11 @@ pub struct ServeLifecycle {
     running: HashSet<Id>,
     actions: VecDeque<ServeAction>,
     /// The message being written.
-    writing: Option<Writing>,
+    writing: WriteCursor,
+    /// Stdout said `WouldBlock`; nothing is offered until it is writable.
+    parked: bool,
+    /// `CloseInput` was given.
+    input_closed: bool,
     flush_due: bool,
     input_open: bool,
     drain_deadline: Option<Instant>,
@@ -350,7 +425,9 @@ impl ServeLifecycle {
             drain_timeout: options.drain_timeout,
             running: HashSet::new(),
             actions: VecDeque::new(),
-            writing: None,
+            writing: WriteCursor::Empty,
+            parked: false,
+            input_closed: false,
             flush_due: false,
             input_open: true,
             drain_deadline: None,
@@ -400,42 +477,19 @@ impl ServeLifecycle {
         self.input_open && self.end == ServeEnd::Running
     }
 
-    /// The bytes to write next: the rest of the message being written.
-    /// Write as many as the pipe accepts, report them with
-    /// [`handle_written`](Self::handle_written), and go on waiting for
-    /// everything else meanwhile.
-    pub fn pending_write(&self) -> Option<&[u8]> {
-        if self.end != ServeEnd::Running {
-            return None;
+    /// The length of the held message's unwritten rest, as offered to write.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn pending_len(&self) -> usize {
+        if self.end == ServeEnd::Running && self.writing.is_held() {
+            self.writing.rest()
+        } else {
+            0
         }
-        self.writing
-            .as_ref()
-            .filter(|w| w.bytes.len() == w.len)
-            .map(|w| &w.bytes[w.written..])
     }
 
-    /// The rest of the message being written, handed over whole, for an
-    /// adapter whose writer thread owns the blocking write. It stays counted
-    /// here until [`handle_written`](Self::handle_written) reports it;
-    /// [`pending_write`](Self::pending_write) answers `None` meanwhile.
-    pub fn take_write(&mut self) -> Option<Vec<u8>> {
-        if self.end != ServeEnd::Running {
-            return None;
-        }
-        let w = self.writing.as_mut().filter(|w| w.bytes.len() == w.len)?;
-        let mut bytes = std::mem::take(&mut w.bytes);
-        if w.written > 0 {
-            bytes.drain(..w.written);
-        }
-        Some(bytes)
-    }
-
-    /// Whether a whole message went out and the writer should be flushed
-    /// (a buffered writer would hold it back). Report with
-    /// [`handle_flushed`](Self::handle_flushed). Writers that do not buffer
-    /// report it at once.
-    pub fn flush_due(&self) -> bool {
-        self.flush_due && self.writing.is_none() && self.end == ServeEnd::Running
+    /// Whether a whole message went out and the writer should be flushed.
+    pub(crate) fn flush_due(&self) -> bool {
+        self.flush_due && self.writing.is_empty() && self.end == ServeEnd::Running
     }
 
     /// Handlers running now.
@@ -446,7 +500,7 @@ impl ServeLifecycle {
     /// Bytes waiting for stdout: the rest of the message being written plus
     /// the session's queue.
     pub fn outgoing_bytes(&self) -> usize {
-        self.writing.as_ref().map_or(0, Writing::rest) + self.session.outgoing_bytes()
+        self.writing.rest() + self.session.outgoing_bytes()
     }
 
     /// Whether the loop is over: return [`report`](Self::report) (or the
@@ -471,10 +525,66 @@ impl ServeLifecycle {
         }
     }
 
-    // ---- inputs from the system ----
+    // ---- the one input and the one output ----
+
+    /// Takes one input (see [`ServeInput`] for what each means). Then drain
+    /// [`poll_output`](Self::poll_output).
+    pub fn handle_input(&mut self, now: Instant, input: ServeInput<'_>) {
+        match input {
+            ServeInput::Read { result, buf } => self.handle_read_result(now, result, buf),
+            ServeInput::Written(r) => self.handle_write_result(now, r),
+            ServeInput::Flushed(r) => self.handle_flush_result(now, r),
+            ServeInput::Writable => {
+                self.parked = false;
+                self.advance(now);
+            }
+            ServeInput::HandlerFinished { id, result } => self.handler_finished(now, id, result),
+            ServeInput::HandlerAborted(id) => self.handler_aborted(now, id),
+            ServeInput::Notify { method, params } => {
+                if let Err(e) = self.notify(now, method, params) {
+                    self.actions.push_back(ServeAction::Note(Note::new(
+                        NoteLevel::Debug,
+                        "notification from a handler refused",
+                        Some(format!("{method}: {e}")),
+                    )));
+                }
+            }
+            ServeInput::StopReading => self.handle_input_eof(now),
+            ServeInput::Timeout => self.advance(now),
+        }
+    }
+
+    /// The next thing the loop must do: actions for the handlers first (in
+    /// the order they arose), then the end of the input, the end of the
+    /// loop, the bytes to write, the flush, and last the next deadline (the
+    /// end of this drain; it repeats until the next input).
+    #[must_use]
+    pub fn poll_output(&mut self) -> ServeOutput<'_> {
+        if let Some(action) = self.actions.pop_front() {
+            return ServeOutput::Action(action);
+        }
+        if !self.input_closed && !self.wants_input() {
+            self.input_closed = true;
+            return ServeOutput::CloseInput;
+        }
+        if self.end != ServeEnd::Running {
+            return ServeOutput::Finished;
+        }
+        if !self.parked {
+            if self.flush_due() {
+                return ServeOutput::Flush;
+            }
+            if self.writing.is_held() {
+                return ServeOutput::Write(self.writing.lend());
+            }
+        }
+        ServeOutput::Timeout(self.poll_timeout())
+    }
+
+    // ---- inputs, one by one (what `handle_input` calls) ----
 
     /// Bytes read from stdin.
-    pub fn handle_input(&mut self, now: Instant, chunk: &[u8]) {
+    pub(crate) fn handle_stdin(&mut self, now: Instant, chunk: &[u8]) {
         if !self.wants_input() {
             return;
         }
@@ -484,7 +594,7 @@ impl ServeLifecycle {
 
     /// Stdin reached end-of-file, or reading it failed with anything but
     /// `Interrupted` (which the adapter retries): no more requests come.
-    pub fn handle_input_eof(&mut self, now: Instant) {
+    pub(crate) fn handle_input_eof(&mut self, now: Instant) {
         if self.input_open {
             self.session.handle_stdin_eof(now);
         }
@@ -494,14 +604,9 @@ impl ServeLifecycle {
     /// A read of stdin into `buf` returned `r` (the rule:
     /// [`ReadResult`]): bytes are taken, an end or an error ends the input.
     /// Returns whether the input is still open.
-    pub fn handle_read_result(
-        &mut self,
-        now: Instant,
-        r: std::io::Result<usize>,
-        buf: &[u8],
-    ) -> bool {
+    fn handle_read_result(&mut self, now: Instant, r: std::io::Result<usize>, buf: &[u8]) {
         match ReadResult::from(r) {
-            ReadResult::Bytes(n) => self.handle_input(now, &buf[..n.min(buf.len())]),
+            ReadResult::Bytes(n) => self.handle_stdin(now, &buf[..n.min(buf.len())]),
             ReadResult::Again => {}
             ReadResult::End(error) => {
                 if let Some(e) = error {
@@ -512,28 +617,28 @@ impl ServeLifecycle {
                     )));
                 }
                 self.handle_input_eof(now);
-                return false;
             }
         }
-        true
     }
 
     /// A write of [`pending_write`](Self::pending_write) returned `r` (the
     /// rule: [`WriteResult`]); a failure ends the loop
     /// ([`handle_write_failed`](Self::handle_write_failed)) and is kept for
     /// [`take_write_error`](Self::take_write_error).
-    pub fn handle_write_result(&mut self, now: Instant, r: std::io::Result<usize>) {
+    fn handle_write_result(&mut self, now: Instant, r: std::io::Result<usize>) {
         match WriteResult::from(r) {
             WriteResult::Bytes(n) => self.handle_written(now, n),
             WriteResult::Again => {}
+            WriteResult::Full => self.parked = true,
             WriteResult::Failed(e) => self.write_failed(now, e),
         }
     }
 
     /// A flush returned `r`; as [`handle_write_result`](Self::handle_write_result).
-    pub fn handle_flush_result(&mut self, now: Instant, r: std::io::Result<()>) {
+    fn handle_flush_result(&mut self, now: Instant, r: std::io::Result<()>) {
         match r {
             Ok(()) => self.handle_flushed(now),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => self.parked = true,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => self.write_failed(now, e),
         }
@@ -558,19 +663,15 @@ impl ServeLifecycle {
     }
 
     /// `n` bytes of [`pending_write`](Self::pending_write) reached the pipe.
-    pub fn handle_written(&mut self, now: Instant, n: usize) {
-        if let Some(w) = &mut self.writing {
-            w.written = (w.written + n).min(w.len);
-            if w.written == w.len {
-                self.writing = None;
-                self.flush_due = true;
-            }
+    pub(crate) fn handle_written(&mut self, now: Instant, n: usize) {
+        if self.writing.advance(n) {
+            self.flush_due = true;
         }
         self.advance(now);
     }
 
     /// The writer was flushed.
-    pub fn handle_flushed(&mut self, now: Instant) {
+    pub(crate) fn handle_flushed(&mut self, now: Instant) {
         self.flush_due = false;
         self.advance(now);
     }
@@ -578,7 +679,7 @@ impl ServeLifecycle {
     /// Writing or flushing stdout failed: the client is gone. Every running
     /// handler is aborted at once, stdin is no longer read, and the loop
     /// ends ([`ServeEnd::WriteFailed`]); the adapter returns its error.
-    pub fn handle_write_failed(&mut self, now: Instant) {
+    pub(crate) fn handle_write_failed(&mut self, now: Instant) {
         if self.end != ServeEnd::Running {
             return;
         }
@@ -591,7 +692,8 @@ impl ServeLifecycle {
     /// Time passed: at the drain deadline running handlers are aborted; at
     /// the exit deadline unwritten output is given up. A spurious call does
     /// nothing.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
         self.advance(now);
     }
 
@@ -600,7 +702,7 @@ impl ServeLifecycle {
     /// The handler of `id` returned `result`. A cancelled request's response
     /// is suppressed (G7); a result above the wire limit becomes an error
     /// (G9); an end for a handler already abandoned is ignored.
-    pub fn handler_finished(
+    pub(crate) fn handler_finished(
         &mut self,
         now: Instant,
         id: &Id,
@@ -616,7 +718,7 @@ impl ServeLifecycle {
     /// The handler of `id` ended without a result (aborted after a cancel,
     /// panicked, or could not start): a running request is answered with an
     /// error so the client is not left waiting.
-    pub fn handler_aborted(&mut self, now: Instant, id: &Id) {
+    pub(crate) fn handler_aborted(&mut self, now: Instant, id: &Id) {
         if self.running.remove(id) {
             self.session.handler_ended(id);
         }
@@ -648,13 +750,14 @@ impl ServeLifecycle {
 
     /// The next thing to do for the handlers.
     #[must_use]
-    pub fn poll_action(&mut self) -> Option<ServeAction> {
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn poll_action(&mut self) -> Option<ServeAction> {
         self.actions.pop_front()
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    /// When [`ServeInput::Timeout`] is due next.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         if self.end != ServeEnd::Running {
             return None;
         }
@@ -668,7 +771,7 @@ impl ServeLifecycle {
     // ---- internals ----
 
     fn output_pending(&self) -> bool {
-        self.writing.is_some() || self.flush_due || self.session.outgoing_bytes() > 0
+        !self.writing.is_empty() || self.flush_due || self.session.outgoing_bytes() > 0
     }
 
     /// Moves every session output on and applies the deadlines.
@@ -717,12 +820,10 @@ impl ServeLifecycle {
                 );
                 self.abandon_all();
             }
-            if self.writing.is_none() && !self.flush_due {
-                self.writing = self.session.poll_transmit().map(|bytes| Writing {
-                    len: bytes.len(),
-                    bytes,
-                    written: 0,
-                });
+            if self.writing.is_empty() && !self.flush_due {
+                if let Some(bytes) = self.session.poll_transmit() {
+                    self.writing.hold(bytes);
+                }
             }
             let queued = self.outgoing_bytes() as u64;
             self.outgoing_peak = self.outgoing_peak.max(queued);
@@ -753,7 +854,7 @@ impl ServeLifecycle {
     }
 
     fn give_up_output(&mut self) {
-        let mut lost = self.writing.take().map_or(0, |w| w.rest());
+        let mut lost = self.writing.clear();
         while let Some(b) = self.session.poll_transmit() {
             lost += b.len();
         }
@@ -884,8 +985,8 @@ mod fuzzing {
         for _ in 0..200 {
             let Ok(op) = u.arbitrary::<Op>() else { break };
             match op {
-                Op::Request(i) => s.handle_input(now, request(i).as_bytes()),
-                Op::Cancel(i) => s.handle_input(
+                Op::Request(i) => s.handle_stdin(now, request(i).as_bytes()),
+                Op::Cancel(i) => s.handle_stdin(
                     now,
                     format!(
                         "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{{\"requestId\":{}}}}}\n",
@@ -893,9 +994,9 @@ mod fuzzing {
                     )
                     .as_bytes(),
                 ),
-                Op::Junk(b) => s.handle_input(now, &b),
+                Op::Junk(b) => s.handle_stdin(now, &b),
                 Op::Written(n) => {
-                    let n = usize::from(n).min(s.pending_write().map_or(0, <[u8]>::len));
+                    let n = usize::from(n).min(s.pending_len());
                     s.handle_written(now, n);
                 }
                 Op::Flushed => s.handle_flushed(now),
@@ -954,7 +1055,7 @@ mod fuzzing {
             if let Some(id) = running.iter().next().cloned().filter(|_| answer) {
                 running.remove(&id);
                 s.handler_finished(now, &id, Err(&err));
-            } else if let Some(n) = s.pending_write().map(<[u8]>::len).filter(|_| read) {
+            } else if let Some(n) = Some(s.pending_len()).filter(|&n| n > 0 && read) {
                 s.handle_written(now, n);
             } else if s.flush_due() && read {
                 s.handle_flushed(now);
@@ -992,6 +1093,23 @@ mod tests {
         o
     }
 
+    impl ServeLifecycle {
+        /// The rest of the held message, as `poll_output` would offer it.
+        fn pending_write(&mut self) -> Option<&[u8]> {
+            match &self.writing {
+                WriteCursor::Held { bytes, offset } if self.pending_len() > 0 => {
+                    Some(&bytes[*offset..])
+                }
+                _ => None,
+            }
+        }
+
+        /// The held message, taken whole as a writer thread would.
+        fn take_write(&mut self) -> Option<Vec<u8>> {
+            (self.pending_len() > 0).then(|| self.writing.lend().take())
+        }
+    }
+
     fn actions(s: &mut ServeLifecycle) -> Vec<ServeAction> {
         std::iter::from_fn(|| s.poll_action()).collect()
     }
@@ -1016,10 +1134,10 @@ mod tests {
     fn g7_request_cancel_and_suppressed_response() {
         let t = Instant::now();
         let mut s = ServeLifecycle::new(&handler_sees_all());
-        s.handle_input(t, &req(1, "slow"));
+        s.handle_stdin(t, &req(1, "slow"));
         let a = actions(&mut s);
         assert!(matches!(&a[..], [ServeAction::Start(r)] if r.id == Id::Number(1)));
-        s.handle_input(t, &cancel(1));
+        s.handle_stdin(t, &cancel(1));
         let a = actions(&mut s);
         assert!(matches!(&a[..], [ServeAction::Cancel { id, .. }] if *id == Id::Number(1)));
         s.handler_aborted(t, &Id::Number(1));
@@ -1031,7 +1149,7 @@ mod tests {
     fn g1_input_keeps_flowing_while_a_write_is_stuck() {
         let t = Instant::now();
         let mut s = ServeLifecycle::new(&handler_sees_all());
-        s.handle_input(t, &req(1, "a"));
+        s.handle_stdin(t, &req(1, "a"));
         let _ = actions(&mut s);
         let big = to_raw(&"x".repeat(100_000)).unwrap();
         s.handler_finished(t, &Id::Number(1), Ok(&big));
@@ -1039,8 +1157,8 @@ mod tests {
         s.handle_written(t, 10);
         assert!(s.pending_write().is_some());
         assert!(s.wants_input());
-        s.handle_input(t, &req(2, "slow"));
-        s.handle_input(t, &cancel(2));
+        s.handle_stdin(t, &req(2, "slow"));
+        s.handle_stdin(t, &cancel(2));
         let a = actions(&mut s);
         assert!(matches!(
             &a[..],
@@ -1056,8 +1174,8 @@ mod tests {
             ..handler_sees_all()
         };
         let mut s = ServeLifecycle::new(&opts);
-        s.handle_input(t, &req(1, "a"));
-        s.handle_input(t, &req(2, "b"));
+        s.handle_stdin(t, &req(1, "a"));
+        s.handle_stdin(t, &req(2, "b"));
         s.handle_input_eof(t);
         assert_eq!(actions(&mut s).len(), 2);
         assert!(!s.wants_input());
@@ -1088,7 +1206,7 @@ mod tests {
     fn eof_with_nothing_running_finishes_after_output_drains() {
         let t = Instant::now();
         let mut s = ServeLifecycle::new(&handler_sees_all());
-        s.handle_input(t, &req(1, "a"));
+        s.handle_stdin(t, &req(1, "a"));
         let _ = actions(&mut s);
         s.handle_input_eof(t);
         assert!(!s.is_finished());
@@ -1104,8 +1222,8 @@ mod tests {
     fn write_failure_aborts_every_handler_and_ends() {
         let t = Instant::now();
         let mut s = ServeLifecycle::new(&handler_sees_all());
-        s.handle_input(t, &req(1, "a"));
-        s.handle_input(t, &req(2, "b"));
+        s.handle_stdin(t, &req(1, "a"));
+        s.handle_stdin(t, &req(2, "b"));
         let _ = actions(&mut s);
         s.handle_write_failed(t);
         let a = actions(&mut s);
@@ -1121,7 +1239,7 @@ mod tests {
     fn a_message_handed_out_whole_stays_counted_until_written() {
         let t = Instant::now();
         let mut s = ServeLifecycle::new(&handler_sees_all());
-        s.handle_input(t, &req(1, "ping"));
+        s.handle_stdin(t, &req(1, "ping"));
         let _ = actions(&mut s);
         s.handler_finished(t, &Id::Number(1), Ok(&to_raw(&"pong").unwrap()));
         let bytes = s.take_write().expect("a message");
@@ -1143,7 +1261,7 @@ mod tests {
             ..handler_sees_all()
         };
         let mut s = ServeLifecycle::new(&opts);
-        s.handle_input(t, &req(1, "a"));
+        s.handle_stdin(t, &req(1, "a"));
         s.handle_input_eof(t);
         let _ = actions(&mut s);
         assert_eq!(s.poll_timeout(), None);
@@ -1190,15 +1308,15 @@ mod tests {
     fn the_basics_are_answered_in_order_without_starting_a_handler() {
         let t = Instant::now();
         let mut s = ServeLifecycle::new(&one_tool_options());
-        s.handle_input(
+        s.handle_stdin(
             t,
             &line(1, "initialize", r#"{"protocolVersion":"2025-03-26"}"#),
         );
-        s.handle_input(t, &line(2, "ping", "{}"));
-        s.handle_input(t, &line(3, "tools/list", "{}"));
-        s.handle_input(t, &line(4, "resources/list", "{}"));
-        s.handle_input(t, &line(5, "tools/call", r#"{"name":"nope"}"#));
-        s.handle_input(t, &line(6, "tools/call", r#"{"name":"echo"}"#));
+        s.handle_stdin(t, &line(2, "ping", "{}"));
+        s.handle_stdin(t, &line(3, "tools/list", "{}"));
+        s.handle_stdin(t, &line(4, "resources/list", "{}"));
+        s.handle_stdin(t, &line(5, "tools/call", r#"{"name":"nope"}"#));
+        s.handle_stdin(t, &line(6, "tools/call", r#"{"name":"echo"}"#));
         let a = actions(&mut s);
         assert!(
             matches!(&a[..], [ServeAction::Start(r)] if r.id == Id::Number(6)),
@@ -1243,7 +1361,7 @@ mod tests {
         o.config.max_concurrent(4).max_outgoing_bytes(4096);
         let mut s = ServeLifecycle::new(&o);
         for id in 0..10_000 {
-            s.handle_input(t, &line(id, "ping", "{}"));
+            s.handle_stdin(t, &line(id, "ping", "{}"));
         }
         assert!(actions(&mut s).is_empty());
         assert!(
@@ -1261,11 +1379,11 @@ mod tests {
     fn the_way_out_starts_a_handler_for_initialize_and_ping() {
         let t = Instant::now();
         let mut s = ServeLifecycle::new(&handler_sees_all());
-        s.handle_input(
+        s.handle_stdin(
             t,
             &line(1, "initialize", r#"{"protocolVersion":"2025-03-26"}"#),
         );
-        s.handle_input(t, &line(2, "ping", "{}"));
+        s.handle_stdin(t, &line(2, "ping", "{}"));
         let a = actions(&mut s);
         assert_eq!(a.len(), 2);
         assert!(a.iter().all(|a| matches!(a, ServeAction::Start(_))));
