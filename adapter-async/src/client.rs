@@ -27,11 +27,12 @@ use futures_lite::Stream;
 use mcp_stdio_core::client::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
 pub use mcp_stdio_core::driver::CancelHandle;
 use mcp_stdio_core::driver::{
-    CallCancel, CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED,
+    CallCancel, CancelRegistry, ClientDriver, DriverAction, DriverInput, DriverOutput,
+    ReplyChannel, ABANDONED,
 };
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
-use mcp_stdio_core::io_result::{Note, NoteLevel};
+use mcp_stdio_core::io_result::{ChildStream, Note, NoteLevel};
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
@@ -50,8 +51,6 @@ pub(crate) const COMMAND_QUEUE: usize = 256;
 const STDOUT_READS_PER_TURN: usize = 64;
 /// Reads of stderr per turn (16 KiB each).
 const STDERR_READS_PER_TURN: usize = 16;
-/// Writes to stdin per turn.
-const WRITES_PER_TURN: usize = 64;
 /// Commands taken per turn.
 const COMMANDS_PER_TURN: usize = 64;
 /// Turns in one `poll` before the driver yields to its executor (and is
@@ -286,11 +285,25 @@ impl<R: Runtime> Client<R> {
         let client_capabilities = options.get_client_capabilities().map(ToOwned::to_owned);
         let now = Instant::now();
         let mut core = ClientDriver::new(options, pid, now, cancels.clone());
+        // A pipe that could not be set up is at its end from the start.
         if stdout.is_none() {
-            core.handle_stdout_eof(now);
+            let look = &mut || Ok(None);
+            core.handle_input(
+                now,
+                DriverInput::Stdout {
+                    result: Ok(0),
+                    look,
+                },
+            );
         }
         if stderr.is_none() {
-            core.handle_stderr_eof(now);
+            let look = &mut || Ok(None);
+            let ended = DriverInput::Stderr {
+                result: Ok(0),
+                buf: &[],
+                look,
+            };
+            core.handle_input(now, ended);
         }
 
         let (commands, command_rx) = async_channel::bounded(COMMAND_QUEUE);
@@ -315,6 +328,9 @@ impl<R: Runtime> Client<R> {
             taken: None,
             finished: finished.clone(),
             timer: DeadlineTimer::new(rt),
+            deadline: None,
+            stdin_parked: false,
+            record: None,
         };
         let client = Self {
             commands,
@@ -568,6 +584,13 @@ struct Driver<R: Runtime> {
     finished: Arc<AtomicBool>,
     /// One timer for the whole session.
     timer: DeadlineTimer<R>,
+    /// The core's next deadline, from its last drained output.
+    deadline: Option<Instant>,
+    /// The last write was pending: tell the core at the next turn that
+    /// stdin may take bytes again.
+    stdin_parked: bool,
+    /// The record, once `Finished` was drained.
+    record: Option<SessionRecord>,
 }
 
 impl<R: Runtime> Driver<R> {
@@ -579,25 +602,34 @@ impl<R: Runtime> Driver<R> {
     /// the session is over.
     fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<SessionRecord> {
         for _ in 0..TURNS_PER_POLL {
-            if let Some(record) = self.pump() {
-                self.finished.store(true, Ordering::Release);
-                return Poll::Ready(record);
-            }
             // The one clock read of this turn.
             let now = Instant::now();
+            if std::mem::take(&mut self.stdin_parked) {
+                self.core.handle_input(now, DriverInput::Writable);
+            }
             // Cancels flagged before this turn go out before what the turn
             // brings: a `cancel` then a `request` reach the wire in that order (G6).
             while let Poll::Ready(Some(())) = self.wake.as_mut().poll_next(cx) {}
-            self.core.handle_cancels(now);
-            // The fixed order of the inputs: the exit before the pipes, so an
-            // exit and an end of stream seen in one turn are taken in that order.
-            let mut busy = self.poll_exit(cx, now);
-            busy |= self.poll_stdout(cx, now);
-            busy |= self.poll_stderr(cx, now);
-            busy |= self.poll_stdin(cx);
-            busy |= self.poll_commands(cx, now);
-            busy |= self.poll_incoming(cx, now);
-            busy |= self.poll_timer(cx);
+            self.core.handle_input(now, DriverInput::Cancels);
+            // The inputs in a fixed order, the exit before the pipes (so an
+            // exit and an end of stream seen in one turn are taken in that
+            // order); after each, the outputs it led to.
+            let mut busy = self.pump(cx, now);
+            for step in [
+                Self::poll_exit,
+                Self::poll_stdout,
+                Self::poll_stderr,
+                Self::poll_commands,
+                Self::poll_incoming,
+                Self::poll_timer,
+            ] {
+                busy |= step(self, cx, now);
+                busy |= self.pump(cx, now);
+                if let Some(record) = self.record.take() {
+                    self.finished.store(true, Ordering::Release);
+                    return Poll::Ready(record);
+                }
+            }
             if !busy {
                 return Poll::Pending;
             }
@@ -614,7 +646,7 @@ impl<R: Runtime> Driver<R> {
         match self.leader.poll_exited(cx) {
             // Seen without reaping: the zombie keeps the group id ours until `Finished`.
             Poll::Ready(r) => {
-                self.core.handle_exit_result(now, r);
+                self.core.handle_input(now, DriverInput::Exited(r));
                 true
             }
             Poll::Pending => false,
@@ -628,17 +660,16 @@ impl<R: Runtime> Driver<R> {
             let Some(pipe) = self.stdout.as_ref() else {
                 break;
             };
-            let Poll::Ready(r) = pipe.poll_read(cx, self.core.stdout_room().zeroed()) else {
+            let Poll::Ready(result) = pipe.poll_read(cx, self.core.stdout_room().zeroed()) else {
                 break;
             };
             busy = true;
             let leader = &mut self.leader;
-            if !self
-                .core
-                .handle_stdout_result(now, r, &mut || leader.try_exited())
-            {
-                self.stdout = None;
-            }
+            let look = &mut || leader.try_exited();
+            self.core
+                .handle_input(now, DriverInput::Stdout { result, look });
+            // A `CloseReader` at the end drops the pipe.
+            self.pump(cx, now);
         }
         busy
     }
@@ -649,39 +680,16 @@ impl<R: Runtime> Driver<R> {
             let Some(pipe) = self.stderr.as_ref() else {
                 break;
             };
-            let Poll::Ready(r) = pipe.poll_read(cx, &mut self.stderr_buf) else {
+            let Poll::Ready(result) = pipe.poll_read(cx, &mut self.stderr_buf) else {
                 break;
             };
             busy = true;
             let leader = &mut self.leader;
+            let look = &mut || leader.try_exited();
             let buf = &self.stderr_buf;
-            if !self
-                .core
-                .handle_stderr_result(now, r, buf, &mut || leader.try_exited())
-            {
-                self.stderr = None;
-            }
-        }
-        busy
-    }
-
-    /// Writes the held message as far as the pipe takes it, never waiting.
-    fn poll_stdin(&mut self, cx: &mut Context<'_>) -> bool {
-        let mut busy = false;
-        for _ in 0..WRITES_PER_TURN {
-            let Some(pipe) = self.stdin.as_ref() else {
-                break;
-            };
-            let Some(bytes) = self.core.poll_write() else {
-                break;
-            };
-            let Poll::Ready(r) = pipe.poll_write(cx, bytes) else {
-                break;
-            };
-            busy = true;
-            if !self.core.handle_write_result(r) {
-                self.stdin = None;
-            }
+            self.core
+                .handle_input(now, DriverInput::Stderr { result, buf, look });
+            self.pump(cx, now);
         }
         busy
     }
@@ -696,16 +704,14 @@ impl<R: Runtime> Driver<R> {
                 break;
             };
             busy = true;
-            // A cancel flagged before this command was queued goes out first (G6).
-            self.core.handle_cancels(now);
             match cmd {
-                Some(cmd) => self.core.handle_command(now, cmd),
+                Some(cmd) => self.core.handle_input(now, DriverInput::Command(cmd)),
                 None => {
                     // Every handle is gone: the Client was dropped (and its
                     // `Drop` already sent SIGKILL); run the kill path so the
                     // record says so.
                     self.commands_open = false;
-                    self.core.handle_client_gone(now);
+                    self.core.handle_input(now, DriverInput::ClientGone);
                 }
             }
         }
@@ -761,23 +767,52 @@ impl<R: Runtime> Driver<R> {
         }
     }
 
-    fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
-        match self.timer.poll(cx, self.core.poll_timeout()) {
+    fn poll_timer(&mut self, cx: &mut Context<'_>, _now: Instant) -> bool {
+        match self.timer.poll(cx, self.deadline) {
             Poll::Ready(now) => {
-                self.core.handle_timeout(now);
+                self.core.handle_input(now, DriverInput::Timeout);
                 true
             }
             Poll::Pending => false,
         }
     }
 
-    /// Drains every core output; returns the record once the session is over.
-    fn pump(&mut self) -> Option<SessionRecord> {
-        while let Some(action) = self.core.poll_action() {
+    /// Drains the core's outputs in its order: the held message is written
+    /// as far as stdin takes it now, never waited for (G1). Keeps the record
+    /// once the session is over; `true` if a write made progress.
+    fn pump(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        let mut busy = false;
+        while self.record.is_none() {
+            let action = match self.core.poll_output() {
+                DriverOutput::Action(action) => action,
+                DriverOutput::Write(out) => {
+                    let r = match self.stdin.as_ref() {
+                        Some(pipe) => match pipe.poll_write(cx, out.bytes()) {
+                            Poll::Ready(r) => r,
+                            Poll::Pending => Err(std::io::ErrorKind::WouldBlock.into()),
+                        },
+                        // Closed by us: the core hears it as a failed write.
+                        None => Err(std::io::ErrorKind::BrokenPipe.into()),
+                    };
+                    let parked = r
+                        .as_ref()
+                        .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock);
+                    self.stdin_parked |= parked;
+                    busy |= !parked;
+                    self.core.handle_input(now, DriverInput::Written(r));
+                    continue;
+                }
+                DriverOutput::Timeout(deadline) => {
+                    self.deadline = deadline;
+                    break;
+                }
+            };
             match action {
                 // Dropping stdin closes the pipe, mid-message if need be:
                 // the server sees EOF.
                 DriverAction::CloseStdin => self.stdin = None,
+                DriverAction::CloseReader(ChildStream::Stdout) => self.stdout = None,
+                DriverAction::CloseReader(ChildStream::Stderr) => self.stderr = None,
                 DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
                 DriverAction::Note(note) => log_note(self.pid, note),
                 DriverAction::SignalGroup(sig) => {
@@ -800,12 +835,12 @@ impl<R: Runtime> Driver<R> {
                     self.stderr = None;
                     self.stdin = None;
                     self.leader.reap();
-                    return Some(*record);
+                    self.record = Some(*record);
                 }
                 _ => {}
             }
         }
-        None
+        busy
     }
 }
 

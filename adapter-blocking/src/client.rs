@@ -42,9 +42,12 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_core::client::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
 pub use mcp_stdio_core::driver::CancelHandle;
-use mcp_stdio_core::driver::{CancelRegistry, ClientDriver, DriverAction, ReplyChannel, ABANDONED};
+use mcp_stdio_core::driver::{
+    CancelRegistry, ClientDriver, DriverAction, DriverInput, DriverOutput, ReplyChannel, ABANDONED,
+};
 use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
+use mcp_stdio_core::io_result::ChildStream;
 use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
 use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::CommandSpec;
@@ -612,6 +615,8 @@ struct Driver {
     commands_tx: Commands,
     shared: Arc<Shared>,
     kill_requested: bool,
+    /// The core's next deadline, from its last drained output.
+    deadline: Option<Instant>,
     err_buf: Vec<u8>,
 }
 
@@ -675,6 +680,7 @@ impl Driver {
             commands_tx: commands.clone(),
             shared: shared.clone(),
             kill_requested: false,
+            deadline: None,
             err_buf: vec![0; STDERR_READ],
         };
         Ok((driver, commands, shared))
@@ -692,19 +698,19 @@ impl Driver {
             if !self.kill_requested && self.shared.dropped.load(Ordering::Acquire) {
                 // The Client was dropped and its group killed: fail what waits.
                 self.kill_requested = true;
-                self.core.handle_client_gone(now);
+                self.core.handle_input(now, DriverInput::ClientGone);
             }
-            self.core.handle_cancels(now);
+            self.core.handle_input(now, DriverInput::Cancels);
             // The exit first: when it and stdout's EOF arrive together, the
             // record then says the server exited by itself, which it did.
             self.observe_exit(now);
             self.read_stdout(now);
             self.read_stderr(now);
-            if self.core.poll_timeout().is_some_and(|d| d <= now) {
-                self.core.handle_timeout(now);
+            if self.deadline.is_some_and(|d| d <= now) {
+                self.core.handle_input(now, DriverInput::Timeout);
             }
             // Outputs, in the core's order.
-            if let Some(record) = self.pump() {
+            if let Some(record) = self.pump(now) {
                 return self.finish(record);
             }
             self.deliver_incoming(now);
@@ -727,7 +733,11 @@ impl Driver {
                 // Spurious events are harmless: the next read or write says
                 // `WouldBlock` and the flag drops again.
                 match event.token() {
-                    STDIN => self.io.stdin_ready = true,
+                    STDIN => {
+                        self.io.stdin_ready = true;
+                        self.core
+                            .handle_input(Instant::now(), DriverInput::Writable);
+                    }
                     STDOUT => self.io.stdout_ready = true,
                     STDERR => self.io.stderr_ready = true,
                     // The exit, commands and cancels are checked every turn.
@@ -741,12 +751,9 @@ impl Driver {
         self.commands_more = false;
         for _ in 0..COMMANDS_PER_TURN {
             match self.commands.try_recv() {
-                Ok(cmd) => {
-                    // A cancel flagged before this command was sent goes out
-                    // before it (G6): one atomic swap when none is flagged.
-                    self.core.handle_cancels(now);
-                    self.core.handle_command(now, cmd);
-                }
+                // A cancel flagged before this command was sent goes out
+                // before it (G6): the core takes the cancels first.
+                Ok(cmd) => self.core.handle_input(now, DriverInput::Command(cmd)),
                 // Disconnected cannot happen: this thread holds a sender.
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => return,
             }
@@ -761,10 +768,15 @@ impl Driver {
             else {
                 return;
             };
+            // Only bytes keep this turn reading: what else a read came to
+            // is the core's to decide (a `CloseReader` at the end).
+            let more = matches!(r, Ok(n) if n > 0);
             let (child, group) = (&mut self.child, &self.group);
-            let mut look = || group.observe_exit(|| child.try_wait());
-            if !self.core.handle_stdout_result(now, r, &mut look) {
-                self.io.close_stdout();
+            let look = &mut || group.observe_exit(|| child.try_wait());
+            self.core
+                .handle_input(now, DriverInput::Stdout { result: r, look });
+            if !more {
+                return;
             }
         }
     }
@@ -776,10 +788,17 @@ impl Driver {
             else {
                 return;
             };
+            let more = matches!(r, Ok(n) if n > 0);
             let (child, group) = (&mut self.child, &self.group);
-            let mut look = || group.observe_exit(|| child.try_wait());
-            if !self.core.handle_stderr_result(now, r, buf, &mut look) {
-                self.io.close_stderr();
+            let look = &mut || group.observe_exit(|| child.try_wait());
+            let input = DriverInput::Stderr {
+                result: r,
+                buf,
+                look,
+            };
+            self.core.handle_input(now, input);
+            if !more {
+                return;
             }
         }
     }
@@ -789,11 +808,10 @@ impl Driver {
     fn observe_exit(&mut self, now: Instant) {
         if !self.core.exit_seen() {
             let child = &mut self.child;
-            match self.group.observe_exit(|| child.try_wait()) {
-                Ok(None) => {}
-                Ok(Some(status)) => self.core.handle_exit_result(now, Ok(status)),
-                // No status can ever be observed: the supervisor's deadlines end the session.
-                Err(e) => self.core.handle_exit_result(now, Err(e)),
+            // An error: no status can ever be observed; the supervisor's
+            // deadlines end the session.
+            if let Some(r) = self.group.observe_exit(|| child.try_wait()).transpose() {
+                self.core.handle_input(now, DriverInput::Exited(r));
             }
         }
         if self.core.exit_seen() {
@@ -801,38 +819,37 @@ impl Driver {
         }
     }
 
-    /// Writes the held message until `WouldBlock`; the core hands over the
-    /// next one only when it is fully written.
-    fn write_stdin(&mut self) {
+    /// Drains every core output in its order, writing the held message
+    /// until `WouldBlock`; returns the record once the session is over.
+    fn pump(&mut self, now: Instant) -> Option<SessionRecord> {
         loop {
-            let Some(stdin) = self.io.stdin.as_mut().filter(|_| self.io.stdin_ready) else {
-                return;
-            };
-            let Some(bytes) = self.core.poll_write() else {
-                return;
-            };
-            match stdin.write(bytes) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.io.stdin_ready = false;
-                    return;
-                }
-                // The core's rule: a failed or 0-byte write ends the writing;
-                // stdout's end and the exit follow.
-                r => {
-                    if !self.core.handle_write_result(r) {
-                        self.io.close_stdin();
-                        return;
+            let action = match self.core.poll_output() {
+                DriverOutput::Action(action) => action,
+                DriverOutput::Write(out) => {
+                    let r = match self.io.stdin.as_mut() {
+                        Some(stdin) => stdin.write(out.bytes()),
+                        None => Err(io::ErrorKind::BrokenPipe.into()),
+                    };
+                    if r.as_ref()
+                        .is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock)
+                    {
+                        self.io.stdin_ready = false;
                     }
+                    // The core's rule: `WouldBlock` parks stdin until the
+                    // next writable event; a failed or 0-byte write ends the
+                    // writing (a `CloseStdin` follows).
+                    self.core.handle_input(now, DriverInput::Written(r));
+                    continue;
                 }
-            }
-        }
-    }
-
-    /// Drains every core output; returns the record once the session is over.
-    fn pump(&mut self) -> Option<SessionRecord> {
-        while let Some(action) = self.core.poll_action() {
+                DriverOutput::Timeout(deadline) => {
+                    self.deadline = deadline;
+                    return None;
+                }
+            };
             match action {
                 DriverAction::CloseStdin => self.io.close_stdin(),
+                DriverAction::CloseReader(ChildStream::Stdout) => self.io.close_stdout(),
+                DriverAction::CloseReader(ChildStream::Stderr) => self.io.close_stderr(),
                 DriverAction::LogStderrLine(line) => forward_server_stderr(self.pid, line),
                 DriverAction::Note(note) => os::log_note(self.pid, note),
                 DriverAction::SignalGroup(sig) => {
@@ -852,8 +869,6 @@ impl Driver {
                 _ => {}
             }
         }
-        self.write_stdin();
-        None
     }
 
     /// Moves one message from the core's inbox to the slot, if the slot is free.
@@ -882,17 +897,11 @@ impl Driver {
 
     /// How long the next `Poll::poll` may sleep.
     fn poll_timeout(&self, now: Instant) -> Option<Duration> {
-        let busy = self.commands_more
-            || self.io.stdout_ready
-            || self.io.stderr_ready
-            || (self.io.stdin_ready && self.io.stdin.is_some() && self.core.is_writing());
+        let busy = self.commands_more || self.io.stdout_ready || self.io.stderr_ready;
         if busy {
             return Some(Duration::ZERO);
         }
-        let mut timeout = self
-            .core
-            .poll_timeout()
-            .map(|d| d.saturating_duration_since(now));
+        let mut timeout = self.deadline.map(|d| d.saturating_duration_since(now));
         if !self.core.exit_seen() && self.io.exit_fd.is_none() {
             timeout = Some(timeout.map_or(EXIT_POLL_TICK, |t| t.min(EXIT_POLL_TICK)));
         }
@@ -903,17 +912,40 @@ impl Driver {
     /// and end the session so the stderr grant goes back to its pool.
     fn abandon(mut self) {
         let now = Instant::now();
-        self.core.handle_client_gone(now);
+        self.core.handle_input(now, DriverInput::ClientGone);
         let _ = self.group.signal(Signal::Kill);
         // SIGKILL was sent, so this returns promptly.
         let child = &mut self.child;
         if let Ok(Some(status)) = self.group.reap(|| child.wait().map(Some)) {
-            self.core.handle_exited(now, os::exit_status(status));
+            let exited = DriverInput::Exited(Ok(os::exit_status(status)));
+            self.core.handle_input(now, exited);
         }
-        self.core.handle_stdout_eof(now);
-        self.core.handle_stderr_eof(now);
+        let look = &mut || Ok(None);
+        self.core.handle_input(
+            now,
+            DriverInput::Stdout {
+                result: Ok(0),
+                look,
+            },
+        );
+        let look = &mut || Ok(None);
+        let input = DriverInput::Stderr {
+            result: Ok(0),
+            buf: &[],
+            look,
+        };
+        self.core.handle_input(now, input);
         // `Finished` gives the grant back; the signals asked for are moot.
-        while self.core.poll_action().is_some() {}
+        loop {
+            match self.core.poll_output() {
+                DriverOutput::Action(DriverAction::Finished(_)) | DriverOutput::Timeout(_) => break,
+                DriverOutput::Action(_) => {}
+                DriverOutput::Write(_) => {
+                    let failed = Err(io::ErrorKind::BrokenPipe.into());
+                    self.core.handle_input(now, DriverInput::Written(failed));
+                }
+            }
+        }
     }
 
     fn finish(self, record: SessionRecord) -> SessionRecord {

@@ -3,7 +3,7 @@
 //! A [`ClientDriver`] wraps a [`HostSession`] with what sits between it and
 //! the application: the commands the application sends ([`Command`]), the
 //! waiters of requests in flight and their completion, the one message taken
-//! from the core for the server's stdin ([`ClientDriver::poll_write`]), the
+//! from the core for the server's stdin ([`DriverOutput::Write`]), the
 //! lossless cancels ([`CancelRegistry`]) and the final `SessionClosed` for
 //! whatever still waits when the session ends. It does no I/O and reads no
 //! clock: the adapter reads the clock once per wake and passes `now` in.
@@ -12,13 +12,13 @@
 //!
 //! 1. wait for the next input (a pipe's bytes or end, room to write, the
 //!    child's exit, a command, a cancel wake, room for an incoming message,
-//!    or [`poll_timeout`](ClientDriver::poll_timeout));
-//! 2. read the clock once and feed the input: `handle_*(now, …)`;
-//! 3. [`handle_cancels`](ClientDriver::handle_cancels)`(now)` (one atomic
-//!    swap when there is nothing to do);
-//! 4. drain [`poll_action`](ClientDriver::poll_action) until `None`,
-//!    write what [`poll_write`](ClientDriver::poll_write) holds as far as the
-//!    pipe takes it, hand [`poll_incoming`](ClientDriver::poll_incoming) on when
+//!    or the deadline of the last [`DriverOutput::Timeout`]);
+//! 2. read the clock once and feed it: [`ClientDriver::handle_input`]`(now, …)`
+//!    with a [`DriverInput`] (after a cancel wake: [`DriverInput::Cancels`],
+//!    one atomic swap when there is nothing to do);
+//! 3. drain [`ClientDriver::poll_output`] until [`DriverOutput::Timeout`]:
+//!    act on each [`DriverAction`], write each [`DriverOutput::Write`] as far
+//!    as the pipe takes it now; hand [`ClientDriver::poll_incoming`] on when
 //!    the application has room.
 //!
 //! # The rule
@@ -54,7 +54,9 @@ use std::time::{Duration, Instant};
 use crate::client::{ClientEvent, ClientMetrics, Incoming, RequestFailure};
 use crate::frame::ReadRoom;
 use crate::host::{ClientOptions, HostAction, HostSession, RequestError, SessionRecord};
-use crate::io_result::{ChildStream, Note, NoteLevel, ReadResult, WriteResult};
+use crate::io_result::{
+    ChildStream, Note, NoteLevel, Outgoing, ReadResult, WriteCursor, WriteResult,
+};
 use crate::message::{ErrorObject, Id, RawResult, RawValue};
 use crate::process::{ExitStatus, Signal};
 
@@ -331,22 +333,96 @@ struct Waiter<C: ReplyChannel> {
     cancel: Arc<CancelSlot>,
 }
 
-/// The one message taken from the core for the server's stdin.
-#[derive(Debug)]
-enum WriteSlot {
-    Empty,
-    /// Being written here, `offset` bytes done.
-    Held {
-        bytes: Vec<u8>,
-        offset: usize,
+/// One thing that happened to a client session: the one way into
+/// [`ClientDriver`] ([`ClientDriver::handle_input`]). After each, drain
+/// [`ClientDriver::poll_output`] until it says [`DriverOutput::Timeout`].
+#[non_exhaustive]
+pub enum DriverInput<'a, C: ReplyChannel> {
+    /// A read of the server's stdout into [`ClientDriver::stdout_room`]
+    /// returned `result` (the rule: [`ReadResult`]). At its end, `look` is
+    /// asked whether the server has exited, and an exit it reports is taken
+    /// first: "exited by itself" does not depend on which of the two the
+    /// loop saw first. A [`DriverAction::CloseReader`] follows the end.
+    Stdout {
+        /// What the read system call returned.
+        result: std::io::Result<usize>,
+        /// A non-reaping look at the exit.
+        look: LookForExit<'a>,
     },
-    /// Handed whole to a writer task, `len` bytes, not yet acknowledged.
-    Lent {
-        len: usize,
+    /// A read of the server's stderr into `buf` returned `result`; as `Stdout`.
+    Stderr {
+        /// What the read system call returned.
+        result: std::io::Result<usize>,
+        /// The buffer it read into.
+        buf: &'a [u8],
+        /// A non-reaping look at the exit.
+        look: LookForExit<'a>,
     },
+    /// A write of [`DriverOutput::Write`] returned this (the rule:
+    /// [`WriteResult`]: `WouldBlock` parks stdin until
+    /// [`Writable`](Self::Writable); a failure closes it, with a
+    /// [`DriverAction::CloseStdin`]; stdout's end and the exit follow).
+    Written(std::io::Result<usize>),
+    /// The server's stdin may take bytes again (after a `WouldBlock`).
+    Writable,
+    /// The wait for the server's exit returned this. A failed wait means no
+    /// status can ever be observed: the supervisor's deadlines end the session.
+    Exited(std::io::Result<ExitStatus>),
+    /// A command from the application (every reply is a non-blocking send).
+    /// Cancels flagged before it are taken first: a `cancel` then a
+    /// `request` reach the wire in that order (G6).
+    Command(Command<C>),
+    /// The cancel registry woke the loop: cancel every request flagged since
+    /// (one atomic swap when none was). Harmless when spurious.
+    Cancels,
+    /// Every application handle is gone (the `Client` was dropped, which
+    /// killed the group): fail what waits and run the kill path, once.
+    ClientGone,
+    /// Time passed: request deadlines and shutdown graces. Early, nothing.
+    Timeout,
 }
 
-/// What the adapter must do, from [`ClientDriver::poll_action`].
+impl<C: ReplyChannel> fmt::Debug for DriverInput<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Stdout { result, .. } => f
+                .debug_struct("Stdout")
+                .field("result", result)
+                .finish_non_exhaustive(),
+            Self::Stderr { result, .. } => f
+                .debug_struct("Stderr")
+                .field("result", result)
+                .finish_non_exhaustive(),
+            Self::Written(r) => f.debug_tuple("Written").field(r).finish(),
+            Self::Writable => f.write_str("Writable"),
+            Self::Exited(r) => f.debug_tuple("Exited").field(r).finish(),
+            Self::Command(_) => f.write_str("Command"),
+            Self::Cancels => f.write_str("Cancels"),
+            Self::ClientGone => f.write_str("ClientGone"),
+            Self::Timeout => f.write_str("Timeout"),
+        }
+    }
+}
+
+/// What the driver asks of its loop, in the order it must happen, from
+/// [`ClientDriver::poll_output`]. Messages for the application are not in
+/// it: the loop pulls them with [`ClientDriver::poll_incoming`] when the
+/// application has room (G5: the core's inbox is the queue).
+#[derive(Debug)]
+pub enum DriverOutput<'a> {
+    /// Do this now.
+    Action(DriverAction),
+    /// Write what the server's stdin takes of these bytes now (or take them
+    /// whole for a writer task) and report [`DriverInput::Written`]; never
+    /// wait for it.
+    Write(Outgoing<'a>),
+    /// Nothing more until the next input: wait for I/O, a command, a cancel
+    /// wake, or this instant, then feed [`DriverInput::Timeout`]. `None`: no
+    /// deadline.
+    Timeout(Option<Instant>),
+}
+
+/// What the adapter must do, inside [`DriverOutput::Action`].
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum DriverAction {
@@ -356,6 +432,8 @@ pub enum DriverAction {
     LogStderrLine(String),
     /// Close (drop) the server's stdin; the driver has dropped what it held.
     CloseStdin,
+    /// This stream of the server is at its end: stop reading it (drop it).
+    CloseReader(ChildStream),
     /// Send this signal to the server's process group; `ESRCH` is not an error.
     SignalGroup(Signal),
     /// Stop reading the streams still open (they passed the drain deadline:
@@ -393,38 +471,30 @@ pub(crate) fn exit_before_end(
 ///
 /// - **Getters**: [`host`](Self::host), [`cancels`](Self::cancels),
 ///   [`waiters`](Self::waiters), [`has_incoming`](Self::has_incoming),
-///   [`is_finished`](Self::is_finished).
-/// - **Inputs**: [`handle_stdout`](Self::handle_stdout),
-///   [`handle_stdout_eof`](Self::handle_stdout_eof),
-///   [`handle_stderr`](Self::handle_stderr),
-///   [`handle_stderr_eof`](Self::handle_stderr_eof),
-///   [`handle_exited`](Self::handle_exited),
-///   [`handle_written`](Self::handle_written),
-///   [`handle_write_failed`](Self::handle_write_failed),
-///   [`handle_timeout`](Self::handle_timeout),
-///   [`handle_cancels`](Self::handle_cancels),
-///   [`handle_client_gone`](Self::handle_client_gone).
-/// - **Commands**: [`handle_command`](Self::handle_command).
-/// - **Outputs**: [`poll_action`](Self::poll_action),
-///   [`poll_write`](Self::poll_write) or
-///   [`poll_write_owned`](Self::poll_write_owned),
-///   [`poll_incoming`](Self::poll_incoming),
-///   [`poll_timeout`](Self::poll_timeout).
+///   [`exit_seen`](Self::exit_seen), [`is_finished`](Self::is_finished).
+/// - **The one input**: [`handle_input`](Self::handle_input) with a
+///   [`DriverInput`]; stdout is read into [`stdout_room`](Self::stdout_room).
+/// - **The one output**: [`poll_output`](Self::poll_output), a
+///   [`DriverOutput`]; messages for the application are pulled with
+///   [`poll_incoming`](Self::poll_incoming) when it has room.
 pub struct ClientDriver<C: ReplyChannel> {
     host: HostSession,
     options: ClientOptions,
     pid: u32,
     waiters: HashMap<Id, Waiter<C>>,
     cancels: Arc<CancelRegistry>,
-    write: WriteSlot,
+    write: WriteCursor,
     stdin_open: bool,
+    /// Stdin said `WouldBlock`: nothing is offered until it is writable.
+    parked: bool,
     client_gone: bool,
     finished: bool,
     /// The exit was fed (or can never be observed).
     exit_seen: bool,
-    /// Notes for the loop to log, from the `handle_*_result` methods (at
-    /// most one per stream end, write failure and exit: four).
-    notes: Vec<Note>,
+    /// Actions the I/O results led to, given before the session's own:
+    /// notes to log and pipes to close (at most one note and one close per
+    /// stream end, write failure and exit: seven).
+    early: Vec<DriverAction>,
 }
 
 impl<C: ReplyChannel> fmt::Debug for ClientDriver<C> {
@@ -455,12 +525,13 @@ impl<C: ReplyChannel> ClientDriver<C> {
             pid,
             waiters: HashMap::new(),
             cancels,
-            write: WriteSlot::Empty,
+            write: WriteCursor::Empty,
             stdin_open: true,
+            parked: false,
             client_gone: false,
             finished: false,
             exit_seen: false,
-            notes: Vec::new(),
+            early: Vec::new(),
         }
     }
 
@@ -491,54 +562,72 @@ impl<C: ReplyChannel> ClientDriver<C> {
         self.finished
     }
 
-    // ---- inputs ----
+    // ---- the one input and the one output ----
 
-    /// Bytes from the server's stdout.
-    pub fn handle_stdout(&mut self, now: Instant, chunk: &[u8]) {
-        self.host.handle_stdout(now, chunk);
+    /// Takes one input (see [`DriverInput`] for what each means). Then drain
+    /// [`poll_output`](Self::poll_output).
+    pub fn handle_input(&mut self, now: Instant, input: DriverInput<'_, C>) {
+        match input {
+            DriverInput::Stdout { result, look } => {
+                if !self.handle_stdout_result(now, result, look) {
+                    self.early
+                        .push(DriverAction::CloseReader(ChildStream::Stdout));
+                }
+            }
+            DriverInput::Stderr { result, buf, look } => {
+                if !self.handle_stderr_result(now, result, buf, look) {
+                    self.early
+                        .push(DriverAction::CloseReader(ChildStream::Stderr));
+                }
+            }
+            DriverInput::Written(r) => {
+                self.handle_write_result(r);
+            }
+            DriverInput::Writable => self.parked = false,
+            DriverInput::Exited(r) => self.handle_exit_result(now, r),
+            DriverInput::Command(cmd) => {
+                // A cancel flagged before this command was queued goes out first (G6).
+                self.handle_cancels(now);
+                self.handle_command(now, cmd);
+            }
+            DriverInput::Cancels => self.handle_cancels(now),
+            DriverInput::ClientGone => self.handle_client_gone(now),
+            DriverInput::Timeout => self.handle_timeout(now),
+        }
     }
+
+    /// The next thing the loop must do: the actions (notes and pipes to
+    /// close first, then stderr lines, signals, the end), then the bytes to
+    /// write, and last the next deadline (the end of this drain; it repeats
+    /// until the next input). Completes waiters on the way.
+    #[must_use]
+    pub fn poll_output(&mut self) -> DriverOutput<'_> {
+        if let Some(action) = self.poll_action() {
+            return DriverOutput::Action(action);
+        }
+        if self.finished {
+            return DriverOutput::Timeout(None);
+        }
+        if !self.parked {
+            self.refill();
+            if self.write.is_held() {
+                return DriverOutput::Write(self.write.lend());
+            }
+        }
+        DriverOutput::Timeout(self.poll_timeout())
+    }
+
+    // ---- inputs, one by one (what `handle_input` calls) ----
 
     /// Room to read the server's stdout into: the framer's own buffer, so
     /// the pipe's bytes are copied once, by the read (see [`ReadRoom`]);
-    /// then [`handle_stdout_read`](Self::handle_stdout_read).
+    /// then [`DriverInput::Stdout`] with what the read returned.
     pub fn stdout_room(&mut self) -> ReadRoom<'_> {
         self.host.stdout_room()
     }
 
-    /// `n` bytes were read into [`stdout_room`](Self::stdout_room).
-    pub fn handle_stdout_read(&mut self, now: Instant, n: usize) {
-        self.host.handle_stdout_read(now, n);
-    }
-
-    /// The held message's unwritten rest and room to read stdout into, at
-    /// once: for a loop that waits on both in one `select`. As
-    /// [`poll_write`](Self::poll_write) and [`stdout_room`](Self::stdout_room).
-    pub fn poll_io(&mut self) -> (Option<&[u8]>, ReadRoom<'_>) {
-        self.refill();
-        let write = match &self.write {
-            WriteSlot::Held { bytes, offset } => Some(&bytes[*offset..]),
-            _ => None,
-        };
-        (write, self.host.stdout_room())
-    }
-
-    /// The server's stdout ended (end-of-file or a read error).
-    pub fn handle_stdout_eof(&mut self, now: Instant) {
-        self.host.handle_stdout_eof(now);
-    }
-
-    /// Bytes from the server's stderr.
-    pub fn handle_stderr(&mut self, now: Instant, chunk: &[u8]) {
-        self.host.handle_stderr(now, chunk);
-    }
-
-    /// The server's stderr ended.
-    pub fn handle_stderr_eof(&mut self, now: Instant) {
-        self.host.handle_stderr_eof(now);
-    }
-
     /// The server's process exited.
-    pub fn handle_exited(&mut self, now: Instant, status: ExitStatus) {
+    pub(crate) fn handle_exited(&mut self, now: Instant, status: ExitStatus) {
         self.exit_seen = true;
         self.host.handle_exited(now, status);
     }
@@ -553,7 +642,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
     /// whether the server has exited, and an exit it reports is taken first:
     /// "exited by itself" does not depend on which of the two the loop saw
     /// first. Returns whether the stream is still open (drop it when not).
-    pub fn handle_stdout_result(
+    pub(crate) fn handle_stdout_result(
         &mut self,
         now: Instant,
         r: std::io::Result<usize>,
@@ -572,7 +661,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
     /// A read of stderr into `buf` returned `r`; as
     /// [`handle_stdout_result`](Self::handle_stdout_result).
-    pub fn handle_stderr_result(
+    pub(crate) fn handle_stderr_result(
         &mut self,
         now: Instant,
         r: std::io::Result<usize>,
@@ -594,17 +683,19 @@ impl<C: ReplyChannel> ClientDriver<C> {
     /// rule: [`WriteResult`]). Returns whether stdin is still open: after a
     /// failure nothing more is written (drop the pipe); stdout's end and the
     /// exit follow.
-    pub fn handle_write_result(&mut self, r: std::io::Result<usize>) -> bool {
+    pub(crate) fn handle_write_result(&mut self, r: std::io::Result<usize>) -> bool {
         match WriteResult::from(r) {
             WriteResult::Bytes(n) => self.handle_written(n),
-            WriteResult::Again | WriteResult::Full => {}
+            WriteResult::Again => {}
+            WriteResult::Full => self.parked = true,
             WriteResult::Failed(e) => {
-                self.notes.push(Note::new(
+                self.early.push(DriverAction::Note(Note::new(
                     NoteLevel::Debug,
                     "writing to server stdin failed",
                     Some(e.to_string()),
-                ));
+                )));
                 self.handle_write_failed();
+                self.early.push(DriverAction::CloseStdin);
                 return false;
             }
         }
@@ -613,16 +704,16 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
     /// The wait for the server's exit returned `r`. A failed wait means no
     /// status can ever be observed: the supervisor's deadlines end the session.
-    pub fn handle_exit_result(&mut self, now: Instant, r: std::io::Result<ExitStatus>) {
+    pub(crate) fn handle_exit_result(&mut self, now: Instant, r: std::io::Result<ExitStatus>) {
         match r {
             Ok(status) => self.handle_exited(now, status),
             Err(e) => {
                 self.exit_seen = true;
-                self.notes.push(Note::new(
+                self.early.push(DriverAction::Note(Note::new(
                     NoteLevel::Warn,
                     "waiting for the server failed",
                     Some(e.to_string()),
-                ));
+                )));
             }
         }
     }
@@ -640,8 +731,11 @@ impl<C: ReplyChannel> ClientDriver<C> {
                 ChildStream::Stdout => "reading the server's stdout failed; taken as its end",
                 ChildStream::Stderr => "reading the server's stderr failed; taken as its end",
             };
-            self.notes
-                .push(Note::new(NoteLevel::Debug, message, Some(e.to_string())));
+            self.early.push(DriverAction::Note(Note::new(
+                NoteLevel::Debug,
+                message,
+                Some(e.to_string()),
+            )));
         }
         if let Some(r) = exit_before_end(self.exit_seen, look) {
             self.handle_exit_result(now, r);
@@ -653,39 +747,25 @@ impl<C: ReplyChannel> ClientDriver<C> {
     }
 
     /// `n` more bytes of the held (or lent) message reached the pipe.
-    pub fn handle_written(&mut self, n: usize) {
-        match &mut self.write {
-            WriteSlot::Held { bytes, offset } => {
-                *offset = offset.saturating_add(n);
-                if *offset >= bytes.len() {
-                    self.write = WriteSlot::Empty;
-                }
-            }
-            WriteSlot::Lent { len } => {
-                *len = len.saturating_sub(n);
-                if *len == 0 {
-                    self.write = WriteSlot::Empty;
-                }
-            }
-            WriteSlot::Empty => {}
-        }
+    pub(crate) fn handle_written(&mut self, n: usize) {
+        self.write.advance(n);
     }
 
     /// Writing to the server's stdin failed (it closed its end or died):
     /// nothing more is written; stdout's end and the exit follow.
-    pub fn handle_write_failed(&mut self) {
+    pub(crate) fn handle_write_failed(&mut self) {
         self.stdin_open = false;
-        self.write = WriteSlot::Empty;
+        self.write.clear();
     }
 
     /// Time passed: request deadlines and shutdown graces. Early calls do nothing.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
         self.host.handle_timeout(now);
     }
 
     /// Cancels every request flagged since the last call (one atomic swap
     /// when none was). Call it on every wake.
-    pub fn handle_cancels(&mut self, _now: Instant) {
+    pub(crate) fn handle_cancels(&mut self, _now: Instant) {
         if !self.cancels.requested.swap(false, Ordering::AcqRel) {
             return;
         }
@@ -706,7 +786,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
     /// Every application handle is gone (the `Client` was dropped, which
     /// killed the group): fail what waits and run the kill path, once.
-    pub fn handle_client_gone(&mut self, now: Instant) {
+    pub(crate) fn handle_client_gone(&mut self, now: Instant) {
         if !self.client_gone {
             self.client_gone = true;
             self.host.kill(now);
@@ -716,7 +796,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
     // ---- commands ----
 
     /// A command from the application. Every reply is a non-blocking send.
-    pub fn handle_command(&mut self, now: Instant, cmd: Command<C>) {
+    pub(crate) fn handle_command(&mut self, now: Instant, cmd: Command<C>) {
         match cmd {
             Command::Request {
                 method,
@@ -808,16 +888,14 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
     // ---- outputs ----
 
-    /// The next thing to do; call until `None` after every input. Completes
-    /// waiters on the way.
-    #[must_use]
-    pub fn poll_action(&mut self) -> Option<DriverAction> {
+    /// The next action; completes waiters on the way.
+    pub(crate) fn poll_action(&mut self) -> Option<DriverAction> {
         if self.finished {
             return None;
         }
         self.complete_waiters();
-        if !self.notes.is_empty() {
-            return Some(DriverAction::Note(self.notes.remove(0)));
+        if !self.early.is_empty() {
+            return Some(self.early.remove(0));
         }
         if !self.stdin_open {
             // Nobody will write these bytes: drop them rather than hold them.
@@ -830,7 +908,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
         Some(match action {
             HostAction::CloseStdin => {
                 self.stdin_open = false;
-                self.write = WriteSlot::Empty;
+                self.write.clear();
                 DriverAction::CloseStdin
             }
             HostAction::SignalGroup(sig) => DriverAction::SignalGroup(sig),
@@ -842,45 +920,9 @@ impl<C: ReplyChannel> ClientDriver<C> {
         })
     }
 
-    /// The unwritten rest of the one message held for the server's stdin,
-    /// taking the next one from the core when none is held. Write as much as
-    /// the pipe takes, then [`handle_written`](Self::handle_written). `None`:
-    /// nothing to write (or stdin is closed, or a message is lent).
-    #[must_use]
-    pub fn poll_write(&mut self) -> Option<&[u8]> {
-        self.refill();
-        match &self.write {
-            WriteSlot::Held { bytes, offset } => Some(&bytes[*offset..]),
-            _ => None,
-        }
-    }
-
-    /// For adapters whose writer task takes whole messages: the next message,
-    /// lent until [`handle_written`](Self::handle_written) acknowledges its
-    /// length. `None` while one is lent, or when there is nothing to write.
-    #[must_use]
-    pub fn poll_write_owned(&mut self) -> Option<Vec<u8>> {
-        self.refill();
-        match std::mem::replace(&mut self.write, WriteSlot::Empty) {
-            WriteSlot::Held { bytes, offset } => {
-                let bytes = if offset == 0 {
-                    bytes
-                } else {
-                    bytes[offset..].to_vec()
-                };
-                self.write = WriteSlot::Lent { len: bytes.len() };
-                Some(bytes)
-            }
-            other => {
-                self.write = other;
-                None
-            }
-        }
-    }
-
     /// Whether bytes wait to be written (held or lent).
     pub fn is_writing(&self) -> bool {
-        !matches!(self.write, WriteSlot::Empty)
+        !self.write.is_empty()
     }
 
     /// The next server→client message from the core's bounded inbox (G5);
@@ -892,7 +934,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
     /// When [`handle_timeout`](Self::handle_timeout) is due next.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         self.host.poll_timeout()
     }
 
@@ -902,11 +944,9 @@ impl<C: ReplyChannel> ClientDriver<C> {
             while self.host.poll_transmit().is_some() {}
             return;
         }
-        if matches!(self.write, WriteSlot::Empty) {
+        if self.write.is_empty() {
             if let Some(bytes) = self.host.poll_transmit() {
-                if !bytes.is_empty() {
-                    self.write = WriteSlot::Held { bytes, offset: 0 };
-                }
+                self.write.hold(bytes);
             }
         }
     }
@@ -932,7 +972,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
     fn finish(&mut self) {
         self.finished = true;
         self.stdin_open = false;
-        self.write = WriteSlot::Empty;
+        self.write.clear();
         // Completions for everything pending were emitted by the session's
         // close; anything left gets SessionClosed.
         self.complete_waiters();
@@ -948,6 +988,25 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
 #[cfg(test)]
 mod tests {
+    use crate::io_result::WriteCursor;
+
+    impl<C: ReplyChannel> ClientDriver<C> {
+        /// The held message's rest, as `poll_output` would offer it.
+        fn poll_write(&mut self) -> Option<&[u8]> {
+            self.refill();
+            match &self.write {
+                WriteCursor::Held { bytes, offset } if !self.parked => Some(&bytes[*offset..]),
+                _ => None,
+            }
+        }
+
+        /// The held message, taken whole as a writer task would.
+        fn poll_write_owned(&mut self) -> Option<Vec<u8>> {
+            self.refill();
+            self.write.is_held().then(|| self.write.lend().take())
+        }
+    }
+
     use std::sync::atomic::AtomicUsize;
     use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 
@@ -1247,7 +1306,7 @@ mod tests {
             .expect("in flight");
         while let Some(bytes) = server.poll_transmit() {
             for chunk in bytes.chunks(3) {
-                r.driver.handle_stdout(later, chunk);
+                r.driver.host.handle_stdout(later, chunk);
             }
         }
         assert!(r.actions().is_empty());
@@ -1288,8 +1347,8 @@ mod tests {
         );
         assert!(r.driver.poll_write().is_none());
         r.driver.handle_exited(r.t0, ExitStatus::Code(0));
-        r.driver.handle_stdout_eof(r.t0);
-        r.driver.handle_stderr_eof(r.t0);
+        r.driver.host.handle_stdout_eof(r.t0);
+        r.driver.host.handle_stderr_eof(r.t0);
         actions = r.actions();
         let Some(DriverAction::Finished(record)) = actions.pop() else {
             panic!("finished: {actions:?}");
