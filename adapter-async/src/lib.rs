@@ -11,24 +11,27 @@
 //!
 //! ## The run-loop rule
 //!
-//! Every loop here is one `poll` over one core machine, and each turn is:
+//! Every loop here is one `poll` over one core machine, which takes one
+//! input (`handle_input`) and gives one output stream (`poll_output`, ending
+//! with `Timeout(next)`). Each turn is:
 //!
-//! 1. drain the machine's outputs (`poll_action` until `None`): bytes to
-//!    write are taken, signals sent, messages handed on, the end recognised;
-//! 2. read the clock once;
-//! 3. poll every input in a fixed order — cancels first, then the child's
-//!    exit, then the pipes, then the application's commands, then the
-//!    timer — feeding whatever is ready to the machine with that `now`. A
-//!    read or write result goes to the machine as it came
-//!    (`handle_*_result`): the machine, not the loop, decides what an error,
-//!    an end of stream or a zero-byte write means, and takes an exit before
-//!    the end of stream it caused;
+//! 1. read the clock once;
+//! 2. poll every input in a fixed order — cancels first, then the child's
+//!    exit, then the pipes, then the application's commands, then the timer
+//!    — feeding whatever is ready to the machine with that `now`, as it came
+//!    (the machine, not the loop, decides what an error, an end of stream,
+//!    a zero-byte write or a full pipe means, and takes an exit before the
+//!    end of stream it caused);
+//! 3. after each input, drain the outputs: act on each action, write the
+//!    bytes offered as far as the pipe takes them now (a pending write is
+//!    reported as `WouldBlock` and the machine stops offering until the next
+//!    turn says the pipe may be writable), keep the next deadline for the
+//!    one timer;
 //! 4. if nothing was ready, return `Pending`: every input registered its
 //!    waker on the way.
 //!
-//! A write is one of those inputs, made only as far as the pipe takes it
-//! now: the loop never waits for a write, a flush or a lock while it could
-//! read (G1).
+//! The loop never waits for a write, a flush or a lock while it could read
+//! (G1).
 //!
 //! ## The runtime trait
 //!

@@ -10,45 +10,35 @@
 //!
 //! ```text
 //! loop {
-//!     while let Some(a) = s.poll_action()     { act (close stdin, signal, drop readers, close host, finish) }
-//!     while let Some(r) = s.poll_record()     { append to the audit log }
-//!     while let Some(b) = s.poll_to_server()  { queue for the server's stdin }
-//!     if nothing is being written to the host { s.poll_to_host() }
-//!     while let Some(b) = s.poll_stderr()     { hand to a non-blocking stderr writer }
+//!     loop match s.poll_output() {
+//!         Action(a)    => act (close stdin, signal, drop readers, close host, finish),
+//!         Record(r)    => append to the audit log,
+//!         ToServer(b)  => queue for the server's stdin,
+//!         ToHost(b)    => queue for the host (one message at a time),
+//!         Stderr(b)    => hand to a non-blocking stderr writer,
+//!         Timeout(t)   => break,
+//!     }
 //!     wait for: server stdout / stderr, host stdin, write readiness both ways,
-//!               child exit, s.poll_timeout(), SIGTERM/SIGINT/SIGHUP
-//!     feed what happened: s.handle_*(Stamp, …), and s.handle_host_written(n)
+//!               child exit, t, SIGTERM/SIGINT/SIGHUP
+//!     feed what happened: s.handle_input(Stamp, GuardInput::…)
 //! }
 //! ```
 //!
 //! # Methods, by group
 //!
 //! - **Getters:** [`proxy`](GuardSession::proxy),
+//!   [`wants_host_input`](GuardSession::wants_host_input),
+//!   [`exit_seen`](GuardSession::exit_seen),
 //!   [`closed_by_guard`](GuardSession::closed_by_guard),
 //!   [`exit_code`](GuardSession::exit_code).
-//! - **Inputs** (each with a [`Stamp`]; a fact that no longer matters is
-//!   ignored): [`handle_spawned`](GuardSession::handle_spawned),
-//!   [`handle_host`](GuardSession::handle_host),
-//!   [`handle_host_eof`](GuardSession::handle_host_eof),
-//!   [`handle_host_written`](GuardSession::handle_host_written),
-//!   [`handle_host_write_error`](GuardSession::handle_host_write_error),
-//!   [`handle_server_stdout`](GuardSession::handle_server_stdout),
-//!   [`handle_server_stdout_eof`](GuardSession::handle_server_stdout_eof),
-//!   [`handle_server_stderr`](GuardSession::handle_server_stderr),
-//!   [`handle_server_stderr_eof`](GuardSession::handle_server_stderr_eof),
-//!   [`handle_server_written`](GuardSession::handle_server_written),
-//!   [`handle_server_stdin_error`](GuardSession::handle_server_stdin_error),
-//!   [`handle_exited`](GuardSession::handle_exited),
-//!   [`handle_terminate`](GuardSession::handle_terminate),
-//!   [`handle_timeout`](GuardSession::handle_timeout).
-//! - **Outputs**, polled in this order after every input until each is
-//!   empty: [`poll_action`](GuardSession::poll_action) (decisions first, so
-//!   nothing is written to a side that is closing),
-//!   [`poll_record`](GuardSession::poll_record) (the audit line before the
-//!   request it names is written), [`poll_to_server`](GuardSession::poll_to_server),
-//!   [`poll_to_host`](GuardSession::poll_to_host),
-//!   [`poll_stderr`](GuardSession::poll_stderr), then
-//!   [`poll_timeout`](GuardSession::poll_timeout).
+//! - **The one input:** [`handle_input`](GuardSession::handle_input) with a
+//!   [`GuardInput`] and a [`Stamp`]; the server's stdout is read straight
+//!   into [`server_stdout_room`](GuardSession::server_stdout_room).
+//! - **The one output:** [`poll_output`](GuardSession::poll_output), a
+//!   [`GuardOutput`], in the session's order: decisions first (so nothing is
+//!   written to a side that is closing), then the audit records (the line
+//!   before the request it names is written), what goes to the server, to
+//!   the host, to our stderr, and last the next deadline.
 //! - **End:** after [`GuardAction::Finished`], [`report`](GuardSession::report).
 //!
 //! # Memory
@@ -176,12 +166,117 @@ impl GuardConfig {
     }
 }
 
-/// What the adapter must do, from [`GuardSession::poll_action`].
+/// One thing that happened to the guard's session: the one way into
+/// [`GuardSession`] ([`GuardSession::handle_input`]). After each, drain
+/// [`GuardSession::poll_output`] until it says [`GuardOutput::Timeout`].
+#[non_exhaustive]
+pub enum GuardInput<'a> {
+    /// The server was spawned with all three streams piped.
+    Spawned,
+    /// A read of the host's input into `buf` returned `result`: bytes, or
+    /// (end or error) the host's end, which starts the shutdown once what
+    /// the host sent has reached the server (or after the stdin close grace).
+    HostRead {
+        /// What the read returned.
+        result: std::io::Result<usize>,
+        /// The buffer it read into.
+        buf: &'a [u8],
+    },
+    /// A read of the server's `stream` returned `result` (the rule:
+    /// [`ReadResult`]): stdout's bytes are in
+    /// [`GuardSession::server_stdout_room`], stderr's in `buf`. At the end,
+    /// `look` is asked whether the server has exited, and an exit it reports
+    /// is taken first; a [`GuardAction::CloseServerReader`] follows.
+    ServerRead {
+        /// Which stream.
+        stream: ChildStream,
+        /// What the read returned.
+        result: std::io::Result<usize>,
+        /// The buffer it read into (stderr; empty for stdout).
+        buf: &'a [u8],
+        /// A non-reaping look at the exit.
+        look: LookForExit<'a>,
+    },
+    /// A write of [`GuardOutput::ToServer`]'s bytes returned this (the rule:
+    /// [`WriteResult`]); a failure (a 0-byte write included) drops what waits
+    /// for the server, with a [`GuardAction::CloseServerStdin`].
+    ServerWritten(std::io::Result<usize>),
+    /// The host's writer took this many bytes of the last
+    /// [`GuardOutput::ToHost`]: the next message is offered once all of it is.
+    HostTaken(usize),
+    /// This many bytes reached the host's pipe.
+    HostWritten(usize),
+    /// Writing to the host failed: the host side closes and the server is
+    /// shut down.
+    HostWriteFailed(std::io::Error),
+    /// The wait for the server's exit returned this; a failed wait means no
+    /// status can ever be observed (the supervisor's deadlines end the session).
+    Exited(std::io::Result<ExitStatus>),
+    /// SIGTERM, SIGINT or SIGHUP reached the guard: stop the server the way
+    /// the host closing stdin would.
+    Terminate,
+    /// Time passed: deadlines that are due act; before them, nothing.
+    Timeout,
+}
+
+impl std::fmt::Debug for GuardInput<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Spawned => f.write_str("Spawned"),
+            Self::HostRead { result, .. } => f
+                .debug_struct("HostRead")
+                .field("result", result)
+                .finish_non_exhaustive(),
+            Self::ServerRead { stream, result, .. } => f
+                .debug_struct("ServerRead")
+                .field("stream", stream)
+                .field("result", result)
+                .finish_non_exhaustive(),
+            Self::ServerWritten(r) => f.debug_tuple("ServerWritten").field(r).finish(),
+            Self::HostTaken(n) => f.debug_tuple("HostTaken").field(n).finish(),
+            Self::HostWritten(n) => f.debug_tuple("HostWritten").field(n).finish(),
+            Self::HostWriteFailed(e) => f.debug_tuple("HostWriteFailed").field(e).finish(),
+            Self::Exited(r) => f.debug_tuple("Exited").field(r).finish(),
+            Self::Terminate => f.write_str("Terminate"),
+            Self::Timeout => f.write_str("Timeout"),
+        }
+    }
+}
+
+/// What the session asks of its loop, in the order it must happen, from
+/// [`GuardSession::poll_output`].
+#[derive(Debug)]
+pub enum GuardOutput {
+    /// Do this now.
+    Action(GuardAction),
+    /// Append this call record to the audit log (before the request it
+    /// names reaches the server: the loop holds that request until the
+    /// record is on disk, G12).
+    Record(CallRecord),
+    /// Queue these bytes for the server's stdin, written as it takes them.
+    ToServer(Vec<u8>),
+    /// Queue this message for the host; report [`GuardInput::HostTaken`] as
+    /// the writer takes it. One at a time while the session runs, so a
+    /// cancel can still withdraw a response not yet started.
+    ToHost(Vec<u8>),
+    /// Hand these bytes to our own stderr (never blocking): the server's
+    /// stderr within its budget, the budget marker, the proxy's notes.
+    Stderr(Vec<u8>),
+    /// Nothing more until the next input: wait for I/O, a signal, or this
+    /// instant, then feed [`GuardInput::Timeout`]. `None`: no deadline.
+    Timeout(Option<Instant>),
+}
+
+/// What the adapter must do, inside [`GuardOutput::Action`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum GuardAction {
     /// Close (drop) the server's stdin; drop what was queued for it.
     CloseServerStdin,
+    /// This stream of the server is at its end: stop reading it (drop it).
+    CloseServerReader(ChildStream),
+    /// The host's input is at its end: stop reading it.
+    CloseHostInput,
     /// Send this signal to the server's process group.
     SignalServerGroup(Signal),
     /// Stop reading the server's stdout and stderr (drop them): a
@@ -191,8 +286,9 @@ pub enum GuardAction {
     /// stopped reading or its end is closed.
     CloseHostOutput,
     /// The server is gone and every record is out. Give the host at most
-    /// `flush_for` to take what [`GuardSession::poll_to_host`] still gives,
-    /// then exit with `exit_code`. Emitted once, last.
+    /// `flush_for` to take what [`GuardSession::poll_output`] still gives
+    /// ([`GuardOutput::ToHost`], all of it now), then exit with `exit_code`.
+    /// Emitted once, last.
     Finished {
         /// What was observed of the server process.
         outcome: ProcessOutcome,
@@ -238,6 +334,11 @@ pub struct GuardSession {
     stdin_drain_deadline: Option<Instant>,
     latest: Option<Stamp>,
     finished: Option<ProcessOutcome>,
+    /// Bytes of the last `ToHost` not yet taken by the host's writer.
+    host_owed: usize,
+    /// Actions the I/O results led to, given before the session's own (at
+    /// most one per stream end and write failure: four).
+    early: VecDeque<GuardAction>,
     /// Waiting for the server's exit failed: no status will ever be observed.
     exit_wait_failed: bool,
 }
@@ -262,6 +363,8 @@ impl GuardSession {
             stdin_drain_deadline: None,
             latest: None,
             finished: None,
+            host_owed: 0,
+            early: VecDeque::new(),
             exit_wait_failed: false,
             config,
         }
@@ -300,16 +403,89 @@ impl GuardSession {
         }
     }
 
-    // ---- inputs ----
+    // ---- the one input and the one output ----
+
+    /// Takes one input (see [`GuardInput`] for what each means). Then drain
+    /// [`poll_output`](Self::poll_output).
+    pub fn handle_input(&mut self, at: Stamp, input: GuardInput<'_>) {
+        match input {
+            GuardInput::Spawned => self.handle_spawned(at),
+            GuardInput::HostRead { result, buf } => {
+                if !self.handle_host_read_result(at, result, buf) {
+                    self.early.push_back(GuardAction::CloseHostInput);
+                }
+            }
+            GuardInput::ServerRead {
+                stream,
+                result,
+                buf,
+                look,
+            } => {
+                if !self.handle_server_read_result(at, stream, result, buf, look) {
+                    self.early.push_back(GuardAction::CloseServerReader(stream));
+                }
+            }
+            GuardInput::ServerWritten(r) => {
+                if self.handle_server_write_result(r).is_none() {
+                    self.early.push_back(GuardAction::CloseServerStdin);
+                }
+            }
+            GuardInput::HostTaken(n) => self.host_owed = self.host_owed.saturating_sub(n),
+            GuardInput::HostWritten(n) => self.handle_host_written(n),
+            GuardInput::HostWriteFailed(e) => {
+                tracing::debug!(error = %e, "writing stdout failed");
+                self.handle_host_write_error(at);
+            }
+            GuardInput::Exited(r) => self.handle_exit_result(at, r),
+            GuardInput::Terminate => self.handle_terminate(at),
+            GuardInput::Timeout => self.handle_timeout(at),
+        }
+    }
+
+    /// The next thing the loop must do, in the session's order: actions,
+    /// audit records, bytes for the server, the next message for the host
+    /// (once the last one was taken; all that is owed after `Finished`),
+    /// bytes for our stderr, and last the next deadline (the end of this
+    /// drain; it repeats until the next input).
+    #[must_use]
+    pub fn poll_output(&mut self) -> GuardOutput {
+        if let Some(action) = self.early.pop_front() {
+            return GuardOutput::Action(action);
+        }
+        if let Some(action) = self.poll_action() {
+            if matches!(action, GuardAction::CloseHostOutput) {
+                self.host_owed = 0;
+            }
+            return GuardOutput::Action(action);
+        }
+        if let Some(record) = self.poll_record() {
+            return GuardOutput::Record(record);
+        }
+        if let Some(bytes) = self.poll_to_server() {
+            return GuardOutput::ToServer(bytes);
+        }
+        if self.host_owed == 0 || self.finished.is_some() {
+            if let Some(bytes) = self.poll_to_host() {
+                self.host_owed = bytes.len();
+                return GuardOutput::ToHost(bytes);
+            }
+        }
+        if let Some(bytes) = self.poll_stderr() {
+            return GuardOutput::Stderr(bytes);
+        }
+        GuardOutput::Timeout(self.poll_timeout())
+    }
+
+    // ---- inputs, one by one (what `handle_input` calls) ----
 
     /// The server was spawned with all three streams piped.
-    pub fn handle_spawned(&mut self, at: Stamp) {
+    pub(crate) fn handle_spawned(&mut self, at: Stamp) {
         self.see(at);
         self.supervisor.handle_spawned(at.instant, ChildPipes::ALL);
     }
 
     /// Bytes read from the host.
-    pub fn handle_host(&mut self, at: Stamp, chunk: &[u8]) {
+    pub(crate) fn handle_host(&mut self, at: Stamp, chunk: &[u8]) {
         self.see(at);
         self.proxy.handle_host(at, chunk);
     }
@@ -318,7 +494,7 @@ impl GuardSession {
     /// host sent has reached the server's stdin, or after the stdin close
     /// grace if the server does not take it (a host may write its last
     /// messages and close at once).
-    pub fn handle_host_eof(&mut self, at: Stamp) {
+    pub(crate) fn handle_host_eof(&mut self, at: Stamp) {
         self.see(at);
         self.proxy.handle_host_eof(at);
         let grace = self.config.supervisor.get_stdin_close_grace();
@@ -331,37 +507,38 @@ impl GuardSession {
     }
 
     /// `n` bytes taken with [`poll_to_host`](Self::poll_to_host) reached the host's pipe.
-    pub fn handle_host_written(&mut self, n: usize) {
+    pub(crate) fn handle_host_written(&mut self, n: usize) {
         self.proxy.handle_host_written(n);
     }
 
     /// Writing to the host failed: the host side closes and the server is
     /// shut down.
-    pub fn handle_host_write_error(&mut self, at: Stamp) {
+    pub(crate) fn handle_host_write_error(&mut self, at: Stamp) {
         self.see(at);
         self.proxy.handle_host_write_error();
     }
 
     /// Bytes read from the server's stdout.
-    pub fn handle_server_stdout(&mut self, at: Stamp, chunk: &[u8]) {
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn handle_server_stdout(&mut self, at: Stamp, chunk: &[u8]) {
         self.see(at);
         self.proxy.handle_server(at, chunk);
     }
 
     /// Room to read the server's stdout into (see [`Proxy::server_room`]);
-    /// then [`handle_server_read`](Self::handle_server_read).
+    /// then [`GuardInput::ServerRead`] with what the read returned.
     pub fn server_stdout_room(&mut self) -> ReadRoom<'_> {
         self.proxy.server_room()
     }
 
     /// `n` bytes were read into [`server_stdout_room`](Self::server_stdout_room).
-    pub fn handle_server_read(&mut self, at: Stamp, n: usize) {
+    pub(crate) fn handle_server_read(&mut self, at: Stamp, n: usize) {
         self.see(at);
         self.proxy.handle_server_read(at, n);
     }
 
     /// The server's stdout ended: the shutdown sequence starts.
-    pub fn handle_server_stdout_eof(&mut self, at: Stamp) {
+    pub(crate) fn handle_server_stdout_eof(&mut self, at: Stamp) {
         self.see(at);
         self.proxy.handle_server_eof(at);
         self.supervisor.handle_stdout_eof(at.instant);
@@ -370,7 +547,7 @@ impl GuardSession {
 
     /// Bytes read from the server's stderr: kept within the capture, passed
     /// through within the forwarding budget (G10).
-    pub fn handle_server_stderr(&mut self, at: Stamp, chunk: &[u8]) {
+    pub(crate) fn handle_server_stderr(&mut self, at: Stamp, chunk: &[u8]) {
         self.see(at);
         self.stderr.push(chunk);
         let room = self
@@ -395,25 +572,25 @@ impl GuardSession {
     }
 
     /// The server's stderr ended.
-    pub fn handle_server_stderr_eof(&mut self, at: Stamp) {
+    pub(crate) fn handle_server_stderr_eof(&mut self, at: Stamp) {
         self.see(at);
         self.supervisor.handle_stderr_eof(at.instant);
     }
 
     /// `n` bytes taken with [`poll_to_server`](Self::poll_to_server) reached the server's pipe.
-    pub fn handle_server_written(&mut self, n: usize) {
+    pub(crate) fn handle_server_written(&mut self, n: usize) {
         self.proxy.handle_server_written(n);
     }
 
     /// Writing to the server's stdin failed (it closed it): what waits for
     /// it is dropped.
-    pub fn handle_server_stdin_error(&mut self) {
+    pub(crate) fn handle_server_stdin_error(&mut self) {
         self.server_stdin_closed = true;
         self.proxy.handle_server_input_closed();
     }
 
     /// The server exited with `status`.
-    pub fn handle_exited(&mut self, at: Stamp, status: ExitStatus) {
+    pub(crate) fn handle_exited(&mut self, at: Stamp, status: ExitStatus) {
         self.see(at);
         self.supervisor.handle_exited(at.instant, status);
     }
@@ -426,7 +603,7 @@ impl GuardSession {
 
     /// The wait for the server's exit returned `r`; a failed wait means no
     /// status can ever be observed (the supervisor's deadlines end the session).
-    pub fn handle_exit_result(&mut self, at: Stamp, r: std::io::Result<ExitStatus>) {
+    pub(crate) fn handle_exit_result(&mut self, at: Stamp, r: std::io::Result<ExitStatus>) {
         match r {
             Ok(status) => self.handle_exited(at, status),
             Err(e) => {
@@ -442,7 +619,7 @@ impl GuardSession {
     /// At the end of the stream, `look` is asked whether the server has
     /// exited, and an exit it reports is taken first, whatever order the loop
     /// saw them in. Returns whether the stream is still open.
-    pub fn handle_server_read_result(
+    pub(crate) fn handle_server_read_result(
         &mut self,
         at: Stamp,
         stream: ChildStream,
@@ -477,7 +654,10 @@ impl GuardSession {
     /// the bytes written (0 for an interrupted write), or `None` once the
     /// write failed (a 0-byte write included) and what waits for the server
     /// was dropped: close the pipe.
-    pub fn handle_server_write_result(&mut self, r: std::io::Result<usize>) -> Option<usize> {
+    pub(crate) fn handle_server_write_result(
+        &mut self,
+        r: std::io::Result<usize>,
+    ) -> Option<usize> {
         match WriteResult::from(r) {
             WriteResult::Bytes(n) => {
                 self.handle_server_written(n);
@@ -494,7 +674,7 @@ impl GuardSession {
 
     /// A read of the host's input into `buf` returned `r`: bytes, or (end or
     /// error) the host's end. Returns whether the input is still open.
-    pub fn handle_host_read_result(
+    pub(crate) fn handle_host_read_result(
         &mut self,
         at: Stamp,
         r: std::io::Result<usize>,
@@ -516,14 +696,14 @@ impl GuardSession {
 
     /// SIGTERM, SIGINT or SIGHUP reached the guard: stop the server the same
     /// way the host closing stdin would.
-    pub fn handle_terminate(&mut self, at: Stamp) {
+    pub(crate) fn handle_terminate(&mut self, at: Stamp) {
         self.see(at);
         self.supervisor.shutdown(at.instant);
     }
 
     /// The time from [`poll_timeout`](Self::poll_timeout) was reached. A
     /// spurious call does nothing.
-    pub fn handle_timeout(&mut self, at: Stamp) {
+    pub(crate) fn handle_timeout(&mut self, at: Stamp) {
         self.see(at);
         if self.stdin_drain_deadline.is_some_and(|d| at.instant >= d) {
             self.stdin_drain_deadline = None;
@@ -536,7 +716,7 @@ impl GuardSession {
 
     /// The next thing the adapter must do.
     #[must_use]
-    pub fn poll_action(&mut self) -> Option<GuardAction> {
+    pub(crate) fn poll_action(&mut self) -> Option<GuardAction> {
         // After host EOF: once the server took everything, its stdin closes.
         if self.stdin_drain_deadline.is_some()
             && (self.proxy.server_backlog() == 0 || self.server_stdin_closed)
@@ -590,13 +770,13 @@ impl GuardSession {
 
     /// The next call record for the audit log.
     #[must_use]
-    pub fn poll_record(&mut self) -> Option<CallRecord> {
+    pub(crate) fn poll_record(&mut self) -> Option<CallRecord> {
         self.proxy.poll_record()
     }
 
     /// The next message for the server's stdin (none once it is closed).
     #[must_use]
-    pub fn poll_to_server(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn poll_to_server(&mut self) -> Option<Vec<u8>> {
         if self.server_stdin_closed {
             self.proxy.handle_server_input_closed();
             return None;
@@ -608,14 +788,14 @@ impl GuardSession {
     /// Take one when nothing is being written, so a cancel can still
     /// withdraw a response not yet started.
     #[must_use]
-    pub fn poll_to_host(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn poll_to_host(&mut self) -> Option<Vec<u8>> {
         self.proxy.poll_to_host()
     }
 
     /// The next bytes for our own stderr: the server's stderr within its
     /// budget, the budget marker, and the proxy's notes (as lines).
     #[must_use]
-    pub fn poll_stderr(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn poll_stderr(&mut self) -> Option<Vec<u8>> {
         if let Some(b) = self.stderr_out.pop_front() {
             return Some(b);
         }
@@ -627,7 +807,7 @@ impl GuardSession {
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         match (self.supervisor.poll_timeout(), self.stdin_drain_deadline) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -22,32 +22,38 @@
 //!
 //! ## The run loop
 //!
-//! Every state machine here has the same shape (after quinn-proto and str0m),
-//! and every loop that drives one — the async driver of `mcp-stdio-async`,
-//! the blocking adapter's loops, the guard — follows one rule, a turn at a time:
+//! The machines the loops drive — the client driver
+//! ([`driver::ClientDriver`]), the serve lifecycle
+//! ([`serve::ServeLifecycle`]), the helper run ([`helper::HelperRun`]) and
+//! the guard's session ([`guard::GuardSession`]) — have one shape (after
+//! str0m): **one input** through `handle_input(now, Input)` and **one output
+//! stream** through `poll_output()`, which ends with `Timeout(next)`. Every
+//! loop that drives one — the async driver of `mcp-stdio-async`, the
+//! blocking adapter's loops, the guard — follows one rule, a turn at a time:
 //!
-//! 1. **drain the outputs**: `poll_action()` until `None` (and, where a
-//!    machine has them, `poll_transmit()` / `poll_write()` for bytes to
-//!    write and `poll_event()` / `poll_incoming()` for what the application
-//!    must see); the machine decides their order;
-//! 2. **read the clock once**;
-//! 3. **feed what is ready**, in a fixed order: cancels, the child's exit,
+//! 1. **read the clock once**;
+//! 2. **feed what is ready**, in a fixed order: cancels, the child's exit,
 //!    the pipes, the application's commands, the timer. A read or write goes
-//!    in as it came — `handle_*_result(now, io::Result, …)` — and the machine
-//!    applies [`io_result`]'s one rule (a 0-byte read or a read error is the
-//!    end, a 0-byte write is a failure, `EINTR` is nothing) and takes a
-//!    child's exit before the end of stream it caused, through the loop's
-//!    non-reaping look at the exit ([`driver::LookForExit`]). Other inputs
-//!    are `handle_*(now, …)` and the application's commands (`request`,
-//!    `cancel`, `respond`, …); a `handle_timeout(now)` before the deadline
-//!    does nothing;
-//! 4. **sleep until `poll_timeout()`** or the next input, never on a write
-//!    alone: a write is one of the inputs, made as far as the pipe takes it.
+//!    in as it came (an `io::Result`), and the machine applies
+//!    [`io_result`]'s one rule (a 0-byte read or a read error is the end and
+//!    the loop is told to close that pipe, a 0-byte write is a failure,
+//!    `EINTR` is nothing, a write's `WouldBlock` parks that pipe until the
+//!    loop says it is writable) and takes a child's exit before the end of
+//!    stream it caused, through the loop's non-reaping look at the exit
+//!    ([`driver::LookForExit`]). An early `Timeout` input does nothing;
+//! 3. **after each input, drain `poll_output()`** until `Timeout(next)`:
+//!    actions (signals, pipes to close, notes to log, the end), bytes to
+//!    write — written as far as the pipe takes them now — in the order the
+//!    machine gives;
+//! 4. **sleep until `next`** or the next input, never on a write alone.
 //!
-//! Skipping a poll never loses data, but it leaves output queued and counted
-//! against the queue's limit. Notes a machine wants logged come out as an
-//! action (`DriverAction::Note`, `ServeAction::Note`) for the loop to hand
-//! to something that cannot block it.
+//! Two things are pulled rather than pushed, because the other side's room
+//! decides them: stdout is read straight into the framer's buffer
+//! (`stdout_room`), and messages for the application leave the client
+//! driver's bounded inbox (`poll_incoming`) only when the application has
+//! room (G5). Notes a machine wants logged come out as an action
+//! (`DriverAction::Note`, `ServeAction::Note`) for the loop to hand to
+//! something that cannot block it.
 //!
 //! ## Configuration
 //!

@@ -20,7 +20,9 @@ use std::time::Instant;
 
 use mcp_stdio_core::call::Stamp;
 use mcp_stdio_core::frame::ReadRoom;
-use mcp_stdio_core::guard::{GuardAction, GuardConfig, GuardReport, GuardSession};
+use mcp_stdio_core::guard::{
+    GuardAction, GuardConfig, GuardInput, GuardOutput, GuardReport, GuardSession,
+};
 use mcp_stdio_core::io_result::ChildStream;
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_tokio::driver::Runtime;
@@ -240,9 +242,6 @@ impl Outbox {
     fn push(&mut self, bytes: Vec<u8>, gate: u64) {
         self.queue.push_back((gate, bytes));
     }
-    fn is_empty(&self) -> bool {
-        self.queue.is_empty()
-    }
     fn front(&self) -> Option<&[u8]> {
         self.queue.front().map(|(_, b)| &b[self.offset..])
     }
@@ -297,87 +296,77 @@ async fn drive(
     let mut host_buf = vec![0u8; 64 * 1024];
     let mut err_buf = vec![0u8; 16 * 1024];
     let mut terminate = terminate_signal();
-    session.handle_spawned(stamp(Instant::now()));
+    session.handle_input(stamp(Instant::now()), GuardInput::Spawned);
     loop {
-        // Poll the session in its documented order.
-        while let Some(action) = session.poll_action() {
-            match action {
-                GuardAction::CloseServerStdin => {
-                    server_in = None;
-                    to_server.clear();
-                }
-                GuardAction::SignalServerGroup(sig) => {
-                    let _ = leader.signal(sig);
-                }
-                GuardAction::AbandonServerReaders => {
-                    server_out = None;
-                    server_err = None;
-                }
-                GuardAction::CloseHostOutput => {
-                    host_out = None;
-                    to_host.clear();
-                }
-                GuardAction::Finished {
+        let next;
+        // The session's outputs, in its order, until its next deadline.
+        loop {
+            match session.poll_output() {
+                GuardOutput::Action(GuardAction::Finished {
                     outcome,
                     exit_code,
                     flush_for,
-                } => {
+                }) => {
                     // Supervision over: reaped, and never signalled again.
                     leader.reap();
-                    if let Some(mut a) = audit.take() {
-                        while let Some(record) = session.poll_record() {
-                            a.append(&record);
-                        }
-                        a.append(&serde_json::json!({"phase": "session_end", "process": &outcome}));
-                        a.close(AUDIT_CLOSE).await;
-                    }
-                    while let Some(b) = session.poll_stderr() {
-                        crate::stderr_sink::write(&b);
-                    }
-                    // What the host is still owed, within the session's bound:
-                    // the server is gone, so there is nothing left to read.
-                    if let Some(out) = host_out.as_mut() {
-                        while let Some(b) = session.poll_to_host() {
-                            to_host.push(b, 0);
-                        }
-                        let flush = async {
-                            while let Some(front) = to_host.front() {
-                                let n = out.write(front).await?;
-                                to_host.advance(n);
-                            }
-                            while out.in_flight() {
-                                out.progress().await?;
-                            }
-                            Ok::<(), std::io::Error>(())
-                        };
-                        let _ = tokio::time::timeout(flush_for, flush).await;
-                    }
+                    finish(
+                        session,
+                        audit.take(),
+                        host_out.take(),
+                        to_host,
+                        &outcome,
+                        flush_for,
+                    )
+                    .await;
                     return exit_code;
                 }
-                _ => {}
+                GuardOutput::Action(action) => match action {
+                    GuardAction::CloseServerStdin => {
+                        server_in = None;
+                        to_server.clear();
+                    }
+                    GuardAction::CloseServerReader(ChildStream::Stdout) => server_out = None,
+                    GuardAction::CloseServerReader(ChildStream::Stderr) => server_err = None,
+                    GuardAction::CloseHostInput => host_in = None,
+                    GuardAction::SignalServerGroup(sig) => {
+                        let _ = leader.signal(sig);
+                    }
+                    GuardAction::AbandonServerReaders => {
+                        server_out = None;
+                        server_err = None;
+                    }
+                    GuardAction::CloseHostOutput => {
+                        host_out = None;
+                        to_host.clear();
+                    }
+                    _ => {}
+                },
+                GuardOutput::Record(record) => {
+                    if let Some(a) = audit.as_mut() {
+                        a.append(&record);
+                    }
+                }
+                GuardOutput::ToServer(bytes) => {
+                    // A request waits for the batch holding its record (the
+                    // records come first) to be on disk (G12).
+                    let gate = audit.as_mut().map_or(0, AuditLog::commit);
+                    to_server.push(bytes, gate);
+                }
+                GuardOutput::ToHost(bytes) => to_host.push(bytes, 0),
+                GuardOutput::Stderr(bytes) => {
+                    crate::stderr_sink::write(&bytes);
+                }
+                GuardOutput::Timeout(deadline) => {
+                    // The turn's records go to the writer in one batch.
+                    if let Some(a) = audit.as_mut() {
+                        a.commit();
+                    }
+                    next = deadline;
+                    break;
+                }
             }
         }
-        while let Some(record) = session.poll_record() {
-            if let Some(a) = audit.as_mut() {
-                a.append(&record);
-            }
-        }
-        // A request waits for the batch holding its record to be on disk (G12).
-        let gate = audit.as_mut().map_or(0, AuditLog::commit);
-        while let Some(b) = session.poll_to_server() {
-            to_server.push(b, gate);
-        }
-        // One message at a time: a cancel can still withdraw a response the
-        // session holds, but not one the pipe has started to take.
-        if to_host.is_empty() {
-            if let Some(b) = session.poll_to_host() {
-                to_host.push(b, 0);
-            }
-        }
-        while let Some(b) = session.poll_stderr() {
-            crate::stderr_sink::write(&b);
-        }
-        let deadline = session.poll_timeout().map(tokio::time::Instant::from_std);
+        let deadline = next.map(tokio::time::Instant::from_std);
         let audit_done = audit.as_ref().map_or(u64::MAX, AuditLog::done);
         let audit_behind = audit
             .as_ref()
@@ -408,56 +397,117 @@ async fn drive(
             () = terminate.recv() => Wake::Terminate,
         };
         let at = stamp(Instant::now());
-        // The session's rule for what a read or a write came to, and its
-        // non-reaping look at the exit at the end of a server stream.
+        // What a read or a write came to is the session's to decide; at the
+        // end of a server stream it takes a non-reaping look at the exit.
         let mut look = || leader.try_exited();
-        match wake {
-            Wake::Host(r) => {
-                if !session.handle_host_read_result(at, r, &host_buf) {
-                    host_in = None;
-                }
-            }
-            Wake::ServerOut(r) => {
-                if session.handle_server_read_result(at, ChildStream::Stdout, r, &[], &mut look) {
-                    drain_server_stdout(&mut server_out, session, at, &mut look);
-                } else {
-                    server_out = None;
-                }
-            }
-            Wake::ServerErr(r) => {
-                if !session.handle_server_read_result(
-                    at,
-                    ChildStream::Stderr,
-                    r,
-                    &err_buf,
-                    &mut look,
-                ) {
-                    server_err = None;
-                }
-            }
-            Wake::WroteServer(r) => match session.handle_server_write_result(r) {
-                Some(n) => to_server.advance(n),
-                None => {
-                    server_in = None;
-                    to_server.clear();
-                }
+        let input = match wake {
+            Wake::Host(result) => GuardInput::HostRead {
+                result,
+                buf: &host_buf,
             },
-            Wake::WroteHost(Ok(n)) => to_host.advance(n),
-            Wake::WroteHost(Err(e)) | Wake::HostProgress(Err(e)) => {
-                tracing::debug!(error = %e, "writing stdout failed");
-                session.handle_host_write_error(at);
+            Wake::ServerOut(result) => {
+                let more = matches!(result, Ok(n) if n > 0);
+                let read = GuardInput::ServerRead {
+                    stream: ChildStream::Stdout,
+                    result,
+                    buf: &[],
+                    look: &mut look,
+                };
+                session.handle_input(at, read);
+                if more {
+                    drain_server_stdout(&mut server_out, session, at, &mut look);
+                }
+                progress(session, host_out.as_mut(), at);
+                continue;
             }
-            Wake::HostProgress(Ok(())) | Wake::AuditProgress => {}
-            Wake::Exited(s) => session.handle_exit_result(at, s),
-            Wake::Timer => session.handle_timeout(at),
-            Wake::Terminate => session.handle_terminate(at),
+            Wake::ServerErr(result) => GuardInput::ServerRead {
+                stream: ChildStream::Stderr,
+                result,
+                buf: &err_buf,
+                look: &mut look,
+            },
+            Wake::WroteServer(r) => {
+                if let Ok(n) = r {
+                    to_server.advance(n);
+                }
+                GuardInput::ServerWritten(r)
+            }
+            Wake::WroteHost(Ok(n)) => {
+                to_host.advance(n);
+                GuardInput::HostTaken(n)
+            }
+            Wake::WroteHost(Err(e)) | Wake::HostProgress(Err(e)) => GuardInput::HostWriteFailed(e),
+            Wake::HostProgress(Ok(())) | Wake::AuditProgress => GuardInput::Timeout,
+            Wake::Exited(r) => GuardInput::Exited(r),
+            Wake::Timer => GuardInput::Timeout,
+            Wake::Terminate => GuardInput::Terminate,
+        };
+        session.handle_input(at, input);
+        progress(session, host_out.as_mut(), at);
+    }
+}
+
+/// Write progress to the host, whichever wake-up brought it.
+fn progress(session: &mut GuardSession, host_out: Option<&mut HostOutput>, at: Stamp) {
+    if let Some(out) = host_out {
+        let n = out.take_written();
+        if n > 0 {
+            session.handle_input(at, GuardInput::HostWritten(n));
         }
-        // Write progress, whichever wake-up brought it.
-        if let Some(out) = host_out.as_mut() {
-            let n = out.take_written();
-            if n > 0 {
-                session.handle_host_written(n);
+    }
+}
+
+/// The session is over: the audit log's last records and its end, our
+/// stderr's last bytes, and what the host is still owed, within the
+/// session's bound (the server is gone, so there is nothing left to read).
+async fn finish(
+    session: &mut GuardSession,
+    audit: Option<AuditLog>,
+    mut host_out: Option<HostOutput>,
+    mut to_host: Outbox,
+    outcome: &mcp_stdio_core::ProcessOutcome,
+    flush_for: std::time::Duration,
+) {
+    let mut audit = audit;
+    let at = stamp(Instant::now());
+    loop {
+        match session.poll_output() {
+            GuardOutput::Record(record) => {
+                if let Some(a) = audit.as_mut() {
+                    a.append(&record);
+                }
             }
+            GuardOutput::Stderr(bytes) => {
+                crate::stderr_sink::write(&bytes);
+            }
+            GuardOutput::ToHost(bytes) => {
+                if host_out.is_some() {
+                    to_host.push(bytes, 0);
+                }
+            }
+            GuardOutput::Timeout(_) => break,
+            GuardOutput::Action(_) | GuardOutput::ToServer(_) => {}
+        }
+    }
+    if let Some(mut a) = audit {
+        a.append(&serde_json::json!({"phase": "session_end", "process": outcome}));
+        a.close(AUDIT_CLOSE).await;
+    }
+    if let Some(out) = host_out.as_mut() {
+        let flush = async {
+            while let Some(front) = to_host.front() {
+                let n = out.write(front).await?;
+                to_host.advance(n);
+            }
+            while out.in_flight() {
+                out.progress().await?;
+            }
+            Ok::<(), std::io::Error>(())
+        };
+        let _ = tokio::time::timeout(flush_for, flush).await;
+        let n = out.take_written();
+        if n > 0 {
+            session.handle_input(at, GuardInput::HostWritten(n));
         }
     }
 }
@@ -554,9 +604,18 @@ fn drain_server_stdout(
             std::future::Future::poll(std::pin::pin!(read), &mut cx)
         };
         match polled {
-            std::task::Poll::Ready(r) => {
-                if !session.handle_server_read_result(at, ChildStream::Stdout, r, &[], look) {
-                    *server_out = None;
+            std::task::Poll::Ready(result) => {
+                // Only bytes keep it reading: an end is the session's to
+                // take (a `CloseServerReader` follows).
+                let more = matches!(result, Ok(n) if n > 0);
+                let read = GuardInput::ServerRead {
+                    stream: ChildStream::Stdout,
+                    result,
+                    buf: &[],
+                    look: &mut *look,
+                };
+                session.handle_input(at, read);
+                if !more {
                     return;
                 }
             }
