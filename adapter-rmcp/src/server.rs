@@ -469,15 +469,13 @@ impl ToRmcp {
                 life.handle_input(now, ServeInput::HandlerFinished { id: &id, result });
             }
             Some(Command::Notify { method, params }) => {
-                // Refused past the wire limit or the outgoing limit: counted and noted (G9, G1).
-                let params = params.as_deref();
-                life.handle_input(
-                    now,
-                    ServeInput::Notify {
-                        method: &method,
-                        params,
-                    },
-                );
+                // rmcp's notification: refused past the wire limit or when the
+                // client does not read, counted and noted by the lifecycle (G9, G1).
+                let notify = ServeInput::Notify {
+                    method: &method,
+                    params: params.as_deref(),
+                };
+                life.handle_input(now, notify);
             }
             Some(Command::Close) | None => {
                 // rmcp answers nothing more: stop reading, answer what it left.

@@ -24,7 +24,7 @@
 //! can never depend on helper output (there is none yet). The helper is
 //! spawned only after the approval (G12: do not hide the real operation in a
 //! "preflight"). Its deadline is fixed when the run is built; nothing but the
-//! caller's clock, given to [`HelperRun::handle_timeout`] or to a command,
+//! caller's clock, given with [`HelperInput::Timeout`] or another input,
 //! makes it fire, and an expired approval is `denied` with reason
 //! `approval_timeout`. Output fed before the spawn cannot be this helper's:
 //! it is ignored and counted ([`HelperRun::ignored_inputs`]), never attached
@@ -36,11 +36,11 @@
 //!
 //! | how the run ended | `record.state` | `record.outcome` |
 //! | --- | --- | --- |
-//! | denied by [`HelperRun::deny`] | `denied` (reason `user`) | — |
+//! | denied (`HelperInput::Approval(false)`) | `denied` (reason `user`) | — |
 //! | the approval deadline passed | `denied` (reason `approval_timeout`) | — |
-//! | [`HelperRun::cancel`] before the helper was spawned (while awaiting approval, before `Spawn` was polled, or while spawning when the spawn then failed) | `cancelled` | — |
+//! | [`HelperInput::Cancel`] before the helper was spawned (while awaiting approval, before `Spawn` was polled, or while spawning when the spawn then failed) | `cancelled` | — |
 //! | the spawn failed, or the approval deadline was not representable | `failed_before_dispatch` (with the reason) | — |
-//! | [`HelperRun::cancel`] after the spawn (also while spawning when the spawn then succeeded, and after the exit while a stream is still open) | `cancelled_after_dispatch` (`cancel_reason: "caller"`) | — |
+//! | [`HelperInput::Cancel`] after the spawn (also while spawning when the spawn then succeeded, and after the exit while a stream is still open) | `cancelled_after_dispatch` (`cancel_reason: "caller"`) | — |
 //! | the streams reached [`HelperConfig::max_duration`] (the same cancel path) | `cancelled_after_dispatch` (`cancel_reason: "max_duration"`) | — |
 //! | killed because a capture overflowed ([`HelperConfig::kill_on_overflow`]), no cancel before | `force_killed` | — |
 //! | supervision gave up without observing an exit | `unknown` | — |
@@ -69,30 +69,28 @@
 //!    its approval holds none of the pool. ([`HelperRun::new`] takes grants
 //!    already drawn.)
 //! 2. Write [`HelperRun::record`] to the audit log.
-//! 3. After this and after every later input or command, poll until nothing
-//!    is left: [`HelperRun::poll_action`] until `None`, then arm one timer for
-//!    [`HelperRun::poll_timeout`] and call [`HelperRun::handle_timeout`] when
-//!    it is reached.
+//! 3. After this and after every later input, drain
+//!    [`HelperRun::poll_output`] until [`HelperOutput::Timeout`]; arm one
+//!    timer for its deadline and feed [`HelperInput::Timeout`] when it is
+//!    reached. Every input goes through [`HelperRun::handle_input`].
 //! 4. [`HelperAction::RequestApproval`]: show the approval card, with its
-//!    deadline; feed the answer to [`HelperRun::approve`] or
-//!    [`HelperRun::deny`]. Never redraw the card on helper output.
+//!    deadline; feed the answer as [`HelperInput::Approval`]. Never redraw
+//!    the card on helper output.
 //! 5. [`HelperAction::Spawn`]: write the record (state `authorized`); spawn
 //!    the program without a shell, as leader of its own process group, with
 //!    **stdin from `/dev/null`** and stdout and stderr piped. Never let the
 //!    helper inherit the server's stdin or stdout: they carry the MCP protocol
-//!    (G13). Then call [`HelperRun::handle_spawned`] and write the record again
-//!    (state `dispatched`), or [`HelperRun::handle_spawn_failed`] with the
-//!    error text.
-//! 6. From the spawn until EOF or [`HelperAction::AbandonReaders`], read both
-//!    pipes continuously and feed every chunk to [`HelperRun::handle_stdout`] /
-//!    [`HelperRun::handle_stderr`]; never pause a reader (G1, G10). A read error
-//!    or EOF goes to [`HelperRun::handle_stdout_eof`] /
-//!    [`HelperRun::handle_stderr_eof`]; the reaped exit to
-//!    [`HelperRun::handle_exited`].
+//!    (G13). Then feed [`HelperInput::Spawned`] and write the record again
+//!    (state `dispatched`), or [`HelperInput::SpawnFailed`] with the error
+//!    text.
+//! 6. From the spawn until [`HelperAction::CloseReader`] or
+//!    [`HelperAction::AbandonReaders`], read both pipes continuously and feed
+//!    every read's result as [`HelperInput::Read`]; never pause a reader (G1,
+//!    G10). The exit goes in as [`HelperInput::Exited`].
 //! 7. [`HelperAction::SignalGroup`]: `killpg` the group recorded at spawn;
-//!    `ESRCH` is not an error. [`HelperAction::AbandonReaders`]: drop the
-//!    readers still open.
-//! 8. A cancel from the tool's caller (G7) goes to [`HelperRun::cancel`].
+//!    `ESRCH` is not an error. [`HelperAction::CloseReader`]: drop that
+//!    reader; [`HelperAction::AbandonReaders`]: drop the readers still open.
+//! 8. A cancel from the tool's caller (G7) is [`HelperInput::Cancel`].
 //! 9. [`HelperAction::Finished`]: write `outcome.record` to the audit log,
 //!    give the outcome to the tool, release [`HelperRun::take_grants`] to the
 //!    pool, and hand a child whose exit was not observed to a background
@@ -460,8 +458,11 @@ pub enum HelperInput<'a> {
     /// approves. An answer at or after the deadline finds the call denied;
     /// one with no approval pending is ignored (both logged at debug).
     Approval(bool),
-    /// Cancel the run (see [`HelperRun::cancel`] for what that means in each
-    /// phase). Idempotent.
+    /// Cancel the run. Before the spawn: `cancelled`, `Finished` without a
+    /// spawn; while spawning: applied when the spawn is reported; after it:
+    /// `cancelled_after_dispatch` at once, `SIGTERM` to the group, `SIGKILL`
+    /// after the grace, the readers drained within their deadline (G11).
+    /// Idempotent; after `Finished` it does nothing.
     Cancel,
     /// Time has passed: deadlines that are due act; before them, nothing.
     Timeout,
@@ -501,16 +502,16 @@ pub enum HelperOutput {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum HelperAction {
-    /// Show the approval request; answer with [`HelperRun::approve`] or
-    /// [`HelperRun::deny`] before `deadline`. Emitted at most once, first, and
+    /// Show the approval request; answer with [`HelperInput::Approval`]
+    /// before `deadline`. Emitted at most once, first, and
     /// withdrawn if the run moves on (answer, cancel) before it is polled.
     RequestApproval {
         /// When an unanswered approval becomes a denial.
         deadline: Instant,
     },
     /// Spawn the helper now (own process group, stdin `/dev/null`, stdout and
-    /// stderr piped), then report [`HelperRun::handle_spawned`] or
-    /// [`HelperRun::handle_spawn_failed`]. Emitted at most once, and never
+    /// stderr piped), then report [`HelperInput::Spawned`] or
+    /// [`HelperInput::SpawnFailed`]. Emitted at most once, and never
     /// after a denial or a cancel before it was polled.
     Spawn,
     /// Send this signal to the helper's process group; `ESRCH` is not an error.
@@ -524,7 +525,7 @@ pub enum HelperAction {
     Finished(Box<HelperOutcome>),
 }
 
-/// Why [`HelperRun::approve`] or [`HelperRun::deny`] did not take effect.
+/// Why an [`HelperInput::Approval`] did not take effect (logged at debug).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ApprovalError {
@@ -655,28 +656,20 @@ impl Stream {
 ///   [`killed_on_overflow`](Self::killed_on_overflow),
 ///   [`supervisor`](Self::supervisor),
 ///   [`ignored_inputs`](Self::ignored_inputs).
-/// - **Inputs from the system**: [`handle_spawned`](Self::handle_spawned),
-///   [`handle_spawn_failed`](Self::handle_spawn_failed),
-///   [`handle_stdout`](Self::handle_stdout),
-///   [`handle_stderr`](Self::handle_stderr),
-///   [`handle_stdout_eof`](Self::handle_stdout_eof),
-///   [`handle_stderr_eof`](Self::handle_stderr_eof),
-///   [`handle_exited`](Self::handle_exited),
-///   [`handle_timeout`](Self::handle_timeout).
-/// - **Commands from the application**: [`approve`](Self::approve),
-///   [`deny`](Self::deny), [`cancel`](Self::cancel),
-///   [`take_grants`](Self::take_grants) (after `Finished`).
-/// - **Outputs**: [`poll_action`](Self::poll_action),
-///   [`poll_timeout`](Self::poll_timeout).
+/// - **The one input**: [`handle_input`](Self::handle_input) with a
+///   [`HelperInput`] (the spawn, reads, the exit, the approval, a cancel,
+///   the time); [`take_grants`](Self::take_grants) after `Finished`.
+/// - **The one output**: [`poll_output`](Self::poll_output), a
+///   [`HelperOutput`].
 ///
 /// # Polling order
 ///
-/// After construction and after any input or command: `poll_action` until
-/// `None` (`Finished` ends the run), then arm one timer for `poll_timeout` and
-/// call `handle_timeout` when it is reached; a spurious `handle_timeout`
+/// After construction and after any input: `poll_output` until
+/// `Timeout(next)` (`Finished` ends the run), then arm one timer for `next`
+/// and feed `HelperInput::Timeout` when it is reached; a spurious one
 /// (before the deadline, or with none pending) does nothing. Keep reading
-/// stdout and stderr from the spawn until EOF or `AbandonReaders`: the run
-/// never asks the adapter to pause a reader.
+/// stdout and stderr from the spawn until `CloseReader` or `AbandonReaders`:
+/// the run never asks the adapter to pause a reader.
 ///
 /// # Bad input
 ///
@@ -921,7 +914,7 @@ impl HelperRun {
     /// The adapter spawned the helper (after polling [`HelperAction::Spawn`]):
     /// the call is `dispatched`, the captures start. If a cancel came while
     /// spawning, it is applied now: `SIGTERM` at once.
-    pub fn handle_spawned(&mut self, at: Stamp) {
+    pub(crate) fn handle_spawned(&mut self, at: Stamp) {
         if self.phase != Phase::Spawning {
             self.ignore("spawned without a polled Spawn");
             return;
@@ -947,7 +940,7 @@ impl HelperRun {
     /// `failed_before_dispatch` with `reason` (cut to the record's text
     /// limit), or `cancelled` if a cancel came while spawning (the reason is
     /// then a note). No exit status.
-    pub fn handle_spawn_failed(&mut self, at: Stamp, reason: &str) {
+    pub(crate) fn handle_spawn_failed(&mut self, at: Stamp, reason: &str) {
         if self.phase != Phase::Spawning {
             self.ignore("spawn failure without a polled Spawn");
             return;
@@ -969,7 +962,7 @@ impl HelperRun {
     /// Bytes from the helper's stdout: captured within budget, always counted
     /// (G10). The first dropped byte starts the kill when
     /// [`HelperConfig::kill_on_overflow`] is set.
-    pub fn handle_stdout(&mut self, at: Stamp, chunk: &[u8]) {
+    pub(crate) fn handle_stdout(&mut self, at: Stamp, chunk: &[u8]) {
         if self.phase != Phase::Running {
             self.ignore("stdout outside the helper's life");
             return;
@@ -982,7 +975,7 @@ impl HelperRun {
     /// Bytes from the helper's stderr: captured within budget, always counted
     /// (G10). They never move the approval deadline or decide a transition
     /// (G12), unless [`HelperConfig::kill_on_overflow`] is set.
-    pub fn handle_stderr(&mut self, at: Stamp, chunk: &[u8]) {
+    pub(crate) fn handle_stderr(&mut self, at: Stamp, chunk: &[u8]) {
         if self.phase != Phase::Running {
             self.ignore("stderr outside the helper's life");
             return;
@@ -996,7 +989,7 @@ impl HelperRun {
     }
 
     /// The helper's stdout reached EOF (a read error ends the reader too).
-    pub fn handle_stdout_eof(&mut self, at: Stamp) {
+    pub(crate) fn handle_stdout_eof(&mut self, at: Stamp) {
         if self.phase != Phase::Running {
             self.ignore("stdout EOF outside the helper's life");
             return;
@@ -1006,7 +999,7 @@ impl HelperRun {
     }
 
     /// The helper's stderr reached EOF (a read error ends the reader too).
-    pub fn handle_stderr_eof(&mut self, at: Stamp) {
+    pub(crate) fn handle_stderr_eof(&mut self, at: Stamp) {
         if self.phase != Phase::Running {
             self.ignore("stderr EOF outside the helper's life");
             return;
@@ -1025,7 +1018,7 @@ impl HelperRun {
     /// [`ReadResult`]). At the end of the stream, `look` is asked whether the
     /// helper has exited, and an exit it reports is taken first, whatever
     /// order the loop saw them in. Returns whether the stream is still open.
-    pub fn handle_read_result(
+    pub(crate) fn handle_read_result(
         &mut self,
         at: Stamp,
         stream: ChildStream,
@@ -1057,7 +1050,7 @@ impl HelperRun {
 
     /// The wait for the helper's exit returned `r`. A failed wait means no
     /// status can ever be observed: the supervisor's deadlines end the run.
-    pub fn handle_exit_result(&mut self, at: Stamp, r: std::io::Result<ExitStatus>) {
+    pub(crate) fn handle_exit_result(&mut self, at: Stamp, r: std::io::Result<ExitStatus>) {
         match r {
             Ok(status) => self.handle_exited(at, status),
             Err(e) => {
@@ -1068,7 +1061,7 @@ impl HelperRun {
     }
 
     /// The helper's exit was observed (`waitpid`) with this status.
-    pub fn handle_exited(&mut self, at: Stamp, status: ExitStatus) {
+    pub(crate) fn handle_exited(&mut self, at: Stamp, status: ExitStatus) {
         if self.phase != Phase::Running {
             self.ignore("exit outside the helper's life");
             return;
@@ -1082,7 +1075,7 @@ impl HelperRun {
     /// [maximum duration](HelperConfig::max_duration) cancel the run
     /// (`cancel_reason: "max_duration"`); the supervisor's graces and drain
     /// deadlines escalate. Before any deadline it does nothing.
-    pub fn handle_timeout(&mut self, at: Stamp) {
+    pub(crate) fn handle_timeout(&mut self, at: Stamp) {
         match self.phase {
             Phase::AwaitingApproval => {
                 self.lifecycle.handle_timeout(at);
@@ -1109,14 +1102,14 @@ impl HelperRun {
     /// The user approved: the call is `authorized` and [`HelperAction::Spawn`]
     /// is queued. An approval at or after the deadline finds the call denied
     /// ([`ApprovalError::Expired`], and the run finishes).
-    pub fn approve(&mut self, at: Stamp) -> Result<(), ApprovalError> {
+    pub(crate) fn approve(&mut self, at: Stamp) -> Result<(), ApprovalError> {
         self.settle_approval(at, true)
     }
 
     /// The user refused: the call is `denied` (reason `user`) and the run
     /// finishes without a spawn. A denial at or after the deadline is
     /// [`ApprovalError::Expired`] (the call is denied by the deadline).
-    pub fn deny(&mut self, at: Stamp) -> Result<(), ApprovalError> {
+    pub(crate) fn deny(&mut self, at: Stamp) -> Result<(), ApprovalError> {
         self.settle_approval(at, false)
     }
 
@@ -1127,7 +1120,7 @@ impl HelperRun {
     /// to the group at once, `SIGKILL` after the grace, and drains the
     /// readers to EOF within its deadline (G11). Idempotent; after `Finished`
     /// it does nothing.
-    pub fn cancel(&mut self, at: Stamp) {
+    pub(crate) fn cancel(&mut self, at: Stamp) {
         match self.phase {
             Phase::AwaitingApproval | Phase::SpawnQueued => {
                 // An expired approval wins: the call is then `denied`.
@@ -1173,7 +1166,7 @@ impl HelperRun {
 
     /// The next thing the adapter must do.
     #[must_use]
-    pub fn poll_action(&mut self) -> Option<HelperAction> {
+    pub(crate) fn poll_action(&mut self) -> Option<HelperAction> {
         if self.actions.is_empty() {
             return None;
         }
@@ -1191,7 +1184,7 @@ impl HelperRun {
     /// of the streams' maximum duration (until a cancel or an overflow kill
     /// is under way) and the supervisor's next deadline; `None` otherwise.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         [
             self.lifecycle.poll_timeout(),
             self.supervisor.poll_timeout(),

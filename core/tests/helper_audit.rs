@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_core::audit::{AuditChain, AuditVerifier};
 use mcp_stdio_core::call::Stamp;
-use mcp_stdio_core::helper::{HelperAction, HelperOptions, RecordSink, RecordTap};
+use mcp_stdio_core::helper::{
+    HelperAction, HelperInput, HelperOptions, HelperOutput, RecordSink, RecordTap,
+};
+use mcp_stdio_core::io_result::ChildStream;
 use mcp_stdio_core::process::ExitStatus;
 
 #[test]
@@ -35,10 +38,10 @@ fn g12_helper_records_go_to_the_audit_chain_and_verify() {
     let mut tap = RecordTap::default();
     let mut finished = None;
     for step in 0..10u64 {
-        while let Some(action) = run.poll_action() {
+        while let HelperOutput::Action(action) = run.poll_output() {
             tap.observe(&run, Some(&sink));
             match action {
-                HelperAction::Spawn => run.handle_spawned(at(1)),
+                HelperAction::Spawn => run.handle_input(at(1), HelperInput::Spawned),
                 HelperAction::Finished(outcome) => {
                     tap.finish(&outcome.record, Some(&sink));
                     finished = Some(outcome);
@@ -52,11 +55,19 @@ fn g12_helper_records_go_to_the_audit_chain_and_verify() {
         }
         match step {
             0 => {
-                run.handle_stdout_eof(at(2));
-                run.handle_stderr_eof(at(2));
-                run.handle_exited(at(3), ExitStatus::Code(0));
+                for stream in [ChildStream::Stdout, ChildStream::Stderr] {
+                    let look = &mut || Ok(None);
+                    let end = HelperInput::Read {
+                        stream,
+                        result: Ok(0),
+                        buf: &[],
+                        look,
+                    };
+                    run.handle_input(at(2), end);
+                }
+                run.handle_input(at(3), HelperInput::Exited(Ok(ExitStatus::Code(0))));
             }
-            _ => run.handle_timeout(at(10 + step * 1000)),
+            _ => run.handle_input(at(10 + step * 1000), HelperInput::Timeout),
         }
     }
     assert!(finished.is_some(), "the run finished");

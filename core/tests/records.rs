@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_core::call::{CallIdentity, Stamp};
 use mcp_stdio_core::capture::{DebugMode, RetainedPart, DEFAULT_TAIL};
-use mcp_stdio_core::helper::{HelperAction, HelperConfig, HelperOutcome, HelperRun};
+use mcp_stdio_core::helper::{
+    HelperAction, HelperConfig, HelperInput, HelperOutcome, HelperOutput, HelperRun,
+};
+use mcp_stdio_core::io_result::ChildStream;
 use mcp_stdio_core::process::ExitStatus;
 
 const T0_MS: u64 = 1_700_000_000_000;
@@ -38,20 +41,37 @@ fn run_helper(
     cancel: bool,
 ) -> HelperOutcome {
     let mut run = HelperRun::new(config, identity(), None, None, clock.at(0));
-    assert!(matches!(run.poll_action(), Some(HelperAction::Spawn)));
-    run.handle_spawned(clock.at(1));
+    assert!(matches!(
+        run.poll_output(),
+        HelperOutput::Action(HelperAction::Spawn)
+    ));
+    run.handle_input(clock.at(1), HelperInput::Spawned);
     for chunk in stderr {
-        run.handle_stderr(clock.at(2), chunk);
+        let read = HelperInput::Read {
+            stream: ChildStream::Stderr,
+            result: Ok(chunk.len()),
+            buf: chunk,
+            look: &mut || Ok(None),
+        };
+        run.handle_input(clock.at(2), read);
     }
     if cancel {
-        run.cancel(clock.at(3));
-        while run.poll_action().is_some() {}
+        run.handle_input(clock.at(3), HelperInput::Cancel);
+        while let HelperOutput::Action(_) = run.poll_output() {}
     }
-    run.handle_exited(clock.at(2_009), ExitStatus::Code(0));
-    run.handle_stdout_eof(clock.at(2_010));
-    run.handle_stderr_eof(clock.at(2_010));
+    let exited = HelperInput::Exited(Ok(ExitStatus::Code(0)));
+    run.handle_input(clock.at(2_009), exited);
+    for stream in [ChildStream::Stdout, ChildStream::Stderr] {
+        let end = HelperInput::Read {
+            stream,
+            result: Ok(0),
+            buf: &[],
+            look: &mut || Ok(None),
+        };
+        run.handle_input(clock.at(2_010), end);
+    }
     let mut last = None;
-    while let Some(action) = run.poll_action() {
+    while let HelperOutput::Action(action) = run.poll_output() {
         last = Some(action);
     }
     match last {
@@ -146,7 +166,10 @@ fn g10_helper_record_notes_the_debug_window_and_its_budgets() {
     let mut run = HelperRun::new(config.clone(), identity(), None, None, clock.at(0));
     // The record written before the spawn already carries the mark.
     assert_eq!(run.record().debug(), Some(mark));
-    assert!(matches!(run.poll_action(), Some(HelperAction::Spawn)));
+    assert!(matches!(
+        run.poll_output(),
+        HelperOutput::Action(HelperAction::Spawn)
+    ));
     drop(run);
     let outcome = run_helper(config, &clock, &[&flood], false);
     assert_eq!(outcome.record.debug(), Some(mark));
