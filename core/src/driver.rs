@@ -1095,6 +1095,61 @@ mod tests {
             .collect()
     }
 
+    /// G1: a full stdin (`WouldBlock`) parks the write: the output stream
+    /// offers no bytes, only its deadline, until the loop says stdin is
+    /// writable; then the same bytes, from where the pipe stopped.
+    #[test]
+    fn g1_a_full_stdin_parks_the_write_until_it_is_writable() {
+        let mut r = rig(|_| {});
+        let _a = r.request("a", None).expect("sent");
+        let DriverOutput::Write(out) = r.driver.poll_output() else {
+            panic!("the request is offered to write");
+        };
+        let first = out.bytes().to_vec();
+        r.driver.handle_input(r.t0, DriverInput::Written(Ok(5)));
+        let full = Err(std::io::ErrorKind::WouldBlock.into());
+        r.driver.handle_input(r.t0, DriverInput::Written(full));
+        assert!(matches!(r.driver.poll_output(), DriverOutput::Timeout(_)));
+        assert!(matches!(r.driver.poll_output(), DriverOutput::Timeout(_)));
+        r.driver.handle_input(r.t0, DriverInput::Writable);
+        let DriverOutput::Write(out) = r.driver.poll_output() else {
+            panic!("offered again once writable");
+        };
+        assert_eq!(out.bytes(), &first[5..]);
+    }
+
+    /// The I/O-result rule, decided by the driver: an end of stdout asks
+    /// the loop to close that reader; a 0-byte write closes stdin.
+    #[test]
+    fn an_end_closes_its_reader_and_a_zero_byte_write_closes_stdin() {
+        let mut r = rig(|_| {});
+        let _a = r.request("a", None).expect("sent");
+        r.driver.handle_input(r.t0, DriverInput::Written(Ok(0)));
+        let look = &mut || Ok(None);
+        let end = DriverInput::Stdout {
+            result: Ok(0),
+            look,
+        };
+        r.driver.handle_input(r.t0, end);
+        let mut actions = Vec::new();
+        while let DriverOutput::Action(a) = r.driver.poll_output() {
+            actions.push(a);
+        }
+        assert!(
+            actions
+                .iter()
+                .any(|a| matches!(a, DriverAction::CloseStdin)),
+            "{actions:?}"
+        );
+        assert!(
+            actions
+                .iter()
+                .any(|a| matches!(a, DriverAction::CloseReader(ChildStream::Stdout))),
+            "{actions:?}"
+        );
+        assert!(!matches!(r.driver.poll_output(), DriverOutput::Write(_)));
+    }
+
     /// G1/G9: one message at a time leaves the core, and only once the
     /// previous one is fully written; the rest waits in the core's bounded
     /// queue, where backpressure reaches `request`.

@@ -1067,6 +1067,55 @@ mod tests {
         std::iter::from_fn(|| s.poll_action()).collect()
     }
 
+    /// The session's one output stream gives the host one message at a
+    /// time (the next once the last was taken, so a cancel can still
+    /// withdraw a response not yet started), records before the bytes for
+    /// the server, and closes a server reader at its end.
+    #[test]
+    fn the_output_stream_orders_records_and_gives_the_host_one_message_at_a_time() {
+        let (mut s, clock) = session(1 << 20);
+        let request = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"t\"}}\n";
+        let read = GuardInput::HostRead {
+            result: Ok(request.len()),
+            buf: request,
+        };
+        s.handle_input(clock.at(1), read);
+        assert!(matches!(s.poll_output(), GuardOutput::Record(_)));
+        assert!(matches!(s.poll_output(), GuardOutput::ToServer(_)));
+        let two =
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"a\"}\n{\"jsonrpc\":\"2.0\",\"method\":\"b\"}\n";
+        s.handle_server_stdout(clock.at(2), two);
+        let first = loop {
+            match s.poll_output() {
+                GuardOutput::ToHost(b) => break b,
+                GuardOutput::Timeout(_) => panic!("the first message is offered"),
+                _ => {}
+            }
+        };
+        assert!(
+            !std::iter::from_fn(|| match s.poll_output() {
+                GuardOutput::Timeout(_) => None,
+                other => Some(other),
+            })
+            .any(|o| matches!(o, GuardOutput::ToHost(_))),
+            "no second message before the first is taken"
+        );
+        s.handle_input(clock.at(3), GuardInput::HostTaken(first.len()));
+        assert!(matches!(s.poll_output(), GuardOutput::ToHost(_)));
+        let look = &mut || Ok(None);
+        let end = GuardInput::ServerRead {
+            stream: ChildStream::Stderr,
+            result: Ok(0),
+            buf: &[],
+            look,
+        };
+        s.handle_input(clock.at(4), end);
+        assert!(matches!(
+            s.poll_output(),
+            GuardOutput::Action(GuardAction::CloseServerReader(ChildStream::Stderr))
+        ));
+    }
+
     #[test]
     fn g1_host_stops_reading_closes_host_then_shuts_the_server_down_exit_75() {
         let (mut s, clock) = session(100);

@@ -1304,6 +1304,49 @@ mod tests {
             .into_bytes()
     }
 
+    /// G1: a full stdout parks the write (and the flush) until the loop says
+    /// it is writable; then the rest of the same message, then the flush.
+    #[test]
+    fn g1_a_full_stdout_parks_the_write_until_it_is_writable() {
+        let t = Instant::now();
+        let mut s = ServeLifecycle::new(&one_tool_options());
+        let ping = line(1, "ping", "{}");
+        let read = ServeInput::Read {
+            result: Ok(ping.len()),
+            buf: &ping,
+        };
+        s.handle_input(t, read);
+        let ServeOutput::Write(out) = s.poll_output() else {
+            panic!("the answer is offered to write");
+        };
+        let answer = out.bytes().to_vec();
+        s.handle_input(t, ServeInput::Written(Ok(3)));
+        let full = Err(std::io::ErrorKind::WouldBlock.into());
+        s.handle_input(t, ServeInput::Written(full));
+        assert!(matches!(s.poll_output(), ServeOutput::Timeout(_)));
+        s.handle_input(t, ServeInput::Writable);
+        let ServeOutput::Write(out) = s.poll_output() else {
+            panic!("offered again once writable");
+        };
+        assert_eq!(out.bytes(), &answer[3..]);
+        let rest = answer.len() - 3;
+        s.handle_input(t, ServeInput::Written(Ok(rest)));
+        assert!(matches!(s.poll_output(), ServeOutput::Flush));
+        s.handle_input(t, ServeInput::Flushed(Ok(())));
+        assert!(matches!(s.poll_output(), ServeOutput::Timeout(_)));
+        // The end of stdin: the loop is told to stop reading, once, and the
+        // loop ends with nothing left to write.
+        s.handle_input(
+            t,
+            ServeInput::Read {
+                result: Ok(0),
+                buf: &[],
+            },
+        );
+        assert!(matches!(s.poll_output(), ServeOutput::CloseInput));
+        assert!(matches!(s.poll_output(), ServeOutput::Finished));
+    }
+
     #[test]
     fn the_basics_are_answered_in_order_without_starting_a_handler() {
         let t = Instant::now();
