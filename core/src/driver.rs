@@ -580,9 +580,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
                         .push(DriverAction::CloseReader(ChildStream::Stderr));
                 }
             }
-            DriverInput::Written(r) => {
-                self.handle_write_result(r);
-            }
+            DriverInput::Written(r) => self.handle_write_result(r),
             DriverInput::Writable => self.parked = false,
             DriverInput::Exited(r) => self.handle_exit_result(now, r),
             DriverInput::Command(cmd) => {
@@ -679,11 +677,10 @@ impl<C: ReplyChannel> ClientDriver<C> {
         true
     }
 
-    /// A write of [`poll_write`](Self::poll_write)'s bytes returned `r` (the
-    /// rule: [`WriteResult`]). Returns whether stdin is still open: after a
-    /// failure nothing more is written (drop the pipe); stdout's end and the
-    /// exit follow.
-    pub(crate) fn handle_write_result(&mut self, r: std::io::Result<usize>) -> bool {
+    /// A write of [`DriverOutput::Write`]'s bytes returned `r` (the rule:
+    /// [`WriteResult`]). After a failure nothing more is written and the loop
+    /// is told to close stdin; stdout's end and the exit follow.
+    fn handle_write_result(&mut self, r: std::io::Result<usize>) {
         match WriteResult::from(r) {
             WriteResult::Bytes(n) => self.handle_written(n),
             WriteResult::Again => {}
@@ -696,10 +693,8 @@ impl<C: ReplyChannel> ClientDriver<C> {
                 )));
                 self.handle_write_failed();
                 self.early.push(DriverAction::CloseStdin);
-                return false;
             }
         }
-        true
     }
 
     /// The wait for the server's exit returned `r`. A failed wait means no

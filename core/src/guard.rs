@@ -425,11 +425,7 @@ impl GuardSession {
                     self.early.push_back(GuardAction::CloseServerReader(stream));
                 }
             }
-            GuardInput::ServerWritten(r) => {
-                if self.handle_server_write_result(r).is_none() {
-                    self.early.push_back(GuardAction::CloseServerStdin);
-                }
-            }
+            GuardInput::ServerWritten(r) => self.handle_server_write_result(r),
             GuardInput::HostTaken(n) => self.host_owed = self.host_owed.saturating_sub(n),
             GuardInput::HostWritten(n) => self.handle_host_written(n),
             GuardInput::HostWriteFailed(e) => {
@@ -650,24 +646,17 @@ impl GuardSession {
         true
     }
 
-    /// A write to the server's stdin returned `r` (the rule: [`WriteResult`]):
-    /// the bytes written (0 for an interrupted write), or `None` once the
-    /// write failed (a 0-byte write included) and what waits for the server
-    /// was dropped: close the pipe.
-    pub(crate) fn handle_server_write_result(
-        &mut self,
-        r: std::io::Result<usize>,
-    ) -> Option<usize> {
+    /// A write to the server's stdin returned `r` (the rule: [`WriteResult`]).
+    /// A failure (a 0-byte write included) drops what waits for the server
+    /// and tells the loop to close the pipe.
+    fn handle_server_write_result(&mut self, r: std::io::Result<usize>) {
         match WriteResult::from(r) {
-            WriteResult::Bytes(n) => {
-                self.handle_server_written(n);
-                Some(n)
-            }
-            WriteResult::Again | WriteResult::Full => Some(0),
+            WriteResult::Bytes(n) => self.handle_server_written(n),
+            WriteResult::Again | WriteResult::Full => {}
             WriteResult::Failed(e) => {
                 tracing::debug!(error = %e, "server stdin closed");
                 self.handle_server_stdin_error();
-                None
+                self.early.push_back(GuardAction::CloseServerStdin);
             }
         }
     }
