@@ -16,13 +16,57 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 /// descriptor's original flags are put back on drop, so whatever reads or
 /// writes it after `serve` (or a child that inherited it) sees what it saw
 /// before.
+///
+/// Stdin and stdout may be one open file description (a host that gives its
+/// child one socket for both, as `socat EXEC:` does): the flags are the
+/// description's, not the descriptor's. So a stream switched twice is
+/// restored only when the last of its `NonBlockingStdio`s is dropped, to
+/// what it was before the first: closing stdin never turns a stdout that
+/// is still being written back to blocking.
 #[derive(Debug)]
 pub struct NonBlockingStdio {
     #[cfg(unix)]
     fd: OwnedFd,
+    /// The stream, as `SWITCHED` knows it.
     #[cfg(unix)]
-    original_flags: rustix::fs::OFlags,
+    stream: StreamId,
     kind: StdioKind,
+}
+
+/// A pipe or socket, by device, inode and access mode: two standard
+/// descriptors that agree on all three are taken to share their flags (a
+/// pipe's read and write ends are two descriptions, told apart by mode).
+#[cfg(unix)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StreamId {
+    dev: u64,
+    ino: u64,
+    mode: rustix::fs::OFlags,
+}
+
+/// A stream switched to non-blocking mode and not yet restored.
+#[cfg(unix)]
+#[derive(Debug)]
+struct Switched {
+    stream: StreamId,
+    /// `NonBlockingStdio`s alive for it.
+    holders: usize,
+    /// Each switch's own descriptor and the flags it found, in the order
+    /// they were taken; put back in reverse once `holders` is 0.
+    originals: Vec<(OwnedFd, rustix::fs::OFlags)>,
+}
+
+/// The streams switched now. Its limit is the number of `NonBlockingStdio`s
+/// alive (an adapter holds at most one per standard stream), and entries
+/// leave as their last holder drops.
+#[cfg(unix)]
+static SWITCHED: std::sync::Mutex<Vec<Switched>> = std::sync::Mutex::new(Vec::new());
+
+#[cfg(unix)]
+fn switched() -> std::sync::MutexGuard<'static, Vec<Switched>> {
+    SWITCHED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// What a [`NonBlockingStdio`] is, for an adapter that wraps it in its
@@ -73,7 +117,8 @@ impl NonBlockingStdio {
 
     fn from_borrowed(fd: BorrowedFd<'_>) -> io::Result<Option<Self>> {
         use rustix::fs::{fcntl_getfl, fcntl_setfl, fstat, FileType, OFlags};
-        let kind = match FileType::from_raw_mode(fstat(fd)?.st_mode) {
+        let stat = fstat(fd)?;
+        let kind = match FileType::from_raw_mode(stat.st_mode) {
             FileType::Fifo => StdioKind::Pipe,
             FileType::Socket => StdioKind::Socket,
             _ => return Ok(None),
@@ -88,13 +133,28 @@ impl NonBlockingStdio {
                 return Ok(None);
             }
         }
+        let kept = fd.try_clone()?;
+        let mut all = switched();
         let original_flags = fcntl_getfl(&fd)?;
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        let stream = StreamId {
+            dev: stat.st_dev as u64,
+            ino: stat.st_ino as u64,
+            mode: original_flags & OFlags::RWMODE,
+        };
         fcntl_setfl(&fd, original_flags | OFlags::NONBLOCK)?;
-        Ok(Some(Self {
-            fd,
-            original_flags,
-            kind,
-        }))
+        match all.iter_mut().find(|s| s.stream == stream) {
+            Some(s) => {
+                s.holders += 1;
+                s.originals.push((kept, original_flags));
+            }
+            None => all.push(Switched {
+                stream,
+                holders: 1,
+                originals: vec![(kept, original_flags)],
+            }),
+        }
+        Ok(Some(Self { fd, stream, kind }))
     }
 
     /// A pipe or a socket.
@@ -127,8 +187,20 @@ impl NonBlockingStdio {
 #[cfg(unix)]
 impl Drop for NonBlockingStdio {
     fn drop(&mut self) {
-        // Best effort: the descriptor is shared with whatever holds fd 0/1.
-        let _ = rustix::fs::fcntl_setfl(&self.fd, self.original_flags);
+        let mut all = switched();
+        let Some(at) = all.iter().position(|s| s.stream == self.stream) else {
+            return;
+        };
+        all[at].holders -= 1;
+        if all[at].holders > 0 {
+            // Another holder still uses the stream (maybe the same description).
+            return;
+        }
+        let done = all.swap_remove(at);
+        // Best effort: the description is shared with whatever holds fd 0/1.
+        for (fd, flags) in done.originals.iter().rev() {
+            let _ = rustix::fs::fcntl_setfl(fd, *flags);
+        }
     }
 }
 
@@ -223,6 +295,33 @@ mod tests {
             (&s).read(&mut buf).unwrap_err().kind(),
             io::ErrorKind::WouldBlock
         );
+    }
+
+    /// One socket as both stdin and stdout: dropping the first switch leaves
+    /// the stream non-blocking for the second; dropping the second puts back
+    /// what was there before the first, whichever goes first.
+    #[test]
+    fn g1_one_description_switched_twice_is_restored_after_the_last() {
+        let nonblocking = |fd: BorrowedFd<'_>| {
+            rustix::fs::fcntl_getfl(fd)
+                .expect("flags")
+                .contains(rustix::fs::OFlags::NONBLOCK)
+        };
+        for stdin_goes_first in [true, false] {
+            let (a, _b) = std::os::unix::net::UnixStream::pair().expect("pair");
+            assert!(!nonblocking(a.as_fd()));
+            let stdin = NonBlockingStdio::from_borrowed(a.as_fd()).unwrap().unwrap();
+            let stdout = NonBlockingStdio::from_borrowed(a.as_fd()).unwrap().unwrap();
+            let (first, second) = if stdin_goes_first {
+                (stdin, stdout)
+            } else {
+                (stdout, stdin)
+            };
+            drop(first);
+            assert!(nonblocking(a.as_fd()), "still written by the other");
+            drop(second);
+            assert!(!nonblocking(a.as_fd()), "back to what the host gave");
+        }
     }
 
     #[test]
