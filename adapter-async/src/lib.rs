@@ -67,7 +67,7 @@ pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responde
 pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
 pub use io::{FuturesIo, Sink, Source};
 pub use pipe::Pipe;
-pub use runtime::{BoxFuture, Interest, IoOp, IoPoll, Readiness, Runtime, Timer};
+pub use runtime::{BoxFuture, DeadlineTimer, Interest, IoOp, IoPoll, Readiness, Runtime, Timer};
 pub use serve::{
     serve, serve_dispatch, serve_io, CancelToken, Dispatch, Handler, HandlerResult, RequestContext,
     ServeEnd, ServeLifecycle, ServeOptions, ServeReport,

@@ -89,29 +89,28 @@ pub trait Timer: Send + Unpin + fmt::Debug + 'static {
 /// One timer armed for a machine's next deadline, the rule every driver
 /// here follows: moved only to an earlier deadline (arming may wake the
 /// reactor's thread); a later or vanished deadline lets it fire early once,
-/// which the machine ignores (a spurious `handle_timeout` does nothing).
+/// which the machine ignores (a spurious timeout input does nothing).
+/// Public for the loops built on this driver's pieces (the guard's).
 #[derive(Debug)]
-pub(crate) struct DeadlineTimer<R: Runtime> {
+pub struct DeadlineTimer<R: Runtime> {
     timer: R::Timer,
     /// When `timer` fires (`None`: it is not armed).
     armed: Option<Instant>,
 }
 
 impl<R: Runtime> DeadlineTimer<R> {
-    pub(crate) fn new(rt: &R) -> Self {
+    /// A timer of `rt`, not armed.
+    pub fn new(rt: &R) -> Self {
         Self {
             timer: rt.timer(),
             armed: None,
         }
     }
 
-    /// Arms for `deadline` (the machine's `poll_timeout`); `Ready(now)` once
-    /// the armed instant has passed, for the machine's `handle_timeout`.
-    pub(crate) fn poll(
-        &mut self,
-        cx: &mut Context<'_>,
-        deadline: Option<Instant>,
-    ) -> Poll<Instant> {
+    /// Arms for `deadline` (the machine's next deadline, from its last
+    /// `Timeout` output); `Ready(now)` once the armed instant has passed, for
+    /// the machine's timeout input.
+    pub fn poll(&mut self, cx: &mut Context<'_>, deadline: Option<Instant>) -> Poll<Instant> {
         if let Some(d) = deadline {
             if self.armed.is_none_or(|armed| d < armed) {
                 self.timer.set(d);

@@ -89,7 +89,6 @@ fn main() -> ExitCode {
             // Reading our stdin happens on a blocking thread that may never
             // return (the host keeps the pipe open): do not wait for it.
             rt.shutdown_timeout(std::time::Duration::from_millis(100));
-            guard::restore_stdio();
             stderr_sink::drain(std::time::Duration::from_secs(1));
             code
         }

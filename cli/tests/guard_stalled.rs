@@ -406,10 +406,17 @@ fn g1_stdout_and_stdin_as_files_use_the_fallbacks() {
     assert!(text.len() > 3 * MIB);
 }
 
-/// Node-based hosts give their children Unix socket pairs, not pipes: the
-/// guard writes those with readiness too, and the reproduction holds.
-#[test]
-fn g1_guard_exits_75_when_host_stops_reading_a_socket() {
+/// A guard whose stdin and stdout are one Unix socket (one file
+/// description), as Node-based hosts and `socat EXEC:` give them: the
+/// handshake done, then a 1 MiB result and `notify_bytes` of notifications
+/// asked for. Returns the host's end, the guard and its collected stderr.
+fn socket_guard_flooding(
+    notify_bytes: u64,
+) -> (
+    std::os::unix::net::UnixStream,
+    Child,
+    thread::JoinHandle<String>,
+) {
     use std::os::fd::OwnedFd;
     use std::os::unix::net::UnixStream;
     let (mut ours, theirs) = UnixStream::pair().expect("socketpair");
@@ -449,22 +456,30 @@ fn g1_guard_exits_75_when_host_stops_reading_a_socket() {
         call(
             1,
             "result_then_flood",
-            json!({"bytes": MIB, "notify_bytes": 20_000_000, "each": 1000, "delay_ms": 500})
+            json!({"bytes": MIB, "notify_bytes": notify_bytes, "each": 1000, "delay_ms": 300})
         )
     )
     .expect("write");
-    // From here on nothing is read from the socket.
+    (ours, child, stderr)
+}
+
+/// Waits (at most 30 s) for the guard to exit; returns its status and
+/// stderr after checking that its server's group is gone.
+fn guard_exit_leaving_no_server(
+    what: &str,
+    mut child: Child,
+    stderr: thread::JoinHandle<String>,
+) -> (std::process::ExitStatus, String) {
     let t = Instant::now();
-    let exited = wait_until(Duration::from_secs(20), Duration::from_millis(10), || {
+    let exited = wait_until(Duration::from_secs(30), Duration::from_millis(10), || {
         child.try_wait().expect("try_wait").is_some()
     });
     let took = t.elapsed();
     let _ = child.kill();
     let status = child.wait().expect("wait");
     let text = stderr.join().expect("stderr");
-    eprintln!("socket host stopped reading: guard exited {status} after {took:?}");
+    eprintln!("{what}: guard exited {status} after {took:?}");
     assert!(exited.is_some(), "the guard did not exit; {}", tail(&text));
-    assert_eq!(status.code(), Some(75), "{}", tail(&text));
     let pid: u32 = text
         .split("fixture: started pid ")
         .nth(1)
@@ -472,6 +487,30 @@ fn g1_guard_exits_75_when_host_stops_reading_a_socket() {
         .and_then(|p| p.parse().ok())
         .expect("server pid");
     assert_group_gone(pid);
+    (status, text)
+}
+
+/// Node-based hosts give their children Unix socket pairs, not pipes: the
+/// guard writes those with readiness too, and the reproduction holds.
+#[test]
+fn g1_guard_exits_75_when_host_stops_reading_a_socket() {
+    let (_ours, child, stderr) = socket_guard_flooding(20_000_000);
+    // From here on nothing is read from the socket.
+    let (status, text) = guard_exit_leaving_no_server("socket host stopped reading", child, stderr);
+    assert_eq!(status.code(), Some(75), "{}", tail(&text));
+}
+
+/// One socket as both stdin and stdout, and the host half-closes it and
+/// stops reading. Closing the guard's input must not turn its output back
+/// to blocking (the flags are the description's), or the loop would sit in
+/// a write forever; it exits within its bounds and leaves no server.
+#[test]
+fn g1_one_socket_for_stdin_and_stdout_host_half_closes_and_stops_reading() {
+    let (ours, child, stderr) = socket_guard_flooding(20_000_000);
+    // The host's input ends; from here on nothing is read from the socket.
+    ours.shutdown(std::net::Shutdown::Write)
+        .expect("half-close");
+    guard_exit_leaving_no_server("one-socket host half-closed", child, stderr);
 }
 
 /// The guard makes its stdout non-blocking while it runs; the file

@@ -261,6 +261,83 @@ fn g1_serve_blocking_serves_cancels_and_exits_while_a_large_response_is_stuck() 
     );
 }
 
+/// One socket as both stdin and stdout (one file description, as `socat
+/// EXEC:` gives its child): a response far larger than the socket holds,
+/// then the client half-closes and reads nothing. Closing the server's input
+/// must not turn its output back to blocking (the flags belong to the
+/// description), or the loop would sit in a write past its drain deadline
+/// once the client has read a little.
+fn one_socket_client(name: &'static str, path: &str) {
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    let (ours, theirs) = UnixStream::pair().expect("socketpair");
+    let theirs_out = theirs.try_clone().expect("clone");
+    let mut child = Command::new(path)
+        .stdin(Stdio::from(OwnedFd::from(theirs)))
+        .stdout(Stdio::from(OwnedFd::from(theirs_out)))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{name}: spawn {path}: {e}"));
+    let mut reader = BufReader::new(ours.try_clone().expect("clone"));
+    let mut writer = ours;
+    let mut send = |v: Value| {
+        let mut line = serde_json::to_vec(&v).expect("json");
+        line.push(b'\n');
+        writer.write_all(&line).expect("write");
+    };
+    send(
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},
+        "clientInfo":{"name":"one-socket-client","version":"0"}}}),
+    );
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("a line");
+    let init: Value = serde_json::from_str(&line).expect("json");
+    assert_eq!(init["id"], 0, "{name}: {init}");
+    send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    send(json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":"echo","arguments":{"text":"e".repeat(4 * 1024 * 1024)}}}));
+    // The input ends; the client reads a little (so the socket becomes
+    // writable again, and a blocking write would take the loop), then nothing.
+    writer
+        .shutdown(std::net::Shutdown::Write)
+        .expect("half-close");
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut some = vec![0u8; 512 * 1024];
+    reader.read_exact(&mut some).expect("the response begins");
+    let mut exited = None;
+    while start.elapsed() < EXIT_BOUND {
+        if child.try_wait().expect("try_wait").is_some() {
+            exited = Some(start.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    eprintln!("{name}: one socket, input closed, output unread: exited {exited:?} after EOF");
+    assert!(
+        exited.is_some(),
+        "{name}: still running {EXIT_BOUND:?} after EOF on a shared socket"
+    );
+}
+
+#[test]
+fn g1_serve_tokio_exits_when_one_socket_is_its_stdin_and_its_unread_stdout() {
+    one_socket_client("serve-tokio", env!("CARGO_BIN_EXE_serve-tokio"));
+}
+
+#[test]
+fn g1_serve_async_std_exits_when_one_socket_is_its_stdin_and_its_unread_stdout() {
+    one_socket_client("serve-async-std", env!("CARGO_BIN_EXE_serve-async-std"));
+}
+
+#[test]
+fn g1_serve_blocking_exits_when_one_socket_is_its_stdin_and_its_unread_stdout() {
+    one_socket_client("serve-blocking", env!("CARGO_BIN_EXE_serve-blocking"));
+}
+
 /// "Stalled stderr": nobody reads the server's stderr while it logs far more
 /// than the pipe holds — its own lines and the library's `tracing` events at
 /// debug level, all through the non-blocking stderr writer. The serve loop

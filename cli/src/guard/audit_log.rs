@@ -161,6 +161,11 @@ impl AuditLog {
             .saturating_sub(self.progress.lines_done.load(Ordering::Acquire))
     }
 
+    /// True while a batch handed out is not yet on disk.
+    pub(crate) fn in_flight(&self) -> bool {
+        self.done() < self.batches_sent
+    }
+
     /// A future that completes when the writer made progress; it never
     /// completes while nothing is in flight. It owns what it needs.
     pub(crate) fn progress(&self) -> impl std::future::Future<Output = ()> + 'static {
