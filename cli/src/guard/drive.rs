@@ -1,8 +1,8 @@
 //! The guard's loop, on the async driver's pieces: the server's pipes are
-//! the driver's [`Pipe`]s, its exit is the driver's [`Leader`], the host is
-//! the driver's [`Stdin`] and [`Stdout`] (non-blocking pipes and sockets, a
+//! the driver's `Pipe`s, its exit is the driver's `Leader`, the host is
+//! the driver's `Stdin` and `Stdout` (non-blocking pipes and sockets, a
 //! thread for a terminal or a file), and the one timer is the driver's
-//! [`DeadlineTimer`]. So a fix in the driver's I/O reaches the guard too.
+//! `DeadlineTimer`. So a fix in the driver's I/O reaches the guard too.
 //!
 //! The loop follows the driver's run-loop rule (see `mcp_stdio_async`):
 //! each turn reads the clock once, polls the inputs in a fixed order — the
