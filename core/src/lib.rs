@@ -133,33 +133,27 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod audit;
-pub mod basics;
-pub mod budget;
-pub mod call;
-pub mod capture;
-pub mod client;
-#[cfg(feature = "tokio-util")]
-pub mod codec;
-pub mod command;
-pub mod driver;
-pub mod duration_ms;
-pub mod frame;
-pub mod guard;
-pub mod handshake;
-pub mod helper;
-pub mod host;
-pub mod id_scan;
-pub mod idset;
-pub mod io_result;
-pub mod message;
 pub mod process;
-pub mod proxy;
-pub mod redact;
-pub mod serve;
-pub mod server;
-pub mod violation_log;
+mod records;
+mod session;
+mod wire;
 
+pub mod driver;
+pub mod guard;
+pub mod helper;
+pub mod io_result;
+pub mod serve;
+pub mod time;
+
+pub use driver::host;
+pub use guard::proxy;
+pub use process::{capture, command, redact};
+pub use records::{audit, call};
+pub use session::{basics, budget, client, handshake, server, violation_log};
+pub use time::duration_ms;
+#[cfg(feature = "tokio-util")]
+pub use wire::codec;
+pub use wire::{frame, id_scan, idset, message};
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -57,6 +57,7 @@ use serde::Serialize;
 
 use crate::capture::{CaptureSummary, DebugMark, RetainedPart};
 use crate::process::{ExitStatus, StreamEnd};
+pub use crate::time::Stamp;
 
 /// Default limit on events kept per call record: 64.
 pub const DEFAULT_MAX_EVENTS: usize = 64;
@@ -119,26 +120,6 @@ impl CallConfig {
     /// The text limit.
     pub fn get_max_text_bytes(&self) -> usize {
         self.max_text_bytes
-    }
-}
-
-/// One reading of both clocks, taken by the caller at one moment.
-///
-/// `instant` drives deadlines; `unix_ms` (milliseconds since the Unix epoch)
-/// only timestamps the record. The core never reads a clock itself, so a test
-/// can drive a call with a fake base `Instant` plus durations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
-    /// Monotonic time, for deadlines.
-    pub instant: Instant,
-    /// Wall-clock time in milliseconds since the Unix epoch, for the record.
-    pub unix_ms: u64,
-}
-
-impl Stamp {
-    /// A reading of both clocks.
-    pub fn new(instant: Instant, unix_ms: u64) -> Self {
-        Self { instant, unix_ms }
     }
 }
 

@@ -45,6 +45,8 @@
 //!
 //! [`SendError::Backpressure`]: crate::client::SendError::Backpressure
 
+pub mod host;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};

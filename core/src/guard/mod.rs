@@ -48,6 +48,8 @@
 //! `poll_stderr` (at most the chunk just read plus one marker line and the
 //! proxy's notes, when the poll rule is followed).
 
+pub mod proxy;
+
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,5 @@
+//! Records: the lifecycle of one call and its record, and the hash-chained
+//! audit log.
+
+pub mod audit;
+pub mod call;
