@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use mcp_stdio_async_std::core::message::{to_raw, ErrorObject, Request};
+use mcp_stdio_async_std::core::{to_raw, ErrorObject, Request};
 use mcp_stdio_async_std::{serve, HandlerResult, RequestContext, ServeOptions};
 use serde_json::{json, Value};
 

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use async_std::task::block_on;
-use mcp_stdio_async_std::core::message::{to_raw, RawResult, RawValue};
-use mcp_stdio_async_std::core::process::EndedBy;
+use mcp_stdio_async_std::core::EndedBy;
 use mcp_stdio_async_std::core::ExitStatus;
+use mcp_stdio_async_std::core::{to_raw, RawResult, RawValue};
 use mcp_stdio_async_std::{Client, ClientOptions, CommandSpec, SessionRecord};
 use serde_json::{json, Value};
 

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use async_std::task::block_on;
-use mcp_stdio_async_std::core::client::RequestFailure;
-use mcp_stdio_async_std::core::message::to_raw;
-use mcp_stdio_async_std::core::process::EndedBy;
+use mcp_stdio_async_std::core::to_raw;
+use mcp_stdio_async_std::core::EndedBy;
 use mcp_stdio_async_std::core::ExitStatus;
+use mcp_stdio_async_std::core::RequestFailure;
 use mcp_stdio_async_std::{Client, ClientOptions, CommandSpec, RequestError};
 use serde_json::{json, Value};
 

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use async_io::Timer;
 use async_std::task::block_on;
 use futures_lite::future::{or, zip};
-use mcp_stdio_async_std::core::call::{CallOutcome, CallState, DecisionReason};
-use mcp_stdio_async_std::core::process::{EndedBy, StreamEnd};
 use mcp_stdio_async_std::core::ExitStatus;
+use mcp_stdio_async_std::core::{CallOutcome, CallState, DecisionReason};
+use mcp_stdio_async_std::core::{EndedBy, StreamEnd};
 use mcp_stdio_async_std::{
     run_helper, run_helper_with_approval, ApprovalRequest, Approver, CancelToken, CommandSpec,
     HelperOptions, HelperOutcome,

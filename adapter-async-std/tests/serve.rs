@@ -11,7 +11,7 @@ use async_io::Async;
 use async_std::task::{block_on, JoinHandle};
 use futures_lite::io::BufReader;
 use futures_lite::{AsyncBufReadExt, AsyncWriteExt};
-use mcp_stdio_async_std::core::message::{to_raw, ErrorObject, Request};
+use mcp_stdio_async_std::core::{to_raw, ErrorObject, Request};
 use mcp_stdio_async_std::{
     serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeOptions, ServeReport,
 };

@@ -24,18 +24,18 @@ use std::time::{Duration, Instant};
 use async_channel::{Receiver, Sender, WeakSender};
 use event_listener::{Event, EventListener};
 use futures_lite::Stream;
-use mcp_stdio_core::client::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
-pub use mcp_stdio_core::driver::CancelHandle;
-use mcp_stdio_core::driver::{
+pub use mcp_stdio_core::CancelHandle;
+use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::Signal;
+use mcp_stdio_core::{check_initialize_result, initialize_params, InitializeResult};
+use mcp_stdio_core::{
     CallCancel, CancelRegistry, ClientDriver, DriverAction, DriverInput, DriverOutput,
     ReplyChannel, ABANDONED,
 };
-use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
-use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
-use mcp_stdio_core::io_result::{ChildStream, Note, NoteLevel};
-use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
-use mcp_stdio_core::process::Signal;
-use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::{ChildStream, Note, NoteLevel};
+use mcp_stdio_core::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
+use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
+use mcp_stdio_core::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
 use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
 use mcp_stdio_sys::{ProcessGroup, Signalled};
 
@@ -84,7 +84,7 @@ impl ReplyChannel for OneShot {
     }
 }
 
-type Command = mcp_stdio_core::driver::Command<OneShot>;
+type Command = mcp_stdio_core::Command<OneShot>;
 
 /// A server→client message.
 #[derive(Debug)]
@@ -220,7 +220,7 @@ pub struct Client<R: Runtime> {
     pid: u32,
     group: ProcessGroup,
     finished: Arc<AtomicBool>,
-    client_info: mcp_stdio_core::handshake::Implementation,
+    client_info: mcp_stdio_core::Implementation,
     client_capabilities: Option<Box<RawValue>>,
     request_timeout: Option<Duration>,
     runtime: PhantomData<fn() -> R>,

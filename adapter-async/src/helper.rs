@@ -23,7 +23,7 @@
 //! group id stays ours while the supervisor may signal it) and the helper is
 //! reaped at `Finished`; its group is never signalled after that.
 //!
-//! [`HelperRun`]: mcp_stdio_core::helper::HelperRun
+//! [`HelperRun`]: mcp_stdio_core::HelperRun
 
 use std::any::Any;
 use std::future::Future;
@@ -35,12 +35,12 @@ use std::time::Instant;
 use async_channel::{Receiver, Sender};
 use futures_lite::future::race;
 use futures_lite::{FutureExt, Stream};
-pub use mcp_stdio_core::helper::ApprovalRequest;
-use mcp_stdio_core::helper::{
+pub use mcp_stdio_core::ApprovalRequest;
+use mcp_stdio_core::ChildStream;
+use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::{
     HelperAction, HelperInput, HelperOptions, HelperOutcome, HelperOutput, HelperRun, RecordTap,
 };
-use mcp_stdio_core::io_result::ChildStream;
-use mcp_stdio_core::CommandSpec;
 use mcp_stdio_sys::stamp;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
@@ -96,7 +96,7 @@ impl Approver for NoApprover {
 /// handler), the owner cancels the run, follows the supervisor path
 /// (`SIGTERM`, grace, `SIGKILL`, drain) and hands the final record to
 /// `options.records`
-/// ([`RecordSink`](mcp_stdio_core::helper::RecordSink)).
+/// ([`RecordSink`](mcp_stdio_core::RecordSink)).
 pub async fn run_helper<R: Runtime>(
     command: &CommandSpec,
     options: &HelperOptions,

@@ -14,8 +14,8 @@ use std::io;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::ExitStatus;
+use mcp_stdio_core::Signal;
 pub use mcp_stdio_sys::{LeaderState, ProcessGroup, Signalled, EXIT_POLL_TICK};
 
 use crate::runtime::{Interest, Readiness, Runtime, Timer};

@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 use async_channel::{Receiver, Sender};
 use futures_lite::future::or;
 use futures_lite::{FutureExt, Stream};
-use mcp_stdio_core::basics::ClientHello;
-use mcp_stdio_core::budget::ResultBudget;
-use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
-pub use mcp_stdio_core::serve::ServeLifecycle;
-use mcp_stdio_core::serve::{ServeAction, ServeInput, ServeOutput};
-pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
+use mcp_stdio_core::ClientHello;
+use mcp_stdio_core::ResultBudget;
+pub use mcp_stdio_core::ServeLifecycle;
+use mcp_stdio_core::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
+use mcp_stdio_core::{ServeAction, ServeInput, ServeOutput};
+pub use mcp_stdio_core::{ServeEnd, ServeOptions, ServeReport};
 use mcp_stdio_sys::log_relay::{self, Level};
 
 use crate::io::{Sink, Source};
@@ -95,7 +95,7 @@ impl RequestContext {
     /// A content budget for this request's result: its size leaves room for
     /// the JSON-RPC envelope under the wire limit (G9).
     pub fn result_budget(&self) -> Option<ResultBudget> {
-        mcp_stdio_core::serve::result_budget(self.max_frame)
+        mcp_stdio_core::result_budget(self.max_frame)
     }
 }
 
@@ -133,7 +133,7 @@ where
 /// `initialize` (with version negotiation), `ping`, unknown methods and,
 /// with tools given, `tools/list` are answered by `serve` itself from
 /// [`ServeOptions::basics`] (see
-/// [`ServerBasics`](mcp_stdio_core::basics::ServerBasics)); the handler sees
+/// [`ServerBasics`](mcp_stdio_core::ServerBasics)); the handler sees
 /// the rest.
 ///
 /// When stdin and stdout are pipes or sockets (as under every MCP host) they
@@ -409,7 +409,7 @@ impl<R: Runtime, I: Source, O: Sink, D: Dispatch> Serve<R, I, O, D> {
             ServeAction::Notification(n) => self.dispatch.notification(n),
             ServeAction::Note(note) => {
                 let level = match note.level {
-                    mcp_stdio_core::io_result::NoteLevel::Warn => Level::Warn,
+                    mcp_stdio_core::NoteLevel::Warn => Level::Warn,
                     _ => Level::Debug,
                 };
                 log_relay::serve_event(level, note.message, note.detail);

@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 use async_io::Timer;
 use futures_lite::future::or;
 use mcp_stdio_async::{AsyncIo, Client, IncomingMessage};
-use mcp_stdio_core::client::{Deadline, RequestFailure};
-use mcp_stdio_core::handshake::Implementation;
-use mcp_stdio_core::host::{ClientOptions, RequestError};
-use mcp_stdio_core::message::RawValue;
 use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::Implementation;
+use mcp_stdio_core::RawValue;
+use mcp_stdio_core::{ClientOptions, RequestError};
+use mcp_stdio_core::{Deadline, RequestFailure};
 
 /// The client declares its capabilities and info in `initialize`: the test
 /// reads what `cat` got.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use mcp_stdio_blocking::core::message::to_raw;
+use mcp_stdio_blocking::core::to_raw;
 use mcp_stdio_blocking::{Client, ClientOptions, CommandSpec};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -40,17 +40,17 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
-pub use mcp_stdio_core::driver::CancelHandle;
-use mcp_stdio_core::driver::{
+pub use mcp_stdio_core::CancelHandle;
+use mcp_stdio_core::ChildStream;
+use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::Signal;
+use mcp_stdio_core::{check_initialize_result, initialize_params, InitializeResult};
+use mcp_stdio_core::{
     CancelRegistry, ClientDriver, DriverAction, DriverInput, DriverOutput, ReplyChannel, ABANDONED,
 };
-use mcp_stdio_core::handshake::{check_initialize_result, initialize_params, InitializeResult};
-use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
-use mcp_stdio_core::io_result::ChildStream;
-use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
-use mcp_stdio_core::process::Signal;
-use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
+use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
+use mcp_stdio_core::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
 use mio::unix::pipe;
 use mio::{Events, Interest, Poll, Token, Waker};
 
@@ -97,7 +97,7 @@ impl ReplyChannel for OneShot {
     }
 }
 
-type Command = mcp_stdio_core::driver::Command<OneShot>;
+type Command = mcp_stdio_core::Command<OneShot>;
 
 /// The application's end of the command queue: every send wakes the I/O thread.
 #[derive(Debug, Clone)]
@@ -277,7 +277,7 @@ pub struct Client {
     io_thread: Option<JoinHandle<Option<SessionRecord>>>,
     pid: u32,
     group: ProcessGroup,
-    client_info: mcp_stdio_core::handshake::Implementation,
+    client_info: mcp_stdio_core::Implementation,
     client_capabilities: Option<Box<RawValue>>,
     request_timeout: Option<Duration>,
 }
@@ -991,7 +991,7 @@ mod tests {
     /// A session that cannot start gives its stderr grant back.
     #[test]
     fn abandoning_a_session_that_cannot_start_releases_its_grant() {
-        use mcp_stdio_core::capture::{PoolConfig, SharedRetentionPool};
+        use mcp_stdio_core::{PoolConfig, SharedRetentionPool};
         let pool = SharedRetentionPool::new(PoolConfig::default().limit(1 << 20));
         let mut options = ClientOptions::default();
         options.stderr_pool(Some(pool.clone()));
@@ -1125,7 +1125,7 @@ mod tests {
         );
         assert_eq!(
             record.process.ended_by,
-            mcp_stdio_core::process::EndedBy::ExitedAfterStdinClose
+            mcp_stdio_core::EndedBy::ExitedAfterStdinClose
         );
         assert!(took < Duration::from_secs(1), "{took:?}");
     }

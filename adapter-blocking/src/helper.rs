@@ -49,12 +49,12 @@ use std::process::{Child, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::helper::{
+use mcp_stdio_core::ChildStream;
+use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::Signal;
+use mcp_stdio_core::{
     HelperAction, HelperInput, HelperOptions, HelperOutcome, HelperOutput, HelperRun, RecordTap,
 };
-use mcp_stdio_core::io_result::ChildStream;
-use mcp_stdio_core::process::Signal;
-use mcp_stdio_core::CommandSpec;
 use mio::unix::pipe;
 use mio::{Events, Interest, Poll, Token};
 
@@ -79,7 +79,7 @@ const CHILD_EXIT: Token = Token(2);
 
 use mcp_stdio_sys::stamp;
 
-pub use mcp_stdio_core::helper::ApprovalRequest;
+pub use mcp_stdio_core::ApprovalRequest;
 
 /// Decides approval requests: `true` approves, `false` denies.
 ///

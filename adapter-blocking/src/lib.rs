@@ -70,12 +70,10 @@ pub use serve::{
 /// link to core items, which then resolve to these pages when this crate is documented alone.
 #[doc(inline)]
 pub use mcp_stdio_core as core;
-pub use mcp_stdio_core::basics::{BasicsError, ServerBasics};
-pub use mcp_stdio_core::client::Deadline;
-pub use mcp_stdio_core::helper::{HelperConfig, HelperOptions, HelperOutcome};
-pub use mcp_stdio_core::host::{
-    ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord,
-};
 pub use mcp_stdio_core::CommandSpec;
+pub use mcp_stdio_core::Deadline;
+pub use mcp_stdio_core::{BasicsError, ServerBasics};
+pub use mcp_stdio_core::{ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord};
+pub use mcp_stdio_core::{HelperConfig, HelperOptions, HelperOutcome};
 /// What [`Client::signal_group`] did.
 pub use mcp_stdio_sys::Signalled;

@@ -49,8 +49,8 @@ pub(crate) fn read_ready(
 }
 
 /// A machine's note, to the log relay (which never blocks the loop).
-pub(crate) fn log_note(pid: u32, note: mcp_stdio_core::io_result::Note) {
-    use mcp_stdio_core::io_result::NoteLevel;
+pub(crate) fn log_note(pid: u32, note: mcp_stdio_core::Note) {
+    use mcp_stdio_core::NoteLevel;
     use mcp_stdio_sys::log_relay::{event, Level};
     let level = match note.level {
         NoteLevel::Warn => Level::Warn,

@@ -43,11 +43,11 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::basics::ClientHello;
-use mcp_stdio_core::budget::ResultBudget;
-use mcp_stdio_core::io_result::{NoteLevel, ReadResult};
-use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
-use mcp_stdio_core::serve::{ServeAction, ServeInput, ServeLifecycle, ServeOutput};
+use mcp_stdio_core::ClientHello;
+use mcp_stdio_core::ResultBudget;
+use mcp_stdio_core::{ErrorObject, Id, Notification, RawValue, Request, INTERNAL_ERROR};
+use mcp_stdio_core::{NoteLevel, ReadResult};
+use mcp_stdio_core::{ServeAction, ServeInput, ServeLifecycle, ServeOutput};
 use mcp_stdio_sys::log_relay::{self, Level};
 
 /// Bytes read from stdin per read call.
@@ -167,7 +167,7 @@ impl RequestContext {
     /// A content budget for this request's result: its size leaves room for
     /// the JSON-RPC envelope under the wire limit (G9).
     pub fn result_budget(&self) -> Option<ResultBudget> {
-        mcp_stdio_core::serve::result_budget(self.max_frame)
+        mcp_stdio_core::result_budget(self.max_frame)
     }
 }
 
@@ -191,7 +191,7 @@ where
     }
 }
 
-pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
+pub use mcp_stdio_core::{ServeEnd, ServeOptions, ServeReport};
 
 /// Serves MCP on this process's stdin and stdout until stdin closes and
 /// in-flight work drains (bounded by `drain_timeout`). Only protocol messages

@@ -10,9 +10,9 @@ use common::{
     first_text, fixture, group_members, options, pid_alive, pid_exists, thread_cpu_ticks,
     thread_names, tool, wait_until,
 };
-use mcp_stdio_blocking::core::client::{RequestFailure, SendError};
-use mcp_stdio_blocking::core::process::EndedBy;
+use mcp_stdio_blocking::core::EndedBy;
 use mcp_stdio_blocking::core::ExitStatus;
+use mcp_stdio_blocking::core::{RequestFailure, SendError};
 use mcp_stdio_blocking::{Client, ClientOptions, IncomingMessage, RequestError};
 use serde_json::json;
 
@@ -31,10 +31,7 @@ fn ping(client: &Client) -> Duration {
     took
 }
 
-fn assert_too_large(
-    r: &Result<mcp_stdio_blocking::core::message::RawResult, RequestError>,
-    limit: usize,
-) {
+fn assert_too_large(r: &Result<mcp_stdio_blocking::core::RawResult, RequestError>, limit: usize) {
     match r {
         Err(RequestError::Failed(RequestFailure::ResponseTooLarge { limit: l, .. })) => {
             assert_eq!(*l, limit);
@@ -305,7 +302,7 @@ fn server_to_client_requests_and_notifications_reach_next_incoming() {
         Some(IncomingMessage::Request(req, responder)) => {
             assert_eq!(req.method, "ping");
             assert_eq!(responder.id(), &req.id);
-            let empty = mcp_stdio_blocking::core::message::to_raw(&json!({})).expect("json");
+            let empty = mcp_stdio_blocking::core::to_raw(&json!({})).expect("json");
             responder.respond(Ok(empty)).expect("answered");
         }
         other => panic!("expected a ping request, got {other:?}"),
@@ -460,7 +457,7 @@ fn an_idle_session_does_not_spin() {
 
 #[test]
 fn g10_the_stderr_grant_goes_back_to_the_pool_on_shutdown_and_on_drop() {
-    use mcp_stdio_blocking::core::capture::{PoolConfig, SharedRetentionPool};
+    use mcp_stdio_blocking::core::{PoolConfig, SharedRetentionPool};
     let pool = SharedRetentionPool::new(PoolConfig::default().limit(1 << 20));
     let mut opts = options(4 << 20);
     opts.stderr_pool(Some(pool.clone()));

@@ -11,9 +11,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{group_members, pid_alive, wait_until};
-use mcp_stdio_blocking::core::call::{CallOutcome, CallState, DecisionReason};
-use mcp_stdio_blocking::core::process::{EndedBy, StreamEnd};
 use mcp_stdio_blocking::core::ExitStatus;
+use mcp_stdio_blocking::core::{CallOutcome, CallState, DecisionReason};
+use mcp_stdio_blocking::core::{EndedBy, StreamEnd};
 use mcp_stdio_blocking::{
     run_helper, run_helper_with_approval, ApprovalRequest, CancelToken, CommandSpec, HelperOptions,
     HelperOutcome,

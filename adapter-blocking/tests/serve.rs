@@ -8,7 +8,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_blocking::core::message::{to_raw, ErrorObject, Request};
+use mcp_stdio_blocking::core::{to_raw, ErrorObject, Request};
 use mcp_stdio_blocking::{
     serve_io, Handler, HandlerResult, RequestContext, ServeOptions, ServeReport,
 };
@@ -102,7 +102,7 @@ fn serve_answers_requests_and_notifications_and_exits_on_eof() {
                 _ => Err(ErrorObject::new(-32601, "method not found")),
             }
         }
-        fn notification(&self, _n: mcp_stdio_blocking::core::message::Notification) {
+        fn notification(&self, _n: mcp_stdio_blocking::core::Notification) {
             self.0.fetch_add(1, Ordering::Relaxed);
         }
     }

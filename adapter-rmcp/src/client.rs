@@ -3,10 +3,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use mcp_stdio_core::client::RequestFailure;
-use mcp_stdio_core::message::{
-    ErrorObject, Id, RawResult, RawValue, INTERNAL_ERROR, METHOD_NOT_FOUND,
-};
+use mcp_stdio_core::RequestFailure;
+use mcp_stdio_core::{ErrorObject, Id, RawResult, RawValue, INTERNAL_ERROR, METHOD_NOT_FOUND};
 use mcp_stdio_tokio::{
     CancelHandle, Client, ClientOptions, CommandSpec, IncomingMessage, RequestError, Responder,
     SessionRecord,

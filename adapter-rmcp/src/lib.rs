@@ -69,7 +69,7 @@ pub use client::{ClientTransport, SessionHandle, TransportError, MAX_PENDING_SER
 // The options and the serve report are documented in their own crates, where the links of
 // their docs resolve; inlined here they would link to pages this crate does not have.
 #[doc(no_inline)]
-pub use mcp_stdio_core::serve::{ServeEnd, ServeOptions, ServeReport};
+pub use mcp_stdio_core::{ServeEnd, ServeOptions, ServeReport};
 #[doc(no_inline)]
 pub use mcp_stdio_tokio::ClientOptions;
 pub use mcp_stdio_tokio::{CommandSpec, SessionRecord};

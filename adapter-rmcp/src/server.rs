@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawValue, Request, SERVER_ERROR};
-use mcp_stdio_core::serve::{ServeInput, ServeLifecycle, ServeOptions, ServeReport};
+use mcp_stdio_core::{ErrorObject, Id, Notification, RawValue, Request, SERVER_ERROR};
+use mcp_stdio_core::{ServeInput, ServeLifecycle, ServeOptions, ServeReport};
 // The driver's own events go through the relay, never inline: a stalled
 // stderr under a blocking subscriber must not stall the loop (G1).
 use mcp_stdio_sys::log_relay::{self, Level};
@@ -352,7 +352,7 @@ impl Dispatch for ToRmcp {
             Err(e) => {
                 self.counts.requests_undecodable += 1;
                 let error = ErrorObject::new(
-                    mcp_stdio_core::message::INVALID_PARAMS,
+                    mcp_stdio_core::INVALID_PARAMS,
                     format!("request does not decode: {e}"),
                 );
                 let done = ServeInput::HandlerFinished {
@@ -439,7 +439,7 @@ impl ToRmcp {
         let params = serde_json::json!({"requestId": id, "reason": reason});
         let text = serde_json::json!({
             "jsonrpc": "2.0",
-            "method": mcp_stdio_core::client::CANCELLED,
+            "method": mcp_stdio_core::CANCELLED,
             "params": params,
         });
         match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(text) {

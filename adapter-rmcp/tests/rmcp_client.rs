@@ -246,7 +246,7 @@ async fn g11_a_server_ignoring_eof_and_term_is_killed_on_close() {
     );
     assert_eq!(
         record.process.ended_by,
-        mcp_stdio_core::process::EndedBy::ExitedAfterKill
+        mcp_stdio_core::EndedBy::ExitedAfterKill
     );
     assert!(
         record.stderr_tail.contains("SIGTERM received and ignored"),

@@ -247,7 +247,7 @@ async fn g11_side_by_side_server_ignoring_eof_and_term() {
     assert!(left.is_empty(), "ours: the process group is gone");
     assert_eq!(
         record.process.ended_by,
-        mcp_stdio_core::process::EndedBy::ExitedAfterKill
+        mcp_stdio_core::EndedBy::ExitedAfterKill
     );
 
     let (transport, _) = theirs_spawn(&args, Stdio::null());

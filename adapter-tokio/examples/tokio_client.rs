@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use mcp_stdio_tokio::core::message::to_raw;
+use mcp_stdio_tokio::core::to_raw;
 use mcp_stdio_tokio::{Client, ClientOptions, CommandSpec};
 
 #[tokio::main]

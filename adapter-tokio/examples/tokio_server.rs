@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use mcp_stdio_tokio::core::message::{to_raw, ErrorObject, Request};
+use mcp_stdio_tokio::core::{to_raw, ErrorObject, Request};
 use mcp_stdio_tokio::{serve, HandlerResult, RequestContext, ServeOptions};
 use serde_json::{json, Value};
 

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
-use mcp_stdio_core::frame::{FrameEvent, Framer, FramerConfig};
+use mcp_stdio_core::{FrameEvent, Framer, FramerConfig};
 use tokio_util::codec::{Decoder, LinesCodec};
 
 /// Bytes of stream per iteration, for every frame size.

@@ -20,14 +20,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mcp_stdio_core::capture::{
+use mcp_stdio_core::SupervisorConfig;
+use mcp_stdio_core::{
     CaptureConfig, PoolConfig, SharedRetentionPool, DEFAULT_EXCERPT, DEFAULT_TAIL,
 };
-use mcp_stdio_core::frame::{InvalidUtf8Policy, DEFAULT_MAX_FRAME};
-use mcp_stdio_core::process::SupervisorConfig;
+use mcp_stdio_core::{InvalidUtf8Policy, DEFAULT_MAX_FRAME};
 use serde::Deserialize;
 
-use mcp_stdio_core::proxy::{ProxyConfig, DEFAULT_MAX_BUFFERED};
+use mcp_stdio_core::{ProxyConfig, DEFAULT_MAX_BUFFERED};
 
 /// What to keep of the server's stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]

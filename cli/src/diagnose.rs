@@ -5,8 +5,8 @@
 use std::io;
 use std::path::Path;
 
-use mcp_stdio_core::process::{EndedBy, StreamEnd};
 use mcp_stdio_core::{CommandSpec, ExitStatus, ProcessOutcome};
+use mcp_stdio_core::{EndedBy, StreamEnd};
 
 /// Lines of the server's stderr shown in a message: the last 5.
 pub(crate) const EXCERPT_LINES: usize = 5;

@@ -23,9 +23,9 @@
 //! ## The run loop
 //!
 //! The machines the loops drive — the client driver
-//! ([`driver::ClientDriver`]), the serve lifecycle
-//! ([`serve::ServeLifecycle`]), the helper run ([`helper::HelperRun`]) and
-//! the guard's session ([`guard::GuardSession`]) — have one shape (after
+//! ([`ClientDriver`]), the serve lifecycle
+//! ([`ServeLifecycle`]), the helper run ([`HelperRun`]) and
+//! the guard's session ([`GuardSession`]) — have one shape (after
 //! str0m): **one input** through `handle_input(now, Input)` and **one output
 //! stream** through `poll_output()`, which ends with `Timeout(next)`. Every
 //! loop that drives one — the async driver of `mcp-stdio-async`, the
@@ -35,12 +35,12 @@
 //! 2. **feed what is ready**, in a fixed order: cancels, the child's exit,
 //!    the pipes, the application's commands, the timer. A read or write goes
 //!    in as it came (an `io::Result`), and the machine applies
-//!    [`io_result`]'s one rule (a 0-byte read or a read error is the end and
+//!    one rule ([`ReadResult`], [`WriteResult`]) (a 0-byte read or a read error is the end and
 //!    the loop is told to close that pipe, a 0-byte write is a failure,
 //!    `EINTR` is nothing, a write's `WouldBlock` parks that pipe until the
 //!    loop says it is writable) and takes a child's exit before the end of
 //!    stream it caused, through the loop's non-reaping look at the exit
-//!    ([`driver::LookForExit`]). An early `Timeout` input does nothing;
+//!    ([`LookForExit`]). An early `Timeout` input does nothing;
 //! 3. **after each input, drain `poll_output()`** until `Timeout(next)`:
 //!    actions (signals, pipes to close, notes to log, the end), bytes to
 //!    write — written as far as the pipe takes them now — in the order the
@@ -74,11 +74,11 @@
 //!   accessor. To replace one whole, assign through it:
 //!   `*options.config_mut().supervisor_mut() = graces`.
 //! - **The knobs set most often are on the options type itself**
-//!   ([`ClientOptions::max_frame`](host::ClientOptions::max_frame),
-//!   [`default_timeout`](host::ClientOptions::default_timeout),
-//!   [`stderr_tail`](host::ClientOptions::stderr_tail);
-//!   [`ServeOptions::max_frame`](serve::ServeOptions::max_frame),
-//!   [`max_concurrent`](serve::ServeOptions::max_concurrent)). Such a
+//!   ([`ClientOptions::max_frame`](ClientOptions::max_frame),
+//!   [`default_timeout`](ClientOptions::default_timeout),
+//!   [`stderr_tail`](ClientOptions::stderr_tail);
+//!   [`ServeOptions::max_frame`](ServeOptions::max_frame),
+//!   [`max_concurrent`](ServeOptions::max_concurrent)). Such a
 //!   shortcut has the name of the knob it sets one level down, so one knob
 //!   never has two names.
 //! - **Shared handles are values**: a retention pool or a record sink is set
@@ -86,7 +86,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use mcp_stdio_core::host::ClientOptions;
+//! use mcp_stdio_core::ClientOptions;
 //!
 //! let mut options = ClientOptions::default();
 //! options
@@ -101,80 +101,146 @@
 //! assert_eq!(options.get_config().get_session().get_max_frame(), 1 << 20);
 //! ```
 //!
-//! ## Modules
+//! ## Layout
 //!
-//! | module | what it decides |
-//! | --- | --- |
-//! | [`frame`] | newline framing with a byte limit, discard-to-newline recovery, bounded id recovery |
-//! | `codec` | (feature `tokio-util`) the framer as tokio-util's `Decoder`, framing errors as items |
-//! | [`message`] | JSON-RPC 2.0 messages with raw payloads; encoding under the wire limit |
-//! | [`client`] | host side of a session: ids, pending map, deadlines, cancel, inbox, overload |
-//! | [`host`] | a session with a spawned server: protocol, process and stderr as one machine |
-//! | [`driver`] | the client driver around a host session: commands, waiters, the write slot, lossless cancels |
-//! | [`helper`] | one run of a command-line helper inside a tool: approval, spawn, budgeted captures, cancel, outcome |
-//! | [`handshake`] | the MCP initialize request and protocol version negotiation |
-//! | [`basics`] | the protocol basics `serve` answers itself: `initialize` with version negotiation, `ping`, method-not-found, `tools/list` |
-//! | [`command`] | what to spawn: a program and its arguments, never a shell line |
-//! | [`serve`] | the serve loop's lifecycle: handler start/cancel/abort, the write in progress, drain after EOF, write-error policy |
-//! | [`server`] | server side: in-flight registry, cancel → abort, response suppression, outgoing limit |
-//! | [`capture`] | bounded head/tail capture of a byte stream and the process-wide retention pool |
-//! | [`redact`] | the fallback redactor of retained diagnostics: headers, private keys, obvious tokens |
-//! | [`process`] | the shutdown/cancel supervisor of one child process |
-//! | [`call`] | operation lifecycle and its call record |
-//! | [`duration_ms`] | durations in records and metrics as JSON numbers of milliseconds |
-//! | [`audit`] | hash-chained JSON-lines audit log and its offline verification |
-//! | [`budget`] | content budget for tool results |
-//! | [`proxy`] | the guard's decisions: a host session and a server session joined, limits both ways, cancel enforcement, records, the host that stopped reading |
-//! | [`guard`] | the guard's whole session: proxy, server supervisor and stderr budget joined; exit status |
-//! | [`id_scan`] | the streaming, constant-memory scan of a whole oversized frame for its top-level id |
-//! | [`io_result`] | the one rule for what a read or a write of a pipe came to (end, failure, again), and the notes machines ask their loops to log |
-//! | [`idset`] | the bounded, insertion-ordered set of remembered request ids |
-//! | [`violation_log`] | the rate limit of the WARN events about a peer's protocol violations |
+//! The modules are private; every type has one public path, at the crate
+//! root (and [`audit`], the log format with its verifier, as a module of its
+//! own). The source folders follow the layers, each using only the ones
+//! above it in this table:
+//!
+//! | folder | what it decides | main types |
+//! | --- | --- | --- |
+//! | `time` | one reading of both clocks; durations in records as milliseconds | [`Stamp`] |
+//! | `wire` | newline framing with a byte limit, discard-to-newline recovery, the constant-memory id scan of an oversized frame; JSON-RPC 2.0 messages with raw payloads, encoded under the wire limit; the bounded set of remembered ids | [`Framer`], [`Message`], [`RecentIds`] |
+//! | `session` | the client and server sides of a session (ids, pending map, deadlines, cancel, inbox, overload; in-flight registry, cancel → abort, response suppression); the `initialize` handshake; the basics `serve` answers itself; the result budget; the rate limit of violation warnings | [`ClientSession`], [`ServerSession`], [`ServerBasics`], [`ResultBudget`] |
+//! | `process` | what to spawn (never a shell line); the shutdown supervisor of one child; bounded head/tail capture and the process-wide retention pool; redaction of kept diagnostics | [`CommandSpec`], [`ProcessSupervisor`], [`OutputCapture`], [`RetentionPool`] |
+//! | `records` | the operation lifecycle and its call record; the hash-chained audit log | [`CallLifecycle`], [`CallRecord`], [`audit`] |
+//! | `io_result` | the one rule for what a read or a write of a pipe came to, and the notes machines ask their loops to log | [`ReadResult`], [`WriteResult`], [`Note`] |
+//! | `driver` | the client driver: a session with a spawned server (protocol, supervisor, stderr), commands, waiters, lossless cancels | [`ClientDriver`], [`ClientOptions`] |
+//! | `serve` | the serve loop's lifecycle: handlers started, cancelled, aborted; the write in progress; drain after EOF | [`ServeLifecycle`], [`ServeOptions`] |
+//! | `helper` | one run of a command-line helper inside a tool: approval, spawn, budgeted captures, cancel, outcome | [`HelperRun`], [`HelperOptions`] |
+//! | `guard` | the guard: a host session and a server session joined (limits both ways, cancel enforcement, records), with the server's supervisor and stderr budget | [`GuardSession`], [`GuardConfig`] |
+//! | `fuzzing` | (private feature) the fuzz harnesses, replayed by `cargo test` | — |
+//!
+//! With the feature `tokio-util`, `codec` puts the framer behind
+//! tokio-util's `Decoder`.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![warn(unnameable_types)]
 
-pub mod process;
+mod driver;
+mod guard;
+mod helper;
+mod io_result;
+mod process;
 mod records;
+mod serve;
 mod session;
+mod time;
 mod wire;
 
-pub mod driver;
-pub mod guard;
-pub mod helper;
-pub mod io_result;
-pub mod serve;
-pub mod time;
-
-pub use driver::host;
-pub use guard::proxy;
-pub use process::{capture, command, redact};
-pub use records::{audit, call};
-pub use session::{basics, budget, client, handshake, server, violation_log};
-pub use time::duration_ms;
-#[cfg(feature = "tokio-util")]
-pub use wire::codec;
-pub use wire::{frame, id_scan, idset, message};
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 
-pub use audit::{AuditChain, AuditKey, AuditVerifier};
-pub use basics::{BasicsError, ServerBasics};
-pub use budget::ResultBudget;
-pub use call::{CallLifecycle, CallRecord, Stamp};
-pub use capture::{CaptureConfig, Captured, OutputCapture, RetentionPool};
-pub use client::{ClientConfig, ClientEvent, ClientSession};
-pub use command::CommandSpec;
-pub use frame::{FrameError, FrameEvent, Framer, FramerConfig, InvalidUtf8Policy, OversizedPolicy};
-pub use guard::{GuardAction, GuardConfig, GuardSession};
-pub use helper::{HelperAction, HelperConfig, HelperOutcome, HelperRun};
-pub use host::{HostConfig, HostSession, RequestError, SessionRecord};
-pub use idset::RecentIds;
-pub use message::{
-    wire_limit_error, DecodeError, EncodeError, ErrorObject, Id, Message, Notification, Request,
-    Response, WIRE_LIMIT_EXCEEDED,
+// ---- The public surface: one path per type. ----
+
+/// The hash-chained JSON-lines audit log: appending ([`audit::AuditChain`])
+/// and offline verification ([`audit::verify`]).
+pub use records::audit;
+#[cfg(feature = "tokio-util")]
+pub use wire::codec;
+
+// The wire.
+pub use wire::frame::{
+    FrameError, FrameEvent, FrameText, Framer, FramerConfig, FramerStats, InvalidUtf8Policy,
+    OversizedPolicy, ReadRoom, Utf8Repair, DEFAULT_ID_SCAN_LIMIT, DEFAULT_MAX_FRAME, READ_ROOM,
 };
-pub use process::{ExitStatus, ProcessOutcome, ProcessSupervisor, StreamEnd, SupervisorConfig};
-pub use proxy::{Proxy, ProxyConfig, ProxyEvent, ProxyMetrics};
-pub use serve::{ServeAction, ServeLifecycle, ServeOptions, ServeReport};
-pub use server::{ServerConfig, ServerEvent, ServerSession};
+pub use wire::id_scan::IdRecovery;
+pub use wire::idset::RecentIds;
+pub use wire::message::{
+    encode_error, encode_notification, encode_request, encode_result, to_raw, wire_limit_error,
+    wire_limit_message, DecodeError, EncodeError, ErrorObject, Id, IdError, Message, Notification,
+    Oversized, RawResult, RawValue, Request, Response, INTERNAL_ERROR, INVALID_PARAMS,
+    INVALID_REQUEST, MAX_FRAME_KNOB, METHOD_NOT_FOUND, PARSE_ERROR, SERVER_ERROR,
+    WIRE_LIMIT_EXCEEDED,
+};
+
+// Sessions.
+pub use session::basics::{
+    BasicsError, BasicsMetrics, ClientHello, ServerBasics, MAX_CAPABILITIES_BYTES,
+    MAX_EXTRA_METHODS, MAX_INSTRUCTIONS_BYTES, MAX_METHOD_NAME_BYTES, MAX_SERVER_INFO_BYTES,
+    MAX_TOOLS, MAX_TOOL_LIST_BYTES, MAX_TOOL_NAME_BYTES,
+};
+pub use session::budget::{
+    BudgetConfig, BudgetError, BudgetedResult, FinishError, PushError, ResultBudget,
+    DEFAULT_MAX_CURSOR_BYTES,
+};
+pub use session::client::{
+    CancelError, ClientConfig, ClientEvent, ClientMetrics, ClientSession, CloseReason, Deadline,
+    Incoming, OverloadPolicy, RequestFailure, SendError, CANCELLED,
+};
+pub use session::handshake::{
+    check_initialize_result, initialize_params, negotiate_version, HandshakeError, Implementation,
+    InitializeResult, LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS,
+};
+pub use session::server::{
+    NotifyError, RequestState, RespondError, Responded, ServerConfig, ServerEvent, ServerMetrics,
+    ServerSession,
+};
+pub use session::violation_log::{
+    CLIENT_VIOLATION_TARGET, SERVER_VIOLATION_TARGET, VIOLATION_WARNINGS_PER_INTERVAL,
+    VIOLATION_WARNING_INTERVAL,
+};
+
+// Processes.
+pub use process::capture::{
+    CaptureConfig, CaptureSummary, Captured, DebugMark, DebugMode, DebugModeError, Grant,
+    OutputCapture, PoolConfig, PoolStats, ReleaseError, RetainedPart, RetentionPool,
+    SharedRetentionPool, DEFAULT_EXCERPT, DEFAULT_HEAD, DEFAULT_MIN_GRANT, DEFAULT_POOL_LIMIT,
+    DEFAULT_POOL_RESERVE, DEFAULT_TAIL, MAX_DEBUG_MULTIPLIER, MAX_DEBUG_WINDOW,
+};
+pub use process::command::CommandSpec;
+pub use process::redact::redact_in_place;
+pub use process::supervisor::{
+    ChildPipes, EndedBy, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
+    StreamEnd, SupervisorConfig, DEFAULT_READER_DRAIN_DEADLINE, DEFAULT_STDIN_CLOSE_GRACE,
+    DEFAULT_TERM_GRACE,
+};
+
+// Records and time.
+pub use records::call::{
+    CallConfig, CallError, CallEvent, CallEventKind, CallIdentity, CallKind, CallLifecycle,
+    CallOutcome, CallRecord, CallState, CancelReason, Decision, DecisionReason, DEFAULT_MAX_EVENTS,
+    DEFAULT_MAX_TEXT_BYTES, MIN_MAX_EVENTS, MIN_MAX_TEXT_BYTES,
+};
+pub use time::Stamp;
+
+// The machines the loops drive, and the one rule for read and write results.
+pub use driver::host::{
+    ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord, StderrForwardConfig,
+};
+pub use driver::{
+    CallCancel, CancelHandle, CancelRegistry, ClientDriver, Command, DriverAction, DriverInput,
+    DriverOutput, LookForExit, Outcome, ReplyChannel, StartReply, Started, ABANDONED,
+};
+pub use guard::proxy::{
+    ProxyConfig, ProxyMetrics, DEFAULT_MAX_BUFFERED, DEFAULT_MAX_CANCELLED, DEFAULT_MAX_NOTES,
+    DEFAULT_MAX_TRACKED, DEFAULT_NOISE_BUDGET, MAX_NOTE_LINE,
+};
+pub use guard::{
+    GuardAction, GuardConfig, GuardInput, GuardOutput, GuardReport, GuardSession,
+    DEFAULT_FINAL_FLUSH, DEFAULT_STDERR_FORWARD, EXIT_GUARD_CLOSED, EXIT_UNKNOWN,
+};
+pub use helper::{
+    ApprovalError, ApprovalRequest, CapturedOutput, HelperAction, HelperConfig, HelperInput,
+    HelperOptions, HelperOutcome, HelperOutput, HelperRun, RecordSink, RecordTap,
+    DEFAULT_MAX_DURATION, DEFAULT_STDOUT_TAIL, DISCOVERY_EXCERPT, DISCOVERY_MAX_DURATION,
+    DISCOVERY_STDERR_TAIL, DISCOVERY_STDOUT_TAIL,
+};
+pub use io_result::{ChildStream, Note, NoteLevel, Outgoing, ReadResult, WriteResult};
+pub use serve::{
+    result_budget, ServeAction, ServeEnd, ServeInput, ServeLifecycle, ServeOptions, ServeOutput,
+    ServeReport, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HELPER_GRACE, EXIT_WRITE_GRACE,
+    RESULT_ENVELOPE_HEADROOM,
+};

@@ -18,7 +18,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
 use std::time::Instant;
 
-use mcp_stdio_core::frame::{FrameError, FrameEvent, Framer, FramerConfig, InvalidUtf8Policy};
+use mcp_stdio_core::{FrameError, FrameEvent, Framer, FramerConfig, InvalidUtf8Policy};
 
 /// Live bytes allocated by the tracked thread since tracking started (may go
 /// negative when it frees older blocks).

@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mcp_stdio_core::audit::{AuditChain, AuditVerifier};
-use mcp_stdio_core::call::Stamp;
-use mcp_stdio_core::helper::{
+use mcp_stdio_core::ChildStream;
+use mcp_stdio_core::ExitStatus;
+use mcp_stdio_core::Stamp;
+use mcp_stdio_core::{
     HelperAction, HelperInput, HelperOptions, HelperOutput, RecordSink, RecordTap,
 };
-use mcp_stdio_core::io_result::ChildStream;
-use mcp_stdio_core::process::ExitStatus;
 
 #[test]
 fn g12_helper_records_go_to_the_audit_chain_and_verify() {

@@ -6,9 +6,9 @@
 
 use std::time::Instant;
 
-use mcp_stdio_core::client::{ClientConfig, ClientEvent, ClientSession};
-use mcp_stdio_core::message::{Message, RawValue};
-use mcp_stdio_core::server::{ServerConfig, ServerEvent, ServerSession};
+use mcp_stdio_core::{ClientConfig, ClientEvent, ClientSession};
+use mcp_stdio_core::{Message, RawValue};
+use mcp_stdio_core::{ServerConfig, ServerEvent, ServerSession};
 use proptest::prelude::*;
 
 /// Fragments that stress the framer, the id scanner and the decoder.

@@ -5,15 +5,15 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::call::Stamp;
-use mcp_stdio_core::capture::{PoolConfig, SharedRetentionPool, DEFAULT_TAIL};
-use mcp_stdio_core::frame::DEFAULT_MAX_FRAME;
-use mcp_stdio_core::handshake::Implementation;
-use mcp_stdio_core::helper::{HelperConfig, HelperOptions, DEFAULT_STDOUT_TAIL};
-use mcp_stdio_core::host::ClientOptions;
-use mcp_stdio_core::message::to_raw;
-use mcp_stdio_core::process::SupervisorConfig;
-use mcp_stdio_core::serve::{ServeOptions, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HELPER_GRACE};
+use mcp_stdio_core::to_raw;
+use mcp_stdio_core::ClientOptions;
+use mcp_stdio_core::Implementation;
+use mcp_stdio_core::Stamp;
+use mcp_stdio_core::SupervisorConfig;
+use mcp_stdio_core::DEFAULT_MAX_FRAME;
+use mcp_stdio_core::DEFAULT_TAIL;
+use mcp_stdio_core::{HelperConfig, HelperOptions, DEFAULT_STDOUT_TAIL};
+use mcp_stdio_core::{ServeOptions, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HELPER_GRACE};
 
 #[test]
 fn client_options_defaults_are_the_documented_ones() {
@@ -76,19 +76,6 @@ fn a_nested_config_is_replaced_through_its_accessor() {
     assert_eq!(o.get_config().get_supervisor(), &graces);
     // The other knobs are untouched.
     assert_eq!(o.get_max_frame(), DEFAULT_MAX_FRAME);
-}
-
-#[test]
-fn the_host_session_is_built_from_the_options() {
-    let mut pool = PoolConfig::default();
-    pool.limit(1 << 20).reserve(0);
-    let pool = SharedRetentionPool::new(&pool);
-    let mut o = ClientOptions::default();
-    o.stderr_tail(4096).stderr_pool(Some(pool.clone()));
-    let host = o.new_host_session();
-    // The capture asked the pool for exactly the configured tail.
-    assert_eq!(pool.stats().in_use, 4096);
-    assert_eq!(host.session().config().get_max_frame(), DEFAULT_MAX_FRAME);
 }
 
 #[test]

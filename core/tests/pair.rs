@@ -5,12 +5,12 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::{
+use mcp_stdio_core::{to_raw, ErrorObject, Id, RawValue, WIRE_LIMIT_EXCEEDED};
+use mcp_stdio_core::{
     ClientConfig, ClientEvent, ClientSession, CloseReason, Incoming, OverloadPolicy,
     RequestFailure, SendError,
 };
-use mcp_stdio_core::message::{to_raw, ErrorObject, Id, RawValue, WIRE_LIMIT_EXCEEDED};
-use mcp_stdio_core::server::{RequestState, Responded, ServerConfig, ServerEvent, ServerSession};
+use mcp_stdio_core::{RequestState, Responded, ServerConfig, ServerEvent, ServerSession};
 
 fn raw(s: &str) -> Box<RawValue> {
     RawValue::from_string(s.to_owned()).expect("test JSON is valid")
@@ -898,7 +898,7 @@ fn large_result_is_the_frame_itself_in_any_member_order() {
 /// duration — whatever the session's default timeout.
 #[test]
 fn g6_deadline_is_default_none_or_after_a_duration() {
-    use mcp_stdio_core::client::Deadline;
+    use mcp_stdio_core::Deadline;
     let mut cfg = ClientConfig::default();
     cfg.default_timeout(Some(Duration::from_secs(60)));
     let now = Instant::now();

@@ -1,9 +1,9 @@
 //! G10: by default every capture in the process draws on one retention pool
 //! of 256 KiB — a `Client`'s stderr and both streams of every helper run.
 
-use mcp_stdio_core::capture::{SharedRetentionPool, DEFAULT_POOL_LIMIT};
-use mcp_stdio_core::helper::HelperOptions;
-use mcp_stdio_core::host::ClientOptions;
+use mcp_stdio_core::ClientOptions;
+use mcp_stdio_core::HelperOptions;
+use mcp_stdio_core::{SharedRetentionPool, DEFAULT_POOL_LIMIT};
 
 #[test]
 fn g10_clients_and_helpers_share_the_process_pool_by_default() {

@@ -5,13 +5,13 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::call::{CallIdentity, Stamp};
-use mcp_stdio_core::capture::{DebugMode, RetainedPart, DEFAULT_TAIL};
-use mcp_stdio_core::helper::{
+use mcp_stdio_core::ChildStream;
+use mcp_stdio_core::ExitStatus;
+use mcp_stdio_core::{CallIdentity, Stamp};
+use mcp_stdio_core::{DebugMode, RetainedPart, DEFAULT_TAIL};
+use mcp_stdio_core::{
     HelperAction, HelperConfig, HelperInput, HelperOutcome, HelperOutput, HelperRun,
 };
-use mcp_stdio_core::io_result::ChildStream;
-use mcp_stdio_core::process::ExitStatus;
 
 const T0_MS: u64 = 1_700_000_000_000;
 

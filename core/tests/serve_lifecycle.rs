@@ -1,6 +1,6 @@
 //! `ServeLifecycle` under any order of inputs, from random bytes: the op
 //! model and its invariants are the `serve` fuzz target's
-//! (`mcp_stdio_core::serve::fuzz_serve`; see its docs). Policy: a panic is a
+//! (`mcp_stdio_core::fuzz_serve`; see its docs). Policy: a panic is a
 //! bug, never bad input.
 
 use mcp_stdio_core::fuzzing::fuzz_serve;

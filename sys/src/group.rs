@@ -41,8 +41,8 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use mcp_stdio_core::process::Signal;
 use mcp_stdio_core::ExitStatus;
+use mcp_stdio_core::Signal;
 
 /// Where no pidfd exists (not Linux, a kernel older than 5.3, a seccomp
 /// filter), how often a loop looks for its child's exit: the added latency of

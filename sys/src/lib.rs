@@ -34,7 +34,7 @@ pub mod log_relay;
 pub mod pipe_io;
 pub mod poll_once;
 
-use mcp_stdio_core::process::Signal;
+use mcp_stdio_core::Signal;
 use mcp_stdio_core::{CommandSpec, ExitStatus};
 
 /// A `std` command for `spec`: argv, environment and working directory, in a

@@ -246,7 +246,7 @@ mod tests {
             assert!(alive(child.id()), "killed when the asking thread exited");
             std::thread::sleep(Duration::from_millis(20));
         }
-        crate::ProcessGroup::new(child.id()).signal(mcp_stdio_core::process::Signal::Kill);
+        crate::ProcessGroup::new(child.id()).signal(mcp_stdio_core::Signal::Kill);
         assert_eq!(
             crate::exit_status(child.wait().expect("waited")),
             mcp_stdio_core::ExitStatus::Signal(9)
@@ -275,7 +275,7 @@ mod tests {
         };
         eprintln!("killed {:?} after its thread exited", start.elapsed());
         let Some(status) = status else {
-            crate::ProcessGroup::new(child.id()).signal(mcp_stdio_core::process::Signal::Kill);
+            crate::ProcessGroup::new(child.id()).signal(mcp_stdio_core::Signal::Kill);
             let _ = child.wait();
             panic!("still running 5 s after the thread that forked it exited");
         };

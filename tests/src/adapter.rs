@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use mcp_stdio_core::client::ClientMetrics;
-use mcp_stdio_core::handshake::InitializeResult;
-use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
-use mcp_stdio_core::message::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
+use mcp_stdio_core::ClientMetrics;
 use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::InitializeResult;
+use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
+use mcp_stdio_core::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
 
 /// A result as the suite sees it.
 pub type Outcome = Result<RawResult, RequestError>;

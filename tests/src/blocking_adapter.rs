@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 use mcp_stdio_blocking::{
     run_helper_with_approval, ApprovalRequest, CancelToken, Client, IncomingMessage, PendingRequest,
 };
-use mcp_stdio_core::client::ClientMetrics;
-use mcp_stdio_core::handshake::InitializeResult;
-use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
-use mcp_stdio_core::message::{Id, RawValue};
+use mcp_stdio_core::ClientMetrics;
 use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::InitializeResult;
+use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
+use mcp_stdio_core::{Id, RawValue};
 
 use crate::adapter::{Adapter, Outcome, SuiteClient, SuiteIncoming, SuitePending};
 use crate::helper_adapter::{HelperAdapter, HelperJob, HelperRunReport, RunClock};

@@ -4,11 +4,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::call::{CallRecord, CallState, DecisionReason};
-use mcp_stdio_core::capture::{PoolConfig, RetainedPart, SharedRetentionPool};
-use mcp_stdio_core::helper::{HelperOptions, HelperOutcome, RecordSink};
-use mcp_stdio_core::process::{EndedBy, StreamEnd};
+use mcp_stdio_core::{CallRecord, CallState, DecisionReason};
 use mcp_stdio_core::{CommandSpec, ExitStatus};
+use mcp_stdio_core::{EndedBy, StreamEnd};
+use mcp_stdio_core::{HelperOptions, HelperOutcome, RecordSink};
+use mcp_stdio_core::{PoolConfig, RetainedPart, SharedRetentionPool};
 
 use crate::{
     fixture_helper_path, group_leading_children, group_members, pid_alive, signal_pid, wait_until,
@@ -1085,7 +1085,7 @@ macro_rules! helper_suite {
 /// cancelled through the supervisor (TERM, grace, KILL, drain), and the
 /// record says why (`cancel_reason: "max_duration"`).
 pub fn g11_helper_max_duration_cancels_through_the_supervisor<A: HelperAdapter>() {
-    use mcp_stdio_core::call::CancelReason;
+    use mcp_stdio_core::CancelReason;
     const MAX: Duration = Duration::from_millis(500);
     const GRACE: Duration = Duration::from_millis(500);
     let limited = |args: &[&str]| {
@@ -1151,8 +1151,8 @@ pub fn g11_helper_max_duration_cancels_through_the_supervisor<A: HelperAdapter>(
 /// step even with a deadline configured, and is recorded as discovery under
 /// its own name; the operation beside it still goes through its approval.
 pub fn g12_discovery_has_its_own_budget_and_no_approval<A: HelperAdapter>() {
-    use mcp_stdio_core::call::CallKind;
-    use mcp_stdio_core::helper::{HelperConfig, DISCOVERY_STDERR_TAIL, DISCOVERY_STDOUT_TAIL};
+    use mcp_stdio_core::CallKind;
+    use mcp_stdio_core::{HelperConfig, DISCOVERY_STDERR_TAIL, DISCOVERY_STDOUT_TAIL};
     let mut pool_config = PoolConfig::default();
     pool_config.limit(256 * 1024);
     let pool = SharedRetentionPool::new(&pool_config);

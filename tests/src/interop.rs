@@ -32,10 +32,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::RequestFailure;
-use mcp_stdio_core::host::{ClientOptions, RequestError, SessionRecord};
-use mcp_stdio_core::message::{to_raw, RawResult, RawValue};
-use mcp_stdio_core::process::EndedBy;
+use mcp_stdio_core::EndedBy;
+use mcp_stdio_core::RequestFailure;
+use mcp_stdio_core::{to_raw, RawResult, RawValue};
+use mcp_stdio_core::{ClientOptions, RequestError, SessionRecord};
 use mcp_stdio_core::{CommandSpec, ExitStatus};
 use serde_json::{json, Value};
 
@@ -326,8 +326,8 @@ impl<C: SuiteClient + ?Sized> PeerSession<C> {
             let method = match m {
                 SuiteIncoming::Notification(n) => n.method,
                 SuiteIncoming::Request(r, respond) => {
-                    respond(Err(mcp_stdio_core::message::ErrorObject::new(
-                        mcp_stdio_core::message::METHOD_NOT_FOUND,
+                    respond(Err(mcp_stdio_core::ErrorObject::new(
+                        mcp_stdio_core::METHOD_NOT_FOUND,
                         "not supported by this client",
                     )));
                     format!("request {}", r.method)
@@ -734,7 +734,7 @@ pub fn g7_python_sdk_client_cancel_reaches_our_serve_handler<A: Adapter>(serve_b
     let requested = summary["requested_version"].as_str().unwrap_or_default();
     assert_eq!(
         summary["protocol_version"],
-        json!(mcp_stdio_core::handshake::negotiate_version(requested)),
+        json!(mcp_stdio_core::negotiate_version(requested)),
         "{summary}"
     );
     assert_eq!(

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::message::{ErrorObject, Id, Request, INVALID_PARAMS, METHOD_NOT_FOUND};
-use mcp_stdio_core::serve::ServeOptions;
+use mcp_stdio_core::ServeOptions;
+use mcp_stdio_core::{ErrorObject, Id, Request, INVALID_PARAMS, METHOD_NOT_FOUND};
 use serde_json::{json, Value};
 
 /// Writes one diagnostic line to stderr through the non-blocking writer
@@ -68,7 +68,7 @@ pub fn start(log: &str) -> Instant {
 pub fn finish(
     log: &str,
     started: Instant,
-    result: std::io::Result<mcp_stdio_core::serve::ServeReport>,
+    result: std::io::Result<mcp_stdio_core::ServeReport>,
 ) -> std::process::ExitCode {
     let code = match result {
         Ok(report) => {
@@ -151,7 +151,7 @@ pub fn tools() -> [Value; 4] {
 
 /// The `whoami` tool's text: the handler's view of the client's
 /// `initialize` (`RequestContext::client`), as JSON; `null` when unknown.
-pub fn whoami(client: Option<&mcp_stdio_core::basics::ClientHello>) -> String {
+pub fn whoami(client: Option<&mcp_stdio_core::ClientHello>) -> String {
     serde_json::to_string(&client).unwrap_or_else(|e| e.to_string())
 }
 
@@ -280,17 +280,15 @@ pub fn helper_command(seconds: f64, ignore_term: bool) -> mcp_stdio_core::Comman
 /// The `helper` tool's options: every record the run makes is logged as
 /// `<log> record ID {json}` (the final one too, even when the handler was
 /// dropped), so the tests can read the lifecycle from stderr.
-pub fn helper_options(log: &'static str, id: &Id) -> mcp_stdio_core::helper::HelperOptions {
+pub fn helper_options(log: &'static str, id: &Id) -> mcp_stdio_core::HelperOptions {
     let sink_id = id.clone();
-    let mut options = mcp_stdio_core::helper::HelperOptions::default();
+    let mut options = mcp_stdio_core::HelperOptions::default();
     options
         .call_id(&id.to_string())
         .operation("helper")
-        .records(Some(mcp_stdio_core::helper::RecordSink::new(
-            move |record| {
-                let json = serde_json::to_string(record).unwrap_or_default();
-                log_line!("{log} record {sink_id} {json}");
-            },
-        )));
+        .records(Some(mcp_stdio_core::RecordSink::new(move |record| {
+            let json = serde_json::to_string(record).unwrap_or_default();
+            log_line!("{log} record {sink_id} {json}");
+        })));
     options
 }

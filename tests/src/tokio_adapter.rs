@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_stdio_core::client::ClientMetrics;
-use mcp_stdio_core::handshake::InitializeResult;
-use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError, SessionRecord};
-use mcp_stdio_core::message::{Id, RawValue};
+use mcp_stdio_core::ClientMetrics;
 use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::InitializeResult;
+use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
+use mcp_stdio_core::{Id, RawValue};
 use mcp_stdio_tokio::{Client, IncomingMessage, PendingRequest};
 use tokio::runtime::Runtime;
 

@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::host::ClientOptions;
-use mcp_stdio_core::message::to_raw;
+use mcp_stdio_core::to_raw;
+use mcp_stdio_core::ClientOptions;
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_tests::{fixture_server_path, proc_stat, wait_until};
 use serde_json::json;
@@ -24,7 +24,7 @@ const QUIET_CPU: Duration = Duration::from_millis(300);
 /// the core's inbox keeps some.
 const NOTIFICATIONS: u64 = 20;
 
-fn params() -> Option<Box<mcp_stdio_core::message::RawValue>> {
+fn params() -> Option<Box<mcp_stdio_core::RawValue>> {
     Some(
         to_raw(&json!({"name": "notify_then_result", "arguments": {"count": NOTIFICATIONS}}))
             .expect("params serialize"),

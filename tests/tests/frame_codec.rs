@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use futures_lite::StreamExt;
 use mcp_stdio_core::codec::{FrameCodec, FrameItem};
-use mcp_stdio_core::frame::{FrameError, FramerConfig};
-use mcp_stdio_core::id_scan::IdRecovery;
-use mcp_stdio_core::message::Id;
+use mcp_stdio_core::Id;
+use mcp_stdio_core::IdRecovery;
+use mcp_stdio_core::{FrameError, FramerConfig};
 use tokio::io::AsyncWriteExt;
 use tokio_util::codec::FramedRead;
 

@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::call::Stamp;
-use mcp_stdio_core::capture::{DebugMode, RetainedPart};
-use mcp_stdio_core::helper::HelperOptions;
 use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::HelperOptions;
+use mcp_stdio_core::Stamp;
+use mcp_stdio_core::{DebugMode, RetainedPart};
 use mcp_stdio_tests::async_std_adapter::AsyncStd;
 use mcp_stdio_tests::blocking_adapter::Blocking;
 use mcp_stdio_tests::helper_adapter::{HelperAdapter, HelperJob};

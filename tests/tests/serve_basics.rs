@@ -11,7 +11,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::handshake::LATEST_PROTOCOL_VERSION;
+use mcp_stdio_core::LATEST_PROTOCOL_VERSION;
 use mcp_stdio_tests::serve_tools::INSTRUCTIONS;
 use serde_json::{json, Value};
 

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::call::CallState;
+use mcp_stdio_core::CallState;
 use mcp_stdio_tests::helper_adapter::{helper_command, helper_options};
 use tokio_util::sync::CancellationToken;
 

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_blocking::core::message::{to_raw, RawResult, RawValue};
+use mcp_stdio_blocking::core::{to_raw, RawResult, RawValue};
 use mcp_stdio_blocking::{ClientOptions, CommandSpec};
 use serde_json::Value;
 

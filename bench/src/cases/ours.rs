@@ -4,11 +4,11 @@
 
 use std::time::Instant;
 
-use mcp_stdio_core::client::RequestFailure;
-use mcp_stdio_core::driver::Outcome;
-use mcp_stdio_core::host::{ClientOptions, RequestError};
-use mcp_stdio_core::message::{to_raw, RawResult, RawValue};
 use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::Outcome;
+use mcp_stdio_core::RequestFailure;
+use mcp_stdio_core::{to_raw, RawResult, RawValue};
+use mcp_stdio_core::{ClientOptions, RequestError};
 
 use super::{
     bench_peer, big_params, cancel_setup, command_for, fixture, flood_params, huge_params,

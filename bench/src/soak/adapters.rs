@@ -5,11 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::{RequestFailure, SendError};
-use mcp_stdio_core::driver::Outcome;
-use mcp_stdio_core::host::{ClientOptions, RequestError};
-use mcp_stdio_core::message::{to_raw, RawValue};
 use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::Outcome;
+use mcp_stdio_core::{to_raw, RawValue};
+use mcp_stdio_core::{ClientOptions, RequestError};
+use mcp_stdio_core::{RequestFailure, SendError};
 
 use super::plan::{
     Action, End, Ending, SessionPlan, Step, DEADLINE_SLACK, DRAIN, GRACE, MAX_FRAME, PROBE_TIMEOUT,

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use mcp_stdio_core::capture::SharedRetentionPool;
+use mcp_stdio_core::SharedRetentionPool;
 
 /// Entries of a `/proc` directory (0 where it cannot be read).
 fn entries(dir: &str) -> usize {

@@ -8,12 +8,12 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::{ClientMetrics, RequestFailure};
-use mcp_stdio_core::handshake::{Implementation, InitializeResult, LATEST_PROTOCOL_VERSION};
-use mcp_stdio_core::host::{ClientOptions, InitializeError, RequestError};
-use mcp_stdio_core::message::{to_raw, Id, Message, RawResult, RawValue};
-use mcp_stdio_core::process::{EndedBy, Signal};
+use mcp_stdio_core::{to_raw, Id, Message, RawResult, RawValue};
+use mcp_stdio_core::{ClientMetrics, RequestFailure};
+use mcp_stdio_core::{ClientOptions, InitializeError, RequestError};
 use mcp_stdio_core::{CommandSpec, ExitStatus, SessionRecord};
+use mcp_stdio_core::{EndedBy, Signal};
+use mcp_stdio_core::{Implementation, InitializeResult, LATEST_PROTOCOL_VERSION};
 use mcp_stdio_tokio::Client;
 use serde_json::{json, Value};
 

@@ -21,8 +21,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use mcp_stdio_core::frame::DEFAULT_MAX_FRAME;
 use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::DEFAULT_MAX_FRAME;
 use serde_json::Value;
 
 use battery::{Settings, ToolCall};

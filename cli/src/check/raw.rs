@@ -21,12 +21,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::frame::{FrameError, FrameEvent, Framer, FramerConfig};
-use mcp_stdio_core::message::{Id, Message};
-use mcp_stdio_core::process::{
-    ChildPipes, EndedBy, ProcessAction, ProcessSupervisor, SupervisorConfig,
-};
+use mcp_stdio_core::{ChildPipes, EndedBy, ProcessAction, ProcessSupervisor, SupervisorConfig};
 use mcp_stdio_core::{CommandSpec, ExitStatus};
+use mcp_stdio_core::{FrameError, FrameEvent, Framer, FramerConfig};
+use mcp_stdio_core::{Id, Message};
 use mcp_stdio_tokio::driver::Runtime;
 use mcp_stdio_tokio::leader::Leader;
 use mcp_stdio_tokio::runtime::Tokio;

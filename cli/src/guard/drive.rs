@@ -23,10 +23,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::call::Stamp;
-use mcp_stdio_core::guard::{GuardAction, GuardInput, GuardOutput, GuardSession};
-use mcp_stdio_core::io_result::ChildStream;
+use mcp_stdio_core::ChildStream;
 use mcp_stdio_core::ProcessOutcome;
+use mcp_stdio_core::Stamp;
+use mcp_stdio_core::{GuardAction, GuardInput, GuardOutput, GuardSession};
 use mcp_stdio_sys::stamp_at as stamp;
 use mcp_stdio_tokio::driver::stdio::{Stdin, Stdout};
 use mcp_stdio_tokio::driver::{DeadlineTimer, Pipe, Sink, Source};

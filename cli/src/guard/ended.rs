@@ -6,9 +6,9 @@
 //! guard) and the server then exited with code 0, and when the guard closed
 //! the session itself (the proxy already said why).
 
-use mcp_stdio_core::guard::GuardReport;
-use mcp_stdio_core::process::EndedBy;
+use mcp_stdio_core::EndedBy;
 use mcp_stdio_core::ExitStatus;
+use mcp_stdio_core::GuardReport;
 
 use crate::diagnose::{ended_on_its_own, status_short, status_words, StderrExcerpt};
 

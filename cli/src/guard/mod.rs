@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use mcp_stdio_core::guard::{GuardConfig, GuardReport, GuardSession};
 use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::{GuardConfig, GuardReport, GuardSession};
 use mcp_stdio_sys::stamp_at as stamp;
 use mcp_stdio_tokio::driver::Runtime;
 use mcp_stdio_tokio::leader::Leader;

@@ -50,7 +50,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use mcp_stdio_core::audit::{entry_kind, PHASE_SEAL, PHASE_SESSION_START};
-use mcp_stdio_core::call::CallState;
+use mcp_stdio_core::CallState;
 use serde::Deserialize;
 
 /// Largest expectation file read: 1 MiB.

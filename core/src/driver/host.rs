@@ -13,20 +13,20 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::capture::{
+use crate::process::capture::{
     CaptureConfig, CaptureSummary, Grant, OutputCapture, SharedRetentionPool, DEFAULT_EXCERPT,
 };
-use crate::client::{
-    CancelError, ClientConfig, ClientEvent, ClientMetrics, ClientSession, CloseReason, Incoming,
-    RequestFailure, SendError,
-};
-use crate::frame::ReadRoom;
-use crate::handshake::{HandshakeError, Implementation};
-use crate::message::{ErrorObject, Id, RawValue};
-use crate::process::{
+use crate::process::supervisor::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
     SupervisorConfig,
 };
+use crate::session::client::{
+    CancelError, ClientConfig, ClientEvent, ClientMetrics, ClientSession, CloseReason, Incoming,
+    RequestFailure, SendError,
+};
+use crate::session::handshake::{HandshakeError, Implementation};
+use crate::wire::frame::ReadRoom;
+use crate::wire::message::{ErrorObject, Id, RawValue};
 
 /// Limits for forwarding the server's stderr to logs, line by line.
 #[derive(Debug, Clone)]
@@ -63,7 +63,7 @@ impl StderrForwardConfig {
         self
     }
 
-    /// Lines waiting for [`HostSession::poll_stderr_line`] (default 64; worst
+    /// Lines waiting for `HostSession::poll_stderr_line` (default 64; worst
     /// case that many × `max_line_bytes`). Past it lines are dropped and counted.
     pub fn max_queued_lines(&mut self, n: usize) -> &mut Self {
         self.max_queued_lines = n;
@@ -71,7 +71,7 @@ impl StderrForwardConfig {
     }
 }
 
-/// Limits and policies of a [`HostSession`].
+/// Limits and policies of a `HostSession`.
 ///
 /// Nested configs are edited in place (`session_mut()`) and read with
 /// `get_session()`; see the crate's "Configuration" section.
@@ -190,7 +190,7 @@ impl SessionRecord {
 /// What the adapter must do, from [`HostSession::poll_action`].
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum HostAction {
+pub(crate) enum HostAction {
     /// Close the write end of the server's stdin (drop it); discard any bytes
     /// not yet written.
     CloseStdin,
@@ -211,7 +211,7 @@ pub enum HostAction {
 ///
 /// ```
 /// use std::time::Duration;
-/// use mcp_stdio_core::host::ClientOptions;
+/// use mcp_stdio_core::ClientOptions;
 ///
 /// let mut options = ClientOptions::default();
 /// options
@@ -248,7 +248,7 @@ impl ClientOptions {
     }
 
     /// Sets the wire limit in both directions (default 8 MiB,
-    /// [`DEFAULT_MAX_FRAME`](crate::frame::DEFAULT_MAX_FRAME)). Worst case:
+    /// [`DEFAULT_MAX_FRAME`](crate::wire::frame::DEFAULT_MAX_FRAME)). Worst case:
     /// one frame of this size buffered while it arrives, and each response
     /// waiting to be polled up to this size. The same knob as
     /// [`ClientConfig::max_frame`].
@@ -258,10 +258,10 @@ impl ClientOptions {
     }
 
     /// Sets what happens to a server line that is not valid UTF-8 (default
-    /// [`InvalidUtf8Policy::Repair`](crate::frame::InvalidUtf8Policy::Repair):
+    /// [`InvalidUtf8Policy::Repair`](crate::wire::frame::InvalidUtf8Policy::Repair):
     /// U+FFFD, counted in `utf8_repaired`). The same knob as
-    /// [`FramerConfig::invalid_utf8`](crate::frame::FramerConfig::invalid_utf8).
-    pub fn invalid_utf8(&mut self, policy: crate::frame::InvalidUtf8Policy) -> &mut Self {
+    /// [`FramerConfig::invalid_utf8`](crate::wire::frame::FramerConfig::invalid_utf8).
+    pub fn invalid_utf8(&mut self, policy: crate::wire::frame::InvalidUtf8Policy) -> &mut Self {
         self.config.session.framer_mut().invalid_utf8(policy);
         self
     }
@@ -344,7 +344,7 @@ impl ClientOptions {
     }
 
     /// Builds the host session for a new child, taking a grant from the pool.
-    pub fn new_host_session(&self) -> HostSession {
+    pub(crate) fn new_host_session(&self) -> HostSession {
         let grant = self
             .stderr_pool
             .as_ref()
@@ -353,7 +353,7 @@ impl ClientOptions {
     }
 
     /// Gives a finished session's grant back to the pool.
-    pub fn release_grant(&self, host: &mut HostSession) {
+    pub(crate) fn release_grant(&self, host: &mut HostSession) {
         if let (Some(pool), Some(grant)) = (&self.stderr_pool, host.take_grant()) {
             if let Err(e) = pool.release(grant) {
                 tracing::warn!(error = %e, "stderr grant not returned to its pool");
@@ -505,8 +505,7 @@ impl LineForwarder {
 /// # Methods, by group
 ///
 /// - **Getters**: [`metrics`](Self::metrics), [`session`](Self::session),
-///   [`supervisor`](Self::supervisor), [`stderr_seen`](Self::stderr_seen),
-///   [`is_finished`](Self::is_finished).
+///   [`stderr_seen`](Self::stderr_seen).
 /// - **Inputs from the system**: [`handle_spawned`](Self::handle_spawned),
 ///   [`handle_stdout`](Self::handle_stdout),
 ///   [`handle_stdout_eof`](Self::handle_stdout_eof),
@@ -533,7 +532,7 @@ impl LineForwarder {
 /// timer for `poll_timeout`. Keep reading stdout and stderr throughout (G1):
 /// the session never asks the adapter to pause a reader.
 #[derive(Debug)]
-pub struct HostSession {
+pub(crate) struct HostSession {
     config: HostConfig,
     session: ClientSession,
     supervisor: ProcessSupervisor,
@@ -548,7 +547,7 @@ pub struct HostSession {
 impl HostSession {
     /// A session for a server about to be spawned. `stderr_grant` is this
     /// process's share of a process-wide retention pool, if one is used.
-    pub fn new(config: HostConfig, stderr_grant: Option<Grant>) -> Self {
+    pub(crate) fn new(config: HostConfig, stderr_grant: Option<Grant>) -> Self {
         let stderr = match stderr_grant {
             Some(grant) => OutputCapture::with_grant(&config.stderr, grant),
             None => OutputCapture::new(&config.stderr),
@@ -569,44 +568,31 @@ impl HostSession {
     // ---- getters ----
 
     /// The protocol session's counters.
-    pub fn metrics(&self) -> ClientMetrics {
+    pub(crate) fn metrics(&self) -> ClientMetrics {
         self.session.metrics()
     }
 
     /// The protocol session.
-    pub fn session(&self) -> &ClientSession {
+    pub(crate) fn session(&self) -> &ClientSession {
         &self.session
     }
 
-    /// The process supervisor.
-    pub fn supervisor(&self) -> &ProcessSupervisor {
-        &self.supervisor
-    }
-
+    #[cfg(test)]
     /// stderr bytes seen so far.
-    pub fn stderr_seen(&self) -> u64 {
+    pub(crate) fn stderr_seen(&self) -> u64 {
         self.stderr.as_ref().map_or(0, OutputCapture::seen)
-    }
-
-    /// Whether `Finished` has been emitted.
-    pub fn is_finished(&self) -> bool {
-        self.finished
-    }
-
-    /// Whether stdin has been closed (bytes from `poll_transmit` are then dropped).
-    pub fn stdin_closed(&self) -> bool {
-        self.stdin_closed
     }
 
     // ---- inputs ----
 
     /// The server was spawned with stdin, stdout and stderr piped.
-    pub fn handle_spawned(&mut self, now: Instant) {
+    pub(crate) fn handle_spawned(&mut self, now: Instant) {
         self.supervisor.handle_spawned(now, ChildPipes::ALL);
     }
 
+    #[cfg(test)]
     /// Bytes from the server's stdout.
-    pub fn handle_stdout(&mut self, now: Instant, chunk: &[u8]) {
+    pub(crate) fn handle_stdout(&mut self, now: Instant, chunk: &[u8]) {
         self.session.handle_stdout(now, chunk);
         self.shutdown_if_session_closed(now);
     }
@@ -614,19 +600,19 @@ impl HostSession {
     /// Room to read the server's stdout into (see
     /// [`ClientSession::stdout_room`]); then
     /// [`handle_stdout_read`](Self::handle_stdout_read).
-    pub fn stdout_room(&mut self) -> ReadRoom<'_> {
+    pub(crate) fn stdout_room(&mut self) -> ReadRoom<'_> {
         self.session.stdout_room()
     }
 
     /// `n` bytes were read into [`stdout_room`](Self::stdout_room).
-    pub fn handle_stdout_read(&mut self, now: Instant, n: usize) {
+    pub(crate) fn handle_stdout_read(&mut self, now: Instant, n: usize) {
         self.session.handle_stdout_read(now, n);
         self.shutdown_if_session_closed(now);
     }
 
     /// The server's stdout reached end-of-file (or failed): the protocol
     /// session is over, so the shutdown sequence starts.
-    pub fn handle_stdout_eof(&mut self, now: Instant) {
+    pub(crate) fn handle_stdout_eof(&mut self, now: Instant) {
         self.session.handle_stdout_eof(now);
         self.supervisor.handle_stdout_eof(now);
         self.shutdown_if_session_closed(now);
@@ -634,7 +620,7 @@ impl HostSession {
 
     /// Bytes from the server's stderr: captured within budget, forwarded as
     /// lines within budget, always counted (G10).
-    pub fn handle_stderr(&mut self, _now: Instant, chunk: &[u8]) {
+    pub(crate) fn handle_stderr(&mut self, _now: Instant, chunk: &[u8]) {
         if let Some(c) = self.stderr.as_mut() {
             c.push(chunk);
         }
@@ -642,18 +628,18 @@ impl HostSession {
     }
 
     /// The server's stderr reached end-of-file (or failed).
-    pub fn handle_stderr_eof(&mut self, now: Instant) {
+    pub(crate) fn handle_stderr_eof(&mut self, now: Instant) {
         self.forwarder.finish();
         self.supervisor.handle_stderr_eof(now);
     }
 
     /// The server process exited (observed by `wait`).
-    pub fn handle_exited(&mut self, now: Instant, status: ExitStatus) {
+    pub(crate) fn handle_exited(&mut self, now: Instant, status: ExitStatus) {
         self.supervisor.handle_exited(now, status);
     }
 
     /// Time passed: request deadlines and shutdown graces.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
         self.session.handle_timeout(now);
         self.supervisor.handle_timeout(now);
     }
@@ -661,7 +647,7 @@ impl HostSession {
     // ---- commands ----
 
     /// Sends a request (see [`ClientSession::request`]).
-    pub fn request(
+    pub(crate) fn request(
         &mut self,
         now: Instant,
         method: &str,
@@ -675,7 +661,11 @@ impl HostSession {
     }
 
     /// Sends a notification.
-    pub fn notify(&mut self, method: &str, params: Option<&RawValue>) -> Result<(), SendError> {
+    pub(crate) fn notify(
+        &mut self,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(), SendError> {
         if self.stdin_closed {
             return Err(SendError::Closed);
         }
@@ -683,12 +673,12 @@ impl HostSession {
     }
 
     /// Cancels a pending request (G6).
-    pub fn cancel(&mut self, id: &Id, reason: Option<&str>) -> Result<(), CancelError> {
+    pub(crate) fn cancel(&mut self, id: &Id, reason: Option<&str>) -> Result<(), CancelError> {
         self.session.cancel(id, reason)
     }
 
     /// Answers a server→client request.
-    pub fn respond(
+    pub(crate) fn respond(
         &mut self,
         id: &Id,
         result: Result<&RawValue, &ErrorObject>,
@@ -701,7 +691,7 @@ impl HostSession {
 
     /// Graceful shutdown: pending requests fail with `SessionClosed`, then
     /// close stdin → grace → `SIGTERM` → grace → `SIGKILL` → drain readers (G11).
-    pub fn shutdown(&mut self, now: Instant) {
+    pub(crate) fn shutdown(&mut self, now: Instant) {
         self.session.close();
         self.shutdown_started = true;
         self.supervisor.shutdown(now);
@@ -709,7 +699,7 @@ impl HostSession {
 
     /// Hard stop: pending requests fail, `SIGTERM` at once, `SIGKILL` after
     /// the grace.
-    pub fn kill(&mut self, now: Instant) {
+    pub(crate) fn kill(&mut self, now: Instant) {
         self.session.close();
         self.shutdown_started = true;
         self.supervisor.cancel(now);
@@ -719,7 +709,7 @@ impl HostSession {
 
     /// The next message for the server's stdin.
     #[must_use]
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         if self.stdin_closed {
             // Drain and drop: nobody will write them.
             while self.session.poll_transmit().is_some() {}
@@ -730,7 +720,7 @@ impl HostSession {
 
     /// The next process action.
     #[must_use]
-    pub fn poll_action(&mut self) -> Option<HostAction> {
+    pub(crate) fn poll_action(&mut self) -> Option<HostAction> {
         let action = self.supervisor.poll_action()?;
         Some(match action {
             ProcessAction::CloseStdin => {
@@ -752,25 +742,25 @@ impl HostSession {
 
     /// The next completion or session state change.
     #[must_use]
-    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+    pub(crate) fn poll_event(&mut self) -> Option<ClientEvent> {
         self.session.poll_event()
     }
 
     /// The next server→client message from the bounded inbox.
     #[must_use]
-    pub fn poll_incoming(&mut self, now: Instant) -> Option<Incoming> {
+    pub(crate) fn poll_incoming(&mut self, now: Instant) -> Option<Incoming> {
         self.session.poll_incoming(now)
     }
 
     /// The next stderr line to log (within the forwarding budget).
     #[must_use]
-    pub fn poll_stderr_line(&mut self) -> Option<String> {
+    pub(crate) fn poll_stderr_line(&mut self) -> Option<String> {
         self.forwarder.lines.pop_front()
     }
 
     /// The earliest deadline: a request's or the shutdown sequence's.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         match (self.session.poll_timeout(), self.supervisor.poll_timeout()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -778,7 +768,7 @@ impl HostSession {
     }
 
     /// After `Finished`: the retention pool grant to give back, if any.
-    pub fn take_grant(&mut self) -> Option<Grant> {
+    pub(crate) fn take_grant(&mut self) -> Option<Grant> {
         self.grant.take()
     }
 
@@ -813,7 +803,23 @@ impl HostSession {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::{EndedBy, StreamEnd};
+
+    #[test]
+    fn the_host_session_is_built_from_the_options() {
+        let mut pool = crate::PoolConfig::default();
+        pool.limit(1 << 20).reserve(0);
+        let pool = crate::SharedRetentionPool::new(&pool);
+        let mut o = ClientOptions::default();
+        o.stderr_tail(4096).stderr_pool(Some(pool.clone()));
+        let host = o.new_host_session();
+        // The capture asked the pool for exactly the configured tail.
+        assert_eq!(pool.stats().in_use, 4096);
+        assert_eq!(
+            host.session().config().get_max_frame(),
+            crate::DEFAULT_MAX_FRAME
+        );
+    }
+    use crate::process::supervisor::{EndedBy, StreamEnd};
 
     fn drain_actions(h: &mut HostSession) -> Vec<HostAction> {
         let mut v = Vec::new();

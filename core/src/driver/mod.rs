@@ -33,7 +33,7 @@
 //!
 //! - **Outgoing bytes**: the core's queue (`max(max_outgoing_bytes,
 //!   max_frame)` plus `control_reserve_bytes` for cancels and overload
-//!   replies, see [`ClientConfig`](crate::client::ClientConfig)) plus the one
+//!   replies, see [`ClientConfig`](crate::session::client::ClientConfig)) plus the one
 //!   message held here (at most `max_frame` bytes). Past the queue's limit
 //!   `request`, `notify` and `respond` fail with [`SendError::Backpressure`]
 //!   while reads, timers and cancels go on.
@@ -43,9 +43,9 @@
 //!   adapter's bounded command queue, so a full queue cannot lose one.
 //! - **Waiters**: one per request in flight, at most `max_in_flight`.
 //!
-//! [`SendError::Backpressure`]: crate::client::SendError::Backpressure
+//! [`SendError::Backpressure`]: crate::session::client::SendError::Backpressure
 
-pub mod host;
+pub(crate) mod host;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -53,14 +53,14 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::client::{ClientEvent, ClientMetrics, Incoming, RequestFailure};
-use crate::frame::ReadRoom;
-use crate::host::{ClientOptions, HostAction, HostSession, RequestError, SessionRecord};
+use crate::driver::host::{ClientOptions, HostAction, HostSession, RequestError, SessionRecord};
 use crate::io_result::{
     ChildStream, Note, NoteLevel, Outgoing, ReadResult, WriteCursor, WriteResult,
 };
-use crate::message::{ErrorObject, Id, RawResult, RawValue};
-use crate::process::{ExitStatus, Signal};
+use crate::process::supervisor::{ExitStatus, Signal};
+use crate::session::client::{ClientEvent, ClientMetrics, Incoming, RequestFailure};
+use crate::wire::frame::ReadRoom;
+use crate::wire::message::{ErrorObject, Id, RawResult, RawValue};
 
 /// A request's outcome as the application sees it.
 pub type Outcome = Result<RawResult, RequestError>;
@@ -471,7 +471,7 @@ pub(crate) fn exit_before_end(
 ///
 /// # Methods, by group
 ///
-/// - **Getters**: [`host`](Self::host), [`cancels`](Self::cancels),
+/// - **Getters**: `host`, [`cancels`](Self::cancels),
 ///   [`waiters`](Self::waiters), [`has_incoming`](Self::has_incoming),
 ///   [`exit_seen`](Self::exit_seen), [`is_finished`](Self::is_finished).
 /// - **The one input**: [`handle_input`](Self::handle_input) with a
@@ -539,8 +539,9 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
     // ---- getters ----
 
+    #[cfg(test)]
     /// The session underneath.
-    pub fn host(&self) -> &HostSession {
+    pub(crate) fn host(&self) -> &HostSession {
         &self.host
     }
 
@@ -1008,9 +1009,9 @@ mod tests {
     use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 
     use super::*;
-    use crate::client::SendError;
-    use crate::process::EndedBy;
-    use crate::server::{ServerConfig, ServerEvent, ServerSession};
+    use crate::process::supervisor::EndedBy;
+    use crate::session::client::SendError;
+    use crate::session::server::{ServerConfig, ServerEvent, ServerSession};
 
     /// `sync_channel(1)`, the blocking adapter's reply channel.
     struct Std;

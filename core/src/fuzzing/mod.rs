@@ -9,19 +9,26 @@ use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
 
-use crate::client::{ClientConfig, ClientEvent, ClientSession, Incoming, OverloadPolicy};
-use crate::frame::{
+use crate::session::client::{ClientConfig, ClientEvent, ClientSession, Incoming, OverloadPolicy};
+use crate::session::server::{ServerConfig, ServerEvent, ServerSession};
+use crate::wire::frame::{
     FrameError, FrameEvent, Framer, FramerConfig, InvalidUtf8Policy, OversizedPolicy,
 };
-use crate::message::{ErrorObject, Id, Message, RawValue};
-use crate::server::{ServerConfig, ServerEvent, ServerSession};
+use crate::wire::message::{ErrorObject, Id, Message, RawValue};
 
-pub use crate::capture::fuzz_capture;
-pub use crate::guard::fuzz_guard_session;
-pub use crate::helper::fuzz_helper_run;
-pub use crate::process::fuzz_supervisor;
-pub use crate::proxy::fuzz_proxy;
-pub use crate::serve::fuzz_serve;
+mod capture;
+mod guard_session;
+mod helper_run;
+mod proxy;
+mod serve;
+mod supervisor;
+
+pub use capture::fuzz_capture;
+pub use guard_session::fuzz_guard_session;
+pub use helper_run::fuzz_helper_run;
+pub use proxy::fuzz_proxy;
+pub use serve::fuzz_serve;
+pub use supervisor::fuzz_supervisor;
 
 /// Runs `target` on the empty input, then on `runs` pseudo-random inputs of
 /// up to `max_len` bytes (xorshift64 from `seed`): the unit-test form of a
@@ -328,7 +335,7 @@ pub fn fuzz_session_pair(data: &[u8]) {
                 size,
             } => {
                 let m = METHODS[method as usize % METHODS.len()];
-                let params = crate::message::to_raw(&"p".repeat(size as usize % 4096))
+                let params = crate::wire::message::to_raw(&"p".repeat(size as usize % 4096))
                     .expect("a string serializes");
                 let timeout = timeout_ms.map(|ms| Duration::from_millis(ms.into()));
                 if let Ok(id) = client.request(now, m, Some(&params), timeout) {
@@ -356,7 +363,7 @@ pub fn fuzz_session_pair(data: &[u8]) {
             PairOp::Respond { nth, size } => {
                 if !server_reqs.is_empty() {
                     let id = server_reqs[nth as usize % server_reqs.len()].clone();
-                    let v = crate::message::to_raw(&"r".repeat(size as usize % 4096))
+                    let v = crate::wire::message::to_raw(&"r".repeat(size as usize % 4096))
                         .expect("a string serializes");
                     let _ = server.respond(&id, Ok(&v));
                 }
@@ -374,7 +381,7 @@ pub fn fuzz_session_pair(data: &[u8]) {
                 }
             }
             PairOp::ServerNotify { size } => {
-                let v = crate::message::to_raw(&"n".repeat(size as usize % 4096))
+                let v = crate::wire::message::to_raw(&"n".repeat(size as usize % 4096))
                     .expect("a string serializes");
                 let _ = server.notify("notifications/progress", Some(&v));
             }
@@ -436,11 +443,11 @@ pub fn fuzz_id_scan(data: &[u8]) {
         .collect();
     cuts.sort_unstable();
     let frame = u.take_rest();
-    crate::id_scan::check_against_parse(frame, &cuts, max_id);
+    crate::wire::id_scan::check_against_parse(frame, &cuts, max_id);
     if frame.is_empty() || frame.contains(&b'\n') || max_id == 0 {
         return;
     }
-    let mut whole = crate::id_scan::IdScanner::new(max_id);
+    let mut whole = crate::wire::id_scan::IdScanner::new(max_id);
     whole.push(frame);
     let want = whole.finish();
     let mut config = FramerConfig::default();

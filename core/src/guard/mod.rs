@@ -4,67 +4,26 @@
 //! decisions between them: which event shuts the server down, when the host
 //! side closes, what goes to our stderr, and the exit status.
 //!
-//! The adapter (the `mcp-stdio guard` command) only moves bytes, waits and
-//! makes system calls. Its loop waits on every source at once and never on a
-//! write finishing (G1):
-//!
-//! ```text
-//! loop {
-//!     loop match s.poll_output() {
-//!         Action(a)    => act (close stdin, signal, drop readers, close host, finish),
-//!         Record(r)    => append to the audit log,
-//!         ToServer(b)  => queue for the server's stdin,
-//!         ToHost(b)    => queue for the host (one message at a time),
-//!         Stderr(b)    => hand to a non-blocking stderr writer,
-//!         Timeout(t)   => break,
-//!     }
-//!     wait for: server stdout / stderr, host stdin, write readiness both ways,
-//!               child exit, t, SIGTERM/SIGINT/SIGHUP
-//!     feed what happened: s.handle_input(Stamp, GuardInput::…)
-//! }
-//! ```
-//!
-//! # Methods, by group
-//!
-//! - **Getters:** [`proxy`](GuardSession::proxy),
-//!   [`wants_host_input`](GuardSession::wants_host_input),
-//!   [`exit_seen`](GuardSession::exit_seen),
-//!   [`closed_by_guard`](GuardSession::closed_by_guard),
-//!   [`exit_code`](GuardSession::exit_code).
-//! - **The one input:** [`handle_input`](GuardSession::handle_input) with a
-//!   [`GuardInput`] and a [`Stamp`]; the server's stdout is read straight
-//!   into [`server_stdout_room`](GuardSession::server_stdout_room).
-//! - **The one output:** [`poll_output`](GuardSession::poll_output), a
-//!   [`GuardOutput`], in the session's order: decisions first (so nothing is
-//!   written to a side that is closing), then the audit records (the line
-//!   before the request it names is written), what goes to the server, to
-//!   the host, to our stderr, and last the next deadline.
-//! - **End:** after [`GuardAction::Finished`], [`report`](GuardSession::report).
-//!
-//! # Memory
-//!
-//! The proxy's bound (see [`crate::proxy`]) plus the stderr capture's
-//! (`head + tail` of [`CaptureConfig`]) plus stderr chunks waiting for
-//! `poll_stderr` (at most the chunk just read plus one marker line and the
-//! proxy's notes, when the poll rule is followed).
+//! The whole story is on [`GuardSession`].
 
-pub mod proxy;
+pub(crate) mod proxy;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::call::{CallRecord, Stamp};
-use crate::capture::{CaptureConfig, CaptureSummary, OutputCapture, SharedRetentionPool};
 use crate::driver::{exit_before_end, LookForExit};
-use crate::frame::ReadRoom;
+use crate::guard::proxy::{HostClosed, Proxy, ProxyConfig, ProxyEvent, ProxyMetrics};
 use crate::io_result::{ChildStream, ReadResult, WriteResult};
-use crate::process::{
+use crate::process::capture::{CaptureConfig, CaptureSummary, OutputCapture, SharedRetentionPool};
+use crate::process::supervisor::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
     SupervisorConfig,
 };
-use crate::proxy::{HostClosed, Proxy, ProxyConfig, ProxyEvent, ProxyMetrics};
+use crate::records::call::CallRecord;
+use crate::time::Stamp;
+use crate::wire::frame::ReadRoom;
 
 /// Exit status when the guard closed the session itself (the host stopped
 /// reading): `EX_TEMPFAIL`.
@@ -80,7 +39,7 @@ pub const DEFAULT_FINAL_FLUSH: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct GuardConfig {
-    proxy: ProxyConfig,
+    pub(crate) proxy: ProxyConfig,
     supervisor: SupervisorConfig,
     stderr_capture: CaptureConfig,
     stderr_pool: Option<SharedRetentionPool>,
@@ -321,14 +280,64 @@ pub struct GuardReport {
     pub guard_closed_session: Option<&'static str>,
 }
 
-/// The guard session. See the [module docs](self).
+/// The guard's whole session as one machine: the `Proxy` (host ↔ server
+/// traffic and records), the [`ProcessSupervisor`] (the server process) and
+/// the server's stderr (forwarding budget and retained tail) joined, with the
+/// decisions between them: which event shuts the server down, when the host
+/// side closes, what goes to our stderr, and the exit status.
+///
+/// The adapter (the `mcp-stdio guard` command) only moves bytes, waits and
+/// makes system calls. Its loop waits on every source at once and never on a
+/// write finishing (G1):
+///
+/// ```text
+/// loop {
+///     loop match s.poll_output() {
+///         Action(a)    => act (close stdin, signal, drop readers, close host, finish),
+///         Record(r)    => append to the audit log,
+///         ToServer(b)  => queue for the server's stdin,
+///         ToHost(b)    => queue for the host (one message at a time),
+///         Stderr(b)    => hand to a non-blocking stderr writer,
+///         Timeout(t)   => break,
+///     }
+///     wait for: server stdout / stderr, host stdin, write readiness both ways,
+///               child exit, t, SIGTERM/SIGINT/SIGHUP
+///     feed what happened: s.handle_input(Stamp, GuardInput::…)
+/// }
+/// ```
+///
+/// # Methods, by group
+///
+/// - **Getters:** `proxy`,
+///   [`wants_host_input`](GuardSession::wants_host_input),
+///   [`exit_seen`](GuardSession::exit_seen),
+///   [`closed_by_guard`](GuardSession::closed_by_guard),
+///   [`exit_code`](GuardSession::exit_code).
+/// - **The one input:** [`handle_input`](GuardSession::handle_input) with a
+///   [`GuardInput`] and a [`Stamp`]; the server's stdout is read straight
+///   into [`server_stdout_room`](GuardSession::server_stdout_room).
+/// - **The one output:** [`poll_output`](GuardSession::poll_output), a
+///   [`GuardOutput`], in the session's order: decisions first (so nothing is
+///   written to a side that is closing), then the audit records (the line
+///   before the request it names is written), what goes to the server, to
+///   the host, to our stderr, and last the next deadline.
+/// - **End:** after [`GuardAction::Finished`], [`report`](GuardSession::report).
+///
+/// # Memory
+///
+/// The proxy's bound (see `crate::guard::proxy`) plus the stderr capture's
+/// (`head + tail` of [`CaptureConfig`]) plus stderr chunks waiting for
+/// `poll_stderr` (at most the chunk just read plus one marker line and the
+/// proxy's notes, when the poll rule is followed).
+///
+/// The guard session. Its rules are above.
 #[derive(Debug)]
 pub struct GuardSession {
-    config: GuardConfig,
+    pub(crate) config: GuardConfig,
     proxy: Proxy,
     supervisor: ProcessSupervisor,
     stderr: OutputCapture,
-    stderr_forwarded: u64,
+    pub(crate) stderr_forwarded: u64,
     stderr_marker_shown: bool,
     stderr_out: VecDeque<Vec<u8>>,
     server_stdin_closed: bool,
@@ -374,8 +383,9 @@ impl GuardSession {
 
     // ---- getters ----
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// The proxy (its metrics, backlogs, whether to read the host).
-    pub fn proxy(&self) -> &Proxy {
+    pub(crate) fn proxy(&self) -> &Proxy {
         &self.proxy
     }
 
@@ -523,7 +533,7 @@ impl GuardSession {
         self.proxy.handle_server(at, chunk);
     }
 
-    /// Room to read the server's stdout into (see [`Proxy::server_room`]);
+    /// Room to read the server's stdout into (see `Proxy::server_room`);
     /// then [`GuardInput::ServerRead`] with what the read returned.
     pub fn server_stdout_room(&mut self) -> ReadRoom<'_> {
         self.proxy.server_room()
@@ -830,176 +840,10 @@ impl GuardSession {
     }
 }
 
-/// Fuzz entry point: drives a guard session with arbitrary inputs in any
-/// order (host and server traffic, EOFs, write progress and errors, exit,
-/// signals, timeouts, time moving forward) and checks its invariants.
-/// Panics on a violated invariant.
-#[cfg(feature = "fuzzing")]
-#[doc(hidden)]
-pub fn fuzz_guard_session(data: &[u8]) {
-    fuzzing::run(data);
-}
-
-#[cfg(feature = "fuzzing")]
-mod fuzzing {
-    use super::*;
-    use arbitrary::{Arbitrary, Unstructured};
-
-    #[derive(Arbitrary, Debug)]
-    enum Op {
-        Host(Vec<u8>),
-        HostRequest { id: u8 },
-        HostEof,
-        HostWritten(u16),
-        HostWriteError,
-        ServerStdout(Vec<u8>),
-        ServerNotification { pad: u16 },
-        ServerStdoutEof,
-        ServerStderr(Vec<u8>),
-        ServerStderrEof,
-        ServerWritten(u16),
-        ServerStdinError,
-        Exited(i8),
-        Terminate,
-        Advance(u16),
-        Timeout,
-        TakeHost,
-        TakeServer,
-    }
-
-    pub(super) fn run(data: &[u8]) {
-        let mut u = Unstructured::new(data);
-        let mut config = GuardConfig::default();
-        config
-            .proxy_mut()
-            .max_frame(u.int_in_range(64..=512usize).unwrap_or(128))
-            .max_buffered(u.int_in_range(0..=4096usize).unwrap_or(1024))
-            .max_notes(4);
-        let grace = Duration::from_millis(u.int_in_range(0..=50u64).unwrap_or(10));
-        config
-            .supervisor_mut()
-            .stdin_close_grace(grace)
-            .term_grace(grace)
-            .reader_drain_deadline(grace);
-        let forward = u.int_in_range(0..=64u64).unwrap_or(16);
-        config.stderr_forward(forward);
-        let mut s = GuardSession::new(config);
-        let base = Instant::now();
-        let mut ms = 0u64;
-        let stamp = |ms: u64| Stamp::new(base + Duration::from_millis(ms), ms);
-        s.handle_spawned(stamp(ms));
-        let (mut host_taken, mut server_taken) = (0usize, 0usize);
-        let (mut host_closed, mut stdin_closed, mut finished) = (false, false, false);
-        let mut first_exit: Option<i8> = None;
-        for _ in 0..256 {
-            let Ok(op) = u.arbitrary::<Op>() else { break };
-            let at = stamp(ms);
-            match op {
-                Op::Host(b) => s.handle_host(at, &b),
-                Op::HostRequest { id } => s.handle_host(
-                    at,
-                    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"m\"}}\n").as_bytes(),
-                ),
-                Op::HostEof => s.handle_host_eof(at),
-                Op::HostWritten(n) => {
-                    let n = usize::from(n).min(host_taken);
-                    host_taken -= n;
-                    s.handle_host_written(n);
-                }
-                Op::HostWriteError => s.handle_host_write_error(at),
-                Op::ServerStdout(b) => s.handle_server_stdout(at, &b),
-                Op::ServerNotification { pad } => s.handle_server_stdout(
-                    at,
-                    format!(
-                        "{{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":\"{}\"}}\n",
-                        "n".repeat(usize::from(pad % 400))
-                    )
-                    .as_bytes(),
-                ),
-                Op::ServerStdoutEof => s.handle_server_stdout_eof(at),
-                Op::ServerStderr(b) => s.handle_server_stderr(at, &b),
-                Op::ServerStderrEof => s.handle_server_stderr_eof(at),
-                Op::ServerWritten(n) => {
-                    let n = usize::from(n).min(server_taken);
-                    server_taken -= n;
-                    s.handle_server_written(n);
-                }
-                Op::ServerStdinError => {
-                    server_taken = 0;
-                    s.handle_server_stdin_error();
-                }
-                Op::Exited(code) => {
-                    first_exit.get_or_insert(code);
-                    s.handle_exited(at, ExitStatus::Code(i32::from(code)));
-                }
-                Op::Terminate => s.handle_terminate(at),
-                Op::Advance(d) => ms += u64::from(d),
-                Op::Timeout => {
-                    if let Some(t) = s.poll_timeout() {
-                        let due = u64::try_from(t.saturating_duration_since(base).as_millis())
-                            .unwrap_or(u64::MAX);
-                        ms = ms.max(due);
-                    }
-                    s.handle_timeout(stamp(ms));
-                }
-                Op::TakeHost => {
-                    if let Some(b) = s.poll_to_host() {
-                        assert!(!host_closed, "host bytes after CloseHostOutput");
-                        host_taken += b.len();
-                    }
-                }
-                Op::TakeServer => {
-                    if let Some(b) = s.poll_to_server() {
-                        assert!(!stdin_closed, "server bytes after CloseServerStdin");
-                        server_taken += b.len();
-                    }
-                }
-            }
-            while let Some(action) = s.poll_action() {
-                assert!(!finished, "an action after Finished: {action:?}");
-                match action {
-                    GuardAction::CloseHostOutput => {
-                        assert!(!host_closed, "the host side closes once");
-                        host_closed = true;
-                        host_taken = 0;
-                    }
-                    GuardAction::CloseServerStdin => {
-                        assert!(!stdin_closed, "stdin closes once");
-                        stdin_closed = true;
-                        server_taken = 0;
-                    }
-                    GuardAction::Finished { exit_code, .. } => {
-                        finished = true;
-                        let expected = if s.closed_by_guard().is_some() {
-                            EXIT_GUARD_CLOSED
-                        } else {
-                            first_exit
-                                .map_or(EXIT_UNKNOWN, |c| u8::try_from(c).unwrap_or(EXIT_UNKNOWN))
-                        };
-                        assert_eq!(exit_code, expected);
-                        assert_eq!(s.proxy().tracked(), 0, "every call ended");
-                    }
-                    _ => {}
-                }
-            }
-            while s.poll_record().is_some() {}
-            while s.poll_stderr().is_some() {}
-            // Forwarded server stderr stays within its budget.
-            assert!(s.stderr_forwarded <= forward);
-            if !host_closed && s.proxy().host_closed().is_none() {
-                assert!(s.proxy().host_backlog() <= s.config.proxy.get_max_buffered());
-            }
-            if finished {
-                break;
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::CallState;
+    use crate::records::call::CallState;
 
     struct Clock {
         base: Instant,
@@ -1034,7 +878,7 @@ mod tests {
     /// grants, even when the per-call budget is larger.
     #[test]
     fn g10_stderr_capture_is_bounded_by_the_pool() {
-        let mut pool = crate::capture::PoolConfig::default();
+        let mut pool = crate::process::capture::PoolConfig::default();
         pool.limit(4096).reserve(0);
         let pool = SharedRetentionPool::new(&pool);
         let mut config = GuardConfig::default();
@@ -1229,7 +1073,12 @@ mod tests {
     #[cfg(feature = "fuzzing")]
     #[test]
     fn fuzz_guard_session_random_inputs() {
-        crate::fuzzing::run_random_inputs(0x9E37_79B9_7F4A_7C15, 400, 512, fuzz_guard_session);
+        crate::fuzzing::run_random_inputs(
+            0x9E37_79B9_7F4A_7C15,
+            400,
+            512,
+            crate::fuzzing::fuzz_guard_session,
+        );
     }
 
     #[test]

@@ -75,12 +75,13 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
 
-use crate::call::{CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord, Stamp};
-use crate::frame::{
+use crate::records::call::{CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord};
+use crate::time::Stamp;
+use crate::wire::frame::{
     refused_line_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery, ReadRoom,
 };
-use crate::idset::RecentIds;
-use crate::message::{
+use crate::wire::idset::RecentIds;
+use crate::wire::message::{
     encode_error, wire_limit_error, Decoded, ErrorObject, Id, Message, Oversized, RawValue,
     MAX_FRAME_KNOB, PARSE_ERROR, SERVER_ERROR,
 };
@@ -98,7 +99,7 @@ pub const DEFAULT_MAX_NOTES: usize = 256;
 /// Longest non-protocol line shown in a note, in characters.
 pub const MAX_NOTE_LINE: usize = 512;
 /// Smallest accepted wire limit: room for an error reply with a short id.
-pub const MIN_MAX_FRAME: usize = 64;
+pub(crate) const MIN_MAX_FRAME: usize = 64;
 
 /// Limits and identity of a proxy.
 #[derive(Debug, Clone)]
@@ -135,7 +136,7 @@ impl Default for ProxyConfig {
 
 impl ProxyConfig {
     /// Sets the wire limit of both directions, in bytes (default
-    /// [`DEFAULT_MAX_FRAME`](crate::frame::DEFAULT_MAX_FRAME); values below [`MIN_MAX_FRAME`] are raised to
+    /// [`DEFAULT_MAX_FRAME`](crate::wire::frame::DEFAULT_MAX_FRAME); values below `MIN_MAX_FRAME` are raised to
     /// it). Each framer buffers at most this much: worst case `2 × max`.
     pub fn max_frame(&mut self, max: usize) -> &mut Self {
         self.framer.max_frame(max.max(MIN_MAX_FRAME));
@@ -144,7 +145,7 @@ impl ProxyConfig {
 
     /// Edits both framers' settings in place (see [`FramerConfig`]: the wire
     /// limit, the id scan, the oversized and invalid UTF-8 policies). A wire
-    /// limit below [`MIN_MAX_FRAME`] is raised to it when the proxy is built.
+    /// limit below `MIN_MAX_FRAME` is raised to it when the proxy is built.
     pub fn framer_mut(&mut self) -> &mut FramerConfig {
         &mut self.framer
     }
@@ -160,9 +161,9 @@ impl ProxyConfig {
     /// Sets the bound on bytes waiting for the host (default
     /// [`DEFAULT_MAX_BUFFERED`] = 16 MiB): queued here plus handed to the
     /// adapter and not yet written. One byte more and the proxy decides the
-    /// host stopped reading ([`ProxyEvent::HostStoppedReading`]). Also the
+    /// host stopped reading (`ProxyEvent::HostStoppedReading`). Also the
     /// bound on bytes waiting for the server before
-    /// [`Proxy::wants_host_input`] turns false. Worst case: this many bytes
+    /// `Proxy::wants_host_input` turns false. Worst case: this many bytes
     /// each way.
     pub fn max_buffered(&mut self, max: usize) -> &mut Self {
         self.max_buffered = max;
@@ -195,7 +196,7 @@ impl ProxyConfig {
         self
     }
 
-    /// Sets how many notes may wait for [`Proxy::poll_note`] (default
+    /// Sets how many notes may wait for `Proxy::poll_note` (default
     /// [`DEFAULT_MAX_NOTES`] = 256); past it notes are dropped and counted in
     /// [`ProxyMetrics::notes_dropped`]. Worst case: `max × ≈ 600 B`.
     pub fn max_notes(&mut self, max: usize) -> &mut Self {
@@ -263,7 +264,7 @@ impl ProxyConfig {
 /// A decision of the proxy that the adapter must act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ProxyEvent {
+pub(crate) enum ProxyEvent {
     /// More than [`ProxyConfig::max_buffered`] bytes waited for the host: it
     /// stopped reading. What waited was dropped; the session must close (the
     /// guard shuts the server down and exits 75).
@@ -281,7 +282,7 @@ pub enum ProxyEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
-pub enum HostClosed {
+pub(crate) enum HostClosed {
     /// The host stopped reading and the backlog passed the limit.
     StoppedReading,
     /// A write to the host failed.
@@ -342,7 +343,7 @@ pub struct ProxyMetrics {
 /// The proxy state machine. See the [module docs](self) for the method
 /// groups and the poll order.
 #[derive(Debug)]
-pub struct Proxy {
+pub(crate) struct Proxy {
     host_framer: Framer,
     server_framer: Framer,
     state: State,
@@ -372,7 +373,7 @@ struct State {
 
 impl Proxy {
     /// A proxy with the given limits.
-    pub fn new(mut config: ProxyConfig) -> Self {
+    pub(crate) fn new(mut config: ProxyConfig) -> Self {
         let max = config.framer.get_max_frame().max(MIN_MAX_FRAME);
         config.framer.max_frame(max);
         let framing = config.framer.clone();
@@ -402,48 +403,51 @@ impl Proxy {
 
     // ---- getters ----
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// The limits.
-    pub fn config(&self) -> &ProxyConfig {
+    pub(crate) fn config(&self) -> &ProxyConfig {
         &self.state.config
     }
 
     /// The counters.
-    pub fn metrics(&self) -> &ProxyMetrics {
+    pub(crate) fn metrics(&self) -> &ProxyMetrics {
         &self.state.metrics
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// Bytes waiting for the host: queued here plus taken by the adapter and
     /// not yet reported written.
-    pub fn host_backlog(&self) -> usize {
+    pub(crate) fn host_backlog(&self) -> usize {
         self.state.host_backlog()
     }
 
     /// Bytes waiting for the server: queued here plus taken and not written.
-    pub fn server_backlog(&self) -> usize {
+    pub(crate) fn server_backlog(&self) -> usize {
         self.state.to_server_bytes + self.state.server_unwritten
     }
 
     /// Whether the adapter should read more from the host: false while more
     /// than [`ProxyConfig::max_buffered`] bytes wait for the server (the
     /// server is not keeping up), so that direction stays bounded too.
-    pub fn wants_host_input(&self) -> bool {
+    pub(crate) fn wants_host_input(&self) -> bool {
         self.server_backlog() <= self.state.config.max_buffered
     }
 
     /// Why the host side is closed, once it is.
-    pub fn host_closed(&self) -> Option<HostClosed> {
+    pub(crate) fn host_closed(&self) -> Option<HostClosed> {
         self.state.host_closed
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// Requests being tracked now.
-    pub fn tracked(&self) -> usize {
+    pub(crate) fn tracked(&self) -> usize {
         self.state.tracked.len()
     }
 
     // ---- inputs ----
 
     /// Bytes read from the host (any chunking).
-    pub fn handle_host(&mut self, at: Stamp, chunk: &[u8]) {
+    pub(crate) fn handle_host(&mut self, at: Stamp, chunk: &[u8]) {
         self.state.metrics.host_bytes += chunk.len() as u64;
         let state = &mut self.state;
         self.host_framer
@@ -451,13 +455,14 @@ impl Proxy {
     }
 
     /// The host closed our input. A last unterminated frame is handled.
-    pub fn handle_host_eof(&mut self, at: Stamp) {
+    pub(crate) fn handle_host_eof(&mut self, at: Stamp) {
         let state = &mut self.state;
         self.host_framer.finish(|ev| state.on_host_event(at, ev));
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// Bytes read from the server's stdout (any chunking).
-    pub fn handle_server(&mut self, at: Stamp, chunk: &[u8]) {
+    pub(crate) fn handle_server(&mut self, at: Stamp, chunk: &[u8]) {
         self.state.metrics.server_bytes += chunk.len() as u64;
         let state = &mut self.state;
         self.server_framer
@@ -467,13 +472,13 @@ impl Proxy {
     /// Room to read the server's stdout into: the framer's own buffer, so a
     /// large response is read once and goes to the host as it landed (see
     /// [`ReadRoom`]); then [`handle_server_read`](Self::handle_server_read).
-    pub fn server_room(&mut self) -> ReadRoom<'_> {
+    pub(crate) fn server_room(&mut self) -> ReadRoom<'_> {
         self.server_framer.read_room()
     }
 
     /// `n` bytes were read into [`server_room`](Self::server_room): as
     /// [`handle_server`](Self::handle_server) with those bytes.
-    pub fn handle_server_read(&mut self, at: Stamp, n: usize) {
+    pub(crate) fn handle_server_read(&mut self, at: Stamp, n: usize) {
         let before = self.server_framer.stats().bytes;
         let state = &mut self.state;
         self.server_framer
@@ -482,7 +487,7 @@ impl Proxy {
     }
 
     /// The server's stdout ended. A last unterminated frame is handled.
-    pub fn handle_server_eof(&mut self, at: Stamp) {
+    pub(crate) fn handle_server_eof(&mut self, at: Stamp) {
         let state = &mut self.state;
         self.server_framer
             .finish(|ev| state.on_server_event(at, ev));
@@ -490,7 +495,7 @@ impl Proxy {
 
     /// `n` bytes taken with [`poll_to_host`](Self::poll_to_host) reached the
     /// host's pipe. Reporting more than was taken counts as all of it.
-    pub fn handle_host_written(&mut self, n: usize) {
+    pub(crate) fn handle_host_written(&mut self, n: usize) {
         let s = &mut self.state;
         let n = n.min(s.host_unwritten);
         s.host_unwritten -= n;
@@ -499,13 +504,13 @@ impl Proxy {
 
     /// `n` bytes taken with [`poll_to_server`](Self::poll_to_server) reached
     /// the server's pipe.
-    pub fn handle_server_written(&mut self, n: usize) {
+    pub(crate) fn handle_server_written(&mut self, n: usize) {
         let s = &mut self.state;
         s.server_unwritten -= n.min(s.server_unwritten);
     }
 
     /// The server's stdin is gone: what waits for it is dropped.
-    pub fn handle_server_input_closed(&mut self) {
+    pub(crate) fn handle_server_input_closed(&mut self) {
         let s = &mut self.state;
         s.to_server.clear();
         s.to_server_bytes = 0;
@@ -514,7 +519,7 @@ impl Proxy {
 
     /// A write to the host failed: the host side closes
     /// ([`ProxyEvent::HostOutputClosed`]).
-    pub fn handle_host_write_error(&mut self) {
+    pub(crate) fn handle_host_write_error(&mut self) {
         if self.state.host_closed.is_none() {
             self.state.close_host(HostClosed::OutputClosed);
             self.state.events.push_back(ProxyEvent::HostOutputClosed);
@@ -523,7 +528,11 @@ impl Proxy {
 
     /// The session is over: every request still open ends `unknown` (the
     /// server may have acted), with the exit status if one was observed.
-    pub fn finish(&mut self, at: Stamp, exit: Option<crate::process::ExitStatus>) {
+    pub(crate) fn finish(
+        &mut self,
+        at: Stamp,
+        exit: Option<crate::process::supervisor::ExitStatus>,
+    ) {
         let mut open: Vec<(Id, CallLifecycle)> = self.state.tracked.drain().collect();
         open.sort_by_key(|(_, c)| call_seq(c));
         for (_, mut call) in open {
@@ -541,21 +550,21 @@ impl Proxy {
 
     /// The next decision the adapter must act on.
     #[must_use]
-    pub fn poll_event(&mut self) -> Option<ProxyEvent> {
+    pub(crate) fn poll_event(&mut self) -> Option<ProxyEvent> {
         self.state.events.pop_front()
     }
 
     /// The next call record for the audit log: once when a request is
     /// dispatched (before its bytes are handed out), once when it ends.
     #[must_use]
-    pub fn poll_record(&mut self) -> Option<CallRecord> {
+    pub(crate) fn poll_record(&mut self) -> Option<CallRecord> {
         self.state.records.pop_front()
     }
 
     /// The next message (with its `\n`) for the server's stdin. Its bytes
     /// stay counted until [`handle_server_written`](Self::handle_server_written).
     #[must_use]
-    pub fn poll_to_server(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn poll_to_server(&mut self) -> Option<Vec<u8>> {
         let s = &mut self.state;
         let b = s.to_server.pop_front()?;
         s.to_server_bytes -= b.len();
@@ -567,7 +576,7 @@ impl Proxy {
     /// against [`ProxyConfig::max_buffered`] until
     /// [`handle_host_written`](Self::handle_host_written).
     #[must_use]
-    pub fn poll_to_host(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn poll_to_host(&mut self) -> Option<Vec<u8>> {
         let s = &mut self.state;
         let (_, b) = s.to_host.pop_front()?;
         s.to_host_bytes -= b.len();
@@ -578,7 +587,7 @@ impl Proxy {
     /// The next line for stderr (notes about refused, dropped or
     /// non-protocol traffic).
     #[must_use]
-    pub fn poll_note(&mut self) -> Option<String> {
+    pub(crate) fn poll_note(&mut self) -> Option<String> {
         self.state.notes.pop_front()
     }
 }
@@ -1014,695 +1023,5 @@ impl State {
     }
 }
 
-/// Fuzz entry point: drives a proxy with an arbitrary sequence of host and
-/// server traffic (structured messages split anywhere, raw bytes, EOFs),
-/// write progress, write errors and the end of the session, and checks its
-/// invariants. Panics on a violated invariant.
-#[cfg(feature = "fuzzing")]
-#[doc(hidden)]
-pub fn fuzz_proxy(data: &[u8]) {
-    fuzzing::run(data);
-}
-
-#[cfg(feature = "fuzzing")]
-mod fuzzing {
-    use super::*;
-    use crate::call::CallState;
-    use arbitrary::{Arbitrary, Unstructured};
-    use std::collections::HashSet;
-    use std::time::{Duration, Instant};
-
-    #[derive(Arbitrary, Debug)]
-    enum Op {
-        HostRequest {
-            id: u8,
-            tool: bool,
-            pad: u16,
-            split: u16,
-        },
-        HostCancel {
-            id: u8,
-            split: u16,
-        },
-        HostRaw(Vec<u8>),
-        HostEof,
-        ServerResult {
-            id: u8,
-            pad: u16,
-            split: u16,
-        },
-        ServerError {
-            id: u8,
-        },
-        ServerNotification {
-            pad: u16,
-        },
-        ServerRaw(Vec<u8>),
-        ServerEof,
-        TakeHost(u8),
-        HostWritten(u16),
-        TakeServer(u8),
-        ServerWritten(u16),
-        HostWriteError,
-        ServerInputClosed,
-        Finish,
-    }
-
-    struct Harness {
-        p: Proxy,
-        base: Instant,
-        step: u64,
-        max_frame: usize,
-        max_buffered: usize,
-        max_tracked: usize,
-        /// The host's recent cancels, oldest first (the proxy's own limit).
-        cancelled: Vec<u8>,
-        max_cancelled: usize,
-        /// Bytes handed out and not yet reported written.
-        host_taken: usize,
-        server_taken: usize,
-        events: usize,
-        /// Call ids with a terminal record.
-        ended: HashSet<String>,
-        /// Call ids with a dispatched record.
-        dispatched: HashSet<String>,
-    }
-
-    pub(super) fn run(data: &[u8]) {
-        let mut u = Unstructured::new(data);
-        let max_frame = u.int_in_range(MIN_MAX_FRAME..=512).unwrap_or(128);
-        let max_buffered = u.int_in_range(0..=4096usize).unwrap_or(1024);
-        let max_tracked = u.int_in_range(0..=8usize).unwrap_or(4);
-        let max_cancelled = u.int_in_range(0..=8usize).unwrap_or(4);
-        let max_notes = u.int_in_range(0..=4usize).unwrap_or(2);
-        let noise = u.int_in_range(0..=256u64).unwrap_or(64);
-        let mut config = ProxyConfig::default();
-        config
-            .max_frame(max_frame)
-            .max_buffered(max_buffered)
-            .max_tracked(max_tracked)
-            .max_cancelled(max_cancelled)
-            .max_notes(max_notes)
-            .noise_budget(noise);
-        let mut h = Harness {
-            p: Proxy::new(config),
-            base: Instant::now(),
-            step: 0,
-            max_frame,
-            max_buffered,
-            max_tracked,
-            cancelled: Vec::new(),
-            max_cancelled,
-            host_taken: 0,
-            server_taken: 0,
-            events: 0,
-            ended: HashSet::new(),
-            dispatched: HashSet::new(),
-        };
-        for _ in 0..256 {
-            let Ok(op) = u.arbitrary::<Op>() else { break };
-            h.apply(op);
-            h.check();
-        }
-    }
-
-    fn split_push(bytes: &[u8], split: u16, mut push: impl FnMut(&[u8])) {
-        let at = usize::from(split) % (bytes.len() + 1);
-        push(&bytes[..at]);
-        push(&bytes[at..]);
-    }
-
-    impl Harness {
-        fn at(&mut self) -> Stamp {
-            self.step += 1;
-            Stamp::new(self.base + Duration::from_millis(self.step), self.step)
-        }
-
-        fn apply(&mut self, op: Op) {
-            let at = self.at();
-            match op {
-                Op::HostRequest {
-                    id,
-                    tool,
-                    pad,
-                    split,
-                } => {
-                    let params = if tool {
-                        format!(
-                            ",\"params\":{{\"name\":\"t{}\"}}",
-                            "x".repeat(usize::from(pad % 600))
-                        )
-                    } else {
-                        format!(",\"params\":\"{}\"", "y".repeat(usize::from(pad % 600)))
-                    };
-                    let method = if tool { "tools/call" } else { "m" };
-                    let line = format!(
-                        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\"{params}}}\n"
-                    );
-                    let before = self.p.tracked();
-                    split_push(line.as_bytes(), split, |b| self.p.handle_host(at, b));
-                    if self.p.tracked() > before {
-                        // A tracked request makes its id live again.
-                        self.cancelled.retain(|&c| c != id);
-                    }
-                }
-                Op::HostCancel { id, split } => {
-                    let line = format!("{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{{\"requestId\":{id}}}}}\n");
-                    // An oversized cancel is refused, so it cancels nothing.
-                    let fits = line.len() - 1 <= self.max_frame;
-                    if fits && self.max_cancelled > 0 && !self.cancelled.contains(&id) {
-                        self.cancelled.push(id);
-                        if self.cancelled.len() > self.max_cancelled {
-                            self.cancelled.remove(0);
-                        }
-                    }
-                    split_push(line.as_bytes(), split, |b| self.p.handle_host(at, b));
-                }
-                Op::HostRaw(bytes) => {
-                    // Raw bytes may form any request or cancel: the model of
-                    // cancelled ids no longer holds, so stop checking it.
-                    self.cancelled.clear();
-                    self.max_cancelled = 0;
-                    self.p.handle_host(at, &bytes);
-                }
-                Op::HostEof => self.p.handle_host_eof(at),
-                Op::ServerResult { id, pad, split } => {
-                    let line = format!(
-                        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":\"{}\"}}\n",
-                        "r".repeat(usize::from(pad % 600))
-                    );
-                    split_push(line.as_bytes(), split, |b| self.p.handle_server(at, b));
-                }
-                Op::ServerError { id } => {
-                    let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{{\"code\":-1,\"message\":\"e\"}}}}\n");
-                    self.p.handle_server(at, line.as_bytes());
-                }
-                Op::ServerNotification { pad } => {
-                    let line = format!(
-                        "{{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":\"{}\"}}\n",
-                        "n".repeat(usize::from(pad % 2000))
-                    );
-                    self.p.handle_server(at, line.as_bytes());
-                }
-                Op::ServerRaw(bytes) => self.p.handle_server(at, &bytes),
-                Op::ServerEof => self.p.handle_server_eof(at),
-                Op::TakeHost(n) => {
-                    for _ in 0..n {
-                        let Some(b) = self.p.poll_to_host() else {
-                            break;
-                        };
-                        self.check_host_message(&b);
-                        self.host_taken += b.len();
-                    }
-                }
-                Op::HostWritten(n) => {
-                    let n = usize::from(n).min(self.host_taken);
-                    self.host_taken -= n;
-                    self.p.handle_host_written(n);
-                }
-                Op::TakeServer(n) => {
-                    for _ in 0..n {
-                        let Some(b) = self.p.poll_to_server() else {
-                            break;
-                        };
-                        assert!(
-                            b.len() <= self.max_frame + 1,
-                            "G2: {} bytes to the server",
-                            b.len()
-                        );
-                        assert_eq!(b.iter().filter(|&&c| c == b'\n').count(), 1);
-                        assert_eq!(b.last(), Some(&b'\n'));
-                        self.server_taken += b.len();
-                    }
-                }
-                Op::ServerWritten(n) => {
-                    let n = usize::from(n).min(self.server_taken);
-                    self.server_taken -= n;
-                    self.p.handle_server_written(n);
-                }
-                Op::HostWriteError => self.p.handle_host_write_error(),
-                Op::ServerInputClosed => {
-                    self.server_taken = 0;
-                    self.p.handle_server_input_closed();
-                }
-                Op::Finish => {
-                    self.p.finish(at, None);
-                    assert_eq!(self.p.tracked(), 0);
-                }
-            }
-        }
-
-        fn check_host_message(&self, b: &[u8]) {
-            assert!(
-                b.len() <= self.max_frame.max(1024) + 1,
-                "G2: {} bytes to the host",
-                b.len()
-            );
-            assert_eq!(b.iter().filter(|&&c| c == b'\n').count(), 1);
-            assert_eq!(b.last(), Some(&b'\n'));
-            assert!(self.p.host_closed().is_none(), "handed out after close");
-            let text = std::str::from_utf8(b).expect("frames are UTF-8");
-            if let Ok(Message::Response(r)) = Message::decode(&text[..text.len() - 1]) {
-                if let (Id::Number(n), Ok(_)) = (&r.id, &r.result) {
-                    let cancelled = u8::try_from(*n).is_ok_and(|n| self.cancelled.contains(&n));
-                    assert!(
-                        !cancelled,
-                        "G6: a result for cancelled id {n} reached the host"
-                    );
-                }
-            }
-        }
-
-        fn check(&mut self) {
-            while let Some(ev) = self.p.poll_event() {
-                self.events += 1;
-                assert_eq!(self.events, 1, "the host side closes once: {ev:?}");
-                if let ProxyEvent::HostStoppedReading { waiting, limit } = ev {
-                    assert!(waiting > limit && limit == self.max_buffered);
-                }
-            }
-            if self.p.host_closed().is_none() {
-                assert!(
-                    self.p.host_backlog() <= self.max_buffered,
-                    "G1: {} bytes wait for the host, limit {}",
-                    self.p.host_backlog(),
-                    self.max_buffered
-                );
-            } else {
-                assert!(self.p.poll_to_host().is_none(), "handed out after close");
-                assert!(self.events == 1);
-            }
-            assert!(self.p.host_backlog() >= self.host_taken);
-            assert!(self.p.tracked() <= self.max_tracked);
-            while let Some(r) = self.p.poll_record() {
-                let id = r.call_id().to_owned();
-                assert!(
-                    !self.ended.contains(&id),
-                    "G12: a record after the end of {id}"
-                );
-                if r.state() == CallState::Dispatched {
-                    assert!(self.dispatched.insert(id), "dispatched twice");
-                } else {
-                    assert!(r.state().is_terminal(), "{:?}", r.state());
-                    assert!(
-                        self.dispatched.contains(&id),
-                        "G12: ended before dispatched"
-                    );
-                    self.ended.insert(id);
-                }
-            }
-            let mut notes = 0;
-            while self.p.poll_note().is_some() {
-                notes += 1;
-            }
-            assert!(notes <= self.p.config().get_max_notes());
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::call::CallState;
-    use crate::frame::InvalidUtf8Policy;
-    use crate::message::WIRE_LIMIT_EXCEEDED;
-    use std::time::Instant;
-
-    fn at() -> Stamp {
-        Stamp::new(Instant::now(), 1_700_000_000_000)
-    }
-
-    fn drain_host(p: &mut Proxy) -> Vec<String> {
-        let mut v = Vec::new();
-        while let Some(b) = p.poll_to_host() {
-            p.handle_host_written(b.len());
-            v.push(String::from_utf8(b).expect("utf-8"));
-        }
-        v
-    }
-
-    fn drain_server(p: &mut Proxy) -> Vec<String> {
-        let mut v = Vec::new();
-        while let Some(b) = p.poll_to_server() {
-            p.handle_server_written(b.len());
-            v.push(String::from_utf8(b).expect("utf-8"));
-        }
-        v
-    }
-
-    fn records(p: &mut Proxy) -> Vec<CallRecord> {
-        std::iter::from_fn(|| p.poll_record()).collect()
-    }
-
-    fn small_frame(max: usize) -> ProxyConfig {
-        let mut c = ProxyConfig::default();
-        c.max_frame(max);
-        c
-    }
-
-    #[test]
-    fn transparent_for_a_well_behaved_session() {
-        let mut c = ProxyConfig::default();
-        c.session_id("s1").target("server --flag");
-        let mut p = Proxy::new(c);
-        let req = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\"}}\n";
-        p.handle_host(at(), req.as_bytes());
-        let r = records(&mut p);
-        assert_eq!(r.len(), 1, "the record comes with the request");
-        assert_eq!(r[0].state(), CallState::Dispatched);
-        assert_eq!(
-            (
-                r[0].call_id(),
-                r[0].operation(),
-                r[0].target(),
-                r[0].session_id()
-            ),
-            ("1/1", "echo", "server --flag", "s1")
-        );
-        assert_eq!(drain_server(&mut p), [req]);
-        let resp = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[]}}\n";
-        p.handle_server(at(), resp.as_bytes());
-        assert_eq!(drain_host(&mut p), [resp]);
-        let r = records(&mut p);
-        assert_eq!(r[0].state(), CallState::Completed);
-        assert_eq!(r[0].outcome(), Some(CallOutcome::Succeeded));
-        assert!(p.poll_event().is_none());
-    }
-
-    #[test]
-    fn g6_nothing_for_a_cancelled_id_reaches_the_host() {
-        let mut p = Proxy::new(ProxyConfig::default());
-        p.handle_host(
-            at(),
-            b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"slow\"}\n",
-        );
-        p.handle_host(
-            at(),
-            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":7}}\n",
-        );
-        assert_eq!(drain_server(&mut p).len(), 2);
-        let r = records(&mut p);
-        assert_eq!(r[1].state(), CallState::CancelledAfterDispatch);
-        p.handle_server(at(), b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n");
-        assert!(drain_host(&mut p).is_empty());
-        assert_eq!(p.metrics().dropped_after_cancel, 1);
-    }
-
-    #[test]
-    fn g6_a_cancel_withdraws_a_queued_response_for_its_id() {
-        let mut p = Proxy::new(ProxyConfig::default());
-        p.handle_host(
-            at(),
-            b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"slow\"}\n",
-        );
-        p.handle_host(
-            at(),
-            b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"slow\"}\n",
-        );
-        // Both answers wait for the host; the host then cancels 7.
-        p.handle_server(at(), b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n");
-        p.handle_server(at(), b"{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{}}\n");
-        let waiting = p.host_backlog();
-        p.handle_host(
-            at(),
-            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":7}}\n",
-        );
-        let host = drain_host(&mut p);
-        assert_eq!(host.len(), 1, "{host:?}");
-        assert!(host[0].contains("\"id\":8"));
-        assert!(p.host_backlog() == 0 && waiting > 0);
-        assert_eq!(p.metrics().dropped_after_cancel, 1);
-    }
-
-    #[test]
-    fn g3_invalid_utf8_response_is_repaired_and_recorded() {
-        let mut p = Proxy::new(ProxyConfig::default());
-        p.handle_host(
-            at(),
-            b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\"}\n",
-        );
-        drain_server(&mut p);
-        records(&mut p);
-        p.handle_server(
-            at(),
-            b"{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"bad \xff\xfe byte\"}]}}\n",
-        );
-        let host = drain_host(&mut p);
-        assert_eq!(host.len(), 1, "{host:?}");
-        assert!(host[0].contains("bad \u{fffd}\u{fffd} byte"), "{host:?}");
-        let r = records(&mut p);
-        assert_eq!(r[0].outcome(), Some(CallOutcome::Succeeded));
-        let events = serde_json::to_string(&r[0]).expect("record");
-        assert!(
-            events.contains("invalid UTF-8 repaired: 2 sequence(s)"),
-            "{events}"
-        );
-        assert_eq!(p.metrics().server_utf8_repaired, 1);
-    }
-
-    #[test]
-    fn g3_refused_lines_fail_their_call_at_once() {
-        let mut c = ProxyConfig::default();
-        c.framer_mut().invalid_utf8(InvalidUtf8Policy::Refuse);
-        c.limit_knob("--max-frame");
-        let mut p = Proxy::new(c);
-        for id in [1, 2] {
-            let req = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\"}}\n");
-            p.handle_host(at(), req.as_bytes());
-        }
-        drain_server(&mut p);
-        records(&mut p);
-        // Not UTF-8 (refused by policy), then valid JSON that is no JSON-RPC
-        // message, its id last.
-        p.handle_server(
-            at(),
-            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"\xff\"}\n",
-        );
-        p.handle_server(at(), b"{\"jsonrpc\":\"1.0\",\"result\":{},\"id\":2}\n");
-        let host = drain_host(&mut p);
-        assert_eq!(host.len(), 2, "{host:?}");
-        assert!(
-            host[0].contains("\"id\":1") && host[0].contains("not valid UTF-8"),
-            "{host:?}"
-        );
-        assert!(
-            host[1].contains("\"id\":2") && host[1].contains("malformed response"),
-            "{host:?}"
-        );
-        let r = records(&mut p);
-        assert_eq!(r.len(), 2);
-        assert!(r
-            .iter()
-            .all(|r| r.outcome() == Some(CallOutcome::RemoteFailure)));
-        assert_eq!(p.metrics().refused_responses_failed, 2);
-    }
-
-    #[test]
-    fn g3_the_wire_limit_error_names_the_guards_setting() {
-        let mut c = small_frame(1024);
-        c.limit_knob("--max-frame");
-        let mut p = Proxy::new(c);
-        p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"big\"}\n");
-        let mut big = b"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":\"".to_vec();
-        big.extend(std::iter::repeat_n(b'x', 5000));
-        big.extend_from_slice(b"\"}\n");
-        p.handle_server(at(), &big);
-        let host = drain_host(&mut p);
-        let v: serde_json::Value = serde_json::from_str(&host[0]).expect("json");
-        assert_eq!(v["error"]["code"], WIRE_LIMIT_EXCEEDED);
-        assert_eq!(v["error"]["data"]["limit"], 1024);
-        assert_eq!(v["error"]["data"]["seen"], 1025);
-        assert!(
-            v["error"]["message"]
-                .as_str()
-                .is_some_and(|m| m.ends_with("raise --max-frame")),
-            "{v}"
-        );
-    }
-
-    #[test]
-    fn g3_oversized_response_becomes_an_error_for_its_id() {
-        let mut p = Proxy::new(small_frame(1024));
-        p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"big\"}\n");
-        let mut big = b"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":\"".to_vec();
-        big.extend(std::iter::repeat_n(b'x', 5000));
-        big.extend_from_slice(b"\"}\n{\"jsonrpc\":\"2.0\",\"method\":\"after\"}\n");
-        p.handle_server(at(), &big);
-        let host = drain_host(&mut p);
-        assert_eq!(host.len(), 2, "{host:?}");
-        assert!(
-            host[0].contains("\"id\":3")
-                && host[0].contains("exceeded the wire limit (1024 bytes;")
-        );
-        assert!(host[1].contains("after"));
-        let r = records(&mut p);
-        assert_eq!(r[1].outcome(), Some(CallOutcome::LocalFailure));
-    }
-
-    #[test]
-    fn g3_id_last_oversized_response_becomes_an_error_at_its_end() {
-        let mut p = Proxy::new(small_frame(1024));
-        p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"big\"}\n");
-        p.handle_host(
-            at(),
-            b"{\"jsonrpc\":\"2.0\",\"id\":\"q\",\"method\":\"big\"}\n",
-        );
-        let _ = drain_server(&mut p);
-        let mut big = b"{\"result\":{\"id\":\"q\",\"t\":\"".to_vec();
-        big.extend(std::iter::repeat_n(b'x', 5000));
-        big.extend_from_slice(b"\"},\"jsonrpc\":\"2.0\",\"id\":3}");
-        for piece in big.chunks(333) {
-            p.handle_server(at(), piece);
-        }
-        assert!(drain_host(&mut p).is_empty());
-        p.handle_server(at(), b"\n");
-        let host = drain_host(&mut p);
-        assert_eq!(host.len(), 1, "{host:?}");
-        assert!(
-            host[0].contains("\"id\":3")
-                && host[0].contains("exceeded the wire limit (1024 bytes;"),
-            "{host:?}"
-        );
-        let r = records(&mut p);
-        assert!(r
-            .iter()
-            .any(|r| r.outcome() == Some(CallOutcome::LocalFailure)));
-        // No id anywhere: dropped with a note, counted, nothing answered.
-        let mut nameless = b"{\"result\":\"".to_vec();
-        nameless.extend(std::iter::repeat_n(b'x', 5000));
-        nameless.extend_from_slice(b"\",\"jsonrpc\":\"2.0\"}\n");
-        p.handle_server(at(), &nameless);
-        assert!(drain_host(&mut p).is_empty());
-        assert_eq!(p.metrics().oversized_response_ids_missing, 1);
-    }
-
-    #[test]
-    fn g2_oversized_request_never_reaches_the_server() {
-        let mut p = Proxy::new(small_frame(100));
-        let mut req = b"{\"jsonrpc\":\"2.0\",\"id\":\"r\",\"method\":\"m\",\"params\":\"".to_vec();
-        req.extend(std::iter::repeat_n(b'y', 500));
-        req.extend_from_slice(b"\"}\n");
-        p.handle_host(at(), &req);
-        assert!(drain_server(&mut p).is_empty());
-        let host = drain_host(&mut p);
-        assert!(
-            host[0].contains("\"id\":\"r\"") && host[0].contains("request exceeded the wire limit")
-        );
-    }
-
-    #[test]
-    fn g13_non_protocol_stdout_moves_to_notes() {
-        let mut p = Proxy::new(ProxyConfig::default());
-        p.handle_server(
-            at(),
-            b"Server listening on stdio\n{\"jsonrpc\":\"2.0\",\"method\":\"n\"}\n",
-        );
-        assert_eq!(drain_host(&mut p).len(), 1);
-        assert_eq!(
-            p.poll_note().as_deref(),
-            Some("[server stdout, not protocol] Server listening on stdio")
-        );
-        assert_eq!(p.metrics().non_protocol_lines, 1);
-    }
-
-    #[test]
-    fn g12_open_requests_end_unknown_with_the_exit_status() {
-        let mut p = Proxy::new(ProxyConfig::default());
-        p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\"}\n");
-        p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"m\"}\n");
-        let _ = records(&mut p);
-        p.finish(at(), Some(crate::process::ExitStatus::Code(3)));
-        let r = records(&mut p);
-        assert_eq!(r.len(), 2);
-        assert_eq!((r[0].call_id(), r[1].call_id()), ("1/1", "2/2"));
-        assert!(r.iter().all(|r| r.state() == CallState::Unknown
-            && r.exit_status() == Some(crate::process::ExitStatus::Code(3))));
-        assert_eq!(p.tracked(), 0);
-    }
-
-    #[test]
-    fn g1_host_that_stops_reading_closes_at_the_limit_counting_unwritten_bytes() {
-        let mut c = ProxyConfig::default();
-        c.max_buffered(1000);
-        let mut p = Proxy::new(c);
-        let note = |i: usize| {
-            format!(
-                "{{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":\"{}\"}}\n",
-                "x".repeat(i)
-            )
-        };
-        // Taken by the adapter but never reported written: still counted.
-        p.handle_server(at(), note(400).as_bytes());
-        let taken = p.poll_to_host().expect("a message");
-        assert_eq!(p.host_backlog(), taken.len());
-        p.handle_server(at(), note(400).as_bytes());
-        assert!(p.poll_event().is_none(), "{} bytes", p.host_backlog());
-        // Progress keeps it open.
-        p.handle_host_written(taken.len());
-        p.handle_server(at(), note(400).as_bytes());
-        assert!(p.poll_event().is_none());
-        p.handle_server(at(), note(400).as_bytes());
-        match p.poll_event() {
-            Some(ProxyEvent::HostStoppedReading { waiting, limit }) => {
-                assert!(waiting > 1000 && limit == 1000);
-            }
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(p.host_closed(), Some(HostClosed::StoppedReading));
-        assert!(p.poll_to_host().is_none(), "nothing is handed out any more");
-        p.handle_server(at(), note(10).as_bytes());
-        assert!(p.poll_to_host().is_none());
-        assert!(p.metrics().host_bytes_dropped > 0);
-        assert!(p.poll_event().is_none(), "decided once");
-    }
-
-    #[test]
-    fn g1_server_backlog_pauses_host_reading() {
-        let mut c = ProxyConfig::default();
-        c.max_buffered(100);
-        let mut p = Proxy::new(c);
-        let req = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\"}}\n";
-        p.handle_host(at(), req.as_bytes());
-        p.handle_host(at(), req.replace(":1,", ":2,").as_bytes());
-        assert!(!p.wants_host_input());
-        let a = p.poll_to_server().expect("queued");
-        let b = p.poll_to_server().expect("queued");
-        assert!(!p.wants_host_input(), "taken is not written");
-        p.handle_server_written(a.len() + b.len());
-        assert!(p.wants_host_input());
-    }
-
-    #[test]
-    fn a_write_error_closes_the_host_side_once() {
-        let mut p = Proxy::new(ProxyConfig::default());
-        p.handle_host_write_error();
-        p.handle_host_write_error();
-        assert_eq!(p.poll_event(), Some(ProxyEvent::HostOutputClosed));
-        assert!(p.poll_event().is_none());
-        p.handle_server(at(), b"{\"jsonrpc\":\"2.0\",\"method\":\"n\"}\n");
-        assert!(p.poll_to_host().is_none());
-    }
-
-    #[cfg(feature = "fuzzing")]
-    #[test]
-    fn fuzz_proxy_random_inputs() {
-        crate::fuzzing::run_random_inputs(0x2545_F491_4F6C_DD1D, 400, 512, fuzz_proxy);
-    }
-
-    #[test]
-    fn cancelled_ids_are_bounded() {
-        let mut c = ProxyConfig::default();
-        c.max_cancelled(2);
-        let mut p = Proxy::new(c);
-        for i in 0..5 {
-            p.handle_host(
-                at(),
-                format!("{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{{\"requestId\":{i}}}}}\n").as_bytes(),
-            );
-        }
-        // Id 0 was forgotten: its late response is forwarded; id 4 is not.
-        p.handle_server(at(), b"{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{}}\n");
-        p.handle_server(at(), b"{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{}}\n");
-        assert_eq!(drain_host(&mut p).len(), 1);
-    }
-}
+mod tests;

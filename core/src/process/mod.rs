@@ -1,9 +1,7 @@
 //! Processes: what to spawn, the shutdown supervisor of one child, bounded
 //! capture of its output and redaction of what is kept.
 
-pub mod capture;
-pub mod command;
-pub mod redact;
-pub mod supervisor;
-
-pub use supervisor::*;
+pub(crate) mod capture;
+pub(crate) mod command;
+pub(crate) mod redact;
+pub(crate) mod supervisor;

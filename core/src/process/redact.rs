@@ -44,7 +44,7 @@
 use memchr::{memchr, memmem};
 
 /// What replaces a secret of at least its length.
-pub const MARKER: &[u8] = b"[REDACTED]";
+pub(crate) const MARKER: &[u8] = b"[REDACTED]";
 
 /// Redacts `buf` in place; returns the new length (never more than
 /// `buf.len()`; the result is `buf[..len]`) and the number of secrets

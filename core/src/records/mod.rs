@@ -2,4 +2,4 @@
 //! audit log.
 
 pub mod audit;
-pub mod call;
+pub(crate) mod call;

@@ -1,63 +1,7 @@
 //! The protocol basics `serve` answers by itself, so a server's handler only
 //! sees its own work.
 //!
-//! [`ServerBasics`] is what a server says about itself — its
-//! [`Implementation`], its capabilities, its instructions, optionally its
-//! tools — and [`BasicsRouter`] answers from it, inside the
-//! [`ServeLifecycle`](crate::serve::ServeLifecycle), identically for every
-//! adapter:
-//!
-//! | request | answer |
-//! | --- | --- |
-//! | `initialize` | the client's `protocolVersion` when this crate speaks it, else the latest ([`negotiate_version`]); the capabilities, server info and instructions given. Params without a string `protocolVersion`: -32602 |
-//! | a second `initialize` (after one was answered) | -32600; the session keeps the version first negotiated |
-//! | `ping` | `{}`, at any time |
-//! | `tools/list`, when tools were given | `{"tools":[…]}`, all of them, in the order given (one page, no cursor) |
-//! | `tools/call`, when tools were given | a name not given: -32602 `unknown tool`; else the handler |
-//! | a method the server does not serve | -32601 |
-//! | anything else | the handler, with its cancel token |
-//!
-//! The methods served are derived from the declared capabilities — `tools`
-//! → `tools/list`, `tools/call`; `resources` → `resources/*`; `prompts` →
-//! `prompts/*`; `logging` → `logging/setLevel`; `completions` →
-//! `completion/complete` — plus those added with [`ServerBasics::method`].
-//! Giving tools declares `tools` when the capabilities do not.
-//!
-//! # The lifecycle, decided
-//!
-//! - **Requests before `initialize`** are served as after it (and counted in
-//!   [`BasicsMetrics::requests_before_initialize`]): the MCP lifecycle asks
-//!   the *client* not to send them; refusing them would only break clients
-//!   that probe with `tools/list` or `ping` first.
-//! - **The client's `clientInfo` and `capabilities`** are kept, bounded
-//!   ([`ClientHello`]): a malformed or oversized one is dropped, never a
-//!   reason to refuse the handshake.
-//! - **`notifications/initialized`** goes to the handler's notification
-//!   callback like every notification; nothing waits for it.
-//! - **Cancels of `initialize`** are ignored, as the spec requires (the
-//!   session does it).
-//!
-//! An answer is held to the wire limit like a handler's result (G9): one
-//! above `max_frame` goes out as error -32603 instead, so keep the tool list
-//! (at most [`MAX_TOOL_LIST_BYTES`]) under a lowered `max_frame`;
-//! [`ServerBasics::largest_answer`] says how large an answer can get.
-//!
-//! # The way out
-//!
-//! [`ServerBasics::passthrough`] (or [`answer_basics(false)`](ServerBasics::answer_basics))
-//! turns all of this off: the handler sees every request, `initialize` and
-//! `ping` included, and answers them itself.
-//!
-//! # Worst-case memory
-//!
-//! [`MAX_SERVER_INFO_BYTES`] + [`MAX_CAPABILITIES_BYTES`] +
-//! [`MAX_INSTRUCTIONS_BYTES`] + [`MAX_TOOL_LIST_BYTES`] (plus one name per
-//! tool, at most [`MAX_TOOLS`] × [`MAX_TOOL_NAME_BYTES`]) +
-//! [`MAX_EXTRA_METHODS`] × [`MAX_METHOD_NAME_BYTES`]: about 1.3 MiB, fixed
-//! when `serve` starts; plus the client's [`ClientHello`] once it said it
-//! (at most [`MAX_SERVER_INFO_BYTES`] + [`MAX_CAPABILITIES_BYTES`], shared
-//! by every handler). An answer is built per request and queued like a
-//! handler's response (one per request in flight, under `max_concurrent`).
+//! The whole story is on [`ServerBasics`].
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -66,17 +10,15 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::client::INITIALIZE;
-use crate::handshake::{negotiate_version, Implementation, InitializeResult};
-use crate::message::{
+use crate::session::client::INITIALIZE;
+use crate::session::handshake::{negotiate_version, Implementation, InitializeResult};
+use crate::wire::message::{
     to_raw, ErrorObject, RawValue, Request, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
     METHOD_NOT_FOUND,
 };
 
 /// The method of a ping.
-pub const PING: &str = "ping";
-/// The notification a client sends once it has the `initialize` answer.
-pub const INITIALIZED: &str = "notifications/initialized";
+pub(crate) const PING: &str = "ping";
 /// Bound of the server info: name and version together, in bytes.
 pub const MAX_SERVER_INFO_BYTES: usize = 1024;
 /// Bound of the capabilities object, encoded, in bytes.
@@ -135,8 +77,69 @@ pub enum BasicsError {
     InvalidMethod(String),
 }
 
+/// The protocol basics `serve` answers by itself, so a server's handler only
+/// sees its own work.
+///
+/// [`ServerBasics`] is what a server says about itself — its
+/// [`Implementation`], its capabilities, its instructions, optionally its
+/// tools — and `BasicsRouter` answers from it, inside the
+/// [`ServeLifecycle`](crate::serve::ServeLifecycle), identically for every
+/// adapter:
+///
+/// | request | answer |
+/// | --- | --- |
+/// | `initialize` | the client's `protocolVersion` when this crate speaks it, else the latest ([`negotiate_version`]); the capabilities, server info and instructions given. Params without a string `protocolVersion`: -32602 |
+/// | a second `initialize` (after one was answered) | -32600; the session keeps the version first negotiated |
+/// | `ping` | `{}`, at any time |
+/// | `tools/list`, when tools were given | `{"tools":[…]}`, all of them, in the order given (one page, no cursor) |
+/// | `tools/call`, when tools were given | a name not given: -32602 `unknown tool`; else the handler |
+/// | a method the server does not serve | -32601 |
+/// | anything else | the handler, with its cancel token |
+///
+/// The methods served are derived from the declared capabilities — `tools`
+/// → `tools/list`, `tools/call`; `resources` → `resources/*`; `prompts` →
+/// `prompts/*`; `logging` → `logging/setLevel`; `completions` →
+/// `completion/complete` — plus those added with [`ServerBasics::method`].
+/// Giving tools declares `tools` when the capabilities do not.
+///
+/// # The lifecycle, decided
+///
+/// - **Requests before `initialize`** are served as after it (and counted in
+///   [`BasicsMetrics::requests_before_initialize`]): the MCP lifecycle asks
+///   the *client* not to send them; refusing them would only break clients
+///   that probe with `tools/list` or `ping` first.
+/// - **The client's `clientInfo` and `capabilities`** are kept, bounded
+///   ([`ClientHello`]): a malformed or oversized one is dropped, never a
+///   reason to refuse the handshake.
+/// - **`notifications/initialized`** goes to the handler's notification
+///   callback like every notification; nothing waits for it.
+/// - **Cancels of `initialize`** are ignored, as the spec requires (the
+///   session does it).
+///
+/// An answer is held to the wire limit like a handler's result (G9): one
+/// above `max_frame` goes out as error -32603 instead, so keep the tool list
+/// (at most [`MAX_TOOL_LIST_BYTES`]) under a lowered `max_frame`;
+/// [`ServerBasics::largest_answer`] says how large an answer can get.
+///
+/// # The way out
+///
+/// [`ServerBasics::passthrough`] (or [`answer_basics(false)`](ServerBasics::answer_basics))
+/// turns all of this off: the handler sees every request, `initialize` and
+/// `ping` included, and answers them itself.
+///
+/// # Worst-case memory
+///
+/// [`MAX_SERVER_INFO_BYTES`] + [`MAX_CAPABILITIES_BYTES`] +
+/// [`MAX_INSTRUCTIONS_BYTES`] + [`MAX_TOOL_LIST_BYTES`] (plus one name per
+/// tool, at most [`MAX_TOOLS`] × [`MAX_TOOL_NAME_BYTES`]) +
+/// [`MAX_EXTRA_METHODS`] × [`MAX_METHOD_NAME_BYTES`]: about 1.3 MiB, fixed
+/// when `serve` starts; plus the client's [`ClientHello`] once it said it
+/// (at most [`MAX_SERVER_INFO_BYTES`] + [`MAX_CAPABILITIES_BYTES`], shared
+/// by every handler). An answer is built per request and queued like a
+/// handler's response (one per request in flight, under `max_concurrent`).
+///
 /// What a server says about itself, and whether `serve` answers the
-/// protocol basics from it (see the [module docs](self)).
+/// protocol basics from it (see [`ServerBasics`]).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServerBasics {
@@ -209,7 +212,7 @@ impl ServerBasics {
 
     /// The `capabilities` of the `initialize` answer: a JSON object (default
     /// `{}`), within [`MAX_CAPABILITIES_BYTES`] encoded. Its keys decide which
-    /// methods are served (see the [module docs](self)).
+    /// methods are served (see [`ServerBasics`]).
     ///
     /// # Errors
     /// [`BasicsError::Json`], [`BasicsError::CapabilitiesNotObject`],
@@ -404,7 +407,7 @@ fn check_len(what: &'static str, len: usize, limit: usize) -> Result<(), BasicsE
     Ok(())
 }
 
-/// What [`BasicsRouter`] answered, by kind.
+/// What `BasicsRouter` answered, by kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct BasicsMetrics {
@@ -442,7 +445,7 @@ pub struct ClientHello {
 /// Where a request goes.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum Route {
+pub(crate) enum Route {
     /// Answer it with this, without the handler.
     Answer(Result<Box<RawValue>, ErrorObject>),
     /// Start the handler for it.
@@ -450,10 +453,10 @@ pub enum Route {
 }
 
 /// Answers the protocol basics of one session from a [`ServerBasics`]
-/// (see the [module docs](self)). Sans-IO; the serve lifecycle calls it for
+/// (see [`ServerBasics`]). Sans-IO; the serve lifecycle calls it for
 /// each admitted request.
 #[derive(Debug)]
-pub struct BasicsRouter {
+pub(crate) struct BasicsRouter {
     basics: ServerBasics,
     protocol_version: Option<&'static str>,
     /// Shared with every handler started after `initialize`.
@@ -463,7 +466,7 @@ pub struct BasicsRouter {
 
 impl BasicsRouter {
     /// A router for a new session.
-    pub fn new(basics: ServerBasics) -> Self {
+    pub(crate) fn new(basics: ServerBasics) -> Self {
         Self {
             basics,
             protocol_version: None,
@@ -473,24 +476,24 @@ impl BasicsRouter {
     }
 
     /// The protocol version `initialize` was answered with, once it was.
-    pub fn protocol_version(&self) -> Option<&'static str> {
+    pub(crate) fn protocol_version(&self) -> Option<&'static str> {
         self.protocol_version
     }
 
     /// What the client said in the `initialize` that was answered (shared:
     /// an adapter hands a clone of the `Arc` to each handler).
-    pub fn client(&self) -> Option<&Arc<ClientHello>> {
+    pub(crate) fn client(&self) -> Option<&Arc<ClientHello>> {
         self.client.as_ref()
     }
 
     /// The counters so far.
-    pub fn metrics(&self) -> &BasicsMetrics {
+    pub(crate) fn metrics(&self) -> &BasicsMetrics {
         &self.metrics
     }
 
     /// Where `request` goes: answered here, or to the handler.
     #[must_use]
-    pub fn route(&mut self, request: &Request) -> Route {
+    pub(crate) fn route(&mut self, request: &Request) -> Route {
         if !self.basics.answer {
             return Route::Handler;
         }
@@ -636,8 +639,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::handshake::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
-    use crate::message::Id;
+    use crate::session::handshake::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
+    use crate::wire::message::Id;
 
     fn request(method: &str, params: Option<Value>) -> Request {
         Request {

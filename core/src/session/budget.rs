@@ -43,7 +43,7 @@ use serde::de::IgnoredAny;
 use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use crate::audit::{compact_json_in_place, LimitedWriter};
+use crate::records::audit::{compact_json_in_place, LimitedWriter};
 
 /// Default limit on a continuation cursor's serialized (escaped) length: 128 bytes.
 pub const DEFAULT_MAX_CURSOR_BYTES: usize = 128;

@@ -34,20 +34,20 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::frame::{
+use crate::session::violation_log::{warn_violation, ViolationLog, CLIENT_VIOLATION_TARGET};
+use crate::wire::frame::{
     refused_line_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery,
     OversizedPolicy, ReadRoom,
 };
-use crate::idset::RecentIds;
-use crate::message::{
+use crate::wire::idset::RecentIds;
+use crate::wire::message::{
     encode_error, encode_notification, encode_request, encode_result, wire_limit_error,
     wire_limit_message, DecodeError, EncodeError, ErrorObject, Id, Message, Notification,
     Oversized, RawResult, RawValue, Request, INTERNAL_ERROR, MAX_FRAME_KNOB, SERVER_ERROR,
 };
-use crate::violation_log::{warn_violation, ViolationLog};
 
 /// The method name of the MCP handshake request, which must never be cancelled.
-pub const INITIALIZE: &str = "initialize";
+pub(crate) const INITIALIZE: &str = "initialize";
 /// The method name of the MCP cancel notification.
 pub const CANCELLED: &str = "notifications/cancelled";
 
@@ -220,7 +220,7 @@ pub enum RequestFailure {
     /// refused ([`InvalidUtf8Policy::Refuse`], or a repair past the wire
     /// limit).
     ///
-    /// [`InvalidUtf8Policy::Refuse`]: crate::frame::InvalidUtf8Policy::Refuse
+    /// [`InvalidUtf8Policy::Refuse`]: crate::wire::frame::InvalidUtf8Policy::Refuse
     #[error(
         "response of {len} bytes is not valid UTF-8 (valid up to byte {valid_up_to}); refused"
     )]
@@ -314,7 +314,7 @@ pub enum Incoming {
 ///
 /// ```
 /// use std::time::Duration;
-/// use mcp_stdio_core::client::Deadline;
+/// use mcp_stdio_core::Deadline;
 ///
 /// assert_eq!(Deadline::Default.as_timeout(), None);
 /// assert_eq!(Deadline::None.as_timeout(), Some(Duration::MAX));
@@ -394,7 +394,7 @@ pub struct ClientMetrics {
     /// Frames that were not valid UTF-8 and were repaired (U+FFFD) and used
     /// ([`InvalidUtf8Policy::Repair`], the default).
     ///
-    /// [`InvalidUtf8Policy::Repair`]: crate::frame::InvalidUtf8Policy::Repair
+    /// [`InvalidUtf8Policy::Repair`]: crate::wire::frame::InvalidUtf8Policy::Repair
     pub utf8_repaired: u64,
     /// Refused frames (not UTF-8, not JSON, not a JSON-RPC message) whose
     /// top-level id named a pending request, which failed at once.
@@ -409,14 +409,14 @@ pub struct ClientMetrics {
     /// (serialized as `inbox_wait_max_ms`, milliseconds to the microsecond).
     #[serde(
         rename = "inbox_wait_max_ms",
-        serialize_with = "crate::duration_ms::serialize_micros"
+        serialize_with = "crate::time::duration_ms::serialize_micros"
     )]
     pub inbox_wait_max_us: u64,
     /// Total time messages waited in the inbox, in microseconds (serialized
     /// as `inbox_wait_total_ms`, milliseconds to the microsecond).
     #[serde(
         rename = "inbox_wait_total_ms",
-        serialize_with = "crate::duration_ms::serialize_micros"
+        serialize_with = "crate::time::duration_ms::serialize_micros"
     )]
     pub inbox_wait_total_us: u64,
     /// Server requests answered with an overload error.
@@ -797,6 +797,7 @@ impl SessionState {
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 self.oversized_seen = limit as u64 + 1;
                 warn_violation!(
+                    CLIENT_VIOLATION_TARGET,
                     self.violations,
                     now,
                     limit,
@@ -829,7 +830,7 @@ impl SessionState {
                     FrameError::TruncatedAtEof { .. } => "truncated_at_eof",
                     _ => "framing",
                 };
-                warn_violation!(self.violations, now, error = %e, "framing error on server stdout");
+                warn_violation!(CLIENT_VIOLATION_TARGET, self.violations, now, error = %e, "framing error on server stdout");
                 *self.metrics.parse_errors.entry(kind).or_default() += 1;
                 // G3: a refused line that names a pending request ends it now.
                 if let FrameError::InvalidUtf8 {
@@ -880,6 +881,7 @@ impl SessionState {
         if let Some(repair) = frame.repair() {
             self.metrics.utf8_repaired += 1;
             warn_violation!(
+                CLIENT_VIOLATION_TARGET,
                 self.violations,
                 now,
                 len = repair.original_len,
@@ -898,7 +900,7 @@ impl SessionState {
             Ok(m) => m,
             Err((e, text)) => {
                 *self.metrics.parse_errors.entry(e.kind()).or_default() += 1;
-                warn_violation!(self.violations, now, error = %e, "undecodable frame from server");
+                warn_violation!(CLIENT_VIOLATION_TARGET, self.violations, now, error = %e, "undecodable frame from server");
                 // A broken response still names its request: fail it now
                 // rather than at its deadline (G3).
                 if let Some(id) = refused_line_id(text.as_bytes(), self.config.framer_id_scan()) {

@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::message::{to_raw, RawValue};
+use crate::wire::message::{to_raw, RawValue};
 
 /// Protocol versions this crate speaks, newest first.
 pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] =

@@ -2,9 +2,9 @@
 //! the handshake, the basics `serve` answers itself, the result budget and
 //! the rate limit of violation warnings.
 
-pub mod basics;
-pub mod budget;
-pub mod client;
-pub mod handshake;
-pub mod server;
-pub mod violation_log;
+pub(crate) mod basics;
+pub(crate) mod budget;
+pub(crate) mod client;
+pub(crate) mod handshake;
+pub(crate) mod server;
+pub(crate) mod violation_log;

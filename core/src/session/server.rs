@@ -32,15 +32,17 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::client::{CANCELLED, INITIALIZE};
-use crate::frame::{refused_line_id, FrameError, FrameEvent, Framer, FramerConfig, IdRecovery};
-use crate::idset::RecentIds;
-use crate::message::{
+use crate::session::client::{CANCELLED, INITIALIZE};
+use crate::session::violation_log::{warn_violation, ViolationLog, SERVER_VIOLATION_TARGET};
+use crate::wire::frame::{
+    refused_line_id, FrameError, FrameEvent, Framer, FramerConfig, IdRecovery,
+};
+use crate::wire::idset::RecentIds;
+use crate::wire::message::{
     encode_error, encode_notification, encode_result, wire_limit_error, DecodeError, EncodeError,
     ErrorObject, Id, Message, Notification, Oversized, RawValue, Request, INTERNAL_ERROR,
     INVALID_REQUEST, MAX_FRAME_KNOB, PARSE_ERROR, SERVER_ERROR,
 };
-use crate::violation_log::{warn_violation, ViolationLog};
 
 /// Limits of a [`ServerSession`].
 #[derive(Debug, Clone)]
@@ -544,6 +546,7 @@ impl ServerState {
             FrameEvent::Frame(text) => self.on_frame(now, &text),
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 warn_violation!(
+                    SERVER_VIOLATION_TARGET,
                     self.violations,
                     now,
                     limit,
@@ -570,7 +573,7 @@ impl ServerState {
                     _ => "framing",
                 };
                 *self.metrics.parse_errors.entry(kind).or_default() += 1;
-                warn_violation!(self.violations, now, error = %e, "framing error on stdin");
+                warn_violation!(SERVER_VIOLATION_TARGET, self.violations, now, error = %e, "framing error on stdin");
                 if let FrameError::InvalidUtf8 { id, .. } = &e {
                     let err = ErrorObject::new(PARSE_ERROR, "invalid UTF-8");
                     self.reply_error(id.as_ref(), &err);
@@ -591,7 +594,7 @@ impl ServerState {
             Ok(m) => m,
             Err(e) => {
                 *self.metrics.parse_errors.entry(e.kind()).or_default() += 1;
-                warn_violation!(self.violations, now, error = %e, "undecodable frame on stdin");
+                warn_violation!(SERVER_VIOLATION_TARGET, self.violations, now, error = %e, "undecodable frame on stdin");
                 let (code, id) = match e {
                     DecodeError::Json { .. } => (PARSE_ERROR, None),
                     _ => {

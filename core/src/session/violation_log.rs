@@ -18,6 +18,15 @@ pub const VIOLATION_WARNINGS_PER_INTERVAL: u32 = 10;
 /// The window of [`VIOLATION_WARNINGS_PER_INTERVAL`].
 pub const VIOLATION_WARNING_INTERVAL: Duration = Duration::from_secs(60);
 
+/// The `tracing` target of the WARN events about a server's protocol
+/// violations, seen by a client session (and the guard's server side): a
+/// stable name to filter on, whatever module emits them.
+pub const CLIENT_VIOLATION_TARGET: &str = "mcp_stdio_core::client";
+
+/// The `tracing` target of the WARN events about a client's protocol
+/// violations, seen by a server session (and the guard's host side).
+pub const SERVER_VIOLATION_TARGET: &str = "mcp_stdio_core::server";
+
 /// Lets through at most `max` warnings per `interval` and counts the rest.
 #[derive(Debug, Clone)]
 pub(crate) struct ViolationLog {
@@ -72,13 +81,14 @@ impl ViolationLog {
     }
 }
 
-/// Emits a WARN about a peer's protocol violation through `$log`, a
-/// [`ViolationLog`], at `$now`; the event carries `suppressed`, the warnings
-/// held back before it.
+/// Emits a WARN about a peer's protocol violation with target `$target`
+/// ([`CLIENT_VIOLATION_TARGET`] or [`SERVER_VIOLATION_TARGET`]) through
+/// `$log`, a [`ViolationLog`], at `$now`; the event carries `suppressed`, the
+/// warnings held back before it.
 macro_rules! warn_violation {
-    ($log:expr, $now:expr, $($rest:tt)+) => {
+    ($target:expr, $log:expr, $now:expr, $($rest:tt)+) => {
         if let Some(suppressed) = $log.admit($now) {
-            tracing::warn!(suppressed, $($rest)+);
+            tracing::warn!(target: $target, suppressed, $($rest)+);
         }
     };
 }
@@ -176,7 +186,7 @@ mod tests {
 
     #[test]
     fn a_server_session_fed_garbage_warns_at_the_limit_then_reports_the_rest() {
-        use crate::server::{ServerConfig, ServerSession};
+        use crate::session::server::{ServerConfig, ServerSession};
         use std::sync::atomic::Ordering::Relaxed;
         let count: &'static WarnCount = Box::leak(Box::default());
         let t0 = Instant::now();

@@ -7,8 +7,8 @@
 //!
 //! The value is `micros / 1000` as an `f64`: exact for any duration below
 //! 2⁵³ µs (about 285 years), and read back to the same microsecond. Use it
-//! with `#[serde(with = "crate::duration_ms")]`, or
-//! `#[serde(with = "crate::duration_ms::option")]` for `Option<Duration>`.
+//! with `#[serde(with = "crate::time::duration_ms")]`, or
+//! `#[serde(with = "crate::time::duration_ms::option")]` for `Option<Duration>`.
 
 use std::time::Duration;
 
@@ -16,14 +16,14 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serializer};
 
 /// Milliseconds, to the microsecond, as an `f64`.
-pub fn to_ms(d: Duration) -> f64 {
+pub(crate) fn to_ms(d: Duration) -> f64 {
     // u128 → f64 rounds only beyond 2⁵³ µs; a duration that long is not a timing.
     d.as_micros() as f64 / 1000.0
 }
 
 /// The duration of `ms` milliseconds, rounded to the microsecond; `None` for a
 /// negative, non-finite or unrepresentable value.
-pub fn from_ms(ms: f64) -> Option<Duration> {
+pub(crate) fn from_ms(ms: f64) -> Option<Duration> {
     if !ms.is_finite() || ms < 0.0 {
         return None;
     }
@@ -36,30 +36,35 @@ pub fn from_ms(ms: f64) -> Option<Duration> {
 }
 
 /// Serializes a duration as milliseconds (see the [module docs](self)).
-pub fn serialize<S: Serializer>(d: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn serialize<S: Serializer>(d: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_f64(to_ms(*d))
 }
 
 /// Reads milliseconds back into a duration; refuses negative or non-finite numbers.
-pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Duration, D::Error> {
     let ms = f64::deserialize(deserializer)?;
     from_ms(ms).ok_or_else(|| D::Error::custom(format!("not a duration in milliseconds: {ms}")))
 }
 
 /// Serializes a count of microseconds (a metric kept as an integer) as
 /// milliseconds, like a [`Duration`].
-pub fn serialize_micros<S: Serializer>(micros: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn serialize_micros<S: Serializer>(
+    micros: &u64,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     serialize(&Duration::from_micros(*micros), serializer)
 }
 
 /// `Option<Duration>` as milliseconds or `null`.
-pub mod option {
+pub(crate) mod option {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
 
     /// `Some` as milliseconds, `None` as `null`.
-    pub fn serialize<S: Serializer>(
+    pub(crate) fn serialize<S: Serializer>(
         d: &Option<Duration>,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
@@ -70,7 +75,7 @@ pub mod option {
     }
 
     /// `null` (or a missing field, with `#[serde(default)]`) as `None`.
-    pub fn deserialize<'de, D: Deserializer<'de>>(
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Option<Duration>, D::Error> {
         #[derive(Deserialize)]
@@ -86,9 +91,9 @@ mod tests {
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct Timing {
-        #[serde(with = "crate::duration_ms")]
+        #[serde(with = "crate::time::duration_ms")]
         took_ms: Duration,
-        #[serde(with = "crate::duration_ms::option", default)]
+        #[serde(with = "crate::time::duration_ms::option", default)]
         cancel_ms: Option<Duration>,
     }
 
@@ -131,7 +136,7 @@ mod tests {
 
     #[test]
     fn g12_process_outcome_times_are_milliseconds_and_read_back() {
-        use crate::process::{EndedBy, ExitStatus, ProcessOutcome, StreamEnd};
+        use crate::process::supervisor::{EndedBy, ExitStatus, ProcessOutcome, StreamEnd};
         let outcome = ProcessOutcome {
             exit_status: Some(ExitStatus::Code(0)),
             ended_by: EndedBy::ExitedAfterTerm,

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-pub mod duration_ms;
+pub(crate) mod duration_ms;
 
 /// One reading of both clocks, taken by the caller at one moment.
 ///

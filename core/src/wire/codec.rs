@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use mcp_stdio_core::codec::{FrameCodec, FrameItem};
-//! use mcp_stdio_core::frame::FramerConfig;
+//! use mcp_stdio_core::FramerConfig;
 //! use tokio_util::bytes::BytesMut;
 //! use tokio_util::codec::Decoder;
 //!
@@ -24,7 +24,7 @@
 //!
 //! # Worst-case memory
 //!
-//! The framer's (`max_frame + 1` plus one read room; see [`crate::frame`]),
+//! The framer's (`max_frame + 1` plus one read room; see `crate::wire::frame`),
 //! plus at most [`MAX_READY`] events that one line produced and the caller
 //! has not yet taken. The codec consumes every byte `decode` is given, so
 //! `FramedRead`'s own buffer never holds more than one read.
@@ -34,7 +34,7 @@ use std::collections::VecDeque;
 use tokio_util::bytes::{Buf, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
-use crate::frame::{FrameError, FrameEvent, Framer, FramerConfig};
+use crate::wire::frame::{FrameError, FrameEvent, Framer, FramerConfig};
 
 /// Events one line can produce (an oversized line: `Oversized`, then
 /// `OversizedEnded`): the most `decode` ever holds back.
@@ -46,7 +46,7 @@ pub const MAX_READY: usize = 2;
 pub enum FrameItem {
     /// A complete frame, without its line ending. A frame that came as
     /// invalid UTF-8 is repaired (U+FFFD) by default and comes as a frame too,
-    /// counted in [`FramerStats::utf8_repaired`](crate::frame::FramerStats::utf8_repaired)
+    /// counted in [`FramerStats::utf8_repaired`](crate::wire::frame::FramerStats::utf8_repaired)
     /// ([`FrameCodec::framer`]).
     Frame(String),
     /// A framing error; the stream goes on after it (see
@@ -57,7 +57,7 @@ pub enum FrameItem {
 /// Why [`FrameCodec`] could not encode a frame.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum EncodeError {
+pub enum FrameEncodeError {
     /// The frame is longer than the wire limit.
     #[error("frame of {len} bytes exceeds the wire limit of {limit} bytes")]
     TooLarge {
@@ -139,21 +139,21 @@ impl Decoder for FrameCodec {
 }
 
 impl Encoder<&str> for FrameCodec {
-    type Error = EncodeError;
+    type Error = FrameEncodeError;
 
     /// Appends `frame` and its `\n`, after checking it against the wire
     /// limit and for a newline inside it (`\r` is left to the peer's framer,
     /// which strips one before the `\n`).
-    fn encode(&mut self, frame: &str, dst: &mut BytesMut) -> Result<(), EncodeError> {
+    fn encode(&mut self, frame: &str, dst: &mut BytesMut) -> Result<(), FrameEncodeError> {
         let limit = self.framer.config().get_max_frame();
         if frame.len() > limit {
-            return Err(EncodeError::TooLarge {
+            return Err(FrameEncodeError::TooLarge {
                 len: frame.len(),
                 limit,
             });
         }
         if let Some(at) = memchr::memchr(b'\n', frame.as_bytes()) {
-            return Err(EncodeError::Newline { at });
+            return Err(FrameEncodeError::Newline { at });
         }
         dst.reserve(frame.len() + 1);
         dst.extend_from_slice(frame.as_bytes());
@@ -165,7 +165,7 @@ impl Encoder<&str> for FrameCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Id;
+    use crate::wire::message::Id;
     use proptest::prelude::*;
 
     fn config(max_frame: usize) -> FramerConfig {
@@ -242,11 +242,11 @@ mod tests {
         assert_eq!(&dst[..], b"{\"a\":1}\n");
         assert!(matches!(
             codec.encode("{\"a\":123}", &mut dst),
-            Err(EncodeError::TooLarge { len: 9, limit: 8 })
+            Err(FrameEncodeError::TooLarge { len: 9, limit: 8 })
         ));
         assert!(matches!(
             codec.encode("{}\n{}", &mut dst),
-            Err(EncodeError::Newline { at: 2 })
+            Err(FrameEncodeError::Newline { at: 2 })
         ));
         assert_eq!(dst.len(), 8, "a refused frame writes nothing");
     }

@@ -24,10 +24,10 @@
 //! - **Work**: linear in the text, each byte looked at once; string bodies
 //!   (the bulk of any large payload) are skipped with `memchr`.
 
-use crate::message::Id;
+use crate::wire::message::Id;
 
 /// Deepest container nesting accepted (`serde_json`'s default limit).
-pub const MAX_DEPTH: u32 = 127;
+pub(crate) const MAX_DEPTH: u32 = 127;
 
 /// What the scan of a whole frame found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,7 +165,7 @@ enum Seen {
 /// A streaming scanner for the top-level `"id"` of one JSON text. See the
 /// [module docs](self).
 #[derive(Debug, Clone)]
-pub struct IdScanner {
+pub(crate) struct IdScanner {
     max_id: usize,
     state: State,
     /// Open containers, innermost in bit 0: 1 = object, 0 = array.
@@ -191,7 +191,7 @@ pub struct IdScanner {
 
 impl IdScanner {
     /// A scanner keeping ids of at most `max_id` bytes.
-    pub fn new(max_id: usize) -> Self {
+    pub(crate) fn new(max_id: usize) -> Self {
         Self {
             max_id,
             state: State::Start,
@@ -211,7 +211,7 @@ impl IdScanner {
     }
 
     /// Reads the next bytes of the text.
-    pub fn push(&mut self, mut chunk: &[u8]) {
+    pub(crate) fn push(&mut self, mut chunk: &[u8]) {
         while let Some((&b, rest)) = chunk.split_first() {
             if self.state == State::Invalid {
                 return;
@@ -249,7 +249,7 @@ impl IdScanner {
     }
 
     /// The text ended: what its id is. The scanner is ready for a new text.
-    pub fn finish(&mut self) -> IdRecovery {
+    pub(crate) fn finish(&mut self) -> IdRecovery {
         if let State::Num(_) = self.state {
             // Only inside a container, which is still open: not JSON.
             self.state = State::Invalid;
@@ -615,7 +615,9 @@ fn is_ws(b: u8) -> bool {
 /// all its top-level `"id"` members, in order (duplicates kept).
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
-pub fn parsed_top_level_ids(frame: &[u8]) -> Result<Vec<serde_json::Value>, serde_json::Error> {
+pub(crate) fn parsed_top_level_ids(
+    frame: &[u8],
+) -> Result<Vec<serde_json::Value>, serde_json::Error> {
     use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 
     struct TopLevelIds(Vec<serde_json::Value>);
@@ -647,7 +649,7 @@ pub fn parsed_top_level_ids(frame: &[u8]) -> Result<Vec<serde_json::Value>, serd
 /// The id a full parse finds: all top-level ids equal and valid as an [`Id`].
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
-pub fn expected_id(ids: &[serde_json::Value]) -> Option<Id> {
+pub(crate) fn expected_id(ids: &[serde_json::Value]) -> Option<Id> {
     let first = ids.first()?;
     if ids.iter().any(|v| v != first) {
         return None;
@@ -659,7 +661,7 @@ pub fn expected_id(ids: &[serde_json::Value]) -> Option<Id> {
 /// with the frame on a mismatch.
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
-pub fn check_against_parse(frame: &[u8], cuts: &[usize], max_id: usize) {
+pub(crate) fn check_against_parse(frame: &[u8], cuts: &[usize], max_id: usize) {
     let mut scanner = IdScanner::new(max_id);
     let mut start = 0;
     for &cut in cuts {

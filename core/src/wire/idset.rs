@@ -9,7 +9,7 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use crate::message::Id;
+use crate::wire::message::Id;
 
 /// A set of at most [`limit`](Self::limit) ids; inserting past the limit
 /// forgets the oldest.

@@ -2,7 +2,7 @@
 //!
 //! Payloads (`params`, `result`, `error.data`) stay raw JSON
 //! ([`RawValue`]): the core checks the envelope and never builds a tree of
-//! untrusted data. Decoding takes one frame (see [`crate::frame`]) and accepts
+//! untrusted data. Decoding takes one frame (see [`crate::wire::frame`]) and accepts
 //! exactly one JSON object; a batch array is a typed error.
 //!
 //! Encoding writes compact JSON and refuses, with a typed error, any message
@@ -39,7 +39,7 @@ pub const SERVER_ERROR: i64 = -32000;
 /// sees it, `serve`, the guard, the rmcp transports): -32000, the first
 /// implementation-defined server error. Built by [`wire_limit_error`].
 ///
-/// [`RequestFailure::ResponseTooLarge`]: crate::client::RequestFailure::ResponseTooLarge
+/// [`RequestFailure::ResponseTooLarge`]: crate::session::client::RequestFailure::ResponseTooLarge
 pub const WIRE_LIMIT_EXCEEDED: i64 = -32000;
 
 /// The setting that raises the wire limit in the library (`ClientOptions`,
@@ -206,7 +206,7 @@ pub struct Response {
 /// The raw JSON text of a response's `result`.
 ///
 /// A large response arrives as a frame the framer lends
-/// ([`crate::frame::FrameText`]); [`Message::decode_owned`] keeps that frame
+/// ([`crate::wire::frame::FrameText`]); [`Message::decode_owned`] keeps that frame
 /// whole and this value is its `result` member, found in place. So the one
 /// copy of an 8 MiB result in the process is the bytes read from the pipe:
 /// no second buffer for the result, no memmove, no second parse. A smaller
@@ -554,7 +554,7 @@ impl Message {
     /// Decodes one frame taken whole, as [`Message::decode`] does; a
     /// response's result is then the frame itself, its `result` member found
     /// in place ([`RawResult`]): no copy. Meant for large frames, which the
-    /// framer lends ([`crate::frame::FrameText::into_string`]). On error the
+    /// framer lends ([`crate::wire::frame::FrameText::into_string`]). On error the
     /// frame is given back with it.
     pub fn decode_owned(frame: String) -> Result<Self, (DecodeError, String)> {
         let decoded = match Self::decode_in(&frame) {

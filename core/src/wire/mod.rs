@@ -3,7 +3,7 @@
 
 #[cfg(feature = "tokio-util")]
 pub mod codec;
-pub mod frame;
-pub mod id_scan;
-pub mod idset;
-pub mod message;
+pub(crate) mod frame;
+pub(crate) mod id_scan;
+pub(crate) mod idset;
+pub(crate) mod message;

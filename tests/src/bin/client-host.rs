@@ -25,7 +25,7 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use mcp_stdio_core::host::ClientOptions;
+use mcp_stdio_core::ClientOptions;
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_tests::fixture_server_path;
 

@@ -32,7 +32,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use mcp_stdio_blocking::{serve, Handler, HandlerResult, RequestContext};
-use mcp_stdio_core::message::{to_raw, ErrorObject, Notification, Request};
+use mcp_stdio_core::{to_raw, ErrorObject, Notification, Request};
 use mcp_stdio_tests::serve_tools::{
     cancelled, helper_command, helper_options, options, parse_tool_call, text_result, whoami,
     CancelWatch, ToolCall,

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::RequestFailure;
-use mcp_stdio_core::host::RequestError;
+use mcp_stdio_core::RequestError;
+use mcp_stdio_core::RequestFailure;
 use serde_json::json;
 
 use super::{

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::process::EndedBy;
+use mcp_stdio_core::EndedBy;
 use mcp_stdio_core::ExitStatus;
 use serde_json::json;
 

@@ -9,10 +9,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::RequestFailure;
-use mcp_stdio_core::host::{ClientOptions, RequestError, SessionRecord};
-use mcp_stdio_core::process::EndedBy;
+use mcp_stdio_core::EndedBy;
 use mcp_stdio_core::ExitStatus;
+use mcp_stdio_core::RequestFailure;
+use mcp_stdio_core::{ClientOptions, RequestError, SessionRecord};
 use serde_json::json;
 
 use super::{
@@ -242,7 +242,7 @@ pub fn g12_a_last_response_written_just_before_the_exit_is_delivered<A: Adapter>
 }
 
 /// A `slow` call of `chunks` × 50 ms that stops at its cancel.
-fn slow_call(chunks: u64) -> Option<Box<mcp_stdio_core::message::RawValue>> {
+fn slow_call(chunks: u64) -> Option<Box<mcp_stdio_core::RawValue>> {
     tool(
         "slow",
         json!({"chunks": chunks, "delay_ms": 50, "honour_cancel": true}),

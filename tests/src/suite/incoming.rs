@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::message::to_raw;
+use mcp_stdio_core::to_raw;
 use serde_json::{json, Value};
 
 use super::{

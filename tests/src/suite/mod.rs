@@ -13,11 +13,11 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::{ClientMetrics, RequestFailure};
-use mcp_stdio_core::host::{ClientOptions, RequestError, SessionRecord};
-use mcp_stdio_core::message::{to_raw, Id, RawResult, RawValue};
-use mcp_stdio_core::process::StreamEnd;
 use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::StreamEnd;
+use mcp_stdio_core::{to_raw, Id, RawResult, RawValue};
+use mcp_stdio_core::{ClientMetrics, RequestFailure};
+use mcp_stdio_core::{ClientOptions, RequestError, SessionRecord};
 use serde_json::{json, Value};
 
 use crate::adapter::{Adapter, SuiteClient, SuitePending};

@@ -203,9 +203,9 @@ pub fn g3_stdout_log_lines_are_counted_and_every_request_completes<A: Adapter>()
 /// its request at once; with the policy `Refuse` the line is dropped and its
 /// request fails at once too. None waits for its timeout; a ping follows.
 pub fn g3_an_invalid_utf8_response_gets_its_outcome_at_once<A: Adapter>() {
-    use mcp_stdio_core::client::RequestFailure;
-    use mcp_stdio_core::host::RequestError;
     use mcp_stdio_core::InvalidUtf8Policy;
+    use mcp_stdio_core::RequestError;
+    use mcp_stdio_core::RequestFailure;
     let timeout = std::time::Duration::from_secs(60);
     let within = std::time::Duration::from_secs(5);
     let mut leaks = LeakCheck::new::<A>("g3_bad_utf8");
@@ -282,7 +282,7 @@ pub fn g3_an_invalid_utf8_response_gets_its_outcome_at_once<A: Adapter>() {
 /// G2: a 5 MiB tool result (a `read_text_file` of a 5 MiB file, say) passes
 /// at the default wire limit, which rmcp and the Python SDK would accept too.
 pub fn g2_a_5_mib_result_passes_at_the_default_limit<A: Adapter>() {
-    use mcp_stdio_core::frame::DEFAULT_MAX_FRAME;
+    use mcp_stdio_core::DEFAULT_MAX_FRAME;
     let mut leaks = LeakCheck::new::<A>("g2_5_mib");
     let client = start::<A>(&mut leaks, &[], options(DEFAULT_MAX_FRAME));
     let t = Instant::now();

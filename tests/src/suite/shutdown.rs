@@ -8,10 +8,10 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::RequestFailure;
-use mcp_stdio_core::host::{ClientOptions, RequestError, SessionRecord};
-use mcp_stdio_core::process::{EndedBy, StreamEnd};
 use mcp_stdio_core::ExitStatus;
+use mcp_stdio_core::RequestFailure;
+use mcp_stdio_core::{ClientOptions, RequestError, SessionRecord};
+use mcp_stdio_core::{EndedBy, StreamEnd};
 use serde_json::json;
 
 use super::{

@@ -10,8 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::client::{RequestFailure, SendError};
-use mcp_stdio_core::host::RequestError;
+use mcp_stdio_core::RequestError;
+use mcp_stdio_core::{RequestFailure, SendError};
 use serde_json::json;
 
 use super::{metrics, options, shutdown_within, start, tool, wait_within, LeakCheck, LONG, PROMPT};
@@ -40,7 +40,7 @@ pub fn g1_client_keeps_reading_when_the_server_stops_reading_after_a_large_messa
     stalled_peer::<A>("large", LARGE);
 }
 
-fn echo(text_bytes: usize) -> Option<Box<mcp_stdio_core::message::RawValue>> {
+fn echo(text_bytes: usize) -> Option<Box<mcp_stdio_core::RawValue>> {
     tool("echo", json!({ "text": "s".repeat(text_bytes) }))
 }
 

@@ -1,0 +1,164 @@
+//! The fuzz harness of `guard`.
+
+use crate::process::supervisor::ExitStatus;
+use crate::time::Stamp;
+use std::time::{Duration, Instant};
+/// Fuzz entry point: drives a guard session with arbitrary inputs in any
+/// order (host and server traffic, EOFs, write progress and errors, exit,
+/// signals, timeouts, time moving forward) and checks its invariants.
+/// Panics on a violated invariant.
+pub fn fuzz_guard_session(data: &[u8]) {
+    run(data);
+}
+
+use crate::guard::*;
+use arbitrary::{Arbitrary, Unstructured};
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Host(Vec<u8>),
+    HostRequest { id: u8 },
+    HostEof,
+    HostWritten(u16),
+    HostWriteError,
+    ServerStdout(Vec<u8>),
+    ServerNotification { pad: u16 },
+    ServerStdoutEof,
+    ServerStderr(Vec<u8>),
+    ServerStderrEof,
+    ServerWritten(u16),
+    ServerStdinError,
+    Exited(i8),
+    Terminate,
+    Advance(u16),
+    Timeout,
+    TakeHost,
+    TakeServer,
+}
+
+pub(super) fn run(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let mut config = GuardConfig::default();
+    config
+        .proxy_mut()
+        .max_frame(u.int_in_range(64..=512usize).unwrap_or(128))
+        .max_buffered(u.int_in_range(0..=4096usize).unwrap_or(1024))
+        .max_notes(4);
+    let grace = Duration::from_millis(u.int_in_range(0..=50u64).unwrap_or(10));
+    config
+        .supervisor_mut()
+        .stdin_close_grace(grace)
+        .term_grace(grace)
+        .reader_drain_deadline(grace);
+    let forward = u.int_in_range(0..=64u64).unwrap_or(16);
+    config.stderr_forward(forward);
+    let mut s = GuardSession::new(config);
+    let base = Instant::now();
+    let mut ms = 0u64;
+    let stamp = |ms: u64| Stamp::new(base + Duration::from_millis(ms), ms);
+    s.handle_spawned(stamp(ms));
+    let (mut host_taken, mut server_taken) = (0usize, 0usize);
+    let (mut host_closed, mut stdin_closed, mut finished) = (false, false, false);
+    let mut first_exit: Option<i8> = None;
+    for _ in 0..256 {
+        let Ok(op) = u.arbitrary::<Op>() else { break };
+        let at = stamp(ms);
+        match op {
+            Op::Host(b) => s.handle_host(at, &b),
+            Op::HostRequest { id } => s.handle_host(
+                at,
+                format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"m\"}}\n").as_bytes(),
+            ),
+            Op::HostEof => s.handle_host_eof(at),
+            Op::HostWritten(n) => {
+                let n = usize::from(n).min(host_taken);
+                host_taken -= n;
+                s.handle_host_written(n);
+            }
+            Op::HostWriteError => s.handle_host_write_error(at),
+            Op::ServerStdout(b) => s.handle_server_stdout(at, &b),
+            Op::ServerNotification { pad } => s.handle_server_stdout(
+                at,
+                format!(
+                    "{{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":\"{}\"}}\n",
+                    "n".repeat(usize::from(pad % 400))
+                )
+                .as_bytes(),
+            ),
+            Op::ServerStdoutEof => s.handle_server_stdout_eof(at),
+            Op::ServerStderr(b) => s.handle_server_stderr(at, &b),
+            Op::ServerStderrEof => s.handle_server_stderr_eof(at),
+            Op::ServerWritten(n) => {
+                let n = usize::from(n).min(server_taken);
+                server_taken -= n;
+                s.handle_server_written(n);
+            }
+            Op::ServerStdinError => {
+                server_taken = 0;
+                s.handle_server_stdin_error();
+            }
+            Op::Exited(code) => {
+                first_exit.get_or_insert(code);
+                s.handle_exited(at, ExitStatus::Code(i32::from(code)));
+            }
+            Op::Terminate => s.handle_terminate(at),
+            Op::Advance(d) => ms += u64::from(d),
+            Op::Timeout => {
+                if let Some(t) = s.poll_timeout() {
+                    let due = u64::try_from(t.saturating_duration_since(base).as_millis())
+                        .unwrap_or(u64::MAX);
+                    ms = ms.max(due);
+                }
+                s.handle_timeout(stamp(ms));
+            }
+            Op::TakeHost => {
+                if let Some(b) = s.poll_to_host() {
+                    assert!(!host_closed, "host bytes after CloseHostOutput");
+                    host_taken += b.len();
+                }
+            }
+            Op::TakeServer => {
+                if let Some(b) = s.poll_to_server() {
+                    assert!(!stdin_closed, "server bytes after CloseServerStdin");
+                    server_taken += b.len();
+                }
+            }
+        }
+        while let Some(action) = s.poll_action() {
+            assert!(!finished, "an action after Finished: {action:?}");
+            match action {
+                GuardAction::CloseHostOutput => {
+                    assert!(!host_closed, "the host side closes once");
+                    host_closed = true;
+                    host_taken = 0;
+                }
+                GuardAction::CloseServerStdin => {
+                    assert!(!stdin_closed, "stdin closes once");
+                    stdin_closed = true;
+                    server_taken = 0;
+                }
+                GuardAction::Finished { exit_code, .. } => {
+                    finished = true;
+                    let expected = if s.closed_by_guard().is_some() {
+                        EXIT_GUARD_CLOSED
+                    } else {
+                        first_exit.map_or(EXIT_UNKNOWN, |c| u8::try_from(c).unwrap_or(EXIT_UNKNOWN))
+                    };
+                    assert_eq!(exit_code, expected);
+                    assert_eq!(s.proxy().tracked(), 0, "every call ended");
+                }
+                _ => {}
+            }
+        }
+        while s.poll_record().is_some() {}
+        while s.poll_stderr().is_some() {}
+        // Forwarded server stderr stays within its budget.
+        assert!(s.stderr_forwarded <= forward);
+        if !host_closed && s.proxy().host_closed().is_none() {
+            assert!(s.proxy().host_backlog() <= s.config.proxy.get_max_buffered());
+        }
+        if finished {
+            break;
+        }
+    }
+}
