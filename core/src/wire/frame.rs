@@ -3,9 +3,8 @@
 //! The whole story is on [`Framer`].
 
 use memchr::memchr;
-use std::borrow::Cow;
 
-pub(crate) use crate::wire::id_scan::{IdRecovery, IdScanner};
+pub(crate) use crate::wire::id_scan::{refused_line_id, IdRecovery, IdScanner};
 use crate::wire::message::Id;
 
 /// Default wire limit: 8 MiB.
@@ -96,7 +95,7 @@ impl FramerConfig {
         self.max_frame = bytes;
         self
     }
-    /// Sets how many leading bytes of an oversized line `recover_id` scans
+    /// Sets how many leading bytes of an oversized line the id scanner reads
     /// for the message id at once (never past `max_frame` bytes), and the
     /// longest string id the whole-line `IdScanner` keeps (a longer one
     /// counts as absent: [`IdRecovery::TooLong`]). Default
@@ -160,7 +159,7 @@ pub enum FrameError {
     Oversized {
         /// The limit.
         limit: usize,
-        /// The top-level id found by `recover_id` in the line's first
+        /// The top-level id the id scanner found in the line's first
         /// `min(id_scan_limit, max_frame)` bytes, if unambiguous.
         id_hint: Option<Id>,
     },
@@ -436,15 +435,16 @@ impl<'a> ReadRoom<'a> {
 /// ## Id recovery
 ///
 /// So that the session can still answer an oversized request with an error
-/// carrying its id, `Oversized` has an `id_hint`: `recover_id` run on the
-/// first `min(id_scan_limit, max_frame)` bytes of the line
+/// carrying its id, `Oversized` has an `id_hint`: what the id scanner found
+/// in the first `min(id_scan_limit, max_frame)` bytes of the line
 /// ([`FramerConfig::id_scan_limit`], default [`DEFAULT_ID_SCAN_LIMIT`] = 256).
-/// `recover_id` is a small bounded JSON scanner that returns the top-level
+/// It is the same scanner as the whole-line scan below, asked what it found in
+/// those bytes: it returns the top-level
 /// `"id"` member only when it is unambiguous within those bytes: an integer or
 /// a string (escapes decoded), complete (a number only when a byte follows it,
 /// since `123` cut from `12345` looks complete). A nested
 /// `"id"` or one inside a string value is never taken; a value cut by the scan
-/// limit, a non-integer or `null` id, two top-level ids or any syntax error in
+/// limit, a non-integer or `null` id, two different top-level ids or any syntax error in
 /// the scanned bytes give `None`. It may miss an id; it never returns a wrong
 /// one.
 ///
@@ -523,9 +523,7 @@ impl<'a> ReadRoom<'a> {
 ///
 /// Worst-case heap held by a framer: `max_frame + 1 + 64 KiB` (momentarily,
 /// during the one large reallocation), plus, only while an oversized line is
-/// reported, `recover_id`'s few small allocations (decoded strings, each at
-/// most `id_scan_limit` bytes), and while an oversized line is discarded the
-/// `IdScanner`'s one buffer, at most `max(id_scan_limit, 21) + 4` bytes,
+/// reported or discarded, the id scanner's one buffer, at most `max(id_scan_limit, 21) + 4` bytes,
 /// held only while the id's value is read. Discarded bytes are counted, never
 /// stored. The scan costs nothing on lines within the limit. A frame that is
 /// not valid UTF-8 and is repaired ([`InvalidUtf8Policy::Repair`]) is built
@@ -973,31 +971,33 @@ impl Lines {
     /// (`held.len() + head.len() == max_frame + 1`, no newline in either).
     fn oversized(&mut self, held: &[u8], head: &[u8], on_event: &mut impl FnMut(FrameEvent<'_>)) {
         let seen = (held.len() + head.len()) as u64;
-        if self.config.oversized == OversizedPolicy::Discard && self.config.id_scan_limit > 0 {
-            // The whole line goes through the scan: what is held now, then
-            // every discarded chunk up to the newline.
-            let limit = self.config.id_scan_limit;
-            let scan = self.id_scan.get_or_insert_with(|| IdScanner::new(limit));
-            scan.push(held);
-            scan.push(head);
-        }
-        // The scanned prefix is fixed by the stream alone (not by where the
-        // chunks were cut), and we have it: the line holds `max_frame + 1`
-        // bytes.
+        // The hint comes from the line's first `scan` bytes, fixed by the
+        // stream alone (not by where the chunks were cut); the line holds
+        // `max_frame + 1` bytes, so we have them.
         let scan = self.config.id_scan_limit.min(self.config.max_frame);
-        let id_hint = if scan == 0 {
-            None
-        } else if held.len() >= scan {
-            recover_id(&held[..scan])
-        } else if held.is_empty() {
-            recover_id(&head[..scan])
-        } else {
-            // At most `id_scan_limit` bytes, briefly.
-            let mut prefix = Vec::with_capacity(scan);
-            prefix.extend_from_slice(held);
-            prefix.extend_from_slice(&head[..scan - held.len()]);
-            recover_id(&prefix)
-        };
+        let (first, rest) = split_pair(held, head, scan);
+        let id_hint =
+            if self.config.oversized == OversizedPolicy::Discard && self.config.id_scan_limit > 0 {
+                // One scanner for the hint and the whole line: it reads the
+                // first `scan` bytes and says what it found so far, then reads
+                // what is held now and every discarded chunk up to the newline.
+                let limit = self.config.id_scan_limit;
+                let scanner = self.id_scan.get_or_insert_with(|| IdScanner::new(limit));
+                scanner.push(first.0);
+                scanner.push(first.1);
+                let hint = scanner.id_so_far();
+                scanner.push(rest.0);
+                scanner.push(rest.1);
+                hint
+            } else if scan == 0 {
+                None
+            } else {
+                // The same scanner, for the first bytes only.
+                let mut scanner = IdScanner::new(scan);
+                scanner.push(first.0);
+                scanner.push(first.1);
+                scanner.id_so_far()
+            };
         self.stats.oversized += 1;
         self.stats.discarded_bytes += seen;
         self.hinted = id_hint.is_some();
@@ -1092,370 +1092,16 @@ fn repaired_len(bytes: &[u8]) -> (usize, usize) {
     (len, replaced)
 }
 
-/// The top-level id of a line that is refused (not UTF-8, not JSON, not a
-/// JSON-RPC message), so that the request it answers can get its outcome at
-/// once instead of waiting for its deadline.
-///
-/// The whole line goes through an [`IdScanner`] (invalid UTF-8 sequences
-/// read as U+FFFD, nothing copied): that finds the id wherever it sits when
-/// the line is one JSON object. A line that is not JSON still gives the id
-/// [`recover_id`] finds in its first `id_scan_limit` bytes, before any syntax
-/// error there. Like both scanners it may miss an id and never returns a
-/// wrong one; `id_scan_limit` 0 turns it off. Linear in the line, memory
-/// bounded by `id_scan_limit`.
-pub(crate) fn refused_line_id(line: &[u8], id_scan_limit: usize) -> Option<Id> {
-    if id_scan_limit == 0 {
-        return None;
-    }
-    let mut scan = IdScanner::new(id_scan_limit);
-    let mut utf8 = [0; 4];
-    let replacement = char::REPLACEMENT_CHARACTER
-        .encode_utf8(&mut utf8)
-        .as_bytes();
-    for chunk in line.utf8_chunks() {
-        scan.push(chunk.valid().as_bytes());
-        if !chunk.invalid().is_empty() {
-            scan.push(replacement);
-        }
-    }
-    match scan.finish() {
-        IdRecovery::Found(id) => Some(id),
-        IdRecovery::NotJson => {
-            let valid = line.utf8_chunks().next().map_or(0, |c| c.valid().len());
-            recover_id(&line[..valid.min(id_scan_limit)])
-        }
-        _ => None,
-    }
-}
+/// A run of bytes given as two slices, one after the other (what the framer
+/// holds, then the chunk at hand).
+type Pair<'a> = (&'a [u8], &'a [u8]);
 
-/// Bounded id recovery from the first bytes of a frame.
-///
-/// `prefix` is the start of a JSON text, possibly cut anywhere (even inside a
-/// UTF-8 character). Returns the value of the top-level object's `"id"` member
-/// when it is an integer (fitting `i64`) or a string, complete within `prefix`,
-/// and unambiguous:
-///
-/// - the text so far must be valid JSON (any syntax error gives `None`);
-/// - an `"id"` key in a nested object, or the text `"id"` inside a string
-///   value, is not the id;
-/// - a value cut by the end of `prefix` gives `None` — a number counts as cut
-///   unless a byte follows it (`"id":123` at the very end may be `1234…`);
-/// - a float, `null`, boolean, array or object id gives `None`;
-/// - a second top-level `"id"` within `prefix` gives `None`;
-/// - string escapes (`\"`, `\n`, `\u00e9`, surrogate pairs) are decoded; a
-///   bad escape or a lone surrogate gives `None`. Keys are decoded too, so
-///   `"\u0069d"` is the id key.
-///
-/// Never returns a wrong id: if it returns `Some`, a JSON parser reading the
-/// complete text (if it is valid and has no duplicate keys) finds that id.
-/// Work and memory are linear in `prefix.len()`; nesting deeper than 128
-/// levels before the id gives `None`.
-pub(crate) fn recover_id(prefix: &[u8]) -> Option<Id> {
-    let text = match std::str::from_utf8(prefix) {
-        Ok(text) => text,
-        // Cut inside a character at the end: scan the complete ones.
-        Err(e) if e.error_len().is_none() => {
-            std::str::from_utf8(&prefix[..e.valid_up_to()]).ok()?
-        }
-        Err(_) => return None,
-    };
-    let mut scan = IdScan { text, at: 0 };
-    let mut id = None;
-    match scan.object(&mut id) {
-        Ok(()) | Err(Stop::Cut) => id,
-        Err(Stop::Invalid) => None,
-    }
-}
-
-/// Why [`IdScan`] stopped early.
-enum Stop {
-    /// The prefix ended.
-    Cut,
-    /// Not JSON, or the id is invalid or ambiguous.
-    Invalid,
-}
-
-type Scan<T> = Result<T, Stop>;
-
-/// A minimal JSON scanner over a prefix, for [`recover_id`].
-struct IdScan<'a> {
-    text: &'a str,
-    at: usize,
-}
-
-impl<'a> IdScan<'a> {
-    fn bytes(&self) -> &'a [u8] {
-        self.text.as_bytes()
-    }
-    fn peek(&self) -> Scan<u8> {
-        self.bytes().get(self.at).copied().ok_or(Stop::Cut)
-    }
-    fn bump(&mut self) -> Scan<u8> {
-        let b = self.peek()?;
-        self.at += 1;
-        Ok(b)
-    }
-    fn expect(&mut self, want: u8) -> Scan<()> {
-        if self.bump()? == want {
-            Ok(())
-        } else {
-            Err(Stop::Invalid)
-        }
-    }
-    fn ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes().get(self.at) {
-            self.at += 1;
-        }
-    }
-
-    /// The top-level object; sets `id` when its id member is read.
-    fn object(&mut self, id: &mut Option<Id>) -> Scan<()> {
-        self.ws();
-        self.expect(b'{')?;
-        self.ws();
-        if self.peek()? == b'}' {
-            self.at += 1;
-            return self.end();
-        }
-        loop {
-            self.ws();
-            if self.peek()? != b'"' {
-                return Err(Stop::Invalid);
-            }
-            let key = self.string(true)?;
-            self.ws();
-            self.expect(b':')?;
-            self.ws();
-            if key == "id" {
-                if id.is_some() {
-                    return Err(Stop::Invalid);
-                }
-                *id = Some(self.id_value()?);
-            } else {
-                self.skip_value()?;
-            }
-            self.ws();
-            match self.bump()? {
-                b',' => {}
-                b'}' => return self.end(),
-                _ => return Err(Stop::Invalid),
-            }
-        }
-    }
-
-    /// Only whitespace may follow the top-level object.
-    fn end(&mut self) -> Scan<()> {
-        self.ws();
-        if self.at == self.bytes().len() {
-            Ok(())
-        } else {
-            Err(Stop::Invalid)
-        }
-    }
-
-    fn id_value(&mut self) -> Scan<Id> {
-        match self.peek()? {
-            b'"' => Ok(Id::String(self.string(true)?.into_owned())),
-            b'-' | b'0'..=b'9' => {
-                let (number, integer) = self.number()?;
-                if !integer {
-                    return Err(Stop::Invalid);
-                }
-                number.parse().map(Id::Number).map_err(|_| Stop::Invalid)
-            }
-            _ => Err(Stop::Invalid),
-        }
-    }
-
-    /// Skips one value of any kind, checking its syntax.
-    fn skip_value(&mut self) -> Scan<()> {
-        // Open containers, innermost in bit 0: 1 = object, 0 = array.
-        let mut stack: u128 = 0;
-        let mut depth = 0u32;
-        loop {
-            self.ws();
-            match self.peek()? {
-                b'"' => {
-                    self.string(false)?;
-                }
-                b'-' | b'0'..=b'9' => {
-                    self.number()?;
-                }
-                b't' => self.literal(b"true")?,
-                b'f' => self.literal(b"false")?,
-                b'n' => self.literal(b"null")?,
-                open @ (b'{' | b'[') => {
-                    self.at += 1;
-                    self.ws();
-                    let is_object = open == b'{';
-                    if self.peek()? == if is_object { b'}' } else { b']' } {
-                        self.at += 1;
-                    } else {
-                        if depth == u128::BITS {
-                            return Err(Stop::Invalid);
-                        }
-                        stack = (stack << 1) | u128::from(is_object);
-                        depth += 1;
-                        if is_object {
-                            self.member_key()?;
-                        }
-                        continue;
-                    }
-                }
-                _ => return Err(Stop::Invalid),
-            }
-            // A value is complete: close containers until one goes on.
-            loop {
-                if depth == 0 {
-                    return Ok(());
-                }
-                self.ws();
-                let in_object = stack & 1 == 1;
-                match self.bump()? {
-                    b',' => {
-                        if in_object {
-                            self.member_key()?;
-                        }
-                        break;
-                    }
-                    b'}' if in_object => {}
-                    b']' if !in_object => {}
-                    _ => return Err(Stop::Invalid),
-                }
-                stack >>= 1;
-                depth -= 1;
-            }
-        }
-    }
-
-    /// `"key":` inside a skipped object.
-    fn member_key(&mut self) -> Scan<()> {
-        self.ws();
-        if self.peek()? != b'"' {
-            return Err(Stop::Invalid);
-        }
-        self.string(false)?;
-        self.ws();
-        self.expect(b':')
-    }
-
-    fn literal(&mut self, word: &[u8]) -> Scan<()> {
-        for &want in word {
-            self.expect(want)?;
-        }
-        Ok(())
-    }
-
-    /// A number; returns its text and whether it is an integer. A number that
-    /// reaches the end of the prefix is cut: more digits may follow.
-    fn number(&mut self) -> Scan<(&'a str, bool)> {
-        let start = self.at;
-        if self.peek()? == b'-' {
-            self.at += 1;
-        }
-        match self.bump()? {
-            b'0' => {}
-            b'1'..=b'9' => self.digits(),
-            _ => return Err(Stop::Invalid),
-        }
-        let mut integer = true;
-        if self.peek()? == b'.' {
-            self.at += 1;
-            integer = false;
-            self.digits1()?;
-        }
-        if let b'e' | b'E' = self.peek()? {
-            self.at += 1;
-            integer = false;
-            if let b'+' | b'-' = self.peek()? {
-                self.at += 1;
-            }
-            self.digits1()?;
-            self.peek()?;
-        }
-        Ok((&self.text[start..self.at], integer))
-    }
-    fn digits(&mut self) {
-        while let Some(b'0'..=b'9') = self.bytes().get(self.at) {
-            self.at += 1;
-        }
-    }
-    fn digits1(&mut self) -> Scan<()> {
-        if !self.bump()?.is_ascii_digit() {
-            return Err(Stop::Invalid);
-        }
-        self.digits();
-        Ok(())
-    }
-
-    /// A string starting at the opening quote. With `decode`, returns its
-    /// value (borrowed unless it has escapes); without, its raw text.
-    fn string(&mut self, decode: bool) -> Scan<Cow<'a, str>> {
-        self.expect(b'"')?;
-        let bytes = self.bytes();
-        let start = self.at;
-        let mut segment = start;
-        let mut decoded: Option<String> = None;
-        loop {
-            let tail = &bytes[self.at..];
-            let Some(k) = memchr::memchr2(b'"', b'\\', tail) else {
-                return Err(if tail.iter().any(|&b| b < 0x20) {
-                    Stop::Invalid
-                } else {
-                    Stop::Cut
-                });
-            };
-            if tail[..k].iter().any(|&b| b < 0x20) {
-                return Err(Stop::Invalid);
-            }
-            let stop = self.at + k;
-            self.at = stop + 1;
-            if bytes[stop] == b'"' {
-                return Ok(match decoded {
-                    Some(mut value) => {
-                        value.push_str(&self.text[segment..stop]);
-                        Cow::Owned(value)
-                    }
-                    None => Cow::Borrowed(&self.text[start..stop]),
-                });
-            }
-            let c = self.escape()?;
-            if decode {
-                let value = decoded.get_or_insert_with(String::new);
-                value.push_str(&self.text[segment..stop]);
-                value.push(c);
-            }
-            segment = self.at;
-        }
-    }
-
-    /// The escape after a backslash.
-    fn escape(&mut self) -> Scan<char> {
-        Ok(match self.bump()? {
-            b'u' => match self.hex4()? {
-                high @ 0xD800..=0xDBFF => {
-                    self.expect(b'\\')?;
-                    self.expect(b'u')?;
-                    let low = self.hex4()?;
-                    if !(0xDC00..=0xDFFF).contains(&low) {
-                        return Err(Stop::Invalid);
-                    }
-                    char::from_u32(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
-                        .ok_or(Stop::Invalid)?
-                }
-                code => char::from_u32(code).ok_or(Stop::Invalid)?,
-            },
-            other => crate::wire::id_scan::short_escape(other).ok_or(Stop::Invalid)?,
-        })
-    }
-    fn hex4(&mut self) -> Scan<u32> {
-        let mut code = 0;
-        for _ in 0..4 {
-            let digit = char::from(self.bump()?).to_digit(16).ok_or(Stop::Invalid)?;
-            code = code * 16 + digit;
-        }
-        Ok(code)
-    }
+/// `a` then `b` cut after their first `n` bytes: (the first `n`, the rest),
+/// each as its part of `a` and its part of `b`.
+fn split_pair<'a>(a: &'a [u8], b: &'a [u8], n: usize) -> (Pair<'a>, Pair<'a>) {
+    let in_a = n.min(a.len());
+    let in_b = (n - in_a).min(b.len());
+    ((&a[..in_a], &b[..in_b]), (&a[in_a..], &b[in_b..]))
 }
 
 #[cfg(test)]

@@ -248,6 +248,24 @@ impl IdScanner {
         }
     }
 
+    /// The id read so far, in a text that may go on: the top-level `"id"`
+    /// when one complete, usable id value was read (repeated only with the
+    /// same value) and nothing so far is invalid. What a prefix of the text
+    /// says; [`finish`](Self::finish) says what the whole text says.
+    pub(crate) fn id_so_far(&self) -> Option<Id> {
+        // A second top-level `"id"` key was read and its value is still
+        // to come (or being read): it may differ.
+        let another_id_pending = self.id_next
+            || (self.state == State::Str && self.role == StrRole::Id)
+            || (matches!(self.state, State::Num(_)) && self.capture.is_some());
+        match (&self.state, &self.seen) {
+            (State::Invalid, _) => None,
+            _ if another_id_pending => None,
+            (_, Seen::One(id)) => Some(id.clone()),
+            _ => None,
+        }
+    }
+
     /// The text ended: what its id is. The scanner is ready for a new text.
     pub(crate) fn finish(&mut self) -> IdRecovery {
         if let State::Num(_) = self.state {
@@ -604,6 +622,61 @@ impl IdScanner {
             }
         }
     }
+}
+
+/// The top-level id of a line that is refused (not UTF-8, not JSON, not a
+/// JSON-RPC message), so that the request it answers can get its outcome at
+/// once instead of waiting for its deadline.
+///
+/// The whole line goes through an [`IdScanner`] (invalid UTF-8 sequences
+/// read as U+FFFD, nothing copied): that finds the id wherever it sits when
+/// the line is one JSON object. A line that is not JSON still gives the id
+/// [`recover_id`] finds in its first `id_scan_limit` bytes, before any syntax
+/// error there. Like both scanners it may miss an id and never returns a
+/// wrong one; `id_scan_limit` 0 turns it off. Linear in the line, memory
+/// bounded by `id_scan_limit`.
+pub(crate) fn refused_line_id(line: &[u8], id_scan_limit: usize) -> Option<Id> {
+    if id_scan_limit == 0 {
+        return None;
+    }
+    let mut scan = IdScanner::new(id_scan_limit);
+    let mut utf8 = [0; 4];
+    let replacement = char::REPLACEMENT_CHARACTER
+        .encode_utf8(&mut utf8)
+        .as_bytes();
+    for chunk in line.utf8_chunks() {
+        scan.push(chunk.valid().as_bytes());
+        if !chunk.invalid().is_empty() {
+            scan.push(replacement);
+        }
+    }
+    match scan.finish() {
+        IdRecovery::Found(id) => Some(id),
+        IdRecovery::NotJson => {
+            let valid = line.utf8_chunks().next().map_or(0, |c| c.valid().len());
+            recover_id(&line[..valid.min(id_scan_limit)])
+        }
+        _ => None,
+    }
+}
+
+/// The top-level id in the first bytes of a frame, cut anywhere (even inside
+/// a UTF-8 character): the same [`IdScanner`], asked what it has read so far
+/// ([`IdScanner::id_so_far`]).
+///
+/// Returns the top-level object's `"id"` when its value is an integer
+/// (fitting `i64`) or a string, complete within `prefix` (a number only when
+/// a byte follows it: `"id":123` at the very end may be `1234…`), with no
+/// syntax error and no second, different top-level `"id"` before the cut. A
+/// nested `"id"`, or the text `"id"` inside a string value, is not the id.
+/// Never returns a wrong id: if it returns `Some`, a JSON parser reading the
+/// complete text (if it is valid) finds that id. Work is linear in
+/// `prefix.len()`; memory is the scanner's one buffer, bounded by
+/// `prefix.len()`.
+pub(crate) fn recover_id(prefix: &[u8]) -> Option<Id> {
+    let mut scan = IdScanner::new(prefix.len());
+    scan.push(prefix);
+    scan.id_so_far()
 }
 
 fn is_ws(b: u8) -> bool {

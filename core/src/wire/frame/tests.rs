@@ -1,4 +1,5 @@
 use super::*;
+use crate::wire::id_scan::recover_id;
 use proptest::prelude::*;
 
 /// An event with the frame owned, to compare runs.
@@ -744,7 +745,10 @@ fn recover_id_cut_by_the_scan_limit() {
 fn recover_id_ambiguity() {
     assert_eq!(rid(r#"{"id":1,"id":2}"#), None);
     assert_eq!(rid(r#"{"id":1,"id":"#), None);
-    assert_eq!(rid(r#"{"id":1,"\u0069d":1}"#), None);
+    // The same id twice is that id, in a prefix as in the whole text (one
+    // scanner for both).
+    assert_eq!(rid(r#"{"id":1,"\u0069d":1}"#), num(1));
+    assert_eq!(rid(r#"{"id":1,"\u0069d":1,"id":2}"#), None);
     // A syntax error anywhere in the prefix.
     assert_eq!(rid(r#"{"id":1 "x":2}"#), None);
     assert_eq!(rid(r#"{"a":[1,}],"id":1}"#), None);
@@ -752,10 +756,11 @@ fn recover_id_ambiguity() {
     assert_eq!(rid(r#"{"a":tru,"id":1}"#), None);
     assert_eq!(rid(r#"{"id":1}x"#), None);
     assert_eq!(rid("{\"id\":1}\r"), num(1));
-    // Deep nesting before the id.
-    let deep = format!("{{\"a\":{}1{},\"id\":2}}", "[".repeat(128), "]".repeat(128));
+    // Deep nesting before the id: up to serde_json's 127 levels (the object
+    // and 126 arrays), as for the whole-line scan.
+    let deep = format!("{{\"a\":{}1{},\"id\":2}}", "[".repeat(126), "]".repeat(126));
     assert_eq!(rid(&deep), num(2));
-    let deeper = format!("{{\"a\":{}1{},\"id\":2}}", "[".repeat(129), "]".repeat(129));
+    let deeper = format!("{{\"a\":{}1{},\"id\":2}}", "[".repeat(127), "]".repeat(127));
     assert_eq!(rid(&deeper), None);
 }
 
