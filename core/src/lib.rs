@@ -230,7 +230,8 @@ pub use guard::proxy::{
 };
 pub use guard::{
     GuardAction, GuardConfig, GuardInput, GuardOutput, GuardReport, GuardSession,
-    DEFAULT_FINAL_FLUSH, DEFAULT_STDERR_FORWARD, EXIT_GUARD_CLOSED, EXIT_UNKNOWN,
+    DEFAULT_FINAL_FLUSH, DEFAULT_MAX_WAITING_RECORDS, DEFAULT_STDERR_FORWARD, EXIT_GUARD_CLOSED,
+    EXIT_UNKNOWN,
 };
 pub use helper::{
     ApprovalError, ApprovalRequest, CapturedOutput, HelperAction, HelperConfig, HelperInput,

@@ -1,11 +1,11 @@
 //! The `--audit` log, written without the loop ever waiting on the disk (G1).
 //!
 //! The chain (hashes) is computed in the loop; the file writes and the fsync
-//! of each batch happen on one writer thread. A batch is numbered; the loop
-//! holds back a request for the server until the batch holding its
-//! `dispatched` record is on disk (G12), and meanwhile keeps reading. The
-//! lines in flight are bounded: past [`MAX_PENDING_LINES`] the loop stops
-//! reading the host until the disk catches up.
+//! of each batch happen on one writer thread, which counts the records on
+//! disk ([`AuditLog::records_done`]); the loop tells the session, which
+//! holds back a request for the server until its `dispatched` record is on
+//! disk (G12) and stops asking for the host's input while too many records
+//! wait (`GuardConfig::audit_gate`); meanwhile the loop keeps reading.
 //!
 //! A session's entries start with `session_start` and end with a seal
 //! (counts by kind and the last hash), written by [`AuditLog::close`] on
@@ -23,14 +23,12 @@ use std::sync::Arc;
 use mcp_stdio_core::audit::{AuditChain, AuditKey};
 use serde::Serialize;
 
-/// Audit lines handed to the writer thread and not yet on disk before the
-/// guard stops reading the host. Records are ≈ 1–2 KiB: ≈ 2 MiB worst case.
-pub(crate) const MAX_PENDING_LINES: u64 = 1024;
-
 /// One numbered batch: its lines, then one fsync.
 struct Batch {
     seq: u64,
     lines: Vec<Vec<u8>>,
+    /// How many of the lines are records ([`AuditLog::append`]).
+    records: u64,
 }
 
 /// What the writer thread reports.
@@ -38,8 +36,8 @@ struct Batch {
 struct Progress {
     /// Highest batch number on disk (or failed and reported).
     batches_done: AtomicU64,
-    /// Lines on disk (or failed and reported).
-    lines_done: AtomicU64,
+    /// Records on disk (or failed and reported).
+    records_done: AtomicU64,
     wake: tokio::sync::Notify,
 }
 
@@ -50,7 +48,8 @@ pub(crate) struct AuditLog {
     tx: Option<mpsc::Sender<Batch>>,
     progress: Arc<Progress>,
     batches_sent: u64,
-    lines_sent: u64,
+    /// Records in the batch being built.
+    batch_records: u64,
 }
 
 impl AuditLog {
@@ -118,28 +117,31 @@ impl AuditLog {
             tx: Some(tx),
             progress,
             batches_sent: 0,
-            lines_sent: 0,
+            batch_records: 0,
         })
     }
 
-    /// Adds a record to the current batch.
+    /// Adds a record to the current batch. A record the chain refuses still
+    /// counts, as done once its batch is: the session waits for it, and a
+    /// refused record is logged, not waited for forever.
     pub(crate) fn append(&mut self, record: &impl Serialize) {
         match self.chain.append(record) {
             Ok(line) => self.batch.push(line),
             Err(e) => tracing::error!(error = %e, "audit record not appended"),
         }
+        self.batch_records += 1;
     }
 
     /// Hands the current batch to the writer; returns the number of the last
     /// batch sent (what a message written after these records must wait for).
     pub(crate) fn commit(&mut self) -> u64 {
-        if !self.batch.is_empty() {
+        if !self.batch.is_empty() || self.batch_records > 0 {
             let lines = std::mem::take(&mut self.batch);
             self.batches_sent += 1;
-            self.lines_sent += lines.len() as u64;
             let batch = Batch {
                 seq: self.batches_sent,
                 lines,
+                records: std::mem::take(&mut self.batch_records),
             };
             if let Some(tx) = &self.tx {
                 if tx.send(batch).is_err() {
@@ -155,10 +157,9 @@ impl AuditLog {
         self.progress.batches_done.load(Ordering::Acquire)
     }
 
-    /// Lines handed out and not yet on disk.
-    pub(crate) fn pending_lines(&self) -> u64 {
-        self.lines_sent
-            .saturating_sub(self.progress.lines_done.load(Ordering::Acquire))
+    /// Records ([`append`](Self::append)) on disk, counted from the first.
+    pub(crate) fn records_done(&self) -> u64 {
+        self.progress.records_done.load(Ordering::Acquire)
     }
 
     /// True while a batch handed out is not yet on disk.
@@ -211,8 +212,8 @@ fn write_batches(rx: &mpsc::Receiver<Batch>, mut file: File, path: &Path, progre
             tracing::error!(path = %path.display(), error = %e, "audit fsync failed");
         }
         progress
-            .lines_done
-            .fetch_add(batch.lines.len() as u64, Ordering::AcqRel);
+            .records_done
+            .fetch_add(batch.records, Ordering::AcqRel);
         progress.batches_done.store(batch.seq, Ordering::Release);
         progress.wake.notify_one();
     }

@@ -11,12 +11,13 @@
 //! outputs and writes what the pipes take now. Nothing waits for a write, a
 //! flush or the disk while it could read (G1).
 //!
-//! Two queues stay here, each bounded by the proxy (which counts bytes until
-//! they are written): the messages for the server, each behind the audit
-//! batch that must be on disk first (G12), and the host's next message (the
-//! session gives one at a time).
+//! No queue lives here: the session holds the message being written to each
+//! side and offers it (`GuardOutput::ToServer`, `GuardOutput::ToHost`) until
+//! the pipe took it; a request for the server is offered only once the
+//! audit writer reports its record on disk (`GuardInput::RecordsDurable`,
+//! G12), and the session stops asking for the host's input while too many
+//! records wait for the disk.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -33,7 +34,7 @@ use mcp_stdio_tokio::driver::{DeadlineTimer, Pipe, Sink, Source};
 use mcp_stdio_tokio::leader::Leader;
 use mcp_stdio_tokio::runtime::Tokio;
 
-use super::audit_log::{AuditLog, MAX_PENDING_LINES};
+use super::audit_log::AuditLog;
 
 /// How long the audit log may take to reach the disk at exit.
 pub(super) const AUDIT_CLOSE: Duration = Duration::from_secs(5);
@@ -80,43 +81,6 @@ impl ServerPipes {
             stdout: stdout.map(|p| Pipe::new(rt, p)).transpose()?,
             stderr: stderr.map(|p| Pipe::new(rt, p)).transpose()?,
         })
-    }
-}
-
-/// Messages taken from the session, written one after another as the pipe
-/// accepts them. Bounded by the proxy, which counts them until written.
-/// Each message may carry a gate: the audit batch that must be on disk first.
-#[derive(Default)]
-struct Outbox {
-    queue: VecDeque<(u64, Vec<u8>)>,
-    offset: usize,
-}
-
-impl Outbox {
-    fn push(&mut self, bytes: Vec<u8>, gate: u64) {
-        self.queue.push_back((gate, bytes));
-    }
-    /// The front, if its gate is passed (`done` is the last batch on disk).
-    fn front_after(&self, done: u64) -> Option<&[u8]> {
-        match self.queue.front() {
-            Some((gate, b)) if *gate <= done => Some(&b[self.offset..]),
-            _ => None,
-        }
-    }
-    fn advance(&mut self, n: usize) {
-        self.offset += n;
-        if self
-            .queue
-            .front()
-            .is_some_and(|(_, b)| self.offset >= b.len())
-        {
-            self.queue.pop_front();
-            self.offset = 0;
-        }
-    }
-    fn clear(&mut self) {
-        self.queue.clear();
-        self.offset = 0;
     }
 }
 
@@ -252,8 +216,12 @@ struct GuardLoop<'a> {
     server_err: Option<Pipe<Tokio>>,
     host_in: Option<Stdin<Tokio>>,
     host_out: Option<HostOut>,
-    to_server: Outbox,
-    to_host: Outbox,
+    /// A write to the server's stdin was pending: say `ServerWritable` next turn.
+    server_parked: bool,
+    /// A write to the host was pending: say `HostWritable` next turn.
+    host_parked: bool,
+    /// Records reported durable to the session so far.
+    durable: u64,
     host_buf: Vec<u8>,
     err_buf: Vec<u8>,
     audit: Option<AuditLog>,
@@ -294,8 +262,9 @@ pub(super) async fn drive(
         server_err: pipes.stderr,
         host_in,
         host_out: Some(HostOut::open(rt)),
-        to_server: Outbox::default(),
-        to_host: Outbox::default(),
+        server_parked: false,
+        host_parked: false,
+        durable: 0,
         host_buf: vec![0; HOST_READ],
         err_buf: vec![0; STDERR_READ],
         audit,
@@ -323,6 +292,13 @@ impl GuardLoop<'_> {
         for _ in 0..TURNS_PER_POLL {
             // The one clock read of this turn.
             let at = stamp(Instant::now());
+            // A pending write registered its pipe's waker: offer it again.
+            if std::mem::take(&mut self.server_parked) {
+                self.session.handle_input(at, GuardInput::ServerWritable);
+            }
+            if std::mem::take(&mut self.host_parked) {
+                self.session.handle_input(at, GuardInput::HostWritable);
+            }
             let mut busy = self.pump(cx, at);
             for step in [
                 Self::poll_exit,
@@ -418,16 +394,12 @@ impl GuardLoop<'_> {
         busy
     }
 
-    /// Reads the host while the session wants input and the audit writer
-    /// keeps up (past [`MAX_PENDING_LINES`] the host waits for the disk).
+    /// Reads the host while the session wants input (it does not while the
+    /// server or the audit writer is behind).
     fn poll_host_stdin(&mut self, cx: &mut Context<'_>, at: Stamp) -> bool {
         let mut busy = false;
         for _ in 0..HOST_READS_PER_TURN {
-            let audit_behind = self
-                .audit
-                .as_ref()
-                .is_some_and(|a| a.pending_lines() >= MAX_PENDING_LINES);
-            if !self.session.wants_host_input() || audit_behind {
+            if !self.session.wants_host_input() {
                 break;
             }
             let Some(input) = self.host_in.as_mut() else {
@@ -445,26 +417,34 @@ impl GuardLoop<'_> {
         busy
     }
 
-    /// The audit writer's progress: a batch on disk may free a request for
-    /// the server, or room to read the host.
-    fn poll_audit(&mut self, cx: &mut Context<'_>, _at: Stamp) -> bool {
+    /// The audit writer's progress, told to the session: records on disk
+    /// may free a request for the server, or room to read the host.
+    fn poll_audit(&mut self, cx: &mut Context<'_>, at: Stamp) -> bool {
         let Some(audit) = self.audit.as_ref() else {
             return false;
         };
-        if !audit.in_flight() {
-            self.audit_wait = None;
+        // Wait for the writer while a batch is out: a wake for one batch
+        // that leaves another out registers for that one too.
+        self.audit_wait = loop {
+            if !audit.in_flight() {
+                break None;
+            }
+            let mut wait = self
+                .audit_wait
+                .take()
+                .unwrap_or_else(|| Box::pin(audit.progress()));
+            if wait.as_mut().poll(cx).is_pending() {
+                break Some(wait);
+            }
+        };
+        let done = audit.records_done();
+        if done <= self.durable {
             return false;
         }
-        let wait = self
-            .audit_wait
-            .get_or_insert_with(|| Box::pin(audit.progress()));
-        match wait.as_mut().poll(cx) {
-            Poll::Ready(()) => {
-                self.audit_wait = None;
-                true
-            }
-            Poll::Pending => false,
-        }
+        self.durable = done;
+        self.session
+            .handle_input(at, GuardInput::RecordsDurable(done));
+        true
     }
 
     fn poll_terminate(&mut self, cx: &mut Context<'_>, at: Stamp) -> bool {
@@ -487,18 +467,14 @@ impl GuardLoop<'_> {
         }
     }
 
-    /// Drains the session's outputs in its order, then writes what the
-    /// pipes take now (never waiting for them, G1), until neither makes
-    /// progress. `true` if a write did.
+    /// Drains the session's outputs in its order, writing what the pipes
+    /// take now (never waiting for them, G1), then reports what reached the
+    /// host, until neither makes progress. `true` if a write did.
     fn pump(&mut self, cx: &mut Context<'_>, at: Stamp) -> bool {
         let mut busy = false;
         while self.ending.is_none() {
-            self.drain();
-            if self.ending.is_some() {
-                break;
-            }
-            let wrote = self.write_server(cx, at) | self.write_host(cx, at);
-            if !wrote {
+            busy |= self.drain(cx, at);
+            if self.ending.is_some() || !self.host_flushed(cx, at) {
                 break;
             }
             busy = true;
@@ -506,8 +482,11 @@ impl GuardLoop<'_> {
         busy
     }
 
-    /// The session's outputs until its next deadline (or its end).
-    fn drain(&mut self) {
+    /// The session's outputs until its next deadline (or its end); the
+    /// bytes it offers are written as far as the pipes take them now.
+    /// `true` if bytes moved (or a write failed).
+    fn drain(&mut self, cx: &mut Context<'_>, at: Stamp) -> bool {
+        let mut moved = false;
         loop {
             match self.session.poll_output() {
                 GuardOutput::Action(GuardAction::Finished {
@@ -522,7 +501,7 @@ impl GuardLoop<'_> {
                         exit_code,
                         flush_for,
                     });
-                    return;
+                    return moved;
                 }
                 GuardOutput::Action(action) => self.act(action),
                 GuardOutput::Record(record) => {
@@ -530,13 +509,42 @@ impl GuardLoop<'_> {
                         a.append(&record);
                     }
                 }
-                GuardOutput::ToServer(bytes) => {
-                    // A request waits for the batch holding its record (the
-                    // records come first) to be on disk (G12).
-                    let gate = self.audit.as_mut().map_or(0, AuditLog::commit);
-                    self.to_server.push(bytes, gate);
+                GuardOutput::ToServer(out) => {
+                    let r = match self.server_in.as_ref() {
+                        Some(pipe) => match pipe.poll_write(cx, out.bytes()) {
+                            Poll::Ready(r) => r,
+                            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+                        },
+                        None => Err(io::ErrorKind::BrokenPipe.into()),
+                    };
+                    let parked = r
+                        .as_ref()
+                        .is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock);
+                    self.server_parked |= parked;
+                    moved |= !parked;
+                    // A 0-byte write or an error is the session's to judge.
+                    self.session.handle_input(at, GuardInput::ServerWritten(r));
                 }
-                GuardOutput::ToHost(bytes) => self.to_host.push(bytes, 0),
+                GuardOutput::ToHost(out) => {
+                    let r = match self.host_out.as_mut() {
+                        Some(host) => match host.poll_write(cx, out.bytes()) {
+                            Poll::Ready(Ok(0)) => Err(io::ErrorKind::WriteZero.into()),
+                            Poll::Ready(r) => r,
+                            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+                        },
+                        None => Err(io::ErrorKind::BrokenPipe.into()),
+                    };
+                    let input = match r {
+                        Ok(n) => GuardInput::HostTaken(n),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            self.host_parked = true;
+                            GuardInput::HostFull
+                        }
+                        Err(e) => GuardInput::HostWriteFailed(e),
+                    };
+                    moved |= !matches!(input, GuardInput::HostFull);
+                    self.session.handle_input(at, input);
+                }
                 GuardOutput::Stderr(bytes) => {
                     crate::stderr_sink::write(&bytes);
                 }
@@ -546,7 +554,7 @@ impl GuardLoop<'_> {
                         a.commit();
                     }
                     self.deadline = deadline;
-                    return;
+                    return moved;
                 }
             }
         }
@@ -555,10 +563,7 @@ impl GuardLoop<'_> {
     fn act(&mut self, action: GuardAction) {
         match action {
             // Dropping a pipe closes it, mid-message if need be.
-            GuardAction::CloseServerStdin => {
-                self.server_in = None;
-                self.to_server.clear();
-            }
+            GuardAction::CloseServerStdin => self.server_in = None,
             GuardAction::CloseServerReader(ChildStream::Stdout) => self.server_out = None,
             GuardAction::CloseServerReader(ChildStream::Stderr) => self.server_err = None,
             GuardAction::CloseHostInput => self.host_in = None,
@@ -569,65 +574,26 @@ impl GuardLoop<'_> {
                 self.server_out = None;
                 self.server_err = None;
             }
-            GuardAction::CloseHostOutput => {
-                self.host_out = None;
-                self.to_host.clear();
-            }
+            GuardAction::CloseHostOutput => self.host_out = None,
             _ => {}
         }
     }
 
-    /// Writes the messages for the server whose audit gate has passed, as
-    /// far as the pipe takes them now. `true` if bytes moved or failed.
-    fn write_server(&mut self, cx: &mut Context<'_>, at: Stamp) -> bool {
-        let done = self.audit.as_ref().map_or(u64::MAX, AuditLog::done);
-        let (Some(pipe), Some(front)) = (self.server_in.as_ref(), self.to_server.front_after(done))
-        else {
-            return false;
-        };
-        let Poll::Ready(r) = pipe.poll_write(cx, front) else {
-            return false;
-        };
-        if let Ok(n) = r {
-            self.to_server.advance(n);
-        }
-        // A 0-byte write or an error is the session's to judge.
-        self.session.handle_input(at, GuardInput::ServerWritten(r));
-        true
-    }
-
-    /// Writes the host's next message as far as the output takes it now,
-    /// and reports what reached the descriptor. `true` if anything moved.
-    fn write_host(&mut self, cx: &mut Context<'_>, at: Stamp) -> bool {
+    /// Reports what reached the host's descriptor (a writer thread's flush
+    /// answered). `true` if anything did, or the flush failed.
+    fn host_flushed(&mut self, cx: &mut Context<'_>, at: Stamp) -> bool {
         let Some(out) = self.host_out.as_mut() else {
             return false;
         };
-        let mut moved = false;
-        if let Some(front) = self.to_host.front_after(0) {
-            if let Poll::Ready(r) = out.poll_write(cx, front) {
-                moved = true;
-                match r {
-                    Ok(n) => {
-                        self.to_host.advance(n);
-                        self.session.handle_input(at, GuardInput::HostTaken(n));
-                    }
-                    Err(e) => {
-                        self.session
-                            .handle_input(at, GuardInput::HostWriteFailed(e));
-                        return true;
-                    }
-                }
-            }
-        }
-        if let Poll::Ready(r) = out.poll_written(cx) {
-            moved = true;
-            let input = match r {
-                Ok(n) => GuardInput::HostWritten(n),
-                Err(e) => GuardInput::HostWriteFailed(e),
-            };
-            self.session.handle_input(at, input);
-        }
-        moved
+        let Poll::Ready(r) = out.poll_written(cx) else {
+            return false;
+        };
+        let input = match r {
+            Ok(n) => GuardInput::HostWritten(n),
+            Err(e) => GuardInput::HostWriteFailed(e),
+        };
+        self.session.handle_input(at, input);
+        true
     }
 
     /// The session is over: the audit log's last records and its end, our
@@ -640,6 +606,8 @@ impl GuardLoop<'_> {
             flush_for,
         } = self.ending.take().expect("the loop ends at Finished");
         let at = stamp(Instant::now());
+        // The records come before the host's last messages in the session's
+        // order: all of them are out once it offers one.
         loop {
             match self.session.poll_output() {
                 GuardOutput::Record(record) => {
@@ -650,12 +618,7 @@ impl GuardLoop<'_> {
                 GuardOutput::Stderr(bytes) => {
                     crate::stderr_sink::write(&bytes);
                 }
-                GuardOutput::ToHost(bytes) => {
-                    if self.host_out.is_some() {
-                        self.to_host.push(bytes, 0);
-                    }
-                }
-                GuardOutput::Timeout(_) => break,
+                GuardOutput::ToHost(_) | GuardOutput::Timeout(_) => break,
                 GuardOutput::Action(_) | GuardOutput::ToServer(_) => {}
             }
         }
@@ -666,19 +629,28 @@ impl GuardLoop<'_> {
         let Some(mut out) = self.host_out.take() else {
             return exit_code;
         };
-        let (session, to_host) = (&mut *self.session, &mut self.to_host);
+        let session = &mut *self.session;
         let flush = std::future::poll_fn(|cx| loop {
-            if let Some(front) = to_host.front_after(0) {
-                let n = std::task::ready!(out.poll_write(cx, front))?;
-                to_host.advance(n);
-                session.handle_input(at, GuardInput::HostTaken(n));
-                continue;
+            match session.poll_output() {
+                GuardOutput::ToHost(message) => {
+                    let n = match std::task::ready!(out.poll_write(cx, message.bytes()))? {
+                        0 => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                        n => n,
+                    };
+                    session.handle_input(at, GuardInput::HostTaken(n));
+                }
+                GuardOutput::Stderr(bytes) => {
+                    crate::stderr_sink::write(&bytes);
+                }
+                GuardOutput::Timeout(_) => {
+                    if !out.in_flight() {
+                        return Poll::Ready(Ok::<(), io::Error>(()));
+                    }
+                    let n = std::task::ready!(out.poll_written(cx))?;
+                    session.handle_input(at, GuardInput::HostWritten(n));
+                }
+                GuardOutput::Record(_) | GuardOutput::Action(_) | GuardOutput::ToServer(_) => {}
             }
-            if !out.in_flight() {
-                return Poll::Ready(Ok::<(), io::Error>(()));
-            }
-            let n = std::task::ready!(out.poll_written(cx))?;
-            session.handle_input(at, GuardInput::HostWritten(n));
         });
         let _ = tokio::time::timeout(flush_for, flush).await;
         exit_code

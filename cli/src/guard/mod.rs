@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use mcp_stdio_core::CommandSpec;
-use mcp_stdio_core::{GuardConfig, GuardReport, GuardSession};
+use mcp_stdio_core::{GuardConfig, GuardReport, GuardSession, DEFAULT_MAX_WAITING_RECORDS};
 use mcp_stdio_sys::stamp_at as stamp;
 use mcp_stdio_tokio::driver::Runtime;
 use mcp_stdio_tokio::leader::Leader;
@@ -156,6 +156,10 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         .session_id(&session_id);
     *config.supervisor_mut() = settings.supervisor;
     *config.stderr_capture_mut() = settings.stderr_capture.clone();
+    if audit.is_some() {
+        // A request reaches the server only after its record is on disk (G12).
+        config.audit_gate(Some(DEFAULT_MAX_WAITING_RECORDS));
+    }
     let mut session = GuardSession::new(config);
     let code = drive::drive(&rt, &mut session, &mut leader, pipes, audit).await;
     let report = session.report(settings.stderr_excerpt_bytes);

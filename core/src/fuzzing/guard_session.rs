@@ -118,7 +118,7 @@ pub(super) fn run(data: &[u8]) {
                 }
             }
             Op::TakeServer => {
-                if let Some(b) = s.poll_to_server() {
+                if let Some(b) = s.poll_to_server(u64::MAX) {
                     assert!(!stdin_closed, "server bytes after CloseServerStdin");
                     server_taken += b.len();
                 }

@@ -206,7 +206,7 @@ impl Harness {
             }
             Op::TakeServer(n) => {
                 for _ in 0..n {
-                    let Some(b) = self.p.poll_to_server() else {
+                    let Some(b) = self.p.poll_to_server(u64::MAX) else {
                         break;
                     };
                     assert!(

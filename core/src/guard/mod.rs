@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::driver::{exit_before_end, LookForExit};
 use crate::guard::proxy::{HostClosed, Proxy, ProxyConfig, ProxyEvent, ProxyMetrics};
-use crate::io_result::{ChildStream, ReadResult, WriteResult};
+use crate::io_result::{ChildStream, Outgoing, ReadResult, WriteCursor, WriteResult};
 use crate::process::capture::{CaptureConfig, CaptureSummary, OutputCapture, SharedRetentionPool};
 use crate::process::supervisor::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
@@ -34,6 +34,9 @@ pub const EXIT_UNKNOWN: u8 = 1;
 pub const DEFAULT_STDERR_FORWARD: u64 = 1024 * 1024;
 /// Default time the host gets to read what it is owed once the server is gone: 2 s.
 pub const DEFAULT_FINAL_FLUSH: Duration = Duration::from_secs(2);
+/// Records waiting for the disk before the guard stops reading the host,
+/// with the audit gate on ([`GuardConfig::audit_gate`]): 1024.
+pub const DEFAULT_MAX_WAITING_RECORDS: u64 = 1024;
 
 /// Limits of a guard session.
 #[derive(Debug, Clone)]
@@ -45,6 +48,7 @@ pub struct GuardConfig {
     stderr_pool: Option<SharedRetentionPool>,
     stderr_forward: u64,
     final_flush: Duration,
+    audit_gate: Option<u64>,
 }
 
 impl Default for GuardConfig {
@@ -56,6 +60,7 @@ impl Default for GuardConfig {
             stderr_pool: Some(SharedRetentionPool::process()),
             stderr_forward: DEFAULT_STDERR_FORWARD,
             final_flush: DEFAULT_FINAL_FLUSH,
+            audit_gate: None,
         }
     }
 }
@@ -103,6 +108,24 @@ impl GuardConfig {
     pub fn final_flush(&mut self, time: Duration) -> &mut Self {
         self.final_flush = time;
         self
+    }
+
+    /// Turns on the audit gate (G12): `Some(max_waiting)` holds each message
+    /// for the server until every record given before it
+    /// ([`GuardOutput::Record`]) is reported durable
+    /// ([`GuardInput::RecordsDurable`]), and stops reading the host while
+    /// more than `max_waiting` records wait for the disk (the CLI's `--audit`
+    /// uses [`DEFAULT_MAX_WAITING_RECORDS`] = 1024; records are ≈ 1–2 KiB, so
+    /// ≈ 2 MiB worst case in the writer's hands). `None` (the default): no
+    /// record needs to be durable first.
+    pub fn audit_gate(&mut self, max_waiting: Option<u64>) -> &mut Self {
+        self.audit_gate = max_waiting;
+        self
+    }
+
+    /// The audit gate: `Some(max_waiting)` when on.
+    pub fn get_audit_gate(&self) -> Option<u64> {
+        self.audit_gate
     }
 
     /// The proxy's limits.
@@ -162,9 +185,22 @@ pub enum GuardInput<'a> {
     /// [`WriteResult`]); a failure (a 0-byte write included) drops what waits
     /// for the server, with a [`GuardAction::CloseServerStdin`].
     ServerWritten(std::io::Result<usize>),
-    /// The host's writer took this many bytes of the last
-    /// [`GuardOutput::ToHost`]: the next message is offered once all of it is.
+    /// The server's stdin can take bytes again, after a write of
+    /// [`GuardOutput::ToServer`] returned `WouldBlock` (which parks it).
+    ServerWritable,
+    /// The host's writer took this many bytes of [`GuardOutput::ToHost`]'s
+    /// message: the next message is offered once all of it is.
     HostTaken(usize),
+    /// The host's writer takes nothing now (a write returned `WouldBlock` or
+    /// is pending): the host's message is not offered again until
+    /// [`HostWritable`](Self::HostWritable).
+    HostFull,
+    /// The host's writer can take bytes again.
+    HostWritable,
+    /// This many records given by [`GuardOutput::Record`], counted from the
+    /// first, are on disk (with the audit gate on: a message for the server
+    /// is offered only once the records given before it are).
+    RecordsDurable(u64),
     /// This many bytes reached the host's pipe.
     HostWritten(usize),
     /// Writing to the host failed: the host side closes and the server is
@@ -194,7 +230,11 @@ impl std::fmt::Debug for GuardInput<'_> {
                 .field("result", result)
                 .finish_non_exhaustive(),
             Self::ServerWritten(r) => f.debug_tuple("ServerWritten").field(r).finish(),
+            Self::ServerWritable => f.write_str("ServerWritable"),
             Self::HostTaken(n) => f.debug_tuple("HostTaken").field(n).finish(),
+            Self::HostFull => f.write_str("HostFull"),
+            Self::HostWritable => f.write_str("HostWritable"),
+            Self::RecordsDurable(n) => f.debug_tuple("RecordsDurable").field(n).finish(),
             Self::HostWritten(n) => f.debug_tuple("HostWritten").field(n).finish(),
             Self::HostWriteFailed(e) => f.debug_tuple("HostWriteFailed").field(e).finish(),
             Self::Exited(r) => f.debug_tuple("Exited").field(r).finish(),
@@ -207,19 +247,22 @@ impl std::fmt::Debug for GuardInput<'_> {
 /// What the session asks of its loop, in the order it must happen, from
 /// [`GuardSession::poll_output`].
 #[derive(Debug)]
-pub enum GuardOutput {
+pub enum GuardOutput<'a> {
     /// Do this now.
     Action(GuardAction),
-    /// Append this call record to the audit log (before the request it
-    /// names reaches the server: the loop holds that request until the
-    /// record is on disk, G12).
+    /// Append this call record to the audit log. With the audit gate on, the
+    /// request it names is not offered to the server until the loop reports
+    /// the record durable ([`GuardInput::RecordsDurable`], G12).
     Record(CallRecord),
-    /// Queue these bytes for the server's stdin, written as it takes them.
-    ToServer(Vec<u8>),
-    /// Queue this message for the host; report [`GuardInput::HostTaken`] as
-    /// the writer takes it. One at a time while the session runs, so a
+    /// Write what the server's stdin takes of these bytes now and report
+    /// the result ([`GuardInput::ServerWritten`]); a `WouldBlock` (or a
+    /// pending write) parks it until [`GuardInput::ServerWritable`].
+    ToServer(Outgoing<'a>),
+    /// Write what the host's writer takes of this message now and report
+    /// it ([`GuardInput::HostTaken`], or [`GuardInput::HostFull`] when it
+    /// takes nothing). One message at a time while the session runs, so a
     /// cancel can still withdraw a response not yet started.
-    ToHost(Vec<u8>),
+    ToHost(Outgoing<'a>),
     /// Hand these bytes to our own stderr (never blocking): the server's
     /// stderr within its budget, the budget marker, the proxy's notes.
     Stderr(Vec<u8>),
@@ -294,14 +337,17 @@ pub struct GuardReport {
 /// loop {
 ///     loop match s.poll_output() {
 ///         Action(a)    => act (close stdin, signal, drop readers, close host, finish),
-///         Record(r)    => append to the audit log,
-///         ToServer(b)  => queue for the server's stdin,
-///         ToHost(b)    => queue for the host (one message at a time),
+///         Record(r)    => append to the audit log (a batch per drain),
+///         ToServer(b)  => write what the server's stdin takes of b now,
+///                         feed ServerWritten (WouldBlock parks it),
+///         ToHost(b)    => write what the host takes of b now (one message
+///                         at a time), feed HostTaken or HostFull,
 ///         Stderr(b)    => hand to a non-blocking stderr writer,
 ///         Timeout(t)   => break,
 ///     }
-///     wait for: server stdout / stderr, host stdin, write readiness both ways,
-///               child exit, t, SIGTERM/SIGINT/SIGHUP
+///     wait for: server stdout / stderr, host stdin, write readiness both ways
+///               (then ServerWritable / HostWritable), the audit writer
+///               (RecordsDurable), child exit, t, SIGTERM/SIGINT/SIGHUP
 ///     feed what happened: s.handle_input(Stamp, GuardInput::…)
 /// }
 /// ```
@@ -345,8 +391,18 @@ pub struct GuardSession {
     stdin_drain_deadline: Option<Instant>,
     latest: Option<Stamp>,
     finished: Option<ProcessOutcome>,
-    /// Bytes of the last `ToHost` not yet taken by the host's writer.
-    host_owed: usize,
+    /// The message being written to the server's stdin.
+    to_server: WriteCursor,
+    /// A write to the server returned `WouldBlock`: wait for `ServerWritable`.
+    server_parked: bool,
+    /// The message being written to the host.
+    to_host: WriteCursor,
+    /// The host's writer took nothing: wait for `HostWritable`.
+    host_parked: bool,
+    /// Records given by `poll_output`.
+    records_given: u64,
+    /// Records reported durable (the audit gate).
+    records_durable: u64,
     /// Actions the I/O results led to, given before the session's own (at
     /// most one per stream end and write failure: four).
     early: VecDeque<GuardAction>,
@@ -374,7 +430,12 @@ impl GuardSession {
             stdin_drain_deadline: None,
             latest: None,
             finished: None,
-            host_owed: 0,
+            to_server: WriteCursor::Empty,
+            server_parked: false,
+            to_host: WriteCursor::Empty,
+            host_parked: false,
+            records_given: 0,
+            records_durable: 0,
             early: VecDeque::new(),
             exit_wait_failed: false,
             config,
@@ -391,7 +452,11 @@ impl GuardSession {
 
     /// Whether to read more from the host now (the server is keeping up).
     pub fn wants_host_input(&self) -> bool {
-        self.proxy.wants_host_input()
+        let disk_behind = self
+            .config
+            .audit_gate
+            .is_some_and(|max| self.records_given.saturating_sub(self.records_durable) >= max);
+        self.proxy.wants_host_input() && !disk_behind
     }
 
     /// `Some("host_stopped_reading")` when the guard closed the session
@@ -438,7 +503,15 @@ impl GuardSession {
                 }
             }
             GuardInput::ServerWritten(r) => self.handle_server_write_result(r),
-            GuardInput::HostTaken(n) => self.host_owed = self.host_owed.saturating_sub(n),
+            GuardInput::ServerWritable => self.server_parked = false,
+            GuardInput::HostTaken(n) => {
+                self.to_host.advance(n);
+            }
+            GuardInput::HostFull => self.host_parked = true,
+            GuardInput::HostWritable => self.host_parked = false,
+            GuardInput::RecordsDurable(n) => {
+                self.records_durable = self.records_durable.max(n.min(self.records_given));
+            }
             GuardInput::HostWritten(n) => self.handle_host_written(n),
             GuardInput::HostWriteFailed(e) => {
                 tracing::debug!(error = %e, "writing stdout failed");
@@ -456,32 +529,57 @@ impl GuardSession {
     /// bytes for our stderr, and last the next deadline (the end of this
     /// drain; it repeats until the next input).
     #[must_use]
-    pub fn poll_output(&mut self) -> GuardOutput {
+    pub fn poll_output(&mut self) -> GuardOutput<'_> {
         if let Some(action) = self.early.pop_front() {
             return GuardOutput::Action(action);
         }
         if let Some(action) = self.poll_action() {
             if matches!(action, GuardAction::CloseHostOutput) {
-                self.host_owed = 0;
+                self.to_host.clear();
             }
             return GuardOutput::Action(action);
         }
         if let Some(record) = self.poll_record() {
+            self.records_given += 1;
             return GuardOutput::Record(record);
         }
-        if let Some(bytes) = self.poll_to_server() {
-            return GuardOutput::ToServer(bytes);
+        if !self.server_parked && self.finished.is_none() && self.refill_to_server() {
+            return GuardOutput::ToServer(self.to_server.lend());
         }
-        if self.host_owed == 0 || self.finished.is_some() {
-            if let Some(bytes) = self.poll_to_host() {
-                self.host_owed = bytes.len();
-                return GuardOutput::ToHost(bytes);
-            }
+        if !self.host_parked && self.refill_to_host() {
+            return GuardOutput::ToHost(self.to_host.lend());
         }
         if let Some(bytes) = self.poll_stderr() {
             return GuardOutput::Stderr(bytes);
         }
         GuardOutput::Timeout(self.poll_timeout())
+    }
+
+    /// Whether a message for the server is held to be written: the one in
+    /// progress, or the next whose records are durable (all of them when
+    /// the audit gate is off).
+    fn refill_to_server(&mut self) -> bool {
+        if self.to_server.is_empty() {
+            let durable = match self.config.audit_gate {
+                Some(_) => self.records_durable,
+                None => u64::MAX,
+            };
+            if let Some(bytes) = self.poll_to_server(durable) {
+                self.to_server.hold(bytes);
+            }
+        }
+        self.to_server.is_held()
+    }
+
+    /// Whether a message for the host is held to be written: the one in
+    /// progress, or the next once the last was taken whole.
+    fn refill_to_host(&mut self) -> bool {
+        if self.to_host.is_empty() {
+            if let Some(bytes) = self.poll_to_host() {
+                self.to_host.hold(bytes);
+            }
+        }
+        self.to_host.is_held()
     }
 
     // ---- inputs, one by one (what `handle_input` calls) ----
@@ -594,6 +692,7 @@ impl GuardSession {
     /// it is dropped.
     pub(crate) fn handle_server_stdin_error(&mut self) {
         self.server_stdin_closed = true;
+        self.to_server.clear();
         self.proxy.handle_server_input_closed();
     }
 
@@ -663,8 +762,12 @@ impl GuardSession {
     /// and tells the loop to close the pipe.
     fn handle_server_write_result(&mut self, r: std::io::Result<usize>) {
         match WriteResult::from(r) {
-            WriteResult::Bytes(n) => self.handle_server_written(n),
-            WriteResult::Again | WriteResult::Full => {}
+            WriteResult::Bytes(n) => {
+                self.to_server.advance(n);
+                self.handle_server_written(n);
+            }
+            WriteResult::Again => {}
+            WriteResult::Full => self.server_parked = true,
             WriteResult::Failed(e) => {
                 tracing::debug!(error = %e, "server stdin closed");
                 self.handle_server_stdin_error();
@@ -742,6 +845,7 @@ impl GuardSession {
         Some(match action {
             ProcessAction::CloseStdin => {
                 self.server_stdin_closed = true;
+                self.to_server.clear();
                 self.proxy.handle_server_input_closed();
                 GuardAction::CloseServerStdin
             }
@@ -777,12 +881,12 @@ impl GuardSession {
 
     /// The next message for the server's stdin (none once it is closed).
     #[must_use]
-    pub(crate) fn poll_to_server(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn poll_to_server(&mut self, durable: u64) -> Option<Vec<u8>> {
         if self.server_stdin_closed {
             self.proxy.handle_server_input_closed();
             return None;
         }
-        self.proxy.poll_to_server()
+        self.proxy.poll_to_server(durable)
     }
 
     /// The next message for the host (none once the host side is closed).
@@ -916,27 +1020,44 @@ mod tests {
         };
         s.handle_input(clock.at(1), read);
         assert!(matches!(s.poll_output(), GuardOutput::Record(_)));
-        assert!(matches!(s.poll_output(), GuardOutput::ToServer(_)));
+        let GuardOutput::ToServer(out) = s.poll_output() else {
+            panic!("the request is offered after its record");
+        };
+        let n = out.bytes().len();
+        s.handle_input(clock.at(1), GuardInput::ServerWritten(Ok(n)));
         let two =
             b"{\"jsonrpc\":\"2.0\",\"method\":\"a\"}\n{\"jsonrpc\":\"2.0\",\"method\":\"b\"}\n";
         s.handle_server_stdout(clock.at(2), two);
         let first = loop {
             match s.poll_output() {
-                GuardOutput::ToHost(b) => break b,
+                GuardOutput::ToHost(b) => break b.bytes().to_vec(),
                 GuardOutput::Timeout(_) => panic!("the first message is offered"),
                 _ => {}
             }
         };
+        assert!(first.ends_with(b"\"a\"}\n"), "{first:?}");
+        // The host's writer takes nothing now: nothing is offered until it can.
+        s.handle_input(clock.at(3), GuardInput::HostFull);
         assert!(
             !std::iter::from_fn(|| match s.poll_output() {
                 GuardOutput::Timeout(_) => None,
-                other => Some(other),
+                other => Some(matches!(other, GuardOutput::ToHost(_))),
             })
-            .any(|o| matches!(o, GuardOutput::ToHost(_))),
-            "no second message before the first is taken"
+            .any(|to_host| to_host),
+            "nothing for a full host"
         );
-        s.handle_input(clock.at(3), GuardInput::HostTaken(first.len()));
-        assert!(matches!(s.poll_output(), GuardOutput::ToHost(_)));
+        s.handle_input(clock.at(3), GuardInput::HostWritable);
+        // Part of it taken: the rest is offered, not the second message.
+        s.handle_input(clock.at(3), GuardInput::HostTaken(3));
+        let GuardOutput::ToHost(rest) = s.poll_output() else {
+            panic!("the rest of the first message");
+        };
+        assert_eq!(rest.bytes(), &first[3..]);
+        s.handle_input(clock.at(3), GuardInput::HostTaken(first.len() - 3));
+        let GuardOutput::ToHost(second) = s.poll_output() else {
+            panic!("the second message once the first is taken");
+        };
+        assert!(second.bytes().ends_with(b"\"b\"}\n"));
         let look = &mut || Ok(None);
         let end = GuardInput::ServerRead {
             stream: ChildStream::Stderr,
@@ -949,6 +1070,70 @@ mod tests {
             s.poll_output(),
             GuardOutput::Action(GuardAction::CloseServerReader(ChildStream::Stderr))
         ));
+    }
+
+    /// G12: with the audit gate on, a request reaches the server only after
+    /// the loop reports its `dispatched` record durable, and the host is not
+    /// read while too many records wait for the disk.
+    #[test]
+    fn g12_the_audit_gate_holds_a_request_until_its_record_is_durable() {
+        let mut config = GuardConfig::default();
+        config.audit_gate(Some(2));
+        let clock = Clock {
+            base: Instant::now(),
+        };
+        let mut s = GuardSession::new(config);
+        s.handle_spawned(clock.at(0));
+        let request = |id: u32| {
+            format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"t\"}}}}\n"
+            )
+        };
+        let one = request(1);
+        let read = GuardInput::HostRead {
+            result: Ok(one.len()),
+            buf: one.as_bytes(),
+        };
+        s.handle_input(clock.at(1), read);
+        assert!(matches!(s.poll_output(), GuardOutput::Record(_)));
+        assert!(
+            matches!(s.poll_output(), GuardOutput::Timeout(_)),
+            "the request waits for its record"
+        );
+        assert!(s.wants_host_input(), "one record waits, the bound is two");
+        let two = request(2);
+        let read = GuardInput::HostRead {
+            result: Ok(two.len()),
+            buf: two.as_bytes(),
+        };
+        s.handle_input(clock.at(2), read);
+        assert!(matches!(s.poll_output(), GuardOutput::Record(_)));
+        assert!(matches!(s.poll_output(), GuardOutput::Timeout(_)));
+        assert!(!s.wants_host_input(), "two records wait for the disk");
+        // The first record is on disk: the first request goes, not the second.
+        s.handle_input(clock.at(3), GuardInput::RecordsDurable(1));
+        assert!(s.wants_host_input());
+        let GuardOutput::ToServer(out) = s.poll_output() else {
+            panic!("the first request, its record durable");
+        };
+        assert!(out.bytes().starts_with(b"{\"jsonrpc\":\"2.0\",\"id\":1"));
+        let n = out.bytes().len();
+        s.handle_input(clock.at(3), GuardInput::ServerWritten(Ok(n)));
+        assert!(matches!(s.poll_output(), GuardOutput::Timeout(_)));
+        // A count past what was given is taken as all that was given.
+        s.handle_input(clock.at(4), GuardInput::RecordsDurable(99));
+        let GuardOutput::ToServer(out) = s.poll_output() else {
+            panic!("the second request");
+        };
+        assert!(out.bytes().starts_with(b"{\"jsonrpc\":\"2.0\",\"id\":2"));
+        // A full pipe parks it until writable.
+        s.handle_input(
+            clock.at(4),
+            GuardInput::ServerWritten(Err(std::io::ErrorKind::WouldBlock.into())),
+        );
+        assert!(matches!(s.poll_output(), GuardOutput::Timeout(_)));
+        s.handle_input(clock.at(5), GuardInput::ServerWritable);
+        assert!(matches!(s.poll_output(), GuardOutput::ToServer(_)));
     }
 
     #[test]
@@ -994,11 +1179,11 @@ mod tests {
             s.poll_record().map(|r| r.state()),
             Some(CallState::Dispatched)
         );
-        let b = s.poll_to_server().expect("the request");
+        let b = s.poll_to_server(u64::MAX).expect("the request");
         s.handle_server_written(b.len());
         s.handle_host_eof(clock.at(2));
         assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
-        assert!(s.poll_to_server().is_none(), "stdin is closed");
+        assert!(s.poll_to_server(u64::MAX).is_none(), "stdin is closed");
         s.handle_exited(clock.at(3), ExitStatus::Code(3));
         s.handle_server_stdout_eof(clock.at(3));
         s.handle_server_stderr_eof(clock.at(3));
@@ -1028,7 +1213,7 @@ mod tests {
             actions(&mut s).is_empty(),
             "stdin stays open while a message waits"
         );
-        let b = s.poll_to_server().expect("the last message");
+        let b = s.poll_to_server(u64::MAX).expect("the last message");
         assert!(actions(&mut s).is_empty(), "taken is not written");
         s.handle_server_written(b.len());
         assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
@@ -1039,7 +1224,7 @@ mod tests {
         let (mut s, clock) = session(1 << 20);
         s.handle_host(clock.at(1), b"{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\n");
         s.handle_host_eof(clock.at(1));
-        let _ = s.poll_to_server();
+        let _ = s.poll_to_server(u64::MAX);
         assert!(actions(&mut s).is_empty());
         assert_eq!(s.poll_timeout(), Some(clock.at(1001).instant));
         s.handle_timeout(clock.at(1001));

@@ -352,7 +352,9 @@ pub(crate) struct Proxy {
 #[derive(Debug)]
 struct State {
     config: ProxyConfig,
-    to_server: VecDeque<Vec<u8>>,
+    /// Messages for the server, each with its gate: the count of records
+    /// made before it, which must be durable before it is handed out (G12).
+    to_server: VecDeque<(u64, Vec<u8>)>,
     to_server_bytes: usize,
     server_unwritten: usize,
     /// Messages for the host, each with the id of the response it is (so a
@@ -364,6 +366,8 @@ struct State {
     events: VecDeque<ProxyEvent>,
     notes: VecDeque<String>,
     records: VecDeque<CallRecord>,
+    /// Records made so far (handed out or not).
+    records_made: u64,
     tracked: HashMap<Id, CallLifecycle>,
     cancelled: RecentIds,
     next_call: u64,
@@ -391,6 +395,7 @@ impl Proxy {
                 events: VecDeque::new(),
                 notes: VecDeque::new(),
                 records: VecDeque::new(),
+                records_made: 0,
                 tracked: HashMap::new(),
                 cancelled: RecentIds::new(config.max_cancelled),
                 next_call: 1,
@@ -542,7 +547,7 @@ impl Proxy {
             if let Some(status) = exit {
                 call.observe_exit(status);
             }
-            self.state.records.push_back(call.record().clone());
+            self.state.push_record(call.record().clone());
         }
     }
 
@@ -561,12 +566,18 @@ impl Proxy {
         self.state.records.pop_front()
     }
 
-    /// The next message (with its `\n`) for the server's stdin. Its bytes
-    /// stay counted until [`handle_server_written`](Self::handle_server_written).
+    /// The next message (with its `\n`) for the server's stdin, once the
+    /// records made before it are durable: `durable` counts the records
+    /// given out by [`poll_record`](Self::poll_record) that are on disk
+    /// (`u64::MAX` when none need to be). Its bytes stay counted until
+    /// [`handle_server_written`](Self::handle_server_written).
     #[must_use]
-    pub(crate) fn poll_to_server(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn poll_to_server(&mut self, durable: u64) -> Option<Vec<u8>> {
         let s = &mut self.state;
-        let b = s.to_server.pop_front()?;
+        if s.to_server.front().is_none_or(|(gate, _)| *gate > durable) {
+            return None;
+        }
+        let (_, b) = s.to_server.pop_front()?;
         s.to_server_bytes -= b.len();
         s.server_unwritten += b.len();
         Some(b)
@@ -711,7 +722,12 @@ impl State {
 
     fn send_server(&mut self, bytes: Vec<u8>) {
         self.to_server_bytes += bytes.len();
-        self.to_server.push_back(bytes);
+        self.to_server.push_back((self.records_made, bytes));
+    }
+
+    fn push_record(&mut self, record: CallRecord) {
+        self.records.push_back(record);
+        self.records_made += 1;
     }
 
     fn reply_error(&mut self, id: Option<&Id>, code: i64, message: String) {
@@ -738,7 +754,7 @@ impl State {
         // Tracked calls are dispatched, so `complete` is legal.
         let _ = call.complete(at, outcome);
         call.note(at.unix_ms, note);
-        self.records.push_back(call.record().clone());
+        self.push_record(call.record().clone());
     }
 
     fn on_host_event(&mut self, at: Stamp, ev: FrameEvent<'_>) {
@@ -828,7 +844,7 @@ impl State {
                         &format!("{} request of {} bytes", r.method, text.len()),
                     );
                     // G12: the record is out before the request is handed out.
-                    self.records.push_back(call.record().clone());
+                    self.push_record(call.record().clone());
                     self.cancelled.remove(&r.id);
                     self.tracked.insert(r.id, call);
                 }
@@ -841,7 +857,7 @@ impl State {
                         // Dispatched, so this is `cancelled_after_dispatch`.
                         let _ = call.cancel(at);
                         call.note(at.unix_ms, "cancelled by the host");
-                        self.records.push_back(call.record().clone());
+                        self.push_record(call.record().clone());
                     }
                     self.cancelled.insert(id);
                 }

@@ -19,7 +19,7 @@ fn drain_host(p: &mut Proxy) -> Vec<String> {
 
 fn drain_server(p: &mut Proxy) -> Vec<String> {
     let mut v = Vec::new();
-    while let Some(b) = p.poll_to_server() {
+    while let Some(b) = p.poll_to_server(u64::MAX) {
         p.handle_server_written(b.len());
         v.push(String::from_utf8(b).expect("utf-8"));
     }
@@ -341,8 +341,8 @@ fn g1_server_backlog_pauses_host_reading() {
     p.handle_host(at(), req.as_bytes());
     p.handle_host(at(), req.replace(":1,", ":2,").as_bytes());
     assert!(!p.wants_host_input());
-    let a = p.poll_to_server().expect("queued");
-    let b = p.poll_to_server().expect("queued");
+    let a = p.poll_to_server(u64::MAX).expect("queued");
+    let b = p.poll_to_server(u64::MAX).expect("queued");
     assert!(!p.wants_host_input(), "taken is not written");
     p.handle_server_written(a.len() + b.len());
     assert!(p.wants_host_input());
