@@ -132,6 +132,7 @@ mod driver;
 mod guard;
 mod helper;
 mod io_result;
+mod outbox;
 mod process;
 mod records;
 mod serve;
@@ -239,7 +240,8 @@ pub use helper::{
     DEFAULT_MAX_DURATION, DEFAULT_STDOUT_TAIL, DISCOVERY_EXCERPT, DISCOVERY_MAX_DURATION,
     DISCOVERY_STDERR_TAIL, DISCOVERY_STDOUT_TAIL,
 };
-pub use io_result::{ChildStream, Note, NoteLevel, Outgoing, ReadResult, WriteResult};
+pub use io_result::{ChildStream, Note, NoteLevel, ReadResult, WriteResult};
+pub use outbox::Outgoing;
 pub use serve::{
     result_budget, ServeAction, ServeEnd, ServeInput, ServeLifecycle, ServeOptions, ServeOutput,
     ServeReport, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HELPER_GRACE, EXIT_WRITE_GRACE,

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::outbox::Outbox;
 use crate::process::capture::{
     CaptureConfig, CaptureSummary, Grant, OutputCapture, SharedRetentionPool, DEFAULT_EXCERPT,
 };
@@ -706,6 +707,16 @@ impl HostSession {
     }
 
     // ---- outputs ----
+
+    /// The session's outgoing queue, and the message being written from it.
+    pub(crate) fn outbox(&self) -> &Outbox<()> {
+        self.session.outbox()
+    }
+
+    /// The same, to fill and write from.
+    pub(crate) fn outbox_mut(&mut self) -> &mut Outbox<()> {
+        self.session.outbox_mut()
+    }
 
     /// The next message for the server's stdin.
     #[must_use]

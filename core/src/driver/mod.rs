@@ -54,9 +54,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::driver::host::{ClientOptions, HostAction, HostSession, RequestError, SessionRecord};
-use crate::io_result::{
-    ChildStream, Note, NoteLevel, Outgoing, ReadResult, WriteCursor, WriteResult,
-};
+use crate::io_result::{ChildStream, Note, NoteLevel, ReadResult, WriteResult};
+use crate::outbox::Outgoing;
 use crate::process::supervisor::{ExitStatus, Signal};
 use crate::session::client::{ClientEvent, ClientMetrics, Incoming, RequestFailure};
 use crate::wire::frame::ReadRoom;
@@ -485,7 +484,6 @@ pub struct ClientDriver<C: ReplyChannel> {
     pid: u32,
     waiters: HashMap<Id, Waiter<C>>,
     cancels: Arc<CancelRegistry>,
-    write: WriteCursor,
     stdin_open: bool,
     /// Stdin said `WouldBlock`: nothing is offered until it is writable.
     parked: bool,
@@ -504,7 +502,7 @@ impl<C: ReplyChannel> fmt::Debug for ClientDriver<C> {
         f.debug_struct("ClientDriver")
             .field("pid", &self.pid)
             .field("waiters", &self.waiters.len())
-            .field("write", &self.write)
+            .field("write", self.host.outbox().cursor())
             .field("finished", &self.finished)
             .finish_non_exhaustive()
     }
@@ -527,7 +525,6 @@ impl<C: ReplyChannel> ClientDriver<C> {
             pid,
             waiters: HashMap::new(),
             cancels,
-            write: WriteCursor::Empty,
             stdin_open: true,
             parked: false,
             client_gone: false,
@@ -611,8 +608,8 @@ impl<C: ReplyChannel> ClientDriver<C> {
         }
         if !self.parked {
             self.refill();
-            if self.write.is_held() {
-                return DriverOutput::Write(self.write.lend());
+            if self.host.outbox_mut().writing_is_held() {
+                return DriverOutput::Write(self.host.outbox_mut().lend());
             }
         }
         DriverOutput::Timeout(self.poll_timeout())
@@ -746,14 +743,14 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
     /// `n` more bytes of the held (or lent) message reached the pipe.
     pub(crate) fn handle_written(&mut self, n: usize) {
-        self.write.advance(n);
+        self.host.outbox_mut().advance(n);
     }
 
     /// Writing to the server's stdin failed (it closed its end or died):
     /// nothing more is written; stdout's end and the exit follow.
     pub(crate) fn handle_write_failed(&mut self) {
         self.stdin_open = false;
-        self.write.clear();
+        self.host.outbox_mut().clear_writing();
     }
 
     /// Time passed: request deadlines and shutdown graces. Early calls do nothing.
@@ -906,7 +903,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
         Some(match action {
             HostAction::CloseStdin => {
                 self.stdin_open = false;
-                self.write.clear();
+                self.host.outbox_mut().clear_writing();
                 DriverAction::CloseStdin
             }
             HostAction::SignalGroup(sig) => DriverAction::SignalGroup(sig),
@@ -920,7 +917,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
     /// Whether bytes wait to be written (held or lent).
     pub fn is_writing(&self) -> bool {
-        !self.write.is_empty()
+        !self.host.outbox().writing_is_empty()
     }
 
     /// The next server→client message from the core's bounded inbox (G5);
@@ -942,9 +939,9 @@ impl<C: ReplyChannel> ClientDriver<C> {
             while self.host.poll_transmit().is_some() {}
             return;
         }
-        if self.write.is_empty() {
+        if self.host.outbox_mut().writing_is_empty() {
             if let Some(bytes) = self.host.poll_transmit() {
-                self.write.hold(bytes);
+                self.host.outbox_mut().hold(bytes);
             }
         }
     }
@@ -970,7 +967,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
     fn finish(&mut self) {
         self.finished = true;
         self.stdin_open = false;
-        self.write.clear();
+        self.host.outbox_mut().clear_writing();
         // Completions for everything pending were emitted by the session's
         // close; anything left gets SessionClosed.
         self.complete_waiters();
@@ -986,13 +983,13 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
 #[cfg(test)]
 mod tests {
-    use crate::io_result::WriteCursor;
+    use crate::outbox::WriteCursor;
 
     impl<C: ReplyChannel> ClientDriver<C> {
         /// The held message's rest, as `poll_output` would offer it.
         fn poll_write(&mut self) -> Option<&[u8]> {
             self.refill();
-            match &self.write {
+            match self.host.outbox().cursor() {
                 WriteCursor::Held { bytes, offset } if !self.parked => Some(&bytes[*offset..]),
                 _ => None,
             }
@@ -1001,7 +998,11 @@ mod tests {
         /// The held message, taken whole as a writer task would.
         fn poll_write_owned(&mut self) -> Option<Vec<u8>> {
             self.refill();
-            self.write.is_held().then(|| self.write.lend().take())
+            self.host
+                .outbox()
+                .cursor()
+                .is_held()
+                .then(|| self.host.outbox_mut().lend().take())
         }
     }
 

@@ -15,7 +15,8 @@ use serde::Serialize;
 
 use crate::driver::{exit_before_end, LookForExit};
 use crate::guard::proxy::{HostClosed, Proxy, ProxyConfig, ProxyEvent, ProxyMetrics};
-use crate::io_result::{ChildStream, Outgoing, ReadResult, WriteCursor, WriteResult};
+use crate::io_result::{ChildStream, ReadResult, WriteResult};
+use crate::outbox::Outgoing;
 use crate::process::capture::{CaptureConfig, CaptureSummary, OutputCapture, SharedRetentionPool};
 use crate::process::supervisor::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
@@ -391,12 +392,8 @@ pub struct GuardSession {
     stdin_drain_deadline: Option<Instant>,
     latest: Option<Stamp>,
     finished: Option<ProcessOutcome>,
-    /// The message being written to the server's stdin.
-    to_server: WriteCursor,
     /// A write to the server returned `WouldBlock`: wait for `ServerWritable`.
     server_parked: bool,
-    /// The message being written to the host.
-    to_host: WriteCursor,
     /// The host's writer took nothing: wait for `HostWritable`.
     host_parked: bool,
     /// Records given by `poll_output`.
@@ -430,9 +427,7 @@ impl GuardSession {
             stdin_drain_deadline: None,
             latest: None,
             finished: None,
-            to_server: WriteCursor::Empty,
             server_parked: false,
-            to_host: WriteCursor::Empty,
             host_parked: false,
             records_given: 0,
             records_durable: 0,
@@ -505,7 +500,7 @@ impl GuardSession {
             GuardInput::ServerWritten(r) => self.handle_server_write_result(r),
             GuardInput::ServerWritable => self.server_parked = false,
             GuardInput::HostTaken(n) => {
-                self.to_host.advance(n);
+                self.proxy.host_outbox_mut().advance(n);
             }
             GuardInput::HostFull => self.host_parked = true,
             GuardInput::HostWritable => self.host_parked = false,
@@ -535,7 +530,7 @@ impl GuardSession {
         }
         if let Some(action) = self.poll_action() {
             if matches!(action, GuardAction::CloseHostOutput) {
-                self.to_host.clear();
+                self.proxy.host_outbox_mut().clear_writing();
             }
             return GuardOutput::Action(action);
         }
@@ -544,10 +539,10 @@ impl GuardSession {
             return GuardOutput::Record(record);
         }
         if !self.server_parked && self.finished.is_none() && self.refill_to_server() {
-            return GuardOutput::ToServer(self.to_server.lend());
+            return GuardOutput::ToServer(self.proxy.server_outbox_mut().lend());
         }
         if !self.host_parked && self.refill_to_host() {
-            return GuardOutput::ToHost(self.to_host.lend());
+            return GuardOutput::ToHost(self.proxy.host_outbox_mut().lend());
         }
         if let Some(bytes) = self.poll_stderr() {
             return GuardOutput::Stderr(bytes);
@@ -559,27 +554,27 @@ impl GuardSession {
     /// progress, or the next whose records are durable (all of them when
     /// the audit gate is off).
     fn refill_to_server(&mut self) -> bool {
-        if self.to_server.is_empty() {
+        if self.proxy.server_outbox_mut().writing_is_empty() {
             let durable = match self.config.audit_gate {
                 Some(_) => self.records_durable,
                 None => u64::MAX,
             };
             if let Some(bytes) = self.poll_to_server(durable) {
-                self.to_server.hold(bytes);
+                self.proxy.server_outbox_mut().hold(bytes);
             }
         }
-        self.to_server.is_held()
+        self.proxy.server_outbox_mut().writing_is_held()
     }
 
     /// Whether a message for the host is held to be written: the one in
     /// progress, or the next once the last was taken whole.
     fn refill_to_host(&mut self) -> bool {
-        if self.to_host.is_empty() {
+        if self.proxy.host_outbox_mut().writing_is_empty() {
             if let Some(bytes) = self.poll_to_host() {
-                self.to_host.hold(bytes);
+                self.proxy.host_outbox_mut().hold(bytes);
             }
         }
-        self.to_host.is_held()
+        self.proxy.host_outbox_mut().writing_is_held()
     }
 
     // ---- inputs, one by one (what `handle_input` calls) ----
@@ -692,7 +687,6 @@ impl GuardSession {
     /// it is dropped.
     pub(crate) fn handle_server_stdin_error(&mut self) {
         self.server_stdin_closed = true;
-        self.to_server.clear();
         self.proxy.handle_server_input_closed();
     }
 
@@ -763,7 +757,7 @@ impl GuardSession {
     fn handle_server_write_result(&mut self, r: std::io::Result<usize>) {
         match WriteResult::from(r) {
             WriteResult::Bytes(n) => {
-                self.to_server.advance(n);
+                self.proxy.server_outbox_mut().advance(n);
                 self.handle_server_written(n);
             }
             WriteResult::Again => {}
@@ -845,7 +839,6 @@ impl GuardSession {
         Some(match action {
             ProcessAction::CloseStdin => {
                 self.server_stdin_closed = true;
-                self.to_server.clear();
                 self.proxy.handle_server_input_closed();
                 GuardAction::CloseServerStdin
             }

@@ -75,6 +75,7 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
 
+use crate::outbox::Outbox;
 use crate::records::call::{CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord};
 use crate::time::Stamp;
 use crate::wire::frame::{
@@ -354,13 +355,11 @@ struct State {
     config: ProxyConfig,
     /// Messages for the server, each with its gate: the count of records
     /// made before it, which must be durable before it is handed out (G12).
-    to_server: VecDeque<(u64, Vec<u8>)>,
-    to_server_bytes: usize,
+    to_server: Outbox<u64>,
     server_unwritten: usize,
     /// Messages for the host, each with the id of the response it is (so a
     /// cancel can withdraw one not yet handed out).
-    to_host: VecDeque<(Option<Id>, Vec<u8>)>,
-    to_host_bytes: usize,
+    to_host: Outbox<Option<Id>>,
     host_unwritten: usize,
     host_closed: Option<HostClosed>,
     events: VecDeque<ProxyEvent>,
@@ -385,11 +384,9 @@ impl Proxy {
             host_framer: Framer::new(framing.clone()),
             server_framer: Framer::new(framing),
             state: State {
-                to_server: VecDeque::new(),
-                to_server_bytes: 0,
+                to_server: Outbox::default(),
                 server_unwritten: 0,
-                to_host: VecDeque::new(),
-                to_host_bytes: 0,
+                to_host: Outbox::default(),
                 host_unwritten: 0,
                 host_closed: None,
                 events: VecDeque::new(),
@@ -428,7 +425,7 @@ impl Proxy {
 
     /// Bytes waiting for the server: queued here plus taken and not written.
     pub(crate) fn server_backlog(&self) -> usize {
-        self.state.to_server_bytes + self.state.server_unwritten
+        self.state.to_server.queued_bytes() + self.state.server_unwritten
     }
 
     /// Whether the adapter should read more from the host: false while more
@@ -518,7 +515,6 @@ impl Proxy {
     pub(crate) fn handle_server_input_closed(&mut self) {
         let s = &mut self.state;
         s.to_server.clear();
-        s.to_server_bytes = 0;
         s.server_unwritten = 0;
     }
 
@@ -574,11 +570,10 @@ impl Proxy {
     #[must_use]
     pub(crate) fn poll_to_server(&mut self, durable: u64) -> Option<Vec<u8>> {
         let s = &mut self.state;
-        if s.to_server.front().is_none_or(|(gate, _)| *gate > durable) {
+        if s.to_server.front_tag().is_none_or(|gate| *gate > durable) {
             return None;
         }
-        let (_, b) = s.to_server.pop_front()?;
-        s.to_server_bytes -= b.len();
+        let (_, b) = s.to_server.pop()?;
         s.server_unwritten += b.len();
         Some(b)
     }
@@ -589,10 +584,19 @@ impl Proxy {
     #[must_use]
     pub(crate) fn poll_to_host(&mut self) -> Option<Vec<u8>> {
         let s = &mut self.state;
-        let (_, b) = s.to_host.pop_front()?;
-        s.to_host_bytes -= b.len();
+        let (_, b) = s.to_host.pop()?;
         s.host_unwritten += b.len();
         Some(b)
+    }
+
+    /// The messages for the server and the one being written from them.
+    pub(crate) fn server_outbox_mut(&mut self) -> &mut Outbox<u64> {
+        &mut self.state.to_server
+    }
+
+    /// The messages for the host and the one being written from them.
+    pub(crate) fn host_outbox_mut(&mut self) -> &mut Outbox<Option<Id>> {
+        &mut self.state.to_host
     }
 
     /// The next line for stderr (notes about refused, dropped or
@@ -658,7 +662,7 @@ fn id_json(id: &Id) -> String {
 
 impl State {
     fn host_backlog(&self) -> usize {
-        self.to_host_bytes + self.host_unwritten
+        self.to_host.queued_bytes() + self.host_unwritten
     }
 
     fn note(&mut self, text: String) {
@@ -671,9 +675,7 @@ impl State {
 
     fn close_host(&mut self, why: HostClosed) {
         self.host_closed = Some(why);
-        self.metrics.host_bytes_dropped += self.to_host_bytes as u64;
-        self.to_host.clear();
-        self.to_host_bytes = 0;
+        self.metrics.host_bytes_dropped += self.to_host.clear_queue() as u64;
     }
 
     fn send_host(&mut self, bytes: Vec<u8>) {
@@ -687,8 +689,7 @@ impl State {
             self.metrics.host_bytes_dropped += bytes.len() as u64;
             return;
         }
-        self.to_host_bytes += bytes.len();
-        self.to_host.push_back((response_to, bytes));
+        self.to_host.push(response_to, bytes);
         let waiting = self.host_backlog();
         self.metrics.host_queue_peak = self.metrics.host_queue_peak.max(waiting as u64);
         if waiting > self.config.max_buffered {
@@ -707,22 +708,14 @@ impl State {
     /// A cancel arrived: a server response for `id` that waits here (not
     /// yet handed to the adapter) never reaches the host (G6).
     fn withdraw_response(&mut self, id: &Id) {
-        let before = self.to_host.len();
-        let mut freed = 0;
-        self.to_host.retain(|(response_to, bytes)| {
-            let keep = response_to.as_ref() != Some(id);
-            if !keep {
-                freed += bytes.len();
-            }
-            keep
-        });
-        self.to_host_bytes -= freed;
-        self.metrics.dropped_after_cancel += (before - self.to_host.len()) as u64;
+        let (withdrawn, _) = self
+            .to_host
+            .retain(|response_to| response_to.as_ref() != Some(id));
+        self.metrics.dropped_after_cancel += withdrawn as u64;
     }
 
     fn send_server(&mut self, bytes: Vec<u8>) {
-        self.to_server_bytes += bytes.len();
-        self.to_server.push_back((self.records_made, bytes));
+        self.to_server.push(self.records_made, bytes);
     }
 
     fn push_record(&mut self, record: CallRecord) {

@@ -47,7 +47,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::io_result::{Note, NoteLevel, Outgoing, ReadResult, WriteCursor, WriteResult};
+use crate::io_result::{Note, NoteLevel, ReadResult, WriteResult};
+use crate::outbox::Outgoing;
 use crate::session::basics::{BasicsMetrics, BasicsRouter, ClientHello, Route, ServerBasics};
 use crate::session::budget::ResultBudget;
 use crate::session::handshake::Implementation;
@@ -388,7 +389,6 @@ pub struct ServeLifecycle {
     running: HashSet<Id>,
     actions: VecDeque<ServeAction>,
     /// The message being written.
-    writing: WriteCursor,
     /// Stdout said `WouldBlock`; nothing is offered until it is writable.
     parked: bool,
     /// `CloseInput` was given.
@@ -427,7 +427,6 @@ impl ServeLifecycle {
             drain_timeout: options.drain_timeout,
             running: HashSet::new(),
             actions: VecDeque::new(),
-            writing: WriteCursor::Empty,
             parked: false,
             input_closed: false,
             flush_due: false,
@@ -482,8 +481,8 @@ impl ServeLifecycle {
     /// The length of the held message's unwritten rest, as offered to write.
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn pending_len(&self) -> usize {
-        if self.end == ServeEnd::Running && self.writing.is_held() {
-            self.writing.rest()
+        if self.end == ServeEnd::Running && self.session.outbox().writing_is_held() {
+            self.session.outbox().writing()
         } else {
             0
         }
@@ -491,7 +490,7 @@ impl ServeLifecycle {
 
     /// Whether a whole message went out and the writer should be flushed.
     pub(crate) fn flush_due(&self) -> bool {
-        self.flush_due && self.writing.is_empty() && self.end == ServeEnd::Running
+        self.flush_due && self.session.outbox().writing_is_empty() && self.end == ServeEnd::Running
     }
 
     /// Handlers running now.
@@ -502,7 +501,7 @@ impl ServeLifecycle {
     /// Bytes waiting for stdout: the rest of the message being written plus
     /// the session's queue.
     pub fn outgoing_bytes(&self) -> usize {
-        self.writing.rest() + self.session.outgoing_bytes()
+        self.session.outbox().writing() + self.session.outgoing_bytes()
     }
 
     /// Whether the loop is over: return [`report`](Self::report) (or the
@@ -576,8 +575,8 @@ impl ServeLifecycle {
             if self.flush_due() {
                 return ServeOutput::Flush;
             }
-            if self.writing.is_held() {
-                return ServeOutput::Write(self.writing.lend());
+            if self.session.outbox().writing_is_held() {
+                return ServeOutput::Write(self.session.outbox_mut().lend());
             }
         }
         ServeOutput::Timeout(self.poll_timeout())
@@ -666,7 +665,7 @@ impl ServeLifecycle {
 
     /// `n` bytes of [`pending_write`](Self::pending_write) reached the pipe.
     pub(crate) fn handle_written(&mut self, now: Instant, n: usize) {
-        if self.writing.advance(n) {
+        if self.session.outbox_mut().advance(n) {
             self.flush_due = true;
         }
         self.advance(now);
@@ -773,7 +772,9 @@ impl ServeLifecycle {
     // ---- internals ----
 
     fn output_pending(&self) -> bool {
-        !self.writing.is_empty() || self.flush_due || self.session.outgoing_bytes() > 0
+        !self.session.outbox().writing_is_empty()
+            || self.flush_due
+            || self.session.outgoing_bytes() > 0
     }
 
     /// Moves every session output on and applies the deadlines.
@@ -822,9 +823,9 @@ impl ServeLifecycle {
                 );
                 self.abandon_all();
             }
-            if self.writing.is_empty() && !self.flush_due {
+            if self.session.outbox().writing_is_empty() && !self.flush_due {
                 if let Some(bytes) = self.session.poll_transmit() {
-                    self.writing.hold(bytes);
+                    self.session.outbox_mut().hold(bytes);
                 }
             }
             let queued = self.outgoing_bytes() as u64;
@@ -856,7 +857,7 @@ impl ServeLifecycle {
     }
 
     fn give_up_output(&mut self) {
-        let mut lost = self.writing.clear();
+        let mut lost = self.session.outbox_mut().clear_writing();
         while let Some(b) = self.session.poll_transmit() {
             lost += b.len();
         }
@@ -891,10 +892,12 @@ mod tests {
         o
     }
 
+    use crate::outbox::WriteCursor;
+
     impl ServeLifecycle {
         /// The rest of the held message, as `poll_output` would offer it.
         fn pending_write(&mut self) -> Option<&[u8]> {
-            match &self.writing {
+            match self.session.outbox().cursor() {
                 WriteCursor::Held { bytes, offset } if self.pending_len() > 0 => {
                     Some(&bytes[*offset..])
                 }
@@ -904,7 +907,7 @@ mod tests {
 
         /// The held message, taken whole as a writer thread would.
         fn take_write(&mut self) -> Option<Vec<u8>> {
-            (self.pending_len() > 0).then(|| self.writing.lend().take())
+            (self.pending_len() > 0).then(|| self.session.outbox_mut().lend().take())
         }
     }
 

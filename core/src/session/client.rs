@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::outbox::Outbox;
 use crate::session::violation_log::{warn_violation, ViolationLog, CLIENT_VIOLATION_TARGET};
 use crate::wire::frame::{
     refused_line_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery,
@@ -497,8 +498,7 @@ struct SessionState {
     cancelled: RecentIds,
     inbox: VecDeque<(Instant, Incoming)>,
     events: VecDeque<ClientEvent>,
-    outgoing: VecDeque<Vec<u8>>,
-    outgoing_bytes: usize,
+    outgoing: Outbox<()>,
     closed: Option<CloseReason>,
     metrics: ClientMetrics,
     /// Bytes of the frame in progress at the moment a limit was crossed.
@@ -519,8 +519,7 @@ impl ClientSession {
                 cancelled: RecentIds::new(config.max_cancelled_remembered),
                 inbox: VecDeque::new(),
                 events: VecDeque::new(),
-                outgoing: VecDeque::new(),
-                outgoing_bytes: 0,
+                outgoing: Outbox::default(),
                 closed: None,
                 metrics: ClientMetrics::default(),
                 oversized_seen: 0,
@@ -569,7 +568,7 @@ impl ClientSession {
 
     /// Bytes queued for the server's stdin.
     pub fn outgoing_bytes(&self) -> usize {
-        self.state.outgoing_bytes
+        self.state.outgoing.queued_bytes()
     }
 
     /// Why the session closed, once it has.
@@ -757,10 +756,21 @@ impl ClientSession {
     /// The next message to write to the server's stdin, whole.
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        let bytes = self.state.outgoing.pop_front()?;
-        self.state.outgoing_bytes -= bytes.len();
+        let ((), bytes) = self.state.outgoing.pop()?;
         self.state.metrics.stdin_bytes += bytes.len() as u64;
         Some(bytes)
+    }
+
+    /// The outgoing queue, and the message a loop is writing from it: the
+    /// client driver fills its write slot here with
+    /// [`poll_transmit`](Self::poll_transmit).
+    pub(crate) fn outbox_mut(&mut self) -> &mut Outbox<()> {
+        &mut self.state.outgoing
+    }
+
+    /// The outgoing queue, read only.
+    pub(crate) fn outbox(&self) -> &Outbox<()> {
+        &self.state.outgoing
     }
 
     /// The next completion or state change.
@@ -1006,29 +1016,26 @@ impl SessionState {
     }
 
     fn check_room(&self, len: usize) -> Result<(), SendError> {
-        if self.outgoing.is_empty() || self.outgoing_bytes + len <= self.config.max_outgoing_bytes {
+        let queued = self.outgoing.queued_bytes();
+        if self.outgoing.is_empty() || queued + len <= self.config.max_outgoing_bytes {
             Ok(())
         } else {
             Err(SendError::Backpressure {
-                queued: self.outgoing_bytes,
+                queued,
                 limit: self.config.max_outgoing_bytes,
             })
         }
     }
 
     fn push_outgoing(&mut self, bytes: Vec<u8>) {
-        self.outgoing_bytes += bytes.len();
-        self.outgoing.push_back(bytes);
-        self.metrics.outgoing_peak_bytes = self
-            .metrics
-            .outgoing_peak_bytes
-            .max(self.outgoing_bytes as u64);
+        self.outgoing.push((), bytes);
+        self.metrics.outgoing_peak_bytes = self.outgoing.peak_bytes() as u64;
     }
 
     /// Queues a message the session writes by itself, within the control reserve.
     fn push_control(&mut self, bytes: Vec<u8>) -> bool {
         let room = self.config.max_outgoing_bytes + self.config.control_reserve_bytes;
-        if self.outgoing_bytes + bytes.len() > room {
+        if self.outgoing.queued_bytes() + bytes.len() > room {
             self.metrics.control_dropped += 1;
             return false;
         }

@@ -32,6 +32,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::outbox::Outbox;
 use crate::session::client::{CANCELLED, INITIALIZE};
 use crate::session::violation_log::{warn_violation, ViolationLog, SERVER_VIOLATION_TARGET};
 use crate::wire::frame::{
@@ -272,14 +273,6 @@ struct Entry {
     is_initialize: bool,
 }
 
-#[derive(Debug)]
-struct Outgoing {
-    bytes: Vec<u8>,
-    /// The request this answers, for registry bookkeeping; `None` for
-    /// notifications and session-written replies.
-    answers: Option<Id>,
-}
-
 /// The server side of one MCP stdio session (sans-IO).
 ///
 /// # Methods, by group
@@ -312,11 +305,12 @@ struct ServerState {
     finished: RecentIds,
     events: VecDeque<ServerEvent>,
     queued_notifications: usize,
-    outgoing: VecDeque<Outgoing>,
+    /// Messages for stdout, each tagged with the request it answers (for
+    /// registry bookkeeping); `None` for notifications and session-written
+    /// replies.
+    outgoing: Outbox<Option<Id>>,
     /// Bytes of notifications and session-written replies in `outgoing`.
     control_bytes: usize,
-    /// Bytes of every message in `outgoing`.
-    outgoing_bytes: usize,
     input_closed: bool,
     metrics: ServerMetrics,
     /// Rate limit of the warnings about the client's protocol violations.
@@ -334,9 +328,8 @@ impl ServerSession {
                 registry: HashMap::new(),
                 events: VecDeque::new(),
                 queued_notifications: 0,
-                outgoing: VecDeque::new(),
+                outgoing: Outbox::default(),
                 control_bytes: 0,
-                outgoing_bytes: 0,
                 input_closed: false,
                 metrics: ServerMetrics::default(),
                 violations: ViolationLog::default(),
@@ -376,7 +369,7 @@ impl ServerSession {
     /// Bytes queued for stdout, not yet handed out by
     /// [`poll_transmit`](Self::poll_transmit).
     pub fn outgoing_bytes(&self) -> usize {
-        self.state.outgoing_bytes
+        self.state.outgoing.queued_bytes()
     }
 
     /// Whether stdin has reached end-of-file.
@@ -454,11 +447,7 @@ impl ServerSession {
                 }
             }
         };
-        s.outgoing_bytes += bytes.len();
-        s.outgoing.push_back(Outgoing {
-            bytes,
-            answers: Some(id.clone()),
-        });
+        s.outgoing.push(Some(id.clone()), bytes);
         Ok(how)
     }
 
@@ -491,11 +480,7 @@ impl ServerSession {
             });
         }
         s.control_bytes += bytes.len();
-        s.outgoing_bytes += bytes.len();
-        s.outgoing.push_back(Outgoing {
-            bytes,
-            answers: None,
-        });
+        s.outgoing.push(None, bytes);
         Ok(())
     }
 
@@ -507,18 +492,29 @@ impl ServerSession {
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         let s = &mut self.state;
-        let out = s.outgoing.pop_front()?;
-        s.outgoing_bytes -= out.bytes.len();
-        s.metrics.stdout_bytes += out.bytes.len() as u64;
-        match out.answers {
+        let (answers, bytes) = s.outgoing.pop()?;
+        s.metrics.stdout_bytes += bytes.len() as u64;
+        match answers {
             Some(id) => {
                 s.registry.remove(&id);
                 s.metrics.responses += 1;
                 s.remember_finished(id);
             }
-            None => s.control_bytes -= out.bytes.len(),
+            None => s.control_bytes -= bytes.len(),
         }
-        Some(out.bytes)
+        Some(bytes)
+    }
+
+    /// The outgoing queue, and the message a loop is writing from it: the
+    /// serve lifecycle fills its write slot here with
+    /// [`poll_transmit`](Self::poll_transmit).
+    pub(crate) fn outbox_mut(&mut self) -> &mut Outbox<Option<Id>> {
+        &mut self.state.outgoing
+    }
+
+    /// The outgoing queue, read only.
+    pub(crate) fn outbox(&self) -> &Outbox<Option<Id>> {
+        &self.state.outgoing
     }
 
     /// The next request, notification, cancel or end of input.
@@ -693,15 +689,8 @@ impl ServerState {
             RequestState::Queued => {
                 // The handler is done but no byte has left: drop the response.
                 self.registry.remove(&request_id);
-                let mut removed = 0;
-                self.outgoing.retain(|o| {
-                    let keep = o.answers.as_ref() != Some(&request_id);
-                    if !keep {
-                        removed += o.bytes.len();
-                    }
-                    keep
-                });
-                self.outgoing_bytes -= removed;
+                self.outgoing
+                    .retain(|answers| answers.as_ref() != Some(&request_id));
                 self.metrics.cancels_before_response += 1;
                 self.metrics.responses_suppressed += 1;
             }
@@ -721,11 +710,7 @@ impl ServerState {
             return;
         }
         self.control_bytes += bytes.len();
-        self.outgoing_bytes += bytes.len();
-        self.outgoing.push_back(Outgoing {
-            bytes,
-            answers: None,
-        });
+        self.outgoing.push(None, bytes);
     }
 
     fn remember_finished(&mut self, id: Id) {
