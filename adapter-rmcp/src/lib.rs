@@ -59,7 +59,7 @@
 //! [`TransportError::ServerRequestUnsupported`].
 //!
 //! [`mcp_stdio_tokio::Client`]: https://docs.rs/mcp-stdio-tokio/latest/mcp_stdio_tokio/struct.Client.html
-//! [`ServeLifecycle`]: https://docs.rs/mcp-stdio-core/latest/mcp_stdio_core/serve/struct.ServeLifecycle.html
+//! [`ServeLifecycle`]: https://docs.rs/mcp-stdio-core/latest/mcp_stdio_core/struct.ServeLifecycle.html
 #![forbid(unsafe_code)]
 
 mod client;

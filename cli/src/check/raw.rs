@@ -13,8 +13,8 @@
 //! after), and the end of a session is the core's
 //! [`ProcessSupervisor`] cancel sequence, as in every adapter.
 //!
-//! [`Framer`]: https://docs.rs/mcp-stdio-core/latest/mcp_stdio_core/frame/struct.Framer.html
-//! [`ProcessSupervisor`]: https://docs.rs/mcp-stdio-core/latest/mcp_stdio_core/process/struct.ProcessSupervisor.html
+//! [`Framer`]: https://docs.rs/mcp-stdio-core/latest/mcp_stdio_core/struct.Framer.html
+//! [`ProcessSupervisor`]: https://docs.rs/mcp-stdio-core/latest/mcp_stdio_core/struct.ProcessSupervisor.html
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
