@@ -111,7 +111,7 @@
 //! | folder | what it decides | main types |
 //! | --- | --- | --- |
 //! | `time` | one reading of both clocks; durations in records as milliseconds | [`Stamp`] |
-//! | `wire` | newline framing with a byte limit, discard-to-newline recovery, the constant-memory id scan of an oversized frame; JSON-RPC 2.0 messages with raw payloads, encoded under the wire limit; the bounded set of remembered ids | [`Framer`], [`Message`], [`RecentIds`] |
+//! | `wire` | newline framing with a byte limit, discard-to-newline recovery, the constant-memory id scan of an oversized frame; JSON-RPC 2.0 messages with raw payloads, encoded under the wire limit; the bounded set of remembered ids; JSON serialized under a byte limit and compacted | [`Framer`], [`Message`], [`RecentIds`], [`LimitedWriter`] |
 //! | `session` | the client and server sides of a session (ids, pending map, deadlines, cancel, inbox, overload; in-flight registry, cancel → abort, response suppression); the `initialize` handshake; the basics `serve` answers itself; the result budget; the rate limit of violation warnings | [`ClientSession`], [`ServerSession`], [`ServerBasics`], [`ResultBudget`] |
 //! | `process` | what to spawn (never a shell line); the shutdown supervisor of one child; bounded head/tail capture and the process-wide retention pool; redaction of kept diagnostics | [`CommandSpec`], [`ProcessSupervisor`], [`OutputCapture`], [`RetentionPool`] |
 //! | `records` | the operation lifecycle and its call record; the hash-chained audit log | [`CallLifecycle`], [`CallRecord`], [`audit`] |
@@ -158,6 +158,7 @@ pub use wire::frame::{
 };
 pub use wire::id_scan::IdRecovery;
 pub use wire::idset::RecentIds;
+pub use wire::json::{compact_json_in_place, LimitedWriter};
 pub use wire::message::{
     encode_error, encode_notification, encode_request, encode_result, to_raw, wire_limit_error,
     wire_limit_message, DecodeError, EncodeError, ErrorObject, Id, IdError, Message, Notification,

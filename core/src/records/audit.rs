@@ -86,13 +86,15 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::io::{self, Write as _};
+use std::io::Write as _;
 
 use hmac::{Hmac, KeyInit, Mac};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
+
+use crate::wire::json::{compact_json_in_place, LimitedWriter};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -282,57 +284,6 @@ fn unhex32(s: &str) -> Option<[u8; 32]> {
         out[i] = digit(pair[0])? << 4 | digit(pair[1])?;
     }
     Some(out)
-}
-
-/// Removes whitespace outside JSON strings, in place, from `start` on.
-///
-/// Expects valid JSON; on any input it only ever deletes bytes.
-pub(crate) fn compact_json_in_place(buf: &mut Vec<u8>, start: usize) {
-    let mut write = start;
-    let mut in_string = false;
-    let mut escaped = false;
-    for read in start..buf.len() {
-        let b = buf[read];
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-        } else {
-            match b {
-                b' ' | b'\t' | b'\n' | b'\r' => continue,
-                b'"' => in_string = true,
-                _ => {}
-            }
-        }
-        buf[write] = b;
-        write += 1;
-    }
-    buf.truncate(write);
-}
-
-/// A `Vec` writer that refuses to grow past `limit` bytes.
-pub(crate) struct LimitedWriter<'a> {
-    pub(crate) buf: &'a mut Vec<u8>,
-    pub(crate) limit: usize,
-    pub(crate) overflowed: bool,
-}
-
-impl io::Write for LimitedWriter<'_> {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        if self.buf.len().saturating_add(data.len()) > self.limit {
-            self.overflowed = true;
-            return Err(io::Error::other("limit"));
-        }
-        self.buf.extend_from_slice(data);
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
 }
 
 /// Writes the canonical line (without `\n`) for these fields.
@@ -703,13 +654,9 @@ impl AuditChain {
     /// Appends a record; returns the line to write, `\n` included.
     pub fn append(&mut self, record: impl Serialize) -> Result<Vec<u8>, AppendError> {
         let mut body = Vec::new();
-        let mut writer = LimitedWriter {
-            buf: &mut body,
-            limit: self.max_line_bytes,
-            overflowed: false,
-        };
+        let mut writer = LimitedWriter::new(&mut body, self.max_line_bytes);
         if let Err(e) = serde_json::to_writer(&mut writer, &record) {
-            return Err(if writer.overflowed {
+            return Err(if writer.overflowed() {
                 AppendError::TooLarge {
                     limit: self.max_line_bytes,
                 }
