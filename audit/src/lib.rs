@@ -1,4 +1,46 @@
-//! Append-only, hash-chained JSON-lines audit log and its offline verification.
+//! # mcp-stdio-audit
+//!
+//! The append-only, hash-chained JSON-lines audit log of mcp-stdio and its
+//! offline verification: the log `mcp-stdio guard --audit` writes and
+//! `mcp-stdio verify` checks. Entries are chained with SHA-256, or with
+//! HMAC-SHA256 under a key ([`AuditKey`]); a writing session ends with a
+//! seal that counts what it wrote.
+//!
+//! - **Writing**: [`AuditChain`] turns each record (any `Serialize`, such as
+//!   the core's [`CallRecord`]) into one line to write; [`record_sink`] hands
+//!   a helper run's records to a chain.
+//! - **Verifying**: [`verify`] checks a whole log in memory,
+//!   [`AuditVerifier`] streams one, and both name the first bad line.
+//!
+//! [`CallRecord`]: https://docs.rs/mcp-stdio-core/latest/mcp_stdio_core/struct.CallRecord.html
+//!
+//! ## Why a crate of its own
+//!
+//! The log is a file format plus cryptography. The core's machines only
+//! emit records; none of them needs the chain. So the core does not depend
+//! on `sha2` and `hmac`, and a user of the transport who never keeps an
+//! audit log does not compile SHA-256 and HMAC. This crate depends on the
+//! core (for [`record_sink`] and the core's JSON helpers), never the other
+//! way round.
+//!
+//! ## Example
+//!
+//! ```
+//! use mcp_stdio_audit::{verify, AuditChain, AuditKey, LogEnd};
+//! use serde_json::json;
+//!
+//! let key = AuditKey::new(b"32 random bytes, kept elsewhere.")?;
+//! let mut chain = AuditChain::with_key(key.clone());
+//! let mut log = chain.begin_session("s-1")?;
+//! log.extend(chain.append(json!({"call_id": "c_1", "state": "dispatched"}))?);
+//! log.extend(chain.append(json!({"call_id": "c_1", "state": "completed"}))?);
+//! log.extend(chain.seal()?);
+//! // Write each line (and fsync) as it comes; later, offline:
+//! let summary = verify(&log, Some(&key))?;
+//! assert_eq!(summary.entries, 4);
+//! assert_eq!(summary.end, LogEnd::Sealed);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! ## Line format
 //!
@@ -83,6 +125,13 @@
 //! line plus one re-rendered line: worst case 2 × the limit. A seal counts at
 //! most [`MAX_SEAL_KINDS`] kinds (the rest go to `other`), so the counts of
 //! the open session stay small on both sides.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(unnameable_types)]
+
+mod sink;
+
+pub use sink::record_sink;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -94,7 +143,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use crate::wire::json::{compact_json_in_place, LimitedWriter};
+use mcp_stdio_core::{compact_json_in_place, LimitedWriter};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -387,7 +436,7 @@ impl EntryCounts {
     }
 }
 
-/// A seal entry's record (see the module docs).
+/// A seal entry's record (see the crate docs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -630,7 +679,7 @@ impl AuditChain {
         })
     }
 
-    /// Appends the seal of the open session (see the module docs): the
+    /// Appends the seal of the open session (see the crate docs): the
     /// counts by kind of the entries since the session started (or since the
     /// previous seal, or the start of the log) and the last hash. Returns the
     /// line to write; once it is on disk the session's end is provable.
