@@ -1,6 +1,6 @@
-//! JSON helpers shared by the result budget and the audit chain
-//! (`mcp-stdio-audit`): serializing into a `Vec` under a byte limit, and
-//! removing the whitespace raw values carry.
+//! JSON helpers shared by the message encoder, the result budget and the
+//! audit chain (`mcp-stdio-audit`): serializing into a `Vec` under a byte
+//! limit, and removing the whitespace raw values carry.
 
 use std::io;
 
