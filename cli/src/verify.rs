@@ -24,7 +24,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use mcp_stdio_core::audit::{AuditKey, AuditVerifier, LogEnd, VerifySummary};
+use mcp_stdio_audit::{AuditKey, AuditVerifier, LogEnd, VerifySummary};
 
 use expect::{Expectation, Observed, MAX_EXPECT_FILE_BYTES};
 

@@ -14,7 +14,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::audit::{verify, AuditChain, AuditKey};
+use mcp_stdio_audit::{verify, AuditChain, AuditKey};
 use mcp_stdio_tests::TempPath;
 use serde_json::{json, Value};
 

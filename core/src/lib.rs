@@ -104,17 +104,16 @@
 //! ## Layout
 //!
 //! The modules are private; every type has one public path, at the crate
-//! root (and [`audit`], the log format with its verifier, as a module of its
-//! own). The source folders follow the layers, each using only the ones
+//! root. The source folders follow the layers, each using only the ones
 //! above it in this table:
 //!
 //! | folder | what it decides | main types |
 //! | --- | --- | --- |
 //! | `time` | one reading of both clocks; durations in records as milliseconds | [`Stamp`] |
-//! | `wire` | newline framing with a byte limit, discard-to-newline recovery, the constant-memory id scan of an oversized frame; JSON-RPC 2.0 messages with raw payloads, encoded under the wire limit; the bounded set of remembered ids | [`Framer`], [`Message`], [`RecentIds`] |
+//! | `wire` | newline framing with a byte limit, discard-to-newline recovery, the constant-memory id scan of an oversized frame; JSON-RPC 2.0 messages with raw payloads, encoded under the wire limit; the bounded set of remembered ids; JSON serialized under a byte limit and compacted | [`Framer`], [`Message`], [`RecentIds`], [`LimitedWriter`] |
 //! | `session` | the client and server sides of a session (ids, pending map, deadlines, cancel, inbox, overload; in-flight registry, cancel → abort, response suppression); the `initialize` handshake; the basics `serve` answers itself; the result budget; the rate limit of violation warnings | [`ClientSession`], [`ServerSession`], [`ServerBasics`], [`ResultBudget`] |
 //! | `process` | what to spawn (never a shell line); the shutdown supervisor of one child; bounded head/tail capture and the process-wide retention pool; redaction of kept diagnostics | [`CommandSpec`], [`ProcessSupervisor`], [`OutputCapture`], [`RetentionPool`] |
-//! | `records` | the operation lifecycle and its call record; the hash-chained audit log | [`CallLifecycle`], [`CallRecord`], [`audit`] |
+//! | `records` | the operation lifecycle and its call record (the hash-chained audit log they go to is the crate `mcp-stdio-audit`) | [`CallLifecycle`], [`CallRecord`] |
 //! | `io_result` | the one rule for what a read or a write of a pipe came to, and the notes machines ask their loops to log | [`ReadResult`], [`WriteResult`], [`Note`] |
 //! | `driver` | the client driver: a session with a spawned server (protocol, supervisor, stderr), commands, waiters, lossless cancels | [`ClientDriver`], [`ClientOptions`] |
 //! | `serve` | the serve loop's lifecycle: handlers started, cancelled, aborted; the write in progress; drain after EOF | [`ServeLifecycle`], [`ServeOptions`] |
@@ -146,9 +145,6 @@ pub mod fuzzing;
 
 // ---- The public surface: one path per type. ----
 
-/// The hash-chained JSON-lines audit log: appending ([`audit::AuditChain`])
-/// and offline verification ([`audit::verify`]).
-pub use records::audit;
 #[cfg(feature = "tokio-util")]
 pub use wire::codec;
 
@@ -159,6 +155,7 @@ pub use wire::frame::{
 };
 pub use wire::id_scan::IdRecovery;
 pub use wire::idset::RecentIds;
+pub use wire::json::{compact_json_in_place, LimitedWriter};
 pub use wire::message::{
     encode_error, encode_notification, encode_request, encode_result, to_raw, wire_limit_error,
     wire_limit_message, DecodeError, EncodeError, ErrorObject, Id, IdError, Message, Notification,

@@ -280,13 +280,13 @@ pub(crate) fn run(
     Ok(log)
 }
 
-/// Verifies one guard audit log with the core's verifier: the number of
+/// Verifies one guard audit log with mcp-stdio-audit's verifier: the number of
 /// entries and whether a seal ends it. `killed`: the guard was SIGKILLed, so
 /// an unsealed end (a cut last line included) is what it leaves; otherwise
 /// the log must be sealed.
 pub(crate) fn verify_audit(path: &Path, killed: bool) -> Result<(u64, bool), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
-    let summary = mcp_stdio_core::audit::verify(&bytes, None)
+    let summary = mcp_stdio_audit::verify(&bytes, None)
         .map_err(|e| format!("audit log {} does not verify: {e}", path.display()))?;
     let sealed = summary.is_sealed();
     if !sealed && !killed {

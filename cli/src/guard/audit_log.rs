@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use mcp_stdio_core::audit::{AuditChain, AuditKey};
+use mcp_stdio_audit::{AuditChain, AuditKey};
 use serde::Serialize;
 
 /// One numbered batch: its lines, then one fsync.

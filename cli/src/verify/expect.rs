@@ -49,7 +49,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-use mcp_stdio_core::audit::{entry_kind, PHASE_SEAL, PHASE_SESSION_START};
+use mcp_stdio_audit::{entry_kind, PHASE_SEAL, PHASE_SESSION_START};
 use mcp_stdio_core::CallState;
 use serde::Deserialize;
 
@@ -427,7 +427,7 @@ struct ObservedSession {
 /// What a verified log says, collected entry by entry (see
 /// [`AuditVerifier::push_entries`]).
 ///
-/// [`AuditVerifier::push_entries`]: https://docs.rs/mcp-stdio-core/latest/mcp_stdio_core/audit/struct.AuditVerifier.html#method.push_entries
+/// [`AuditVerifier::push_entries`]: https://docs.rs/mcp-stdio-audit/latest/mcp_stdio_audit/struct.AuditVerifier.html#method.push_entries
 #[derive(Debug, Default)]
 pub(crate) struct Observed {
     sessions: Vec<ObservedSession>,

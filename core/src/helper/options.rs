@@ -8,7 +8,9 @@ use crate::records::call::{CallIdentity, CallRecord, CallState};
 use crate::time::Stamp;
 
 /// Where a helper run's records go as they are made: a callback the
-/// application supplies (to an audit chain, a channel, a log).
+/// application supplies (to an audit chain, a channel, a log). The crate
+/// `mcp-stdio-audit` makes one that appends each record to its hash-chained
+/// log (`mcp_stdio_audit::record_sink`).
 ///
 /// It is called on the thread or task that owns the run, with the record of
 /// each new state — `validated`, `awaiting_approval`, `authorized`,
@@ -28,29 +30,6 @@ impl RecordSink {
     /// Hands `record` to the sink.
     pub fn emit(&self, record: &CallRecord) {
         (self.0)(record);
-    }
-
-    /// A sink that appends every record to `chain` (G12: the audit chain of
-    /// [`crate::records::audit`]) and hands each resulting line — the record with its
-    /// sequence number and hash, plus `\n` — to `write_line`, which puts it
-    /// on disk (the core does no I/O). An append that fails (the chain was
-    /// refused a line before) is logged and the record dropped from the chain.
-    pub fn to_audit(
-        chain: std::sync::Arc<std::sync::Mutex<crate::records::audit::AuditChain>>,
-        write_line: impl Fn(Vec<u8>) + Send + Sync + 'static,
-    ) -> Self {
-        Self::new(move |record| {
-            let line = chain
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .append(record);
-            match line {
-                Ok(line) => write_line(line),
-                Err(e) => {
-                    tracing::warn!(error = %e, "helper record not appended to the audit chain")
-                }
-            }
-        })
     }
 }
 

@@ -34,8 +34,8 @@
 //!
 //! ## When to write the record
 //!
-//! Write [`CallLifecycle::record`] (for example through
-//! [`crate::records::audit::AuditChain`]) right after [`CallLifecycle::dispatch`] and
+//! Write [`CallLifecycle::record`] (for example to the hash-chained log of
+//! the crate `mcp-stdio-audit`) right after [`CallLifecycle::dispatch`] and
 //! *before* sending anything to the remote side, and again once the call is
 //! terminal and the process diagnostics (exit status, stream ends, stderr
 //! counters) are in. A record left at `dispatched` therefore means "the remote

@@ -1,5 +1,4 @@
-//! Records: the lifecycle of one call and its record, and the hash-chained
-//! audit log.
+//! Records: the lifecycle of one call and its record. The hash-chained
+//! audit log they are written to is the `mcp-stdio-audit` crate.
 
-pub mod audit;
 pub(crate) mod call;

@@ -43,7 +43,7 @@ use serde::de::IgnoredAny;
 use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use crate::records::audit::{compact_json_in_place, LimitedWriter};
+use crate::wire::json::{compact_json_in_place, LimitedWriter};
 
 /// Default limit on a continuation cursor's serialized (escaped) length: 128 bytes.
 pub const DEFAULT_MAX_CURSOR_BYTES: usize = 128;
@@ -213,13 +213,9 @@ impl ResultBudget {
             self.items.push(b',');
         }
         let body = self.items.len();
-        let mut writer = LimitedWriter {
-            buf: &mut self.items,
-            limit: self.item_capacity,
-            overflowed: false,
-        };
+        let mut writer = LimitedWriter::new(&mut self.items, self.item_capacity);
         let written = write(&mut writer);
-        let overflowed = writer.overflowed;
+        let overflowed = writer.overflowed();
         if self.items.len() > self.item_capacity {
             // Only the separator can get here (the writer never passes the limit).
             self.items.truncate(start);

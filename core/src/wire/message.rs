@@ -15,12 +15,13 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::io;
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 pub use serde_json::value::RawValue;
+
+use crate::wire::json::LimitedWriter;
 
 /// JSON-RPC error code: invalid JSON was received.
 pub const PARSE_ERROR: i64 = -32700;
@@ -717,34 +718,12 @@ const EMPTY: OutEnvelope<'static> = OutEnvelope {
     error: None,
 };
 
-/// A `Vec` writer that refuses to grow past a limit.
-struct LimitedWriter {
-    buf: Vec<u8>,
-    limit: usize,
-}
-
-impl io::Write for LimitedWriter {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        if self.buf.len() + data.len() > self.limit {
-            return Err(io::Error::other("wire limit"));
-        }
-        self.buf.extend_from_slice(data);
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 fn encode_envelope(env: &OutEnvelope<'_>, max_frame: usize) -> Result<Vec<u8>, EncodeError> {
-    let mut w = LimitedWriter {
-        buf: Vec::new(),
-        limit: max_frame,
-    };
+    let mut buf = Vec::new();
     // The only failure a Vec-backed writer can produce is our limit; serializing
     // borrowed strings and raw values has no other failure mode.
-    serde_json::to_writer(&mut w, env).map_err(|_| EncodeError::TooLarge { limit: max_frame })?;
-    let mut buf = w.buf;
+    serde_json::to_writer(&mut LimitedWriter::new(&mut buf, max_frame), env)
+        .map_err(|_| EncodeError::TooLarge { limit: max_frame })?;
     // Raw payloads keep their whitespace; a raw CR or LF can only be whitespace.
     for b in buf.iter_mut() {
         if *b == b'\n' || *b == b'\r' {

@@ -1,17 +1,15 @@
 //! G12: a helper run's records, appended to an audit chain through
-//! `RecordSink::to_audit`, verify — and the chain holds the attempt
-//! (`authorized`) before the dispatch and the final record last.
+//! `record_sink`, verify — and the chain holds the attempt (`authorized`)
+//! before the dispatch and the final record last.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::audit::{AuditChain, AuditVerifier};
+use mcp_stdio_audit::{record_sink, AuditChain, AuditVerifier};
 use mcp_stdio_core::ChildStream;
 use mcp_stdio_core::ExitStatus;
 use mcp_stdio_core::Stamp;
-use mcp_stdio_core::{
-    HelperAction, HelperInput, HelperOptions, HelperOutput, RecordSink, RecordTap,
-};
+use mcp_stdio_core::{HelperAction, HelperInput, HelperOptions, HelperOutput, RecordTap};
 
 #[test]
 fn g12_helper_records_go_to_the_audit_chain_and_verify() {
@@ -22,7 +20,7 @@ fn g12_helper_records_go_to_the_audit_chain_and_verify() {
         .lock()
         .unwrap()
         .extend(chain.lock().unwrap().begin_session("s").unwrap());
-    let sink = RecordSink::to_audit(chain.clone(), move |line| {
+    let sink = record_sink(chain.clone(), move |line| {
         out.lock().unwrap().extend(line);
     });
     let mut options = HelperOptions::default();

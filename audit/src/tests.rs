@@ -485,7 +485,7 @@ fn audit_line_limit_is_enforced_on_both_sides() {
 
 #[test]
 fn audit_call_record_round_trips_through_the_chain() {
-    use crate::records::call::{CallConfig, CallIdentity, CallLifecycle};
+    use mcp_stdio_core::{CallConfig, CallIdentity, CallLifecycle};
     let c = CallLifecycle::new(
         &CallConfig::default(),
         CallIdentity {

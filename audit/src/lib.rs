@@ -1,4 +1,46 @@
-//! Append-only, hash-chained JSON-lines audit log and its offline verification.
+//! # mcp-stdio-audit
+//!
+//! The append-only, hash-chained JSON-lines audit log of mcp-stdio and its
+//! offline verification: the log `mcp-stdio guard --audit` writes and
+//! `mcp-stdio verify` checks. Entries are chained with SHA-256, or with
+//! HMAC-SHA256 under a key ([`AuditKey`]); a writing session ends with a
+//! seal that counts what it wrote.
+//!
+//! - **Writing**: [`AuditChain`] turns each record (any `Serialize`, such as
+//!   the core's [`CallRecord`]) into one line to write; [`record_sink`] hands
+//!   a helper run's records to a chain.
+//! - **Verifying**: [`verify`] checks a whole log in memory,
+//!   [`AuditVerifier`] streams one, and both name the first bad line.
+//!
+//! [`CallRecord`]: https://docs.rs/mcp-stdio-core/latest/mcp_stdio_core/struct.CallRecord.html
+//!
+//! ## Why a crate of its own
+//!
+//! The log is a file format plus cryptography. The core's machines only
+//! emit records; none of them needs the chain. So the core does not depend
+//! on `sha2` and `hmac`, and a user of the transport who never keeps an
+//! audit log does not compile SHA-256 and HMAC. This crate depends on the
+//! core (for [`record_sink`] and the core's JSON helpers), never the other
+//! way round.
+//!
+//! ## Example
+//!
+//! ```
+//! use mcp_stdio_audit::{verify, AuditChain, AuditKey, LogEnd};
+//! use serde_json::json;
+//!
+//! let key = AuditKey::new(b"32 random bytes, kept elsewhere.")?;
+//! let mut chain = AuditChain::with_key(key.clone());
+//! let mut log = chain.begin_session("s-1")?;
+//! log.extend(chain.append(json!({"call_id": "c_1", "state": "dispatched"}))?);
+//! log.extend(chain.append(json!({"call_id": "c_1", "state": "completed"}))?);
+//! log.extend(chain.seal()?);
+//! // Write each line (and fsync) as it comes; later, offline:
+//! let summary = verify(&log, Some(&key))?;
+//! assert_eq!(summary.entries, 4);
+//! assert_eq!(summary.end, LogEnd::Sealed);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! ## Line format
 //!
@@ -83,16 +125,25 @@
 //! line plus one re-rendered line: worst case 2 × the limit. A seal counts at
 //! most [`MAX_SEAL_KINDS`] kinds (the rest go to `other`), so the counts of
 //! the open session stay small on both sides.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(unnameable_types)]
+
+mod sink;
+
+pub use sink::record_sink;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::io::{self, Write as _};
+use std::io::Write as _;
 
 use hmac::{Hmac, KeyInit, Mac};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
+
+use mcp_stdio_core::{compact_json_in_place, LimitedWriter};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -284,57 +335,6 @@ fn unhex32(s: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// Removes whitespace outside JSON strings, in place, from `start` on.
-///
-/// Expects valid JSON; on any input it only ever deletes bytes.
-pub(crate) fn compact_json_in_place(buf: &mut Vec<u8>, start: usize) {
-    let mut write = start;
-    let mut in_string = false;
-    let mut escaped = false;
-    for read in start..buf.len() {
-        let b = buf[read];
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-        } else {
-            match b {
-                b' ' | b'\t' | b'\n' | b'\r' => continue,
-                b'"' => in_string = true,
-                _ => {}
-            }
-        }
-        buf[write] = b;
-        write += 1;
-    }
-    buf.truncate(write);
-}
-
-/// A `Vec` writer that refuses to grow past `limit` bytes.
-pub(crate) struct LimitedWriter<'a> {
-    pub(crate) buf: &'a mut Vec<u8>,
-    pub(crate) limit: usize,
-    pub(crate) overflowed: bool,
-}
-
-impl io::Write for LimitedWriter<'_> {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        if self.buf.len().saturating_add(data.len()) > self.limit {
-            self.overflowed = true;
-            return Err(io::Error::other("limit"));
-        }
-        self.buf.extend_from_slice(data);
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Writes the canonical line (without `\n`) for these fields.
 fn render_line(
     out: &mut Vec<u8>,
@@ -436,7 +436,7 @@ impl EntryCounts {
     }
 }
 
-/// A seal entry's record (see the module docs).
+/// A seal entry's record (see the crate docs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -679,7 +679,7 @@ impl AuditChain {
         })
     }
 
-    /// Appends the seal of the open session (see the module docs): the
+    /// Appends the seal of the open session (see the crate docs): the
     /// counts by kind of the entries since the session started (or since the
     /// previous seal, or the start of the log) and the last hash. Returns the
     /// line to write; once it is on disk the session's end is provable.
@@ -703,13 +703,9 @@ impl AuditChain {
     /// Appends a record; returns the line to write, `\n` included.
     pub fn append(&mut self, record: impl Serialize) -> Result<Vec<u8>, AppendError> {
         let mut body = Vec::new();
-        let mut writer = LimitedWriter {
-            buf: &mut body,
-            limit: self.max_line_bytes,
-            overflowed: false,
-        };
+        let mut writer = LimitedWriter::new(&mut body, self.max_line_bytes);
         if let Err(e) = serde_json::to_writer(&mut writer, &record) {
-            return Err(if writer.overflowed {
+            return Err(if writer.overflowed() {
                 AppendError::TooLarge {
                     limit: self.max_line_bytes,
                 }
