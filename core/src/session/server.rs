@@ -724,3 +724,84 @@ impl ServerState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::session::violation_log::{
+        VIOLATION_WARNINGS_PER_INTERVAL, VIOLATION_WARNING_INTERVAL,
+    };
+
+    /// Counts the WARN events of the thread it is the default for, and the
+    /// largest `suppressed` among them.
+    #[derive(Default)]
+    struct WarnCount {
+        warns: std::sync::atomic::AtomicU64,
+        max_suppressed: std::sync::atomic::AtomicU64,
+    }
+
+    struct Suppressed(u64);
+    impl tracing::field::Visit for Suppressed {
+        fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+            if field.name() == "suppressed" {
+                self.0 = value;
+            }
+        }
+        fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+    }
+
+    impl tracing::Subscriber for &'static WarnCount {
+        fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+            *m.level() <= tracing::Level::WARN
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, e: &tracing::Event<'_>) {
+            use std::sync::atomic::Ordering::Relaxed;
+            let mut s = Suppressed(0);
+            e.record(&mut s);
+            self.warns.fetch_add(1, Relaxed);
+            self.max_suppressed.fetch_max(s.0, Relaxed);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn a_server_session_fed_garbage_warns_at_the_limit_then_reports_the_rest() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let count: &'static WarnCount = Box::leak(Box::default());
+        let t0 = Instant::now();
+        let mut s = ServerSession::new(ServerConfig::default());
+        tracing::subscriber::with_default(count, || {
+            for i in 0..1000u64 {
+                s.handle_stdin(t0 + Duration::from_millis(i), b"not json\n");
+            }
+        });
+        assert_eq!(
+            count.warns.load(Relaxed),
+            u64::from(VIOLATION_WARNINGS_PER_INTERVAL)
+        );
+        assert_eq!(count.max_suppressed.load(Relaxed), 0);
+        let later = t0 + VIOLATION_WARNING_INTERVAL + Duration::from_secs(1);
+        tracing::subscriber::with_default(count, || {
+            s.handle_stdin(later, b"{\"jsonrpc\":\"2.0\"\n");
+        });
+        assert_eq!(
+            count.warns.load(Relaxed),
+            u64::from(VIOLATION_WARNINGS_PER_INTERVAL) + 1
+        );
+        assert_eq!(
+            count.max_suppressed.load(Relaxed),
+            1000 - u64::from(VIOLATION_WARNINGS_PER_INTERVAL)
+        );
+        // Every violation is still counted in the metrics.
+        let parse_errors: u64 = s.metrics().parse_errors.values().sum();
+        assert_eq!(parse_errors, 1001);
+    }
+}

@@ -133,37 +133,4 @@ mod tests {
             assert_eq!(from_ms(to_ms(d)), Some(d), "{micros}");
         }
     }
-
-    #[test]
-    fn g12_process_outcome_times_are_milliseconds_and_read_back() {
-        use crate::process::supervisor::{EndedBy, ExitStatus, ProcessOutcome, StreamEnd};
-        let outcome = ProcessOutcome {
-            exit_status: Some(ExitStatus::Code(0)),
-            ended_by: EndedBy::ExitedAfterTerm,
-            stdout: Some(StreamEnd::Eof),
-            stderr: None,
-            cancel_to_exit: Some(Duration::new(2, 6_401_839)),
-            shutdown_to_exit: None,
-            shutdown_requested_at: None,
-            cancel_requested_at: Some(Duration::from_millis(10)),
-            stdin_closed_at: None,
-            term_sent_at: Some(Duration::from_millis(10)),
-            kill_sent_at: None,
-            exited_at: Some(Duration::from_micros(2_016_401)),
-            finished_at: Duration::from_micros(2_016_500),
-        };
-        let json = serde_json::to_value(&outcome).expect("serializable");
-        assert_eq!(json["cancel_to_exit_ms"], 2006.401);
-        assert_eq!(json["term_sent_at_ms"], 10.0);
-        assert_eq!(json["finished_at_ms"], 2016.5);
-        assert_eq!(json["kill_sent_at_ms"], serde_json::Value::Null);
-        assert!(
-            !json.to_string().contains("secs") && !json.to_string().contains("nanos"),
-            "{json}"
-        );
-        let back: ProcessOutcome = serde_json::from_value(json).expect("readable");
-        assert_eq!(back.cancel_to_exit, Some(Duration::from_micros(2_006_401)));
-        assert_eq!(back.finished_at, outcome.finished_at);
-        assert_eq!(back.exited_at, outcome.exited_at);
-    }
 }
