@@ -24,7 +24,7 @@ use mcp_stdio_core::SupervisorConfig;
 use mcp_stdio_core::{
     CaptureConfig, PoolConfig, SharedRetentionPool, DEFAULT_EXCERPT, DEFAULT_TAIL,
 };
-use mcp_stdio_core::{InvalidUtf8Policy, DEFAULT_MAX_FRAME};
+use mcp_stdio_core::{FramerConfig, InvalidUtf8Policy, DEFAULT_MAX_FRAME};
 use serde::Deserialize;
 
 use mcp_stdio_core::{ProxyConfig, DEFAULT_MAX_BUFFERED};
@@ -99,6 +99,8 @@ struct FileSettings {
 /// The resolved limits of a guard run.
 #[derive(Debug, Clone)]
 pub(crate) struct GuardSettings {
+    /// Both directions' framing: the wire limit and its policies.
+    pub(crate) framer: FramerConfig,
     pub(crate) proxy: ProxyConfig,
     pub(crate) supervisor: SupervisorConfig,
     pub(crate) stderr_capture: CaptureConfig,
@@ -137,15 +139,15 @@ impl GuardSettings {
         }
         let mut proxy = ProxyConfig::default();
         proxy
-            .max_frame(max_frame)
             .limit_knob("--max-frame (max_frame_bytes in a --config file)")
             .max_buffered(
                 args.max_buffered
                     .or(file.max_buffered_bytes)
                     .unwrap_or(DEFAULT_MAX_BUFFERED),
             );
-        proxy
-            .framer_mut()
+        let mut framer = FramerConfig::default();
+        framer
+            .max_frame(max_frame)
             .invalid_utf8(match args.invalid_utf8.or(file.invalid_utf8) {
                 Some(InvalidUtf8::Refuse) => InvalidUtf8Policy::Refuse,
                 Some(InvalidUtf8::Repair) | None => InvalidUtf8Policy::Repair,
@@ -177,6 +179,7 @@ impl GuardSettings {
             .head(head)
             .redact(file.stderr_redact.unwrap_or(true));
         Ok(Self {
+            framer,
             proxy,
             supervisor,
             stderr_capture,
@@ -214,7 +217,7 @@ mod tests {
             ..SettingsArgs::default()
         };
         let s = GuardSettings::resolve(&args).unwrap();
-        assert_eq!(s.proxy.get_max_frame(), 5000);
+        assert_eq!(s.framer.get_max_frame(), 5000);
         assert_eq!(s.stderr_capture.get_tail(), 2048);
         assert_eq!(s.stderr_capture.get_head(), 100);
         assert!(!s.stderr_capture.get_redact());

@@ -149,6 +149,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     config
         .stderr_pool(Some(settings.stderr_pool.clone()))
         .stderr_forward(settings.stderr_forward_bytes);
+    *config.framer_mut() = settings.framer.clone();
     *config.proxy_mut() = settings.proxy.clone();
     config
         .proxy_mut()

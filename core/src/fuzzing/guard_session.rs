@@ -40,8 +40,10 @@ pub(super) fn run(data: &[u8]) {
     let mut u = Unstructured::new(data);
     let mut config = GuardConfig::default();
     config
+        .framer_mut()
+        .max_frame(u.int_in_range(64..=512usize).unwrap_or(128));
+    config
         .proxy_mut()
-        .max_frame(u.int_in_range(64..=512usize).unwrap_or(128))
         .max_buffered(u.int_in_range(0..=4096usize).unwrap_or(1024))
         .max_notes(4);
     let grace = Duration::from_millis(u.int_in_range(0..=50u64).unwrap_or(10));
@@ -155,7 +157,7 @@ pub(super) fn run(data: &[u8]) {
         // Forwarded server stderr stays within its budget.
         assert!(s.stderr_forwarded <= forward);
         if !host_closed && s.proxy().host_closed().is_none() {
-            assert!(s.proxy().host_backlog() <= s.config.proxy.get_max_buffered());
+            assert!(s.proxy().host_backlog() <= s.config.get_proxy().get_max_buffered());
         }
         if finished {
             break;

@@ -299,7 +299,6 @@ pub fn fuzz_session_pair(data: &[u8]) {
     let mut ccfg = ClientConfig::default();
     ccfg.max_in_flight(max_in_flight)
         .inbox_capacity(inbox)
-        .max_frame(cmax)
         .max_outgoing_bytes(4096)
         .control_reserve_bytes(512)
         .max_cancelled_remembered(4)
@@ -310,12 +309,15 @@ pub fn fuzz_session_pair(data: &[u8]) {
         });
     let mut scfg = ServerConfig::default();
     scfg.max_concurrent(max_concurrent)
-        .max_frame(smax)
         .max_outgoing_bytes(4096)
         .max_queued_notifications(4)
         .max_finished_remembered(4);
-    let mut client = ClientSession::new(ccfg);
-    let mut server = ServerSession::new(scfg);
+    let mut cframer = FramerConfig::default();
+    cframer.max_frame(cmax);
+    let mut sframer = FramerConfig::default();
+    sframer.max_frame(smax);
+    let mut client = ClientSession::new(ccfg, cframer);
+    let mut server = ServerSession::new(scfg, sframer);
     let start = Instant::now();
     let mut now = start;
     let mut c2s: VecDeque<u8> = VecDeque::new();

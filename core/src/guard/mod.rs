@@ -21,9 +21,9 @@ use crate::process::supervisor::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
     SupervisorConfig,
 };
-use crate::records::call::CallRecord;
+use crate::records::call::{CallConfig, CallRecord};
 use crate::time::Stamp;
-use crate::wire::frame::ReadRoom;
+use crate::wire::frame::{FramerConfig, ReadRoom};
 
 /// Exit status when the guard closed the session itself (the host stopped
 /// reading): `EX_TEMPFAIL`.
@@ -36,10 +36,34 @@ pub const DEFAULT_STDERR_FORWARD: u64 = 1024 * 1024;
 pub const DEFAULT_FINAL_FLUSH: Duration = Duration::from_secs(2);
 
 /// Limits of a guard session.
+///
+/// It holds the knobs of the session itself (the stderr pool, forwarding
+/// budget and final flush) and one config per part, each edited in place
+/// with `name_mut()` and read with `get_name()`: the proxy
+/// ([`proxy_mut`](Self::proxy_mut)), the framing of both directions and the
+/// wire limit ([`framer_mut`](Self::framer_mut)), the call records
+/// ([`call_mut`](Self::call_mut)), the server's shutdown
+/// ([`supervisor_mut`](Self::supervisor_mut)) and its stderr capture
+/// ([`stderr_capture_mut`](Self::stderr_capture_mut)). Each knob has one
+/// setter, on the config that holds it; none holds a config of its own.
+///
+/// ```
+/// use mcp_stdio_core::{GuardConfig, OversizedPolicy};
+///
+/// let mut config = GuardConfig::default();
+/// config
+///     .framer_mut()
+///     .max_frame(1 << 20)
+///     .oversized_policy(OversizedPolicy::Close);
+/// config.proxy_mut().max_buffered(4 << 20);
+/// assert_eq!(config.get_framer().get_max_frame(), 1 << 20);
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct GuardConfig {
-    pub(crate) proxy: ProxyConfig,
+    proxy: ProxyConfig,
+    framer: FramerConfig,
+    call: CallConfig,
     supervisor: SupervisorConfig,
     stderr_capture: CaptureConfig,
     stderr_pool: Option<SharedRetentionPool>,
@@ -51,6 +75,8 @@ impl Default for GuardConfig {
     fn default() -> Self {
         Self {
             proxy: ProxyConfig::default(),
+            framer: FramerConfig::default(),
+            call: CallConfig::default(),
             supervisor: SupervisorConfig::default(),
             stderr_capture: CaptureConfig::default(),
             stderr_pool: Some(SharedRetentionPool::process()),
@@ -61,11 +87,28 @@ impl Default for GuardConfig {
 }
 
 impl GuardConfig {
-    /// Edits the proxy's limits in place (see [`ProxyConfig`]: wire limit
-    /// 4 MiB, 16 MiB buffered each way; its `max_buffered` is the bound on
-    /// bytes waiting for a host that stopped reading).
+    /// Edits the proxy's limits in place (see [`ProxyConfig`]: 16 MiB
+    /// buffered each way, its `max_buffered` being the bound on bytes
+    /// waiting for a host that stopped reading; 4096 requests tracked).
     pub fn proxy_mut(&mut self) -> &mut ProxyConfig {
         &mut self.proxy
+    }
+
+    /// Edits the framing of both directions in place (see [`FramerConfig`]):
+    /// the wire limit `max_frame` (default 8 MiB,
+    /// [`DEFAULT_MAX_FRAME`](crate::DEFAULT_MAX_FRAME)), the id scan of an
+    /// oversized line (256 B), the oversized policy (discard) and the invalid
+    /// UTF-8 policy (repair). Each of the two framers buffers at most
+    /// `max_frame + 1` bytes: worst case `2 × max_frame`.
+    pub fn framer_mut(&mut self) -> &mut FramerConfig {
+        &mut self.framer
+    }
+
+    /// Edits the limits of each call record in place (see [`CallConfig`]:
+    /// 64 events of at most 512 bytes of text each; worst case per tracked
+    /// request `≈ 2 KiB + 4 × max_text_bytes`).
+    pub fn call_mut(&mut self) -> &mut CallConfig {
+        &mut self.call
     }
 
     /// Edits the shutdown graces and the reader drain deadline in place (see
@@ -108,6 +151,14 @@ impl GuardConfig {
     /// The proxy's limits.
     pub fn get_proxy(&self) -> &ProxyConfig {
         &self.proxy
+    }
+    /// The framing of both directions, and the wire limit.
+    pub fn get_framer(&self) -> &FramerConfig {
+        &self.framer
+    }
+    /// The limits of each call record.
+    pub fn get_call(&self) -> &CallConfig {
+        &self.call
     }
     /// The supervisor's config.
     pub fn get_supervisor(&self) -> &SupervisorConfig {
@@ -358,7 +409,7 @@ impl GuardSession {
     /// A session for a server about to be spawned.
     pub fn new(config: GuardConfig) -> Self {
         Self {
-            proxy: Proxy::new(config.proxy.clone()),
+            proxy: Proxy::new(&config),
             supervisor: ProcessSupervisor::new(config.supervisor),
             stderr: match &config.stderr_pool {
                 Some(pool) => OutputCapture::with_grant(

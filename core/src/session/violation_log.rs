@@ -187,10 +187,11 @@ mod tests {
     #[test]
     fn a_server_session_fed_garbage_warns_at_the_limit_then_reports_the_rest() {
         use crate::session::server::{ServerConfig, ServerSession};
+        use crate::wire::frame::FramerConfig;
         use std::sync::atomic::Ordering::Relaxed;
         let count: &'static WarnCount = Box::leak(Box::default());
         let t0 = Instant::now();
-        let mut s = ServerSession::new(ServerConfig::default());
+        let mut s = ServerSession::new(ServerConfig::default(), FramerConfig::default());
         tracing::subscriber::with_default(count, || {
             for i in 0..1000u64 {
                 s.handle_stdin(t0 + Duration::from_millis(i), b"not json\n");
