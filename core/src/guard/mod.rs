@@ -26,7 +26,8 @@ use crate::time::Stamp;
 use crate::wire::frame::{FramerConfig, ReadRoom};
 
 /// Exit status when the guard closed the session itself (the host stopped
-/// reading): `EX_TEMPFAIL`.
+/// reading, or a line passed the wire limit under the oversized policy
+/// [`Close`](crate::OversizedPolicy::Close)): `EX_TEMPFAIL`.
 pub const EXIT_GUARD_CLOSED: u8 = 75;
 /// Exit status when no exit of the server was observed.
 pub const EXIT_UNKNOWN: u8 = 1;
@@ -327,7 +328,9 @@ pub struct GuardReport {
     pub stderr_excerpt: String,
     /// Bytes of the server's stderr passed through to ours.
     pub stderr_forwarded_bytes: u64,
-    /// `host_stopped_reading` when the guard closed the session itself.
+    /// Why the guard closed the session itself, if it did
+    /// ([`GuardSession::closed_by_guard`]): `host_stopped_reading`,
+    /// `oversized_request` or `oversized_response`.
     pub guard_closed_session: Option<&'static str>,
 }
 
@@ -403,6 +406,10 @@ pub struct GuardSession {
     early: VecDeque<GuardAction>,
     /// Waiting for the server's exit failed: no status will ever be observed.
     exit_wait_failed: bool,
+    /// The guard closed the session because a line passed the wire limit
+    /// under [`OversizedPolicy::Close`](crate::OversizedPolicy::Close):
+    /// `oversized_request` or `oversized_response`.
+    oversized_close: Option<&'static str>,
 }
 
 impl GuardSession {
@@ -428,6 +435,7 @@ impl GuardSession {
             host_owed: 0,
             early: VecDeque::new(),
             exit_wait_failed: false,
+            oversized_close: None,
             config,
         }
     }
@@ -445,11 +453,16 @@ impl GuardSession {
         self.proxy.wants_host_input()
     }
 
-    /// `Some("host_stopped_reading")` when the guard closed the session
-    /// because the host stopped reading.
+    /// Why the guard closed the session itself, if it did:
+    /// `host_stopped_reading` (more than `max_buffered` bytes waited for
+    /// the host), or, under the oversized policy
+    /// [`Close`](crate::OversizedPolicy::Close), `oversized_request` (a host
+    /// line passed the wire limit) or `oversized_response` (a server line
+    /// did).
     pub fn closed_by_guard(&self) -> Option<&'static str> {
         (self.proxy.host_closed() == Some(HostClosed::StoppedReading))
             .then_some("host_stopped_reading")
+            .or(self.oversized_close)
     }
 
     /// The exit status: [`EXIT_GUARD_CLOSED`] (75) when the guard closed the
@@ -556,6 +569,14 @@ impl GuardSession {
     pub(crate) fn handle_host_eof(&mut self, at: Stamp) {
         self.see(at);
         self.proxy.handle_host_eof(at);
+        self.end_host_input(at);
+    }
+
+    /// The host's input is over (its EOF, or a request past the wire limit
+    /// under the oversized policy `close`): the shutdown starts once what
+    /// the host sent has reached the server's stdin, or after the stdin
+    /// close grace.
+    fn end_host_input(&mut self, at: Stamp) {
         let grace = self.config.supervisor.get_stdin_close_grace();
         match at.instant.checked_add(grace) {
             Some(deadline) if self.proxy.server_backlog() > 0 && !self.server_stdin_closed => {
@@ -778,16 +799,34 @@ impl GuardSession {
                 self.supervisor.shutdown(at.instant);
             }
         }
-        if let Some(event) = self.proxy.poll_event() {
-            // Either way the host side is gone: stop the server too.
-            if let ProxyEvent::HostOutputClosed = event {
-                tracing::debug!("host stdout closed; shutting the server down");
-            }
+        while let Some(event) = self.proxy.poll_event() {
             // Events only follow inputs, which all carry a time.
-            if let Some(at) = self.latest {
-                self.supervisor.shutdown(at.instant);
+            let Some(at) = self.latest else { continue };
+            match event {
+                ProxyEvent::OversizedClose { from_host } => {
+                    self.oversized_close.get_or_insert(if from_host {
+                        "oversized_request"
+                    } else {
+                        "oversized_response"
+                    });
+                    if from_host {
+                        // As at the host's EOF: what it sent before reaches
+                        // the server, then the shutdown; nothing more is read.
+                        self.end_host_input(at);
+                        return Some(GuardAction::CloseHostInput);
+                    }
+                    // The server's stdout is still drained (and dropped).
+                    self.supervisor.shutdown(at.instant);
+                }
+                ProxyEvent::HostStoppedReading { .. } | ProxyEvent::HostOutputClosed => {
+                    // Either way the host side is gone: stop the server too.
+                    if let ProxyEvent::HostOutputClosed = event {
+                        tracing::debug!("host stdout closed; shutting the server down");
+                    }
+                    self.supervisor.shutdown(at.instant);
+                    return Some(GuardAction::CloseHostOutput);
+                }
             }
-            return Some(GuardAction::CloseHostOutput);
         }
         let action = self.supervisor.poll_action()?;
         Some(match action {
@@ -1032,6 +1071,123 @@ mod tests {
         }
         let report = s.report(100);
         assert_eq!(report.guard_closed_session, Some("host_stopped_reading"));
+    }
+
+    /// A session whose framers close on an oversized line, at 128 bytes.
+    fn closing_session() -> (GuardSession, Clock) {
+        let mut config = GuardConfig::default();
+        config
+            .framer_mut()
+            .max_frame(128)
+            .oversized_policy(crate::OversizedPolicy::Close);
+        config
+            .supervisor_mut()
+            .stdin_close_grace(Duration::from_secs(1))
+            .term_grace(Duration::from_secs(1));
+        let clock = Clock {
+            base: Instant::now(),
+        };
+        let mut s = GuardSession::new(config);
+        s.handle_spawned(clock.at(0));
+        (s, clock)
+    }
+
+    fn host_messages(s: &mut GuardSession) -> Vec<String> {
+        std::iter::from_fn(|| s.poll_to_host())
+            .map(|b| String::from_utf8(b).expect("UTF-8"))
+            .collect()
+    }
+
+    fn stderr_text(s: &mut GuardSession) -> String {
+        std::iter::from_fn(|| s.poll_stderr())
+            .map(|b| String::from_utf8(b).expect("UTF-8"))
+            .collect()
+    }
+
+    /// Oversized policy `close`, server side: the call gets the wire-limit
+    /// error, the server is shut down while its stdout is still drained
+    /// (and dropped), and the guard exits 75 saying why.
+    #[test]
+    fn g3_close_policy_a_server_line_past_the_limit_closes_the_session_exit_75() {
+        let (mut s, clock) = closing_session();
+        s.handle_host(
+            clock.at(1),
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\"}\n",
+        );
+        let _ = s.poll_record();
+        let b = s.poll_to_server().expect("the request");
+        s.handle_server_written(b.len());
+        let big = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"{}\"}}\n",
+            "x".repeat(500)
+        );
+        s.handle_server_stdout(clock.at(2), big.as_bytes());
+        assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+        let host = host_messages(&mut s);
+        assert_eq!(host.len(), 1, "{host:?}");
+        assert!(
+            host[0].contains("\"id\":1") && host[0].contains("exceeded the wire limit"),
+            "{host:?}"
+        );
+        assert!(
+            stderr_text(&mut s).contains("the oversized policy is `close`: closing the session")
+        );
+        assert_eq!(s.closed_by_guard(), Some("oversized_response"));
+        // Whatever the server writes now is drained and dropped.
+        s.handle_server_stdout(
+            clock.at(3),
+            b"{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}\n",
+        );
+        assert!(host_messages(&mut s).is_empty());
+        s.handle_exited(clock.at(4), ExitStatus::Code(0));
+        s.handle_server_stdout_eof(clock.at(4));
+        s.handle_server_stderr_eof(clock.at(4));
+        match actions(&mut s).as_slice() {
+            [GuardAction::Finished { exit_code, .. }] => assert_eq!(*exit_code, EXIT_GUARD_CLOSED),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            s.report(100).guard_closed_session,
+            Some("oversized_response")
+        );
+    }
+
+    /// Oversized policy `close`, host side: the request gets the wire-limit
+    /// error and never reaches the server, the host's input is no longer
+    /// read, what it sent before still reaches the server, then the
+    /// shutdown; the guard exits 75.
+    #[test]
+    fn g2_close_policy_a_host_request_past_the_limit_closes_the_session_exit_75() {
+        let (mut s, clock) = closing_session();
+        let big = format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"n\"}}\n{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"{}\"}}\n",
+            "m".repeat(500)
+        );
+        s.handle_host(clock.at(1), big.as_bytes());
+        assert_eq!(actions(&mut s), [GuardAction::CloseHostInput]);
+        let host = host_messages(&mut s);
+        assert!(
+            host.len() == 1
+                && host[0].contains("\"id\":7")
+                && host[0].contains("request exceeded the wire limit"),
+            "{host:?}"
+        );
+        assert_eq!(s.closed_by_guard(), Some("oversized_request"));
+        // The notification before it goes out, then the server's stdin closes.
+        let b = s.poll_to_server().expect("the notification");
+        assert!(
+            s.poll_to_server().is_none(),
+            "the oversized request never does"
+        );
+        s.handle_server_written(b.len());
+        assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+        s.handle_exited(clock.at(2), ExitStatus::Code(0));
+        s.handle_server_stdout_eof(clock.at(2));
+        s.handle_server_stderr_eof(clock.at(2));
+        match actions(&mut s).as_slice() {
+            [GuardAction::Finished { exit_code, .. }] => assert_eq!(*exit_code, EXIT_GUARD_CLOSED),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

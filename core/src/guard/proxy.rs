@@ -80,7 +80,8 @@ use crate::guard::GuardConfig;
 use crate::records::call::{CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord};
 use crate::time::Stamp;
 use crate::wire::frame::{
-    refused_line_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery, ReadRoom,
+    refused_line_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery,
+    OversizedPolicy, ReadRoom,
 };
 use crate::wire::idset::RecentIds;
 use crate::wire::message::{
@@ -250,6 +251,16 @@ pub(crate) enum ProxyEvent {
     },
     /// Writing to the host failed (it closed its end): the session must close.
     HostOutputClosed,
+    /// A line passed the wire limit under [`OversizedPolicy::Close`]: that
+    /// direction is no longer framed (its bytes are counted and dropped) and
+    /// the session must close (the guard stops reading the host, shuts the
+    /// server down and exits 75). Its id, when the scan of its first
+    /// `id_scan_limit` bytes found one, was answered with the wire-limit
+    /// error first.
+    OversizedClose {
+        /// The line came from the host (a request), not the server.
+        from_host: bool,
+    },
 }
 
 /// Why the host side is closed.
@@ -647,6 +658,22 @@ impl State {
         self.to_host_bytes = 0;
     }
 
+    /// A line passed the wire limit under [`OversizedPolicy::Close`]: its
+    /// framer is closed; say so and ask for the session's end.
+    fn close_on_oversized(&mut self, from_host: bool) {
+        let what = if from_host {
+            "a request from the host"
+        } else {
+            "a line from the server"
+        };
+        self.note(format!(
+            "mcp-stdio guard: {what} passed the wire limit ({} bytes) and the oversized policy is `close`: closing the session",
+            self.framing.get_max_frame()
+        ));
+        self.events
+            .push_back(ProxyEvent::OversizedClose { from_host });
+    }
+
     fn send_host(&mut self, bytes: Vec<u8>) {
         self.send_host_message(None, bytes);
     }
@@ -749,6 +776,9 @@ impl State {
                     let err = self.limit_error(Oversized::Request, limit as u64 + 1);
                     self.reply_error_object(Some(&id), err);
                 }
+                if self.framing.get_oversized_policy() == OversizedPolicy::Close {
+                    self.close_on_oversized(true);
+                }
             }
             FrameEvent::Error(FrameError::OversizedEnded {
                 discarded,
@@ -839,9 +869,16 @@ impl State {
             FrameEvent::Frame(text) => self.on_server_frame(at, text),
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 self.metrics.oversized_responses += 1;
-                // Without an id in the prefix, wait for the frame's end: the
-                // whole-frame scan may find it.
-                if id_hint.is_some() {
+                if self.framing.get_oversized_policy() == OversizedPolicy::Close {
+                    // No frame's end will come: what the prefix gave is all.
+                    if id_hint.is_none() {
+                        self.metrics.oversized_response_ids_missing += 1;
+                    }
+                    self.on_oversized_response(at, id_hint, limit as u64 + 1);
+                    self.close_on_oversized(false);
+                } else if id_hint.is_some() {
+                    // Without an id in the prefix, wait for the frame's end:
+                    // the whole-frame scan may find it.
                     self.on_oversized_response(at, id_hint, limit as u64 + 1);
                 }
             }
