@@ -27,7 +27,7 @@ use mcp_stdio_core::{
     CaptureConfig, PoolConfig, SharedRetentionPool, DEFAULT_EXCERPT, DEFAULT_TAIL,
 };
 use mcp_stdio_core::{
-    FramerConfig, InvalidUtf8Policy, OversizedPolicy, DEFAULT_ID_SCAN_LIMIT, DEFAULT_MAX_FRAME,
+    FramerConfig, InvalidUtf8Policy, OversizedPolicy, DEFAULT_ID_SCAN_LIMIT, MIN_MAX_FRAME,
 };
 use serde::Deserialize;
 
@@ -136,6 +136,25 @@ pub(crate) struct GuardSettings {
     pub(crate) stderr_excerpt_bytes: usize,
 }
 
+/// `framer` with the wire limit `bytes`, which `setting` gave. The core
+/// raises a limit below its minimum (`MIN_MAX_FRAME`) to it; a command
+/// line refuses it instead, so that nobody runs with a limit they did not
+/// ask for. The rule is the framer config's: a value it would change is
+/// refused.
+pub(crate) fn wire_limit(
+    framer: &mut FramerConfig,
+    setting: &str,
+    bytes: usize,
+) -> Result<(), String> {
+    if framer.max_frame(bytes).get_max_frame() == bytes {
+        Ok(())
+    } else {
+        Err(format!(
+            "{setting}: a wire limit of {bytes} bytes is too small (at least {MIN_MAX_FRAME})"
+        ))
+    }
+}
+
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(v)
         .map_err(|_| format!("{name} must be a non-negative number of seconds, not {v}"))
@@ -153,14 +172,14 @@ impl GuardSettings {
             }
             None => FileSettings::default(),
         };
-        let max_frame = args
-            .max_frame
-            .or(file.max_frame_bytes)
-            .unwrap_or(DEFAULT_MAX_FRAME);
-        if max_frame < 64 {
-            return Err(format!(
-                "max frame of {max_frame} bytes is too small (at least 64)"
-            ));
+        let mut framer = FramerConfig::default();
+        match (args.max_frame, file.max_frame_bytes, &args.config) {
+            (Some(bytes), _, _) => wire_limit(&mut framer, "--max-frame", bytes)?,
+            (None, Some(bytes), Some(path)) => {
+                let setting = format!("config file {}: max_frame_bytes", path.display());
+                wire_limit(&mut framer, &setting, bytes)?;
+            }
+            _ => {}
         }
         let mut proxy = ProxyConfig::default();
         proxy
@@ -170,9 +189,7 @@ impl GuardSettings {
                     .or(file.max_buffered_bytes)
                     .unwrap_or(DEFAULT_MAX_BUFFERED),
             );
-        let mut framer = FramerConfig::default();
         framer
-            .max_frame(max_frame)
             .id_scan_limit(
                 args.id_scan_limit
                     .or(file.id_scan_limit_bytes)
@@ -272,7 +289,10 @@ mod tests {
     #[test]
     fn every_framer_option_comes_from_a_flag_or_the_file() {
         let defaults = GuardSettings::resolve(&SettingsArgs::default()).unwrap();
-        assert_eq!(defaults.framer.get_max_frame(), DEFAULT_MAX_FRAME);
+        assert_eq!(
+            defaults.framer.get_max_frame(),
+            mcp_stdio_core::DEFAULT_MAX_FRAME
+        );
         assert_eq!(defaults.framer.get_id_scan_limit(), DEFAULT_ID_SCAN_LIMIT);
         assert_eq!(
             defaults.framer.get_oversized_policy(),
@@ -314,5 +334,41 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.contains("unknown variant"), "{err}");
+    }
+
+    /// The core raises a wire limit below `MIN_MAX_FRAME`; the guard refuses
+    /// it, from a flag or the file, naming the minimum; the minimum itself
+    /// is taken.
+    #[test]
+    fn a_wire_limit_below_the_cores_minimum_is_refused_naming_it() {
+        let err = GuardSettings::resolve(&SettingsArgs {
+            max_frame: Some(MIN_MAX_FRAME - 1),
+            ..SettingsArgs::default()
+        })
+        .unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "--max-frame: a wire limit of {} bytes is too small (at least {MIN_MAX_FRAME})",
+                MIN_MAX_FRAME - 1
+            )
+        );
+        let path = mcp_stdio_tests::TempPath::new("guard.toml");
+        std::fs::write(&path, "max_frame_bytes = 0\n").unwrap();
+        let err = GuardSettings::resolve(&SettingsArgs {
+            config: Some(path.to_path_buf()),
+            ..SettingsArgs::default()
+        })
+        .unwrap_err();
+        assert!(
+            err.contains("max_frame_bytes: a wire limit of 0 bytes is too small (at least 64)"),
+            "{err}"
+        );
+        let s = GuardSettings::resolve(&SettingsArgs {
+            max_frame: Some(MIN_MAX_FRAME),
+            ..SettingsArgs::default()
+        })
+        .unwrap();
+        assert_eq!(s.framer.get_max_frame(), MIN_MAX_FRAME);
     }
 }

@@ -74,7 +74,9 @@
 //!   `ServerSession::new(ServerConfig, FramerConfig)`).
 //! - **One knob, one setter.** A knob is set only on the config that holds
 //!   it; the options types have no shortcuts into their sub-configs, so
-//!   `max_frame` has one setter in the workspace, [`FramerConfig::max_frame`].
+//!   `max_frame` has one setter in the workspace, [`FramerConfig::max_frame`],
+//!   and one rule for its minimum there: a value below [`MIN_MAX_FRAME`]
+//!   (64 bytes) is raised to it, for every machine.
 //! - **Build from [`Default`]**, then call setters; fields are private and the
 //!   types are `#[non_exhaustive]`, so a new knob is never a breaking change.
 //!   A preset is a constructor ([`HelperOptions::discovery`]).
@@ -160,7 +162,8 @@ pub use wire::codec;
 // The wire.
 pub use wire::frame::{
     FrameError, FrameEvent, FrameText, Framer, FramerConfig, FramerStats, InvalidUtf8Policy,
-    OversizedPolicy, ReadRoom, Utf8Repair, DEFAULT_ID_SCAN_LIMIT, DEFAULT_MAX_FRAME, READ_ROOM,
+    OversizedPolicy, ReadRoom, Utf8Repair, DEFAULT_ID_SCAN_LIMIT, DEFAULT_MAX_FRAME, MIN_MAX_FRAME,
+    READ_ROOM,
 };
 pub use wire::id_scan::IdRecovery;
 pub use wire::idset::RecentIds;

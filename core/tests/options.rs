@@ -173,3 +173,42 @@ fn discovery_options_are_a_preset_every_setter_still_changes() {
     assert_eq!(d.get_stdout().get_tail(), 1024);
     assert_eq!(d.get_operation(), "resolve-host");
 }
+
+/// One minimum wire limit, applied in one place: the framer config raises a
+/// smaller value to `MIN_MAX_FRAME`, and every options type and session
+/// takes its limit from a framer config, so none runs below it.
+#[test]
+fn the_minimum_wire_limit_is_the_framer_configs_for_every_machine() {
+    use mcp_stdio_core::MIN_MAX_FRAME;
+    use mcp_stdio_core::{ClientConfig, ClientSession, ServerConfig, ServerEvent, ServerSession};
+
+    let mut framer = FramerConfig::default();
+    assert_eq!(framer.max_frame(1).get_max_frame(), MIN_MAX_FRAME);
+    assert_eq!(framer.max_frame(0).get_max_frame(), MIN_MAX_FRAME);
+    assert_eq!(
+        framer.max_frame(MIN_MAX_FRAME + 1).get_max_frame(),
+        MIN_MAX_FRAME + 1
+    );
+
+    let mut client = ClientOptions::default();
+    client.framer_mut().max_frame(10);
+    assert_eq!(client.get_framer().get_max_frame(), MIN_MAX_FRAME);
+    let mut serve = ServeOptions::default();
+    serve.framer_mut().max_frame(10);
+    assert_eq!(serve.get_framer().get_max_frame(), MIN_MAX_FRAME);
+    let mut guard = GuardConfig::default();
+    guard.framer_mut().max_frame(10);
+    assert_eq!(guard.get_framer().get_max_frame(), MIN_MAX_FRAME);
+
+    let mut tiny = FramerConfig::default();
+    tiny.max_frame(10);
+    let c = ClientSession::new(ClientConfig::default(), tiny.clone());
+    assert_eq!(c.framer_config().get_max_frame(), MIN_MAX_FRAME);
+    // A server session asked for 10 bytes takes a 60-byte request.
+    let mut s = ServerSession::new(ServerConfig::default(), tiny);
+    let request = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#;
+    assert!(request.len() > 10 && request.len() <= MIN_MAX_FRAME);
+    s.handle_stdin(Instant::now(), request);
+    s.handle_stdin(Instant::now(), b"\n");
+    assert!(matches!(s.poll_event(), Some(ServerEvent::Request(_))));
+}

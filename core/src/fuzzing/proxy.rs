@@ -13,6 +13,7 @@ pub fn fuzz_proxy(data: &[u8]) {
 use crate::guard::proxy::*;
 use crate::guard::GuardConfig;
 use crate::records::call::CallState;
+use crate::wire::frame::MIN_MAX_FRAME;
 use arbitrary::{Arbitrary, Unstructured};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

@@ -101,8 +101,6 @@ pub const DEFAULT_MAX_CANCELLED: usize = 4096;
 pub const DEFAULT_MAX_NOTES: usize = 256;
 /// Longest non-protocol line shown in a note, in characters.
 pub const MAX_NOTE_LINE: usize = 512;
-/// Smallest accepted wire limit: room for an error reply with a short id.
-pub(crate) const MIN_MAX_FRAME: usize = 64;
 
 /// Limits and identity of the guard's proxy: the host ↔ server traffic.
 ///
@@ -365,9 +363,7 @@ impl Proxy {
     /// records'.
     pub(crate) fn new(guard: &GuardConfig) -> Self {
         let config = guard.get_proxy().clone();
-        let mut framing = guard.get_framer().clone();
-        let max = framing.get_max_frame().max(MIN_MAX_FRAME);
-        framing.max_frame(max);
+        let framing = guard.get_framer().clone();
         Self {
             host_framer: Framer::new(framing.clone()),
             server_framer: Framer::new(framing.clone()),
