@@ -38,9 +38,8 @@ fn spec(flags: &[&str]) -> CommandSpec {
 /// A wire limit and short shutdown graces, so tests are quick.
 fn options(max_frame: usize) -> ClientOptions {
     let mut options = ClientOptions::default();
+    options.framer_mut().max_frame(max_frame);
     options
-        .max_frame(max_frame)
-        .config_mut()
         .supervisor_mut()
         .stdin_close_grace(Duration::from_millis(500))
         .term_grace(Duration::from_millis(500))

@@ -48,9 +48,8 @@ fn options(stderr_tail: usize) -> HelperOptions {
         .target("test")
         .call_id("call-1")
         .session_id("async-std");
-    o.config_mut().stderr_mut().tail(stderr_tail);
-    o.config_mut()
-        .supervisor_mut()
+    o.stderr_mut().tail(stderr_tail);
+    o.supervisor_mut()
         .term_grace(Duration::from_millis(500))
         .reader_drain_deadline(Duration::from_millis(500));
     o
@@ -58,7 +57,7 @@ fn options(stderr_tail: usize) -> HelperOptions {
 
 fn with_approval(deadline: Duration) -> HelperOptions {
     let mut o = options(4096);
-    o.config_mut().approval(Some(deadline));
+    o.approval(Some(deadline));
     o
 }
 
@@ -480,8 +479,7 @@ fn g11_dropping_the_run_after_the_leader_exited_kills_its_grandchild() {
     let mut o = options(4096);
     // Long enough that the core's own kill after the leader's exit does not
     // come first: only the dropped run's guard can end the grandchild.
-    o.config_mut()
-        .supervisor_mut()
+    o.supervisor_mut()
         .reader_drain_deadline(Duration::from_secs(20));
     let cancel = CancelToken::new();
     let (grandchild, pgid) = block_on(or(

@@ -166,7 +166,7 @@ fn bounded_concurrency_refuses_beyond_max_concurrent() {
             Ok(to_raw(&json!({})).expect("JSON"))
         };
         let mut options = ServeOptions::default();
-        options.max_concurrent(1);
+        options.session_mut().max_concurrent(1);
         let mut peer = Peer::start(options, handler);
         peer.send(request(1, "wait_for_cancel")).await;
         peer.send(request(2, "ping")).await;
@@ -197,7 +197,7 @@ fn g9_oversized_result_becomes_an_error_and_a_panic_becomes_internal_error() {
             }
         };
         let mut options = ServeOptions::default();
-        options.max_frame(1024);
+        options.framer_mut().max_frame(1024);
         let mut peer = Peer::start(options, handler);
         peer.send(request(1, "big")).await;
         let r = peer.recv().await.expect("response 1");

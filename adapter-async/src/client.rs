@@ -280,7 +280,7 @@ impl<R: Runtime> Client<R> {
             let _ = wake_tx.try_send(());
         });
 
-        let request_timeout = options.get_default_timeout();
+        let request_timeout = options.get_session().get_default_timeout();
         let client_info = options.get_client_info().clone();
         let client_capabilities = options.get_client_capabilities().map(ToOwned::to_owned);
         let now = Instant::now();

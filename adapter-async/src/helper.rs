@@ -122,7 +122,7 @@ enum Relay {
     Idle,
 }
 
-/// [`run_helper`] with an approval step when `options.get_config()` has an
+/// [`run_helper`] with an approval step when `options.get_approval()` gives an
 /// approval deadline: the request is raised before the spawn, without
 /// waiting for any output, and its deadline runs on the clock alone. The
 /// approver runs in this future (it may borrow), raced against the owner's

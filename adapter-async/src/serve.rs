@@ -188,7 +188,8 @@ where
 {
     // At most `max_concurrent` handlers exist (the core refuses more), each
     // sending one `Done`: their sends never wait.
-    let (done_tx, done_rx) = async_channel::bounded::<Done>(options.get_max_concurrent().max(1));
+    let (done_tx, done_rx) =
+        async_channel::bounded::<Done>(options.get_session().get_max_concurrent().max(1));
     let (notify_tx, notify_rx) = async_channel::bounded(HANDLER_NOTIFY_QUEUE);
     let handlers = Handlers {
         rt: rt.clone(),

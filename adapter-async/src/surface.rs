@@ -12,8 +12,8 @@ pub use crate::serve::{
 pub use mcp_stdio_core::CommandSpec;
 pub use mcp_stdio_core::Deadline;
 pub use mcp_stdio_core::{BasicsError, ServerBasics};
-pub use mcp_stdio_core::{ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord};
-pub use mcp_stdio_core::{HelperConfig, HelperOptions, HelperOutcome};
+pub use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
+pub use mcp_stdio_core::{HelperOptions, HelperOutcome};
 /// What `Client::signal_group` did.
 pub use mcp_stdio_sys::Signalled;
 
@@ -81,8 +81,8 @@ macro_rules! runtime_api {
             $crate::run_helper::<$rt>(command, options, cancel).await
         }
 
-        /// [`run_helper`] with an approval step when `options.get_config()`
-        /// has an approval deadline (see
+        /// [`run_helper`] with an approval step when `options.get_approval()`
+        /// is set (see
         /// [`mcp_stdio_async::run_helper_with_approval`]).
         pub async fn run_helper_with_approval<A: $crate::Approver>(
             command: &$crate::surface::CommandSpec,

@@ -52,7 +52,9 @@ fn initialize_declares_the_client_capabilities_and_info() {
 #[test]
 fn g6_request_deadline_after_none_and_default() {
     let mut options = ClientOptions::default();
-    options.default_timeout(Some(Duration::from_millis(200)));
+    options
+        .session_mut()
+        .default_timeout(Some(Duration::from_millis(200)));
     let client = Client::<AsyncIo>::spawn(&CommandSpec::new("cat"), options).expect("cat");
     async_io::block_on(async {
         let t = Instant::now();

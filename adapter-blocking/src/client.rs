@@ -294,7 +294,7 @@ impl Client {
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> io::Result<Self> {
         let client_info = options.get_client_info().clone();
         let client_capabilities = options.get_client_capabilities().map(ToOwned::to_owned);
-        let request_timeout = options.get_default_timeout();
+        let request_timeout = options.get_session().get_default_timeout();
         let (driver, commands, shared) = Driver::spawn(command, options)?;
         let pid = driver.pid;
         let group = driver.group.clone();
@@ -1092,7 +1092,6 @@ mod tests {
         NO_PIDFD.with(|f| f.set(true));
         let mut options = ClientOptions::default();
         options
-            .config_mut()
             .supervisor_mut()
             .stdin_close_grace(Duration::from_secs(5));
         let client = Client::spawn(&CommandSpec::new("cat"), options).expect("spawn cat");

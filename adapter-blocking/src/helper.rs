@@ -130,7 +130,7 @@ pub fn run_helper(
     run_helper_with_approval(command, options, cancel, &NoApprover)
 }
 
-/// [`run_helper`] with an approval step when `options.get_config()` has an
+/// [`run_helper`] with an approval step when `options.get_approval()` gives an
 /// approval deadline: the request is raised before the spawn, without
 /// waiting for any output, and its deadline runs on the clock alone.
 ///

@@ -73,7 +73,7 @@ pub use mcp_stdio_core as core;
 pub use mcp_stdio_core::CommandSpec;
 pub use mcp_stdio_core::Deadline;
 pub use mcp_stdio_core::{BasicsError, ServerBasics};
-pub use mcp_stdio_core::{ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord};
-pub use mcp_stdio_core::{HelperConfig, HelperOptions, HelperOutcome};
+pub use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
+pub use mcp_stdio_core::{HelperOptions, HelperOutcome};
 /// What [`Client::signal_group`] did.
 pub use mcp_stdio_sys::Signalled;

@@ -254,7 +254,7 @@ where
     let life = ServeLifecycle::new(&options);
     let mut coordinator = Coordinator {
         pool: Pool::new(
-            options.get_max_concurrent(),
+            options.get_session().get_max_concurrent(),
             handler.clone(),
             inputs_tx.clone(),
         ),

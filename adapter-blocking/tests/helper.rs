@@ -47,9 +47,8 @@ fn options(stderr_tail: usize) -> HelperOptions {
         .target("test")
         .call_id("call-1")
         .session_id("blocking");
-    o.config_mut().stderr_mut().tail(stderr_tail);
-    o.config_mut()
-        .supervisor_mut()
+    o.stderr_mut().tail(stderr_tail);
+    o.supervisor_mut()
         .term_grace(Duration::from_millis(500))
         .reader_drain_deadline(Duration::from_millis(500));
     o
@@ -306,7 +305,7 @@ fn g11_escaped_grandchild_reader_is_abandoned_without_a_hang() {
 #[test]
 fn g12_approved_helper_runs_after_the_answer() {
     let mut o = options(4096);
-    o.config_mut().approval(Some(Duration::from_secs(5)));
+    o.approval(Some(Duration::from_secs(5)));
     let (approver, _release) = ScriptedApprover::new(Some((true, Duration::from_millis(50))));
     let t = Instant::now();
     let out = run_helper_with_approval(
@@ -327,7 +326,7 @@ fn g12_approved_helper_runs_after_the_answer() {
 #[test]
 fn g12_denied_helper_is_never_spawned() {
     let mut o = options(4096);
-    o.config_mut().approval(Some(Duration::from_secs(5)));
+    o.approval(Some(Duration::from_secs(5)));
     let (approver, _release) = ScriptedApprover::new(Some((false, Duration::from_millis(20))));
     let t = Instant::now();
     let out = run_helper_with_approval(
@@ -345,7 +344,7 @@ fn g12_denied_helper_is_never_spawned() {
 #[test]
 fn g12_late_approval_is_a_timeout_and_the_run_does_not_wait_for_it() {
     let mut o = options(4096);
-    o.config_mut().approval(Some(Duration::from_millis(300)));
+    o.approval(Some(Duration::from_millis(300)));
     let (approver, _release) = ScriptedApprover::new(Some((true, Duration::from_secs(2))));
     let t = Instant::now();
     let out = run_helper_with_approval(
@@ -377,7 +376,7 @@ fn g12_late_approval_is_a_timeout_and_the_run_does_not_wait_for_it() {
 #[test]
 fn g12_approver_that_never_answers_does_not_block_past_the_deadline() {
     let mut o = options(4096);
-    o.config_mut().approval(Some(Duration::from_millis(300)));
+    o.approval(Some(Duration::from_millis(300)));
     let (approver, release) = ScriptedApprover::new(None);
     let t = Instant::now();
     let out = run_helper_with_approval(
@@ -402,7 +401,7 @@ fn g12_approver_that_never_answers_does_not_block_past_the_deadline() {
 #[test]
 fn g7_cancel_while_awaiting_approval_ends_the_run_unspawned() {
     let mut o = options(4096);
-    o.config_mut().approval(Some(Duration::from_secs(30)));
+    o.approval(Some(Duration::from_secs(30)));
     let (approver, _release) = ScriptedApprover::new(None);
     let cancel = CancelToken::new();
     let canceller = cancel_after(&cancel, Duration::from_millis(200));
@@ -420,7 +419,7 @@ fn g7_cancel_while_awaiting_approval_ends_the_run_unspawned() {
 #[test]
 fn g12_a_panicking_approver_is_a_denial() {
     let mut o = options(4096);
-    o.config_mut().approval(Some(Duration::from_secs(30)));
+    o.approval(Some(Duration::from_secs(30)));
     let approver = |_r: ApprovalRequest| -> bool { panic!("approver bug (expected in this test)") };
     let t = Instant::now();
     let out = run_helper_with_approval(&helper(&["exit", "0"]), &o, &CancelToken::new(), &approver);
@@ -433,7 +432,7 @@ fn g12_a_panicking_approver_is_a_denial() {
 #[test]
 fn g12_run_helper_without_an_approver_denies_a_configured_approval() {
     let mut o = options(4096);
-    o.config_mut().approval(Some(Duration::from_secs(30)));
+    o.approval(Some(Duration::from_secs(30)));
     let out = run_helper(&helper(&["exit", "0"]), &o, &CancelToken::new());
     assert_eq!(out.record.state(), CallState::Denied);
     assert_never_spawned(&out);
@@ -460,7 +459,7 @@ fn g12_spawn_failure_is_failed_before_dispatch() {
 fn g10_stdout_flood_is_drained_and_the_group_is_gone_afterwards() {
     // Both streams flood for 1 s; the run drains them to EOF on one thread.
     let mut o = options(4096);
-    o.config_mut().stdout_mut().tail(8192);
+    o.stdout_mut().tail(8192);
     let t = Instant::now();
     let out = run_helper(&helper(&["flood-both", "1"]), &o, &CancelToken::new());
     let took = t.elapsed();

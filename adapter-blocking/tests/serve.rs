@@ -194,7 +194,7 @@ fn g7_cancel_sets_the_handler_flag_and_suppresses_its_response() {
 #[test]
 fn g7_a_handler_that_ignores_its_token_keeps_its_slot_until_it_returns() {
     let mut options = ServeOptions::default();
-    options.max_concurrent(1);
+    options.session_mut().max_concurrent(1);
     let release = Arc::new(AtomicBool::new(false));
     let r2 = release.clone();
     let (started_tx, started) = mpsc::channel::<()>();
@@ -246,7 +246,7 @@ fn g7_a_handler_that_ignores_its_token_keeps_its_slot_until_it_returns() {
 #[test]
 fn g9_an_oversized_result_becomes_an_error_for_its_id() {
     let mut options = ServeOptions::default();
-    options.max_frame(4096);
+    options.framer_mut().max_frame(4096);
     let handler = |r: Request, ctx: RequestContext| -> HandlerResult {
         // 4096 - 1024 bytes of room for content under the limit.
         assert!(ctx.result_budget().is_some());

@@ -159,10 +159,10 @@ fn options() -> ServeOptions {
             .unwrap_or_else(|| panic!("{flag} needs a number"));
         match flag.as_str() {
             "--max-frame" => {
-                options.max_frame(value as usize);
+                options.framer_mut().max_frame(value as usize);
             }
             "--max-outgoing" => {
-                options.config_mut().max_outgoing_bytes(value as usize);
+                options.session_mut().max_outgoing_bytes(value as usize);
             }
             "--drain-ms" => {
                 options.drain_timeout(Duration::from_millis(value));

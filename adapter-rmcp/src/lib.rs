@@ -40,7 +40,7 @@
 //! impl rmcp::ServerHandler for MyServer {}
 //!
 //! let mut options = ServeOptions::default();
-//! options.max_frame(4 * 1024 * 1024);
+//! options.framer_mut().max_frame(4 * 1024 * 1024);
 //! let transport = ServerTransport::stdio_with(&options)?;
 //! let mut handle = transport.handle();
 //! MyServer.serve(transport).await?.waiting().await?;

@@ -96,7 +96,7 @@ async fn g3_rmcp_request_with_an_oversized_response_id_first_fails_at_once() {
 
 async fn oversized_response_fails_that_request_at_once(tool: &'static str) {
     let mut options = ClientOptions::default();
-    options.max_frame(64 * 1024);
+    options.framer_mut().max_frame(64 * 1024);
     let transport =
         ClientTransport::spawn(&CommandSpec::new(fixture()), options).expect("spawn the fixture");
     let mut session = transport.session();
@@ -224,7 +224,6 @@ async fn g4_stderr_flood_stays_within_the_budget_and_the_tail_is_on_record() {
 async fn g11_a_server_ignoring_eof_and_term_is_killed_on_close() {
     let mut options = ClientOptions::default();
     options
-        .config_mut()
         .supervisor_mut()
         .stdin_close_grace(Duration::from_millis(300))
         .term_grace(Duration::from_millis(300));

@@ -216,7 +216,6 @@ async fn g11_side_by_side_server_ignoring_eof_and_term() {
 
     let mut options = ClientOptions::default();
     options
-        .config_mut()
         .supervisor_mut()
         .stdin_close_grace(Duration::from_millis(500))
         .term_grace(Duration::from_millis(500));

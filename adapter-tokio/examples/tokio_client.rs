@@ -12,7 +12,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let command = CommandSpec::from_argv(&argv).ok_or("usage: client SERVER_COMMAND [ARGS…]")?;
     let mut options = ClientOptions::default();
-    options.max_frame(4 << 20); // the wire limit, both ways
+    options.framer_mut().max_frame(4 << 20); // the wire limit, both ways
     let client = Client::spawn(&command, options)?;
     let init = client.initialize().await?;
     eprintln!(

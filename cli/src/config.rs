@@ -3,6 +3,8 @@
 //! ```toml
 //! # mcp-stdio guard --config guard.toml -- SERVER …
 //! max_frame_bytes = 8388608                 # wire limit, both directions
+//! id_scan_limit_bytes = 256                 # an oversized line's bytes scanned for its id at once; 0: no id recovery
+//! oversized_policy = "discard"              # or "close": after a line past the wire limit
 //! invalid_utf8 = "repair"                   # or "refuse": lines that are not UTF-8
 //! max_buffered_bytes = 16777216             # bytes waiting for a host that stopped reading
 //! stderr_forward_bytes = 1048576            # server stderr passed through to ours
@@ -24,7 +26,9 @@ use mcp_stdio_core::SupervisorConfig;
 use mcp_stdio_core::{
     CaptureConfig, PoolConfig, SharedRetentionPool, DEFAULT_EXCERPT, DEFAULT_TAIL,
 };
-use mcp_stdio_core::{InvalidUtf8Policy, DEFAULT_MAX_FRAME};
+use mcp_stdio_core::{
+    FramerConfig, InvalidUtf8Policy, OversizedPolicy, DEFAULT_ID_SCAN_LIMIT, MIN_MAX_FRAME,
+};
 use serde::Deserialize;
 
 use mcp_stdio_core::{ProxyConfig, DEFAULT_MAX_BUFFERED};
@@ -37,6 +41,18 @@ pub(crate) enum Retain {
     Tail,
     /// The first bytes and the newest bytes.
     HeadAndTail,
+}
+
+/// What to do after a line passes the wire limit (either direction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Oversized {
+    /// Drop the line up to its newline (its id, when found, gets the
+    /// wire-limit error) and go on with the next one.
+    Discard,
+    /// Answer its id when found in the first bytes, then close the session:
+    /// the server is shut down and the guard exits 75.
+    Close,
 }
 
 /// What to do with a line that is not valid UTF-8 (either direction).
@@ -59,6 +75,13 @@ pub(crate) struct SettingsArgs {
     /// Wire limit in bytes, both directions [default: 8388608].
     #[arg(long, value_name = "BYTES")]
     pub(crate) max_frame: Option<usize>,
+    /// Bytes of an oversized line scanned for its id at once, and the longest string id
+    /// recovered from the whole line; 0 turns id recovery off [default: 256].
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) id_scan_limit: Option<usize>,
+    /// After a line passes the wire limit: drop it and go on, or close the session [default: discard].
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub(crate) oversized_policy: Option<Oversized>,
     /// Lines that are not valid UTF-8 [default: repair].
     #[arg(long, value_enum, value_name = "POLICY")]
     pub(crate) invalid_utf8: Option<InvalidUtf8>,
@@ -83,6 +106,8 @@ pub(crate) struct SettingsArgs {
 #[serde(deny_unknown_fields)]
 struct FileSettings {
     max_frame_bytes: Option<usize>,
+    id_scan_limit_bytes: Option<usize>,
+    oversized_policy: Option<Oversized>,
     invalid_utf8: Option<InvalidUtf8>,
     max_buffered_bytes: Option<usize>,
     stderr_forward_bytes: Option<u64>,
@@ -99,6 +124,8 @@ struct FileSettings {
 /// The resolved limits of a guard run.
 #[derive(Debug, Clone)]
 pub(crate) struct GuardSettings {
+    /// Both directions' framing: the wire limit and its policies.
+    pub(crate) framer: FramerConfig,
     pub(crate) proxy: ProxyConfig,
     pub(crate) supervisor: SupervisorConfig,
     pub(crate) stderr_capture: CaptureConfig,
@@ -107,6 +134,25 @@ pub(crate) struct GuardSettings {
     pub(crate) stderr_pool: SharedRetentionPool,
     pub(crate) stderr_forward_bytes: u64,
     pub(crate) stderr_excerpt_bytes: usize,
+}
+
+/// `framer` with the wire limit `bytes`, which `setting` gave. The core
+/// raises a limit below its minimum (`MIN_MAX_FRAME`) to it; a command
+/// line refuses it instead, so that nobody runs with a limit they did not
+/// ask for. The rule is the framer config's: a value it would change is
+/// refused.
+pub(crate) fn wire_limit(
+    framer: &mut FramerConfig,
+    setting: &str,
+    bytes: usize,
+) -> Result<(), String> {
+    if framer.max_frame(bytes).get_max_frame() == bytes {
+        Ok(())
+    } else {
+        Err(format!(
+            "{setting}: a wire limit of {bytes} bytes is too small (at least {MIN_MAX_FRAME})"
+        ))
+    }
 }
 
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
@@ -126,26 +172,33 @@ impl GuardSettings {
             }
             None => FileSettings::default(),
         };
-        let max_frame = args
-            .max_frame
-            .or(file.max_frame_bytes)
-            .unwrap_or(DEFAULT_MAX_FRAME);
-        if max_frame < 64 {
-            return Err(format!(
-                "max frame of {max_frame} bytes is too small (at least 64)"
-            ));
+        let mut framer = FramerConfig::default();
+        match (args.max_frame, file.max_frame_bytes, &args.config) {
+            (Some(bytes), _, _) => wire_limit(&mut framer, "--max-frame", bytes)?,
+            (None, Some(bytes), Some(path)) => {
+                let setting = format!("config file {}: max_frame_bytes", path.display());
+                wire_limit(&mut framer, &setting, bytes)?;
+            }
+            _ => {}
         }
         let mut proxy = ProxyConfig::default();
         proxy
-            .max_frame(max_frame)
             .limit_knob("--max-frame (max_frame_bytes in a --config file)")
             .max_buffered(
                 args.max_buffered
                     .or(file.max_buffered_bytes)
                     .unwrap_or(DEFAULT_MAX_BUFFERED),
             );
-        proxy
-            .framer_mut()
+        framer
+            .id_scan_limit(
+                args.id_scan_limit
+                    .or(file.id_scan_limit_bytes)
+                    .unwrap_or(DEFAULT_ID_SCAN_LIMIT),
+            )
+            .oversized_policy(match args.oversized_policy.or(file.oversized_policy) {
+                Some(Oversized::Close) => OversizedPolicy::Close,
+                Some(Oversized::Discard) | None => OversizedPolicy::Discard,
+            })
             .invalid_utf8(match args.invalid_utf8.or(file.invalid_utf8) {
                 Some(InvalidUtf8::Refuse) => InvalidUtf8Policy::Refuse,
                 Some(InvalidUtf8::Repair) | None => InvalidUtf8Policy::Repair,
@@ -177,6 +230,7 @@ impl GuardSettings {
             .head(head)
             .redact(file.stderr_redact.unwrap_or(true));
         Ok(Self {
+            framer,
             proxy,
             supervisor,
             stderr_capture,
@@ -214,7 +268,7 @@ mod tests {
             ..SettingsArgs::default()
         };
         let s = GuardSettings::resolve(&args).unwrap();
-        assert_eq!(s.proxy.get_max_frame(), 5000);
+        assert_eq!(s.framer.get_max_frame(), 5000);
         assert_eq!(s.stderr_capture.get_tail(), 2048);
         assert_eq!(s.stderr_capture.get_head(), 100);
         assert!(!s.stderr_capture.get_redact());
@@ -230,5 +284,91 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.contains("unknown field"), "{err}");
+    }
+
+    #[test]
+    fn every_framer_option_comes_from_a_flag_or_the_file() {
+        let defaults = GuardSettings::resolve(&SettingsArgs::default()).unwrap();
+        assert_eq!(
+            defaults.framer.get_max_frame(),
+            mcp_stdio_core::DEFAULT_MAX_FRAME
+        );
+        assert_eq!(defaults.framer.get_id_scan_limit(), DEFAULT_ID_SCAN_LIMIT);
+        assert_eq!(
+            defaults.framer.get_oversized_policy(),
+            OversizedPolicy::Discard
+        );
+        assert_eq!(
+            defaults.framer.get_invalid_utf8(),
+            InvalidUtf8Policy::Repair
+        );
+        let path = mcp_stdio_tests::TempPath::new("guard.toml");
+        std::fs::write(
+            &path,
+            "id_scan_limit_bytes = 16\noversized_policy = \"close\"\ninvalid_utf8 = \"refuse\"\n",
+        )
+        .unwrap();
+        let from_file = SettingsArgs {
+            config: Some(path.to_path_buf()),
+            ..SettingsArgs::default()
+        };
+        let s = GuardSettings::resolve(&from_file).unwrap();
+        assert_eq!(s.framer.get_id_scan_limit(), 16);
+        assert_eq!(s.framer.get_oversized_policy(), OversizedPolicy::Close);
+        assert_eq!(s.framer.get_invalid_utf8(), InvalidUtf8Policy::Refuse);
+        // Flags override the file.
+        let s = GuardSettings::resolve(&SettingsArgs {
+            id_scan_limit: Some(0),
+            oversized_policy: Some(Oversized::Discard),
+            invalid_utf8: Some(InvalidUtf8::Repair),
+            ..from_file
+        })
+        .unwrap();
+        assert_eq!(s.framer.get_id_scan_limit(), 0);
+        assert_eq!(s.framer.get_oversized_policy(), OversizedPolicy::Discard);
+        assert_eq!(s.framer.get_invalid_utf8(), InvalidUtf8Policy::Repair);
+        std::fs::write(&path, "oversized_policy = \"truncate\"\n").unwrap();
+        let err = GuardSettings::resolve(&SettingsArgs {
+            config: Some(path.to_path_buf()),
+            ..SettingsArgs::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("unknown variant"), "{err}");
+    }
+
+    /// The core raises a wire limit below `MIN_MAX_FRAME`; the guard refuses
+    /// it, from a flag or the file, naming the minimum; the minimum itself
+    /// is taken.
+    #[test]
+    fn a_wire_limit_below_the_cores_minimum_is_refused_naming_it() {
+        let err = GuardSettings::resolve(&SettingsArgs {
+            max_frame: Some(MIN_MAX_FRAME - 1),
+            ..SettingsArgs::default()
+        })
+        .unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "--max-frame: a wire limit of {} bytes is too small (at least {MIN_MAX_FRAME})",
+                MIN_MAX_FRAME - 1
+            )
+        );
+        let path = mcp_stdio_tests::TempPath::new("guard.toml");
+        std::fs::write(&path, "max_frame_bytes = 0\n").unwrap();
+        let err = GuardSettings::resolve(&SettingsArgs {
+            config: Some(path.to_path_buf()),
+            ..SettingsArgs::default()
+        })
+        .unwrap_err();
+        assert!(
+            err.contains("max_frame_bytes: a wire limit of 0 bytes is too small (at least 64)"),
+            "{err}"
+        );
+        let s = GuardSettings::resolve(&SettingsArgs {
+            max_frame: Some(MIN_MAX_FRAME),
+            ..SettingsArgs::default()
+        })
+        .unwrap();
+        assert_eq!(s.framer.get_max_frame(), MIN_MAX_FRAME);
     }
 }

@@ -394,6 +394,15 @@ fn usage_errors_exit_2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--large-args"));
     let (out, _) = check(&["--slow-tool", "x", "--slow-args", "[1]", "--", "true"]);
     assert_eq!(out.status.code(), Some(2));
+    // A wire limit below the core's minimum is refused, naming it.
+    let (out, _) = check(&["--max-frame", "10", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--max-frame: a wire limit of 10 bytes is too small (at least 64)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (out, _) = check(&["--", "/nonexistent/mcp-server"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start"));

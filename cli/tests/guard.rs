@@ -128,6 +128,23 @@ impl Guarded {
         self.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
     }
 
+    /// Waits for the guard to exit with its stdin still open (it closed the
+    /// session itself); returns (exit code, stderr).
+    fn exits_by_itself(mut self, within: Duration) -> (Option<i32>, String) {
+        let t = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                let err = self.stderr.join().expect("stderr reader");
+                return (status.code(), err);
+            }
+            if t.elapsed() > within {
+                let _ = self.child.kill();
+                panic!("the guard did not close the session within {within:?}");
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Closes stdin and waits for the guard to exit; returns (exit code, stderr, elapsed).
     fn finish(mut self, within: Duration) -> (Option<i32>, String, Duration) {
         self.stdin = None;
@@ -147,6 +164,11 @@ impl Guarded {
 }
 
 fn call(id: i64, tool: &str, args: Value) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}})
+}
+
+/// [`call`] with a string id.
+fn call_named(id: &str, tool: &str, args: Value) -> Value {
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}})
 }
 
@@ -270,6 +292,97 @@ fn g3_id_last_oversized_response_becomes_an_error_for_its_id() {
     g.response(json!(3), Duration::from_secs(10));
     let (code, _, _) = g.finish(Duration::from_secs(10));
     assert_eq!(code, Some(0));
+}
+
+/// `--id-scan-limit`: an oversized response's id is recovered only when it
+/// fits the limit. With 4 bytes, `"ab"` is found (at the line's end) and its
+/// call gets the wire-limit error; `"abcdefgh"` is too long to recover, so
+/// nothing is failed for it (at the default 256 it gets the error at once)
+/// and the session goes on.
+#[test]
+fn g3_id_scan_limit_bounds_the_ids_an_oversized_response_gives_back() {
+    let metrics = tmp("id-scan-metrics.json");
+    let mut g = Guarded::start(
+        &[
+            "--max-frame",
+            "65536",
+            "--id-scan-limit",
+            "4",
+            "--metrics",
+            metrics.to_str().unwrap(),
+        ],
+        &[],
+    );
+    g.initialize();
+    g.send(&call_named("abcdefgh", "echo", json!({"text": "before"})));
+    g.response(json!("abcdefgh"), Duration::from_secs(10));
+    g.send(&call_named("abcdefgh", "big", json!({"bytes": 1_000_000})));
+    g.send(&call_named("ab", "big", json!({"bytes": 1_000_000})));
+    let (r, before) = g.response(json!("ab"), Duration::from_secs(20));
+    assert_eq!(r["error"]["code"], -32000, "{r}");
+    g.send(&json!({"jsonrpc":"2.0","id":"p","method":"ping"}));
+    let (_, between) = g.response(json!("p"), Duration::from_secs(10));
+    assert!(
+        before.iter().chain(&between).all(|v| v["id"] != "abcdefgh"),
+        "nothing for the id past the scan limit: {before:?} {between:?}"
+    );
+    let (code, stderr, _) = g.finish(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{stderr}");
+    let m: Value = serde_json::from_slice(&std::fs::read(&metrics).unwrap()).unwrap();
+    assert_eq!(m["proxy"]["oversized_responses"], 2, "{m}");
+    assert_eq!(m["proxy"]["oversized_response_ids_missing"], 1, "{m}");
+}
+
+/// `--oversized-policy close`: a line past the wire limit, either way, gets
+/// its id the wire-limit error, then the guard closes the session by
+/// itself (the host's stdin still open): the server is shut down, the
+/// guard says why and exits 75.
+#[test]
+fn g3_oversized_policy_close_ends_the_session_exit_75() {
+    // From the server.
+    let metrics = tmp("close-metrics.json");
+    let mut g = Guarded::start(
+        &[
+            "--max-frame",
+            "65536",
+            "--oversized-policy",
+            "close",
+            "--metrics",
+            metrics.to_str().unwrap(),
+        ],
+        &[],
+    );
+    g.initialize();
+    g.send(&call(1, "big", json!({"bytes": 4_000_000})));
+    let (r, _) = g.response(json!(1), Duration::from_secs(20));
+    assert_eq!(r["error"]["code"], -32000, "{r}");
+    let (code, stderr) = g.exits_by_itself(Duration::from_secs(20));
+    assert_eq!(code, Some(75), "{stderr}");
+    assert!(
+        stderr.contains("a line from the server passed the wire limit (65536 bytes) and the oversized policy is `close`: closing the session"),
+        "{stderr}"
+    );
+    let m: Value = serde_json::from_slice(&std::fs::read(&metrics).unwrap()).unwrap();
+    assert_eq!(m["guard_closed_session"], "oversized_response");
+    // From the host: the request never reaches the server.
+    let mut g = Guarded::start(&["--max-frame", "4096", "--oversized-policy", "close"], &[]);
+    g.initialize();
+    g.send(&call(7, "echo", json!({"text": "z".repeat(10_000)})));
+    let (r, _) = g.response(json!(7), Duration::from_secs(10));
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("request exceeded the wire limit"));
+    let (code, stderr) = g.exits_by_itself(Duration::from_secs(20));
+    assert_eq!(code, Some(75), "{stderr}");
+    assert!(
+        stderr.contains("a request from the host passed the wire limit (4096 bytes)"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("request 7 received"),
+        "the server saw the oversized request: {stderr}"
+    );
 }
 
 #[test]

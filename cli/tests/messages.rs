@@ -217,6 +217,23 @@ fn guard_is_quiet_about_an_ordinary_end_and_not_about_a_failed_one() {
 
 #[cfg(unix)]
 #[test]
+fn guard_refuses_a_wire_limit_below_the_cores_minimum_before_any_server_starts() {
+    // The core would raise it to `MIN_MAX_FRAME`; the guard says so instead.
+    let out = run(&["guard", "--max-frame", "10", "--", "true"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "mcp-stdio guard: --max-frame: a wire limit of 10 bytes is too small (at least 64)"
+        ),
+        "{err}"
+    );
+    let out = run(&["guard", "--max-frame", "64", "--", "true"], &[]);
+    assert_eq!(out.status.code(), Some(0), "64 is taken");
+}
+
+#[cfg(unix)]
+#[test]
 fn guard_says_which_server_cannot_start_and_what_to_check() {
     // Before: `cannot start X: No such file or directory (os error 2)`, 127 for both.
     let (status, err, _) = guard_host_gone(&[], &["mcp-stdio-no-such-server"]);

@@ -57,30 +57,39 @@
 //!
 //! ## Configuration
 //!
-//! Every option and config type in the workspace (`ClientOptions`,
-//! `ServeOptions`, `HelperOptions` and the `*Config` types they hold) follows
-//! one style, after `std::process::Command` and quinn's `TransportConfig`:
+//! Every option and config type in the workspace follows one style, after
+//! `std::process::Command` and quinn's `TransportConfig`:
 //!
+//! - **Two levels at most.** An options type ([`ClientOptions`],
+//!   [`ServeOptions`], [`HelperOptions`], [`GuardConfig`]) holds knobs of its
+//!   own and sub-configs; a sub-config ([`ClientConfig`], [`ServerConfig`],
+//!   [`FramerConfig`], [`SupervisorConfig`], [`CaptureConfig`],
+//!   [`CallConfig`], [`ProxyConfig`], [`StderrForwardConfig`], …) holds
+//!   knobs only. So every knob is `options.knob(v)` or
+//!   `options.part_mut().knob(v)`. The framing of a stream — the wire limit
+//!   `max_frame`, the id scan, the oversized and invalid UTF-8 policies — is
+//!   a sub-config of its own ([`FramerConfig`]), beside the session's: the
+//!   sans-IO sessions take both
+//!   (`ClientSession::new(ClientConfig, FramerConfig)`,
+//!   `ServerSession::new(ServerConfig, FramerConfig)`).
+//! - **One knob, one setter.** A knob is set only on the config that holds
+//!   it; the options types have no shortcuts into their sub-configs, so
+//!   `max_frame` has one setter in the workspace, [`FramerConfig::max_frame`],
+//!   and one rule for its minimum there: a value below [`MIN_MAX_FRAME`]
+//!   (64 bytes) is raised to it, for every machine.
 //! - **Build from [`Default`]**, then call setters; fields are private and the
 //!   types are `#[non_exhaustive]`, so a new knob is never a breaking change.
+//!   A preset is a constructor ([`HelperOptions::discovery`]).
 //! - **A setter is named after its knob** and chains:
 //!   `fn name(&mut self, value) -> &mut Self`. Its doc line gives the default
 //!   and, when the knob bounds memory, the worst case it allows.
 //! - **A getter is `get_name(&self)`**, where callers need to read the value
 //!   back (the bare name is the setter). State machines keep plain getters
 //!   (`config()`, `metrics()`): they have no setters to clash with.
-//! - **A nested config is edited in place** with `name_mut(&mut self) ->
+//! - **A sub-config is edited in place** with `name_mut(&mut self) ->
 //!   &mut Sub` and read with `get_name(&self) -> &Sub`; there is no third
 //!   accessor. To replace one whole, assign through it:
-//!   `*options.config_mut().supervisor_mut() = graces`.
-//! - **The knobs set most often are on the options type itself**
-//!   ([`ClientOptions::max_frame`](ClientOptions::max_frame),
-//!   [`default_timeout`](ClientOptions::default_timeout),
-//!   [`stderr_tail`](ClientOptions::stderr_tail);
-//!   [`ServeOptions::max_frame`](ServeOptions::max_frame),
-//!   [`max_concurrent`](ServeOptions::max_concurrent)). Such a
-//!   shortcut has the name of the knob it sets one level down, so one knob
-//!   never has two names.
+//!   `*options.supervisor_mut() = graces`.
 //! - **Shared handles are values**: a retention pool or a record sink is set
 //!   with `name(Option<Handle>)`; `None` turns it off.
 //!
@@ -89,16 +98,15 @@
 //! use mcp_stdio_core::ClientOptions;
 //!
 //! let mut options = ClientOptions::default();
+//! options.framer_mut().max_frame(1 << 20); // the wire limit, both directions
 //! options
-//!     .max_frame(1 << 20)
-//!     .default_timeout(None) // requests that ask for the default get no deadline
-//!     .stderr_tail(4096);
-//! options
-//!     .config_mut()
 //!     .session_mut()
+//!     .default_timeout(None) // requests that ask for the default get no deadline
 //!     .max_in_flight(32)
 //!     .inbox_capacity(64);
-//! assert_eq!(options.get_config().get_session().get_max_frame(), 1 << 20);
+//! options.stderr_mut().tail(4096);
+//! assert_eq!(options.get_framer().get_max_frame(), 1 << 20);
+//! assert_eq!(options.get_session().get_default_timeout(), None);
 //! ```
 //!
 //! ## Layout
@@ -151,7 +159,8 @@ pub use wire::codec;
 // The wire.
 pub use wire::frame::{
     FrameError, FrameEvent, FrameText, Framer, FramerConfig, FramerStats, InvalidUtf8Policy,
-    OversizedPolicy, ReadRoom, Utf8Repair, DEFAULT_ID_SCAN_LIMIT, DEFAULT_MAX_FRAME, READ_ROOM,
+    OversizedPolicy, ReadRoom, Utf8Repair, DEFAULT_ID_SCAN_LIMIT, DEFAULT_MAX_FRAME, MIN_MAX_FRAME,
+    READ_ROOM,
 };
 pub use wire::id_scan::IdRecovery;
 pub use wire::idset::RecentIds;
@@ -216,7 +225,7 @@ pub use time::Stamp;
 
 // The machines the loops drive, and the one rule for read and write results.
 pub use driver::host::{
-    ClientOptions, HostConfig, InitializeError, RequestError, SessionRecord, StderrForwardConfig,
+    ClientOptions, InitializeError, RequestError, SessionRecord, StderrForwardConfig,
 };
 pub use driver::{
     CallCancel, CancelHandle, CancelRegistry, ClientDriver, Command, DriverAction, DriverInput,
@@ -232,10 +241,10 @@ pub use guard::{
     EXIT_UNKNOWN,
 };
 pub use helper::{
-    ApprovalError, ApprovalRequest, CapturedOutput, HelperAction, HelperConfig, HelperInput,
-    HelperOptions, HelperOutcome, HelperOutput, HelperRun, RecordSink, RecordTap,
-    DEFAULT_MAX_DURATION, DEFAULT_STDOUT_TAIL, DISCOVERY_EXCERPT, DISCOVERY_MAX_DURATION,
-    DISCOVERY_STDERR_TAIL, DISCOVERY_STDOUT_TAIL,
+    ApprovalError, ApprovalRequest, CapturedOutput, HelperAction, HelperInput, HelperOptions,
+    HelperOutcome, HelperOutput, HelperRun, RecordSink, RecordTap, DEFAULT_MAX_DURATION,
+    DEFAULT_STDOUT_TAIL, DISCOVERY_EXCERPT, DISCOVERY_MAX_DURATION, DISCOVERY_STDERR_TAIL,
+    DISCOVERY_STDOUT_TAIL,
 };
 pub use io_result::{ChildStream, Note, NoteLevel, ReadResult, WriteResult};
 pub use outbox::Outgoing;

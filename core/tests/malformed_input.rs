@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use mcp_stdio_core::{ClientConfig, ClientEvent, ClientSession};
-use mcp_stdio_core::{Message, RawValue};
+use mcp_stdio_core::{FramerConfig, Message, RawValue};
 use mcp_stdio_core::{ServerConfig, ServerEvent, ServerSession};
 use proptest::prelude::*;
 
@@ -61,8 +61,10 @@ proptest! {
     #[test]
     fn client_survives_any_stdout((data, sizes) in junk()) {
         let mut cfg = ClientConfig::default();
-        cfg.max_frame(128).inbox_capacity(4);
-        let mut c = ClientSession::new(cfg);
+        cfg.inbox_capacity(4);
+        let mut framer = FramerConfig::default();
+        framer.max_frame(128);
+        let mut c = ClientSession::new(cfg, framer);
         let now = Instant::now();
         let before = c.request(now, "before", None, None).expect("fresh session");
         for chunk in chunks(&data, &sizes) {
@@ -94,8 +96,10 @@ proptest! {
     #[test]
     fn server_survives_any_stdin((data, sizes) in junk()) {
         let mut cfg = ServerConfig::default();
-        cfg.max_frame(128).max_concurrent(4);
-        let mut s = ServerSession::new(cfg);
+        cfg.max_concurrent(4);
+        let mut framer = FramerConfig::default();
+        framer.max_frame(128);
+        let mut s = ServerSession::new(cfg, framer);
         let now = Instant::now();
         for chunk in chunks(&data, &sizes) {
             s.handle_stdin(now, chunk);

@@ -10,7 +10,16 @@ use mcp_stdio_core::{
     ClientConfig, ClientEvent, ClientSession, CloseReason, Incoming, OverloadPolicy,
     RequestFailure, SendError,
 };
-use mcp_stdio_core::{RequestState, Responded, ServerConfig, ServerEvent, ServerSession};
+use mcp_stdio_core::{
+    FramerConfig, RequestState, Responded, ServerConfig, ServerEvent, ServerSession,
+};
+
+/// A framer with this wire limit.
+fn framer(max_frame: usize) -> FramerConfig {
+    let mut f = FramerConfig::default();
+    f.max_frame(max_frame);
+    f
+}
 
 fn raw(s: &str) -> Box<RawValue> {
     RawValue::from_string(s.to_owned()).expect("test JSON is valid")
@@ -48,9 +57,23 @@ struct Pair {
 
 impl Pair {
     fn new(client: ClientConfig, server: ServerConfig, seed: u64, max_chunk: usize) -> Self {
+        Self::framed(
+            (client, FramerConfig::default()),
+            (server, FramerConfig::default()),
+            seed,
+            max_chunk,
+        )
+    }
+
+    fn framed(
+        client: (ClientConfig, FramerConfig),
+        server: (ServerConfig, FramerConfig),
+        seed: u64,
+        max_chunk: usize,
+    ) -> Self {
         Self {
-            client: ClientSession::new(client),
-            server: ServerSession::new(server),
+            client: ClientSession::new(client.0, client.1),
+            server: ServerSession::new(server.0, server.1),
             now: Instant::now(),
             rng: XorShift(seed.max(1)),
             max_chunk,
@@ -352,7 +375,7 @@ fn g6_initialize_is_never_cancelled_on_the_wire() {
 fn g5_inbox_overload_rejects_requests_drops_notifications_and_keeps_reading() {
     let mut cfg = ClientConfig::default();
     cfg.inbox_capacity(3);
-    let mut c = ClientSession::new(cfg);
+    let mut c = ClientSession::new(cfg, FramerConfig::default());
     let now = Instant::now();
     let id = c.request(now, "ping", None, None).unwrap();
     let _ = c.poll_transmit();
@@ -412,7 +435,7 @@ fn g5_inbox_overload_close_policy_closes_the_session() {
     let mut cfg = ClientConfig::default();
     cfg.inbox_capacity(1)
         .overload_policy(OverloadPolicy::CloseSession);
-    let mut c = ClientSession::new(cfg);
+    let mut c = ClientSession::new(cfg, FramerConfig::default());
     let now = Instant::now();
     let id = c.request(now, "ping", None, None).unwrap();
     let flood = "{\"jsonrpc\":\"2.0\",\"method\":\"n\"}\n".repeat(3);
@@ -432,12 +455,13 @@ fn g5_inbox_overload_close_policy_closes_the_session() {
 
 #[test]
 fn g3_oversized_response_fails_its_request_at_once_then_ping_succeeds() {
-    let mut ccfg = ClientConfig::default();
-    ccfg.max_frame(64 * 1024);
-    let mut scfg = ServerConfig::default();
-    scfg.max_frame(16 * 1024 * 1024);
     for seed in [1, 2, 3] {
-        let mut p = Pair::new(ccfg.clone(), scfg.clone(), seed, 8 * 1024);
+        let mut p = Pair::framed(
+            (ClientConfig::default(), framer(64 * 1024)),
+            (ServerConfig::default(), framer(16 * 1024 * 1024)),
+            seed,
+            8 * 1024,
+        );
         let big = p.client.request(p.now, "tools/call", None, None).unwrap();
         p.pump();
         let req = p.take_request();
@@ -470,9 +494,12 @@ fn g3_oversized_response_fails_its_request_at_once_then_ping_succeeds() {
 
 #[test]
 fn g9_server_replaces_an_oversized_result_with_an_error() {
-    let mut scfg = ServerConfig::default();
-    scfg.max_frame(1024);
-    let mut p = Pair::new(ClientConfig::default(), scfg, 5, 64);
+    let mut p = Pair::framed(
+        (ClientConfig::default(), FramerConfig::default()),
+        (ServerConfig::default(), framer(1024)),
+        5,
+        64,
+    );
     let id = p.client.request(p.now, "tools/call", None, None).unwrap();
     p.pump();
     let req = p.take_request();
@@ -536,10 +563,10 @@ fn g4_thousands_of_messages_in_one_chunk() {
     );
     let mut cfg = ClientConfig::default();
     cfg.max_in_flight(5000);
-    p.client = ClientSession::new(cfg);
+    p.client = ClientSession::new(cfg, FramerConfig::default());
     let mut scfg = ServerConfig::default();
     scfg.max_concurrent(5000);
-    p.server = ServerSession::new(scfg);
+    p.server = ServerSession::new(scfg, FramerConfig::default());
     let ids: Vec<Id> = (0..5000)
         .map(|i| {
             p.client
@@ -629,7 +656,7 @@ fn malformed_lines_and_unknown_ids_are_counted_and_the_session_goes_on() {
 
 #[test]
 fn malformed_response_naming_a_pending_id_fails_it_at_once() {
-    let mut c = ClientSession::new(ClientConfig::default());
+    let mut c = ClientSession::new(ClientConfig::default(), FramerConfig::default());
     let now = Instant::now();
     let id = c.request(now, "ping", None, None).unwrap();
     let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":1,\"error\":{{}}}}\n");
@@ -655,7 +682,7 @@ fn bad_utf8_response(id: &Id) -> Vec<u8> {
 
 #[test]
 fn g3_an_invalid_utf8_response_is_repaired_by_default_and_completes() {
-    let mut c = ClientSession::new(ClientConfig::default());
+    let mut c = ClientSession::new(ClientConfig::default(), FramerConfig::default());
     let now = Instant::now();
     let id = c.request(now, "tools/call", None, None).unwrap();
     c.handle_stdout(now, &bad_utf8_response(&id));
@@ -678,10 +705,9 @@ fn g3_an_invalid_utf8_response_is_repaired_by_default_and_completes() {
 
 #[test]
 fn g3_an_invalid_utf8_response_refused_by_policy_fails_its_request_at_once() {
-    let mut cfg = ClientConfig::default();
-    cfg.framer_mut()
-        .invalid_utf8(mcp_stdio_core::InvalidUtf8Policy::Refuse);
-    let mut c = ClientSession::new(cfg);
+    let mut f = FramerConfig::default();
+    f.invalid_utf8(mcp_stdio_core::InvalidUtf8Policy::Refuse);
+    let mut c = ClientSession::new(ClientConfig::default(), f);
     let now = Instant::now();
     let id = c.request(now, "tools/call", None, None).unwrap();
     c.handle_stdout(now, &bad_utf8_response(&id));
@@ -705,7 +731,7 @@ fn g3_an_invalid_utf8_response_refused_by_policy_fails_its_request_at_once() {
 
 #[test]
 fn g3_a_non_jsonrpc_line_with_its_id_last_fails_its_request_at_once() {
-    let mut c = ClientSession::new(ClientConfig::default());
+    let mut c = ClientSession::new(ClientConfig::default(), FramerConfig::default());
     let now = Instant::now();
     let id = c.request(now, "tools/call", None, None).unwrap();
     // Valid JSON, wrong version, the id after 10 KiB: past any prefix scan.
@@ -726,8 +752,8 @@ fn g3_a_non_jsonrpc_line_with_its_id_last_fails_its_request_at_once() {
 #[test]
 fn limits_refuse_with_typed_errors() {
     let mut cfg = ClientConfig::default();
-    cfg.max_in_flight(2).max_outgoing_bytes(100).max_frame(200);
-    let mut c = ClientSession::new(cfg);
+    cfg.max_in_flight(2).max_outgoing_bytes(100);
+    let mut c = ClientSession::new(cfg, framer(200));
     let now = Instant::now();
     c.request(now, "a", None, None).unwrap();
     // The queue now holds one message: the next that would pass 100 bytes is refused.
@@ -751,7 +777,7 @@ fn limits_refuse_with_typed_errors() {
 
 #[test]
 fn server_answers_parse_errors_with_null_id_and_invalid_requests_with_their_id() {
-    let mut s = ServerSession::new(ServerConfig::default());
+    let mut s = ServerSession::new(ServerConfig::default(), FramerConfig::default());
     let now = Instant::now();
     s.handle_stdin(
         now,
@@ -778,11 +804,9 @@ fn id_last_response(id: &Id, payload: usize) -> Vec<u8> {
 
 #[test]
 fn g3_id_last_oversized_response_fails_its_request_at_the_frame_end() {
-    let mut cfg = ClientConfig::default();
-    cfg.max_frame(64 * 1024);
     let now = Instant::now();
     for chunk in [1 << 20, 4096, 7] {
-        let mut c = ClientSession::new(cfg.clone());
+        let mut c = ClientSession::new(ClientConfig::default(), framer(64 * 1024));
         let other = c.request(now, "ping", None, None).unwrap();
         let big = c.request(now, "tools/call", None, None).unwrap();
         let bytes = id_last_response(&big, 256 * 1024);
@@ -818,10 +842,8 @@ fn g3_id_last_oversized_response_fails_its_request_at_the_frame_end() {
 
 #[test]
 fn g3_server_answers_an_id_last_oversized_request() {
-    let mut cfg = ServerConfig::default();
-    cfg.max_frame(64 * 1024);
     let now = Instant::now();
-    let mut s = ServerSession::new(cfg);
+    let mut s = ServerSession::new(ServerConfig::default(), framer(64 * 1024));
     let line = format!(
         r#"{{"method":"tools/call","params":{{"id":1,"x":"{}"}},"jsonrpc":"2.0","id":"r\"1"}}"#,
         "y".repeat(128 * 1024)
@@ -844,8 +866,6 @@ fn g3_server_answers_an_id_last_oversized_request() {
 /// the member order), and the framer keeps no large buffer of its own.
 #[test]
 fn large_result_is_the_frame_itself_in_any_member_order() {
-    let mut ccfg = ClientConfig::default();
-    ccfg.max_frame(4 * 1024 * 1024);
     let payload = "x".repeat(1024 * 1024);
     for (i, template) in [
         r#"{"jsonrpc":"2.0","id":ID,"result":{"text":"P"}}"#,
@@ -855,7 +875,7 @@ fn large_result_is_the_frame_itself_in_any_member_order() {
     .into_iter()
     .enumerate()
     {
-        let mut c = ClientSession::new(ccfg.clone());
+        let mut c = ClientSession::new(ClientConfig::default(), framer(4 * 1024 * 1024));
         let now = Instant::now();
         let id = c.request(now, "tools/call", None, None).unwrap();
         let Id::Number(n) = id else { panic!() };
@@ -903,7 +923,7 @@ fn g6_deadline_is_default_none_or_after_a_duration() {
     cfg.default_timeout(Some(Duration::from_secs(60)));
     let now = Instant::now();
     let deadline_of = |d: Deadline| {
-        let mut c = ClientSession::new(cfg.clone());
+        let mut c = ClientSession::new(cfg.clone(), FramerConfig::default());
         c.request(now, "tools/call", None, d.as_timeout()).unwrap();
         c.poll_timeout()
     };
@@ -917,7 +937,7 @@ fn g6_deadline_is_default_none_or_after_a_duration() {
         Some(now + Duration::from_millis(5))
     );
     // With no deadline, time passing fails nothing.
-    let mut c = ClientSession::new(cfg.clone());
+    let mut c = ClientSession::new(cfg.clone(), FramerConfig::default());
     let id = c
         .request(now, "tools/call", None, Deadline::None.as_timeout())
         .unwrap();

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_core::ChildStream;
 use mcp_stdio_core::ExitStatus;
-use mcp_stdio_core::{CallIdentity, Stamp};
+use mcp_stdio_core::Stamp;
 use mcp_stdio_core::{DebugMode, RetainedPart, DEFAULT_TAIL};
 use mcp_stdio_core::{
-    HelperAction, HelperConfig, HelperInput, HelperOutcome, HelperOutput, HelperRun,
+    HelperAction, HelperInput, HelperOptions, HelperOutcome, HelperOutput, HelperRun,
 };
 
 const T0_MS: u64 = 1_700_000_000_000;
@@ -23,24 +23,26 @@ impl Clock {
     }
 }
 
-fn identity() -> CallIdentity<'static> {
-    CallIdentity {
-        call_id: "c_1",
-        session_id: "s_1",
-        operation: "deploy.upload",
-        target: "deploy@example.org",
-    }
+/// The default options with this test's call identity.
+fn options() -> HelperOptions {
+    let mut options = HelperOptions::default();
+    options
+        .call_id("c_1")
+        .session_id("s_1")
+        .operation("deploy.upload")
+        .target("deploy@example.org");
+    options
 }
 
 /// Spawns the run, feeds `stderr` in the given chunks, lets it exit 0 (or be
 /// cancelled first), and returns the outcome.
 fn run_helper(
-    config: HelperConfig,
+    config: HelperOptions,
     clock: &Clock,
     stderr: &[&[u8]],
     cancel: bool,
 ) -> HelperOutcome {
-    let mut run = HelperRun::new(config, identity(), None, None, clock.at(0));
+    let mut run = HelperRun::new(&config, None, None, clock.at(0));
     assert!(matches!(
         run.poll_output(),
         HelperOutput::Action(HelperAction::Spawn)
@@ -101,7 +103,7 @@ fn g10_helper_secrets_never_reach_the_record_or_the_excerpt() {
     let bytes = stream.as_bytes();
     let cut = stream.find(TOKEN).expect("token") + 5;
     let chunks: Vec<&[u8]> = vec![&bytes[..1000], &bytes[1000..cut], &bytes[cut..]];
-    let mut config = HelperConfig::default();
+    let mut config = options();
     config.stderr_mut().tail(1024);
     let outcome = run_helper(config, &clock, &chunks, false);
 
@@ -144,7 +146,7 @@ fn g10_helper_secrets_never_reach_the_record_or_the_excerpt() {
     assert_eq!(value["stderr"]["summary"]["redaction"], true);
 
     // Switched off in the config: the bytes as they came, and no count.
-    let mut config = HelperConfig::default();
+    let mut config = options();
     config.stderr_mut().tail(1024).redact(false);
     let outcome = run_helper(config, &clock, &chunks, false);
     assert!(outcome.stderr.text.contains(AWS));
@@ -161,9 +163,9 @@ fn g10_helper_record_notes_the_debug_window_and_its_budgets() {
         .open(clock.at(0), Duration::from_secs(120), 4)
         .expect("within limits");
 
-    let mut config = HelperConfig::default();
+    let mut config = options();
     config.debug(debug.active(clock.at(0).instant));
-    let mut run = HelperRun::new(config.clone(), identity(), None, None, clock.at(0));
+    let mut run = HelperRun::new(&config, None, None, clock.at(0));
     // The record written before the spawn already carries the mark.
     assert_eq!(run.record().debug(), Some(mark));
     assert!(matches!(
@@ -182,7 +184,7 @@ fn g10_helper_record_notes_the_debug_window_and_its_budgets() {
 
     // After the window: normal budgets, `debug: null`.
     debug.handle_timeout(clock.at(120_000).instant);
-    let mut config = HelperConfig::default();
+    let mut config = options();
     config.debug(debug.active(clock.at(120_000).instant));
     let outcome = run_helper(config, &clock, &[&flood], false);
     assert_eq!(outcome.record.debug(), None);
@@ -194,7 +196,7 @@ fn g10_helper_record_notes_the_debug_window_and_its_budgets() {
 #[test]
 fn g12_helper_outcome_times_are_millisecond_numbers() {
     let clock = Clock(Instant::now());
-    let outcome = run_helper(HelperConfig::default(), &clock, &[b"bye\n"], true);
+    let outcome = run_helper(options(), &clock, &[b"bye\n"], true);
     let json = serde_json::to_value(&outcome).expect("serializable");
     let process = &json["process"];
     // Cancel at 3 ms, exit observed at 2009 ms: 2006 ms.

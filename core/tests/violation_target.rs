@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use mcp_stdio_core::{
-    ClientConfig, ClientSession, ServerConfig, ServerSession, CLIENT_VIOLATION_TARGET,
-    SERVER_VIOLATION_TARGET,
+    ClientConfig, ClientSession, FramerConfig, ServerConfig, ServerSession,
+    CLIENT_VIOLATION_TARGET, SERVER_VIOLATION_TARGET,
 };
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
@@ -51,7 +51,7 @@ fn warn_targets(f: impl FnOnce()) -> Vec<String> {
 #[test]
 fn g2_a_servers_garbage_is_warned_under_the_client_target() {
     let targets = warn_targets(|| {
-        let mut session = ClientSession::new(ClientConfig::default());
+        let mut session = ClientSession::new(ClientConfig::default(), FramerConfig::default());
         session.handle_stdout(Instant::now(), b"not json\n");
     });
     assert!(!targets.is_empty(), "no WARN for a line that is not JSON");
@@ -65,7 +65,7 @@ fn g2_a_servers_garbage_is_warned_under_the_client_target() {
 #[test]
 fn g2_a_clients_garbage_is_warned_under_the_server_target() {
     let targets = warn_targets(|| {
-        let mut session = ServerSession::new(ServerConfig::default());
+        let mut session = ServerSession::new(ServerConfig::default(), FramerConfig::default());
         session.handle_stdin(Instant::now(), b"not json\n");
     });
     assert!(!targets.is_empty(), "no WARN for a line that is not JSON");

@@ -92,7 +92,7 @@ pub struct HelperJob {
     pub options: HelperOptions,
     /// Cancel after this long, if set.
     pub cancel_after: Option<Duration>,
-    /// The approver's behaviour (used when `options.get_config()` has an approval deadline).
+    /// The approver's behaviour (used when `options.get_approval()` gives an approval deadline).
     pub approval: Option<ApprovalScript>,
     /// Start the run this long after the others (its clock starts then).
     pub start_after: Duration,
@@ -116,9 +116,8 @@ pub fn helper_options(stderr_tail: usize) -> HelperOptions {
         // and the process-wide pool (the default) would make each run's
         // grant depend on the others. The pool has its own gate.
         .pool(None);
-    o.config_mut().stderr_mut().tail(stderr_tail);
-    o.config_mut()
-        .supervisor_mut()
+    o.stderr_mut().tail(stderr_tail);
+    o.supervisor_mut()
         .term_grace(Duration::from_millis(500))
         .reader_drain_deadline(Duration::from_millis(500));
     o
@@ -296,10 +295,7 @@ pub fn g11_helper_leader_stays_a_zombie_while_its_group_may_be_signalled<A: Help
         })
     });
     let options = helper_options(4096);
-    let drain = options
-        .get_config()
-        .get_supervisor()
-        .get_reader_drain_deadline();
+    let drain = options.get_supervisor().get_reader_drain_deadline();
     let start = Instant::now();
     let r = A::run_helper(job(helper_command(&["escaped-grandchild", "30"]), options));
     let ended = Instant::now();
@@ -326,7 +322,7 @@ pub fn g11_helper_leader_stays_a_zombie_while_its_group_may_be_signalled<A: Help
 pub fn g12_approval_timing_independent_of_stderr_volume<A: HelperAdapter>() {
     let approval_job = || {
         let mut o = helper_options(4096);
-        o.config_mut().approval(Some(Duration::from_secs(5)));
+        o.approval(Some(Duration::from_secs(5)));
         HelperJob {
             command: helper_command(&["exit", "0"]),
             options: o,
@@ -383,7 +379,7 @@ pub fn g12_approval_timing_independent_of_stderr_volume<A: HelperAdapter>() {
 /// G12: approval denied and approval timeout never spawn; each has a record.
 pub fn g12_approval_denied_or_expired_never_spawns<A: HelperAdapter>() {
     let mut o = helper_options(4096);
-    o.config_mut().approval(Some(Duration::from_millis(300)));
+    o.approval(Some(Duration::from_millis(300)));
     let deny = HelperJob {
         command: helper_command(&["exit", "0"]),
         options: o.clone(),
@@ -595,7 +591,7 @@ fn approval_job(
     id: &str,
 ) -> (HelperJob, RecordLog) {
     let mut o = helper_options(4096);
-    o.config_mut().approval(Some(deadline));
+    o.approval(Some(deadline));
     let (o, log) = logged(o, id);
     let mut j = job(helper_command(args), o);
     j.approval = Some(answer);
@@ -849,9 +845,9 @@ pub fn g10_scenarios_side_by_side_stay_within_one_pool<A: HelperAdapter>() {
             let mut o = helper_options(16 * 1024);
             o.pool(Some(pool.clone()));
             // A small stdout budget, so the stderr captures share the pool.
-            o.config_mut().stdout_mut().tail(1024);
+            o.stdout_mut().tail(1024);
             if approval.is_some() {
-                o.config_mut().approval(Some(Duration::from_secs(5)));
+                o.approval(Some(Duration::from_secs(5)));
             }
             let (o, log) = logged(o, id);
             let mut j = job(helper_command(args), o);
@@ -1090,7 +1086,7 @@ pub fn g11_helper_max_duration_cancels_through_the_supervisor<A: HelperAdapter>(
     const GRACE: Duration = Duration::from_millis(500);
     let limited = |args: &[&str]| {
         let mut o = helper_options(4096);
-        o.config_mut().max_duration(MAX);
+        o.max_duration(MAX);
         job(helper_command(args), o)
     };
     let t = Instant::now();
@@ -1152,7 +1148,7 @@ pub fn g11_helper_max_duration_cancels_through_the_supervisor<A: HelperAdapter>(
 /// its own name; the operation beside it still goes through its approval.
 pub fn g12_discovery_has_its_own_budget_and_no_approval<A: HelperAdapter>() {
     use mcp_stdio_core::CallKind;
-    use mcp_stdio_core::{HelperConfig, DISCOVERY_STDERR_TAIL, DISCOVERY_STDOUT_TAIL};
+    use mcp_stdio_core::{DISCOVERY_STDERR_TAIL, DISCOVERY_STDOUT_TAIL};
     let mut pool_config = PoolConfig::default();
     pool_config.limit(256 * 1024);
     let pool = SharedRetentionPool::new(&pool_config);
@@ -1160,9 +1156,11 @@ pub fn g12_discovery_has_its_own_budget_and_no_approval<A: HelperAdapter>() {
         approve: false,
         after: Duration::from_millis(10),
     });
-    let mut d = helper_options(4096);
-    *d.config_mut() = HelperConfig::discovery();
-    d.config_mut().approval(Some(Duration::from_secs(5)));
+    // The discovery preset whole (its budgets and graces), with the
+    // suite's identity.
+    let mut d = HelperOptions::discovery();
+    d.target("test").session_id("suite");
+    d.approval(Some(Duration::from_secs(5)));
     d.pool(Some(pool.clone()));
     d.operation("resolve-target");
     d.call_id("call-1.discovery");
@@ -1174,7 +1172,7 @@ pub fn g12_discovery_has_its_own_budget_and_no_approval<A: HelperAdapter>() {
         start_after: Duration::ZERO,
     };
     let mut o = helper_options(4096);
-    o.config_mut().approval(Some(Duration::from_secs(5)));
+    o.approval(Some(Duration::from_secs(5)));
     let operation = HelperJob {
         command: helper_command(&["exit", "0"]),
         options: o,

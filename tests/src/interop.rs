@@ -205,9 +205,8 @@ fn python_server(test: &str) -> Option<CommandSpec> {
 #[must_use]
 pub fn peer_options(max_frame: usize) -> ClientOptions {
     let mut options = ClientOptions::default();
-    options.max_frame(max_frame);
+    options.framer_mut().max_frame(max_frame);
     options
-        .config_mut()
         .supervisor_mut()
         .stdin_close_grace(Duration::from_secs(2))
         .term_grace(Duration::from_secs(2))

@@ -46,8 +46,8 @@ fn records_on<A: HelperAdapter>() {
         // Its own budgets: the process-wide pool is shared with the other
         // adapters' runs of this test, which may run at the same time.
         .pool(None);
-    options.config_mut().stderr_mut().tail(512);
-    options.config_mut().debug(debug.active(now.instant));
+    options.stderr_mut().tail(512);
+    options.debug(debug.active(now.instant));
     let started = Instant::now();
     let report = A::run_helper(HelperJob {
         command: noisy_helper(),

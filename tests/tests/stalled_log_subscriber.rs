@@ -54,8 +54,7 @@ fn g1_client_keeps_reading_while_the_log_subscriber_is_stuck<A: Adapter>() {
     let mut leaks = LeakCheck::new::<A>("g1_stuck_log");
     let mut opts = options(1 << 20);
     // Enough forwarded lines to pass the relay's queue many times over.
-    opts.config_mut()
-        .stderr_forward_mut()
+    opts.stderr_forward_mut()
         .max_total_bytes(4 << 20)
         .max_queued_lines(4096);
     let client = start::<A>(&mut leaks, &["--noisy-stderr", "400000"], opts);

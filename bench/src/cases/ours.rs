@@ -23,7 +23,7 @@ use crate::mem::Probe;
 /// the last 16 KiB kept).
 fn options(max_frame: usize) -> ClientOptions {
     let mut options = ClientOptions::default();
-    options.max_frame(max_frame);
+    options.framer_mut().max_frame(max_frame);
     options
 }
 

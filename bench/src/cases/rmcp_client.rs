@@ -57,7 +57,7 @@ async fn connect(program: PathBuf, stderr: Stdio) -> (Client, Option<ChildStderr
 /// rmcp over our transport (`rmcp-ours`): the same rmcp client, our stdio.
 async fn connect_ours(program: PathBuf) -> Client {
     let mut options = mcp_stdio_rmcp::ClientOptions::default();
-    options.max_frame(LARGE_LIMIT);
+    options.framer_mut().max_frame(LARGE_LIMIT);
     let command = mcp_stdio_rmcp::CommandSpec::new(program);
     let transport = mcp_stdio_rmcp::ClientTransport::spawn(&command, options)
         .expect("spawn with our transport");

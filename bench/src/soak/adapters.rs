@@ -20,9 +20,9 @@ use super::SessionLog;
 /// The options every adapter session runs with.
 pub(crate) fn options() -> ClientOptions {
     let mut options = ClientOptions::default();
-    options.max_frame(MAX_FRAME).stderr_tail(STDERR_TAIL);
+    options.framer_mut().max_frame(MAX_FRAME);
+    options.stderr_mut().tail(STDERR_TAIL);
     options
-        .config_mut()
         .supervisor_mut()
         .stdin_close_grace(GRACE)
         .term_grace(GRACE)

@@ -198,15 +198,14 @@ impl Battery<'_> {
 
     fn options(&self) -> ClientOptions {
         let mut options = ClientOptions::default();
+        options.framer_mut().max_frame(self.s.max_frame);
+        options.session_mut().default_timeout(Some(self.s.timeout));
         options
-            .max_frame(self.s.max_frame)
-            .default_timeout(Some(self.s.timeout))
             .stderr_pool(None)
             .client_info(Implementation::new(
                 "mcp-stdio-check",
                 env!("CARGO_PKG_VERSION"),
             ))
-            .config_mut()
             .supervisor_mut()
             .stdin_close_grace(self.s.grace)
             .term_grace(self.s.grace);

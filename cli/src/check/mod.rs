@@ -325,9 +325,11 @@ fn resolve(args: &CheckArgs) -> Result<Settings, String> {
             )?;
         }
     }
-    if args.max_frame == 0 {
-        return Err("--max-frame: must be at least 1 byte".to_owned());
-    }
+    crate::config::wire_limit(
+        &mut mcp_stdio_core::FramerConfig::default(),
+        "--max-frame",
+        args.max_frame,
+    )?;
     Ok(Settings {
         spec,
         server,

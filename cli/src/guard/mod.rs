@@ -38,7 +38,8 @@ pub(crate) const EXIT_USAGE: u8 = 2;
 #[command(
     after_help = "Exit status mirrors the server's: its own exit code, or 128+N when it was \
 killed by signal N (as a shell reports it); 1 when no exit of the server was observed. The guard's \
-own outcomes: 75 when it closed the session because the host stopped reading; 126 when the server \
+own outcomes: 75 when it closed the session because the host stopped reading, or because a line \
+passed the wire limit under --oversized-policy close; 126 when the server \
 command is not executable; 127 when it cannot be started otherwise (not found, ...); 2 for a usage \
 error (bad flag, unreadable --config or key file, an --audit log that cannot be opened), before \
 any server starts. A server that ends on its own, with a failure status, or only after a signal \
@@ -149,6 +150,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     config
         .stderr_pool(Some(settings.stderr_pool.clone()))
         .stderr_forward(settings.stderr_forward_bytes);
+    *config.framer_mut() = settings.framer.clone();
     *config.proxy_mut() = settings.proxy.clone();
     config
         .proxy_mut()

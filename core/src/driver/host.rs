@@ -26,7 +26,7 @@ use crate::session::client::{
     RequestFailure, SendError,
 };
 use crate::session::handshake::{HandshakeError, Implementation};
-use crate::wire::frame::ReadRoom;
+use crate::wire::frame::{FramerConfig, ReadRoom};
 use crate::wire::message::{ErrorObject, Id, RawValue};
 
 /// Limits for forwarding the server's stderr to logs, line by line.
@@ -69,91 +69,6 @@ impl StderrForwardConfig {
     pub fn max_queued_lines(&mut self, n: usize) -> &mut Self {
         self.max_queued_lines = n;
         self
-    }
-}
-
-/// Limits and policies of a `HostSession`.
-///
-/// Nested configs are edited in place (`session_mut()`) and read with
-/// `get_session()`; see the crate's "Configuration" section.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct HostConfig {
-    session: ClientConfig,
-    supervisor: SupervisorConfig,
-    stderr: CaptureConfig,
-    stderr_excerpt_bytes: usize,
-    stderr_forward: StderrForwardConfig,
-}
-
-impl Default for HostConfig {
-    fn default() -> Self {
-        Self {
-            session: ClientConfig::default(),
-            supervisor: SupervisorConfig::default(),
-            stderr: CaptureConfig::default(),
-            stderr_excerpt_bytes: DEFAULT_EXCERPT,
-            stderr_forward: StderrForwardConfig::default(),
-        }
-    }
-}
-
-impl HostConfig {
-    /// Edits the protocol session's limits in place (see [`ClientConfig`]:
-    /// wire limit default 4 MiB, 128 requests in flight, 8 MiB outgoing).
-    pub fn session_mut(&mut self) -> &mut ClientConfig {
-        &mut self.session
-    }
-
-    /// Edits the shutdown graces in place (see [`SupervisorConfig`]: 2 s
-    /// after closing stdin, 2 s after `SIGTERM`, 1 s reader drain).
-    pub fn supervisor_mut(&mut self) -> &mut SupervisorConfig {
-        &mut self.supervisor
-    }
-
-    /// Edits the per-process stderr capture budget in place (default: last
-    /// 16 KiB, no head; worst case `head + tail` bytes). When a retention
-    /// pool grant is given, the capture keeps at most the grant.
-    pub fn stderr_mut(&mut self) -> &mut CaptureConfig {
-        &mut self.stderr
-    }
-
-    /// Sets the bytes of stderr in the record's agent excerpt (default
-    /// 4 KiB; one string of at most this size, built at the end).
-    pub fn stderr_excerpt_bytes(&mut self, bytes: usize) -> &mut Self {
-        self.stderr_excerpt_bytes = bytes;
-        self
-    }
-
-    /// Edits the line forwarding of stderr to logs in place (see
-    /// [`StderrForwardConfig`]: 2 KiB lines, 64 KiB in all, 64 queued).
-    pub fn stderr_forward_mut(&mut self) -> &mut StderrForwardConfig {
-        &mut self.stderr_forward
-    }
-
-    /// The protocol session's limits.
-    pub fn get_session(&self) -> &ClientConfig {
-        &self.session
-    }
-
-    /// The shutdown graces.
-    pub fn get_supervisor(&self) -> &SupervisorConfig {
-        &self.supervisor
-    }
-
-    /// The stderr capture budget.
-    pub fn get_stderr(&self) -> &CaptureConfig {
-        &self.stderr
-    }
-
-    /// The size of the record's stderr excerpt.
-    pub fn get_stderr_excerpt_bytes(&self) -> usize {
-        self.stderr_excerpt_bytes
-    }
-
-    /// The stderr line forwarding limits.
-    pub fn get_stderr_forward(&self) -> &StderrForwardConfig {
-        &self.stderr_forward
     }
 }
 
@@ -206,26 +121,36 @@ pub(crate) enum HostAction {
 
 /// Everything an adapter's `Client::spawn` takes besides the command.
 ///
-/// The knobs set most often have direct setters ([`max_frame`](Self::max_frame),
-/// [`default_timeout`](Self::default_timeout), [`stderr_tail`](Self::stderr_tail));
-/// every other limit is in [`config_mut`](Self::config_mut).
+/// It holds the knobs of its own (the stderr pool, the excerpt, who the
+/// client says it is) and one config per part of the session, each edited in
+/// place with `name_mut()` and read with `get_name()`: the protocol session
+/// ([`session_mut`](Self::session_mut)), the framing of the server's stdout
+/// and the wire limit ([`framer_mut`](Self::framer_mut)), the shutdown
+/// graces ([`supervisor_mut`](Self::supervisor_mut)), the stderr capture
+/// ([`stderr_mut`](Self::stderr_mut)) and its forwarding to logs
+/// ([`stderr_forward_mut`](Self::stderr_forward_mut)). Each knob has one
+/// setter, on the config that holds it; none holds a config of its own.
 ///
 /// ```
 /// use std::time::Duration;
 /// use mcp_stdio_core::ClientOptions;
 ///
 /// let mut options = ClientOptions::default();
-/// options
-///     .max_frame(1 << 20)
-///     .default_timeout(Some(Duration::from_secs(10)))
-///     .stderr_tail(4096);
-/// options.config_mut().supervisor_mut().term_grace(Duration::from_millis(500));
-/// assert_eq!(options.get_max_frame(), 1 << 20);
+/// options.framer_mut().max_frame(1 << 20);
+/// options.session_mut().default_timeout(Some(Duration::from_secs(10)));
+/// options.stderr_mut().tail(4096);
+/// options.supervisor_mut().term_grace(Duration::from_millis(500));
+/// assert_eq!(options.get_framer().get_max_frame(), 1 << 20);
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ClientOptions {
-    config: HostConfig,
+    session: ClientConfig,
+    framer: FramerConfig,
+    supervisor: SupervisorConfig,
+    stderr: CaptureConfig,
+    stderr_excerpt_bytes: usize,
+    stderr_forward: StderrForwardConfig,
     stderr_pool: Option<SharedRetentionPool>,
     client_info: Implementation,
     client_capabilities: Option<Box<RawValue>>,
@@ -234,7 +159,12 @@ pub struct ClientOptions {
 impl Default for ClientOptions {
     fn default() -> Self {
         Self {
-            config: HostConfig::default(),
+            session: ClientConfig::default(),
+            framer: FramerConfig::default(),
+            supervisor: SupervisorConfig::default(),
+            stderr: CaptureConfig::default(),
+            stderr_excerpt_bytes: DEFAULT_EXCERPT,
+            stderr_forward: StderrForwardConfig::default(),
             stderr_pool: Some(SharedRetentionPool::process()),
             client_info: Implementation::default(),
             client_capabilities: None,
@@ -243,45 +173,49 @@ impl Default for ClientOptions {
 }
 
 impl ClientOptions {
-    /// Edits the session's limits and policies in place (see [`HostConfig`]).
-    pub fn config_mut(&mut self) -> &mut HostConfig {
-        &mut self.config
+    /// Edits the protocol session's limits in place (see [`ClientConfig`]:
+    /// 128 requests in flight, a 256-message inbox, 8 MiB outgoing, a 60 s
+    /// default deadline).
+    pub fn session_mut(&mut self) -> &mut ClientConfig {
+        &mut self.session
     }
 
-    /// Sets the wire limit in both directions (default 8 MiB,
-    /// [`DEFAULT_MAX_FRAME`](crate::wire::frame::DEFAULT_MAX_FRAME)). Worst case:
-    /// one frame of this size buffered while it arrives, and each response
-    /// waiting to be polled up to this size. The same knob as
-    /// [`ClientConfig::max_frame`].
-    pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
-        self.config.session.max_frame(bytes);
+    /// Edits the framing of the server's stdout in place (see
+    /// [`FramerConfig`]): the wire limit `max_frame` (default 8 MiB,
+    /// [`DEFAULT_MAX_FRAME`](crate::DEFAULT_MAX_FRAME)), which also limits
+    /// every message this client sends, the id scan of an oversized line
+    /// (256 B), the oversized policy (discard) and the invalid UTF-8 policy
+    /// (repair). Worst case: one frame of `max_frame` buffered while it
+    /// arrives, and each response waiting to be polled up to this size.
+    pub fn framer_mut(&mut self) -> &mut FramerConfig {
+        &mut self.framer
+    }
+
+    /// Edits the shutdown graces in place (see [`SupervisorConfig`]: 2 s
+    /// after closing stdin, 2 s after `SIGTERM`, 1 s reader drain).
+    pub fn supervisor_mut(&mut self) -> &mut SupervisorConfig {
+        &mut self.supervisor
+    }
+
+    /// Edits the per-process stderr capture budget in place (default: last
+    /// 16 KiB, no head; worst case `head + tail` bytes, allocated in full at
+    /// the spawn). When a retention pool is set, the capture keeps at most
+    /// what the pool grants.
+    pub fn stderr_mut(&mut self) -> &mut CaptureConfig {
+        &mut self.stderr
+    }
+
+    /// Sets the bytes of stderr in the record's agent excerpt (default
+    /// 4 KiB; one string of at most this size, built at the end).
+    pub fn stderr_excerpt_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.stderr_excerpt_bytes = bytes;
         self
     }
 
-    /// Sets what happens to a server line that is not valid UTF-8 (default
-    /// [`InvalidUtf8Policy::Repair`](crate::wire::frame::InvalidUtf8Policy::Repair):
-    /// U+FFFD, counted in `utf8_repaired`). The same knob as
-    /// [`FramerConfig::invalid_utf8`](crate::wire::frame::FramerConfig::invalid_utf8).
-    pub fn invalid_utf8(&mut self, policy: crate::wire::frame::InvalidUtf8Policy) -> &mut Self {
-        self.config.session.framer_mut().invalid_utf8(policy);
-        self
-    }
-
-    /// Sets the deadline of a request that asks for the default (default
-    /// 60 s; `None`: such requests have no deadline). The same knob as
-    /// [`ClientConfig::default_timeout`].
-    pub fn default_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
-        self.config.session.default_timeout(timeout);
-        self
-    }
-
-    /// Sets how many of the newest stderr bytes this client keeps for its
-    /// record (default 16 KiB; allocated in full at the spawn, or as much as
-    /// the pool grants). The same knob as [`CaptureConfig::tail`] of
-    /// [`HostConfig::stderr_mut`].
-    pub fn stderr_tail(&mut self, bytes: usize) -> &mut Self {
-        self.config.stderr.tail(bytes);
-        self
+    /// Edits the line forwarding of stderr to logs in place (see
+    /// [`StderrForwardConfig`]: 2 KiB lines, 64 KiB in all, 64 queued).
+    pub fn stderr_forward_mut(&mut self) -> &mut StderrForwardConfig {
+        &mut self.stderr_forward
     }
 
     /// Sets the process-wide stderr budget shared by every capture; the
@@ -309,24 +243,34 @@ impl ClientOptions {
         self
     }
 
-    /// The session's limits and policies.
-    pub fn get_config(&self) -> &HostConfig {
-        &self.config
+    /// The protocol session's limits.
+    pub fn get_session(&self) -> &ClientConfig {
+        &self.session
     }
 
-    /// The wire limit in bytes.
-    pub fn get_max_frame(&self) -> usize {
-        self.config.session.get_max_frame()
+    /// The framing of the server's stdout, and the wire limit.
+    pub fn get_framer(&self) -> &FramerConfig {
+        &self.framer
     }
 
-    /// The default request deadline (`None`: no deadline).
-    pub fn get_default_timeout(&self) -> Option<Duration> {
-        self.config.session.get_default_timeout()
+    /// The shutdown graces.
+    pub fn get_supervisor(&self) -> &SupervisorConfig {
+        &self.supervisor
     }
 
-    /// The stderr tail kept for the record, in bytes.
-    pub fn get_stderr_tail(&self) -> usize {
-        self.config.stderr.get_tail()
+    /// The stderr capture budget.
+    pub fn get_stderr(&self) -> &CaptureConfig {
+        &self.stderr
+    }
+
+    /// The size of the record's stderr excerpt.
+    pub fn get_stderr_excerpt_bytes(&self) -> usize {
+        self.stderr_excerpt_bytes
+    }
+
+    /// The stderr line forwarding limits.
+    pub fn get_stderr_forward(&self) -> &StderrForwardConfig {
+        &self.stderr_forward
     }
 
     /// The stderr retention pool, if any.
@@ -349,8 +293,8 @@ impl ClientOptions {
         let grant = self
             .stderr_pool
             .as_ref()
-            .map(|p| p.grant(self.config.stderr.wanted()));
-        HostSession::new(self.config.clone(), grant)
+            .map(|p| p.grant(self.stderr.wanted()));
+        HostSession::new(self, grant)
     }
 
     /// Gives a finished session's grant back to the pool.
@@ -534,7 +478,7 @@ impl LineForwarder {
 /// the session never asks the adapter to pause a reader.
 #[derive(Debug)]
 pub(crate) struct HostSession {
-    config: HostConfig,
+    stderr_excerpt_bytes: usize,
     session: ClientSession,
     supervisor: ProcessSupervisor,
     stderr: Option<OutputCapture>,
@@ -548,17 +492,17 @@ pub(crate) struct HostSession {
 impl HostSession {
     /// A session for a server about to be spawned. `stderr_grant` is this
     /// process's share of a process-wide retention pool, if one is used.
-    pub(crate) fn new(config: HostConfig, stderr_grant: Option<Grant>) -> Self {
+    pub(crate) fn new(options: &ClientOptions, stderr_grant: Option<Grant>) -> Self {
         let stderr = match stderr_grant {
-            Some(grant) => OutputCapture::with_grant(&config.stderr, grant),
-            None => OutputCapture::new(&config.stderr),
+            Some(grant) => OutputCapture::with_grant(&options.stderr, grant),
+            None => OutputCapture::new(&options.stderr),
         };
         Self {
-            session: ClientSession::new(config.session.clone()),
-            supervisor: ProcessSupervisor::new(config.supervisor),
-            forwarder: LineForwarder::new(config.stderr_forward.clone()),
+            session: ClientSession::new(options.session.clone(), options.framer.clone()),
+            supervisor: ProcessSupervisor::new(options.supervisor),
+            forwarder: LineForwarder::new(options.stderr_forward.clone()),
             stderr: Some(stderr),
-            config,
+            stderr_excerpt_bytes: options.stderr_excerpt_bytes,
             stdin_closed: false,
             shutdown_started: false,
             grant: None,
@@ -801,7 +745,7 @@ impl HostSession {
             close_reason: self.session.is_closed().cloned(),
             stderr: captured.summary(),
             stderr_tail: captured.render("stderr"),
-            stderr_excerpt: captured.excerpt("stderr", self.config.stderr_excerpt_bytes),
+            stderr_excerpt: captured.excerpt("stderr", self.stderr_excerpt_bytes),
             stderr_lines_forwarded: self.forwarder.forwarded_lines,
             stderr_lines_dropped: self.forwarder.dropped_lines,
             metrics: self.session.metrics(),
@@ -821,12 +765,12 @@ mod tests {
         pool.limit(1 << 20).reserve(0);
         let pool = crate::SharedRetentionPool::new(&pool);
         let mut o = ClientOptions::default();
-        o.stderr_tail(4096).stderr_pool(Some(pool.clone()));
+        o.stderr_pool(Some(pool.clone())).stderr_mut().tail(4096);
         let host = o.new_host_session();
         // The capture asked the pool for exactly the configured tail.
         assert_eq!(pool.stats().in_use, 4096);
         assert_eq!(
-            host.session().config().get_max_frame(),
+            host.session().framer_config().get_max_frame(),
             crate::DEFAULT_MAX_FRAME
         );
     }
@@ -843,7 +787,7 @@ mod tests {
     #[test]
     fn g11_g12_stdout_eof_starts_shutdown_and_the_record_is_observed_facts() {
         let t0 = Instant::now();
-        let mut h = HostSession::new(HostConfig::default(), None);
+        let mut h = HostSession::new(&ClientOptions::default(), None);
         h.handle_spawned(t0);
         let id = h.request(t0, "ping", None, None).unwrap();
         assert!(h.poll_transmit().is_some());
@@ -885,12 +829,12 @@ mod tests {
     #[test]
     fn g10_stderr_forwarding_is_budgeted_and_the_capture_keeps_the_tail() {
         let t0 = Instant::now();
-        let mut cfg = HostConfig::default();
+        let mut cfg = ClientOptions::default();
         cfg.stderr_forward_mut()
             .max_total_bytes(100)
             .max_line_bytes(10);
         cfg.stderr_mut().tail(64);
-        let mut h = HostSession::new(cfg, None);
+        let mut h = HostSession::new(&cfg, None);
         h.handle_spawned(t0);
         for _ in 0..1000 {
             h.handle_stderr(t0, b"helper-diagnostic 1234567890\n");
@@ -927,7 +871,7 @@ mod tests {
     #[test]
     fn g11_shutdown_escalates_on_the_clock() {
         let t0 = Instant::now();
-        let mut h = HostSession::new(HostConfig::default(), None);
+        let mut h = HostSession::new(&ClientOptions::default(), None);
         h.handle_spawned(t0);
         h.shutdown(t0);
         assert!(matches!(

@@ -1013,6 +1013,7 @@ mod tests {
     use crate::process::supervisor::EndedBy;
     use crate::session::client::SendError;
     use crate::session::server::{ServerConfig, ServerEvent, ServerSession};
+    use crate::wire::frame::FramerConfig;
 
     /// `sync_channel(1)`, the blocking adapter's reply channel.
     struct Std;
@@ -1155,10 +1156,8 @@ mod tests {
     #[test]
     fn g9_one_message_held_and_backpressure_reaches_request() {
         let mut r = rig(|o| {
-            o.config_mut()
-                .session_mut()
-                .max_frame(4096)
-                .max_outgoing_bytes(200);
+            o.framer_mut().max_frame(4096);
+            o.session_mut().max_outgoing_bytes(200);
         });
         let a = r.request("a", None).expect("sent");
         let first = r.driver.poll_write().expect("held").to_vec();
@@ -1204,7 +1203,7 @@ mod tests {
     fn g6_every_cancel_reaches_the_wire_once_without_a_queue() {
         let max = 128;
         let mut r = rig(|o| {
-            o.config_mut().session_mut().max_in_flight(max);
+            o.session_mut().max_in_flight(max);
         });
         let started: Vec<_> = (0..max)
             .map(|_| r.request("slow", None).expect("sent"))
@@ -1325,7 +1324,7 @@ mod tests {
     #[test]
     fn g6_pair_timeout_and_cancel_reach_the_server_and_answers_complete() {
         let mut r = rig(|_| {});
-        let mut server = ServerSession::new(ServerConfig::default());
+        let mut server = ServerSession::new(ServerConfig::default(), FramerConfig::default());
         let answered = r.request("tools/call", None).expect("sent");
         let cancelled = r.request("tools/call", None).expect("sent");
         let timed = r
@@ -1386,8 +1385,7 @@ mod tests {
     #[test]
     fn g11_finish_completes_every_waiter_and_closes_the_registry() {
         let mut r = rig(|o| {
-            o.config_mut()
-                .supervisor_mut()
+            o.supervisor_mut()
                 .stdin_close_grace(Duration::from_millis(10))
                 .term_grace(Duration::from_millis(10));
         });

@@ -3,9 +3,10 @@
 use crate::process::supervisor::ExitStatus;
 use crate::time::Stamp;
 use std::time::{Duration, Instant};
-/// Fuzz entry point: drives a guard session with arbitrary inputs in any
-/// order (host and server traffic, EOFs, write progress and errors, exit,
-/// signals, timeouts, time moving forward) and checks its invariants.
+/// Fuzz entry point: drives a guard session (the oversized policy `discard`
+/// or `close`) with arbitrary inputs in any order (host and server traffic,
+/// EOFs, write progress and errors, exit, signals, timeouts, time moving
+/// forward) and checks its invariants.
 /// Panics on a violated invariant.
 pub fn fuzz_guard_session(data: &[u8]) {
     run(data);
@@ -40,8 +41,10 @@ pub(super) fn run(data: &[u8]) {
     let mut u = Unstructured::new(data);
     let mut config = GuardConfig::default();
     config
+        .framer_mut()
+        .max_frame(u.int_in_range(64..=512usize).unwrap_or(128));
+    config
         .proxy_mut()
-        .max_frame(u.int_in_range(64..=512usize).unwrap_or(128))
         .max_buffered(u.int_in_range(0..=4096usize).unwrap_or(1024))
         .max_notes(4);
     let grace = Duration::from_millis(u.int_in_range(0..=50u64).unwrap_or(10));
@@ -52,6 +55,13 @@ pub(super) fn run(data: &[u8]) {
         .reader_drain_deadline(grace);
     let forward = u.int_in_range(0..=64u64).unwrap_or(16);
     config.stderr_forward(forward);
+    // Sometimes an oversized line closes the session (the guard's
+    // `--oversized-policy close`).
+    if u.arbitrary::<bool>().unwrap_or(false) {
+        config
+            .framer_mut()
+            .oversized_policy(crate::wire::frame::OversizedPolicy::Close);
+    }
     let mut s = GuardSession::new(config);
     let base = Instant::now();
     let mut ms = 0u64;
@@ -155,7 +165,7 @@ pub(super) fn run(data: &[u8]) {
         // Forwarded server stderr stays within its budget.
         assert!(s.stderr_forwarded <= forward);
         if !host_closed && s.proxy().host_closed().is_none() {
-            assert!(s.proxy().host_backlog() <= s.config.proxy.get_max_buffered());
+            assert!(s.proxy().host_backlog() <= s.config.get_proxy().get_max_buffered());
         }
         if finished {
             break;

@@ -2,7 +2,7 @@
 
 use crate::process::capture::SharedRetentionPool;
 use crate::process::supervisor::{ExitStatus, Signal};
-use crate::records::call::{CallIdentity, CallState};
+use crate::records::call::CallState;
 use crate::time::Stamp;
 use std::time::{Duration, Instant};
 /// Fuzz entry point: drives a helper run with an arbitrary sequence of
@@ -45,7 +45,7 @@ struct Harness {
 
 pub(super) fn run(data: &[u8]) {
     let mut u = Unstructured::new(data);
-    let mut config = HelperConfig::default();
+    let mut config = HelperOptions::default();
     config
         .stdout_mut()
         .head(small(&mut u, 16))
@@ -73,7 +73,7 @@ pub(super) fn run(data: &[u8]) {
     let limit = small(&mut u, 128);
     let mut pool = RetentionPool::new(PoolConfig::default().limit(limit));
     // 0: no pool; 1: grants drawn before the run (`new`); 2: drawn by the
-    // run at its authorization (`with_pool`).
+    // run at its authorization (`start`).
     let pooling = u.int_in_range(0..=2u8).unwrap_or(0);
     let shared = SharedRetentionPool::new(PoolConfig::default().limit(limit));
     let (g1, g2) = if pooling == 1 {
@@ -86,17 +86,16 @@ pub(super) fn run(data: &[u8]) {
     };
     // The harness's one base instant; the run never reads the clock.
     let base = Instant::now();
-    let identity = CallIdentity {
-        call_id: "c_fuzz",
-        session_id: "s_fuzz",
-        operation: "helper",
-        target: "fuzz",
-    };
+    config
+        .call_id("c_fuzz")
+        .session_id("s_fuzz")
+        .operation("helper")
+        .target("fuzz");
     let at = Stamp::new(base, T0_MS);
     let run = if pooling == 2 {
-        HelperRun::with_pool(config, identity, Some(shared.clone()), at)
+        config.pool(Some(shared.clone())).start(at)
     } else {
-        HelperRun::new(config, identity, g1, g2, at)
+        HelperRun::new(&config, g1, g2, at)
     };
     let mut h = Harness {
         approval: approval.is_some(),
@@ -290,9 +289,9 @@ impl Harness {
         for stream in [&self.run.stdout, &self.run.stderr] {
             if let Slot::Capturing(c) = &stream.slot {
                 let limit = if stream.name == StreamName::Stdout {
-                    self.run.config.stdout.wanted()
+                    self.run.options.stdout.wanted()
                 } else {
-                    self.run.config.stderr.wanted()
+                    self.run.options.stderr.wanted()
                 };
                 assert!(c.retained() <= limit as u64, "retained above the budget");
             }
@@ -353,7 +352,7 @@ impl Harness {
             assert_eq!(o.exit_status, Some(ExitStatus::Code(0)));
         }
         if o.killed_on_overflow {
-            assert!(self.run.config.kill_on_overflow);
+            assert!(self.run.options.kill_on_overflow);
             assert_eq!(o.record.state(), CallState::ForceKilled);
         }
         if o.record.state() == CallState::Unknown {
@@ -361,13 +360,13 @@ impl Harness {
             assert_eq!(process.ended_by, EndedBy::ExitNotObserved);
         }
         let limits = [
-            self.run.config.stdout.wanted(),
-            self.run.config.stderr.wanted(),
+            self.run.options.stdout.wanted(),
+            self.run.options.stderr.wanted(),
         ];
         for (i, stream) in [&o.stdout, &o.stderr].into_iter().enumerate() {
             assert_eq!(stream.summary.seen, self.fed[i], "seen counts every byte");
             assert!(stream.summary.retained <= limits[i] as u64);
-            assert!(stream.excerpt.len() <= self.run.config.excerpt_bytes);
+            assert!(stream.excerpt.len() <= self.run.options.excerpt_bytes);
         }
         assert_eq!(o.record.stderr_bytes_seen(), self.fed[1]);
         assert_eq!(self.run.poll_timeout(), None, "deadline after Finished");

@@ -12,7 +12,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use crate::session::client::{ClientConfig, ClientEvent, ClientSession, Incoming, OverloadPolicy};
 use crate::session::server::{ServerConfig, ServerEvent, ServerSession};
 use crate::wire::frame::{
-    FrameError, FrameEvent, Framer, FramerConfig, InvalidUtf8Policy, OversizedPolicy,
+    FrameError, FrameEvent, Framer, FramerConfig, InvalidUtf8Policy, OversizedPolicy, MIN_MAX_FRAME,
 };
 use crate::wire::message::{ErrorObject, Id, Message, RawValue};
 
@@ -149,7 +149,9 @@ fn run_framer_reads(
 /// `max_frame` (G2); nothing panics.
 pub fn fuzz_framer(data: &[u8]) {
     let mut u = Unstructured::new(data);
-    let max_frame = u.int_in_range(1..=96usize).unwrap_or(16);
+    let max_frame = u
+        .int_in_range(MIN_MAX_FRAME..=MIN_MAX_FRAME + 96)
+        .unwrap_or(MIN_MAX_FRAME);
     let scan = u.int_in_range(0..=64usize).unwrap_or(16);
     let close = u.arbitrary::<bool>().unwrap_or(false);
     let refuse = u.arbitrary::<bool>().unwrap_or(false);
@@ -293,13 +295,12 @@ pub fn fuzz_session_pair(data: &[u8]) {
     let max_in_flight = u.int_in_range(1..=8usize).unwrap_or(4);
     let inbox = u.int_in_range(0..=4usize).unwrap_or(2);
     let max_concurrent = u.int_in_range(1..=8usize).unwrap_or(4);
-    let cmax = u.int_in_range(16..=2048usize).unwrap_or(512);
-    let smax = u.int_in_range(16..=2048usize).unwrap_or(512);
+    let cmax = u.int_in_range(MIN_MAX_FRAME..=2048usize).unwrap_or(512);
+    let smax = u.int_in_range(MIN_MAX_FRAME..=2048usize).unwrap_or(512);
     let close_on_overload = u.arbitrary::<bool>().unwrap_or(false);
     let mut ccfg = ClientConfig::default();
     ccfg.max_in_flight(max_in_flight)
         .inbox_capacity(inbox)
-        .max_frame(cmax)
         .max_outgoing_bytes(4096)
         .control_reserve_bytes(512)
         .max_cancelled_remembered(4)
@@ -310,12 +311,15 @@ pub fn fuzz_session_pair(data: &[u8]) {
         });
     let mut scfg = ServerConfig::default();
     scfg.max_concurrent(max_concurrent)
-        .max_frame(smax)
         .max_outgoing_bytes(4096)
         .max_queued_notifications(4)
         .max_finished_remembered(4);
-    let mut client = ClientSession::new(ccfg);
-    let mut server = ServerSession::new(scfg);
+    let mut cframer = FramerConfig::default();
+    cframer.max_frame(cmax);
+    let mut sframer = FramerConfig::default();
+    sframer.max_frame(smax);
+    let mut client = ClientSession::new(ccfg, cframer);
+    let mut server = ServerSession::new(scfg, sframer);
     let start = Instant::now();
     let mut now = start;
     let mut c2s: VecDeque<u8> = VecDeque::new();
@@ -450,8 +454,14 @@ pub fn fuzz_id_scan(data: &[u8]) {
     let mut whole = crate::wire::id_scan::IdScanner::new(max_id);
     whole.push(frame);
     let want = whole.finish();
+    // The framer's side needs a frame past a wire limit, which is at least
+    // `MIN_MAX_FRAME`: shorter frames are checked against the parse alone.
+    let max_frame = (frame.len() / 2).max(MIN_MAX_FRAME);
+    if frame.len() <= max_frame {
+        return;
+    }
     let mut config = FramerConfig::default();
-    config.max_frame(frame.len() / 2).id_scan_limit(max_id);
+    config.max_frame(max_frame).id_scan_limit(max_id);
     let mut framer = Framer::new(config);
     let mut ended = Vec::new();
     let mut on_event = |ev: FrameEvent<'_>| {

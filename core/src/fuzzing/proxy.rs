@@ -11,7 +11,9 @@ pub fn fuzz_proxy(data: &[u8]) {
 }
 
 use crate::guard::proxy::*;
+use crate::guard::GuardConfig;
 use crate::records::call::CallState;
+use crate::wire::frame::MIN_MAX_FRAME;
 use arbitrary::{Arbitrary, Unstructured};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -80,16 +82,17 @@ pub(super) fn run(data: &[u8]) {
     let max_cancelled = u.int_in_range(0..=8usize).unwrap_or(4);
     let max_notes = u.int_in_range(0..=4usize).unwrap_or(2);
     let noise = u.int_in_range(0..=256u64).unwrap_or(64);
-    let mut config = ProxyConfig::default();
+    let mut config = GuardConfig::default();
+    config.framer_mut().max_frame(max_frame);
     config
-        .max_frame(max_frame)
+        .proxy_mut()
         .max_buffered(max_buffered)
         .max_tracked(max_tracked)
         .max_cancelled(max_cancelled)
         .max_notes(max_notes)
         .noise_budget(noise);
     let mut h = Harness {
-        p: Proxy::new(config),
+        p: Proxy::new(&config),
         base: Instant::now(),
         step: 0,
         max_frame,

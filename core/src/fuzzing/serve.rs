@@ -102,9 +102,9 @@ pub(super) fn run(data: &[u8]) {
         .and_then(|b| b.tool(&serde_json::json!({"name": "t", "inputSchema": {}})))
         .expect("valid basics");
     *options.basics_mut() = basics;
+    options.framer_mut().max_frame(MAX_FRAME);
     options
-        .config_mut()
-        .max_frame(MAX_FRAME)
+        .session_mut()
         .max_concurrent(MAX_CONCURRENT)
         .max_outgoing_bytes(MAX_OUTGOING);
     let mut s = ServeLifecycle::new(&options);

@@ -22,12 +22,13 @@ use crate::process::supervisor::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
     SupervisorConfig,
 };
-use crate::records::call::CallRecord;
+use crate::records::call::{CallConfig, CallRecord};
 use crate::time::Stamp;
-use crate::wire::frame::ReadRoom;
+use crate::wire::frame::{FramerConfig, ReadRoom};
 
 /// Exit status when the guard closed the session itself (the host stopped
-/// reading): `EX_TEMPFAIL`.
+/// reading, or a line passed the wire limit under the oversized policy
+/// [`Close`](crate::OversizedPolicy::Close)): `EX_TEMPFAIL`.
 pub const EXIT_GUARD_CLOSED: u8 = 75;
 /// Exit status when no exit of the server was observed.
 pub const EXIT_UNKNOWN: u8 = 1;
@@ -40,10 +41,34 @@ pub const DEFAULT_FINAL_FLUSH: Duration = Duration::from_secs(2);
 pub const DEFAULT_MAX_WAITING_RECORDS: u64 = 1024;
 
 /// Limits of a guard session.
+///
+/// It holds the knobs of the session itself (the stderr pool, forwarding
+/// budget and final flush) and one config per part, each edited in place
+/// with `name_mut()` and read with `get_name()`: the proxy
+/// ([`proxy_mut`](Self::proxy_mut)), the framing of both directions and the
+/// wire limit ([`framer_mut`](Self::framer_mut)), the call records
+/// ([`call_mut`](Self::call_mut)), the server's shutdown
+/// ([`supervisor_mut`](Self::supervisor_mut)) and its stderr capture
+/// ([`stderr_capture_mut`](Self::stderr_capture_mut)). Each knob has one
+/// setter, on the config that holds it; none holds a config of its own.
+///
+/// ```
+/// use mcp_stdio_core::{GuardConfig, OversizedPolicy};
+///
+/// let mut config = GuardConfig::default();
+/// config
+///     .framer_mut()
+///     .max_frame(1 << 20)
+///     .oversized_policy(OversizedPolicy::Close);
+/// config.proxy_mut().max_buffered(4 << 20);
+/// assert_eq!(config.get_framer().get_max_frame(), 1 << 20);
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct GuardConfig {
-    pub(crate) proxy: ProxyConfig,
+    proxy: ProxyConfig,
+    framer: FramerConfig,
+    call: CallConfig,
     supervisor: SupervisorConfig,
     stderr_capture: CaptureConfig,
     stderr_pool: Option<SharedRetentionPool>,
@@ -56,6 +81,8 @@ impl Default for GuardConfig {
     fn default() -> Self {
         Self {
             proxy: ProxyConfig::default(),
+            framer: FramerConfig::default(),
+            call: CallConfig::default(),
             supervisor: SupervisorConfig::default(),
             stderr_capture: CaptureConfig::default(),
             stderr_pool: Some(SharedRetentionPool::process()),
@@ -67,11 +94,28 @@ impl Default for GuardConfig {
 }
 
 impl GuardConfig {
-    /// Edits the proxy's limits in place (see [`ProxyConfig`]: wire limit
-    /// 4 MiB, 16 MiB buffered each way; its `max_buffered` is the bound on
-    /// bytes waiting for a host that stopped reading).
+    /// Edits the proxy's limits in place (see [`ProxyConfig`]: 16 MiB
+    /// buffered each way, its `max_buffered` being the bound on bytes
+    /// waiting for a host that stopped reading; 4096 requests tracked).
     pub fn proxy_mut(&mut self) -> &mut ProxyConfig {
         &mut self.proxy
+    }
+
+    /// Edits the framing of both directions in place (see [`FramerConfig`]):
+    /// the wire limit `max_frame` (default 8 MiB,
+    /// [`DEFAULT_MAX_FRAME`](crate::DEFAULT_MAX_FRAME)), the id scan of an
+    /// oversized line (256 B), the oversized policy (discard) and the invalid
+    /// UTF-8 policy (repair). Each of the two framers buffers at most
+    /// `max_frame + 1` bytes: worst case `2 × max_frame`.
+    pub fn framer_mut(&mut self) -> &mut FramerConfig {
+        &mut self.framer
+    }
+
+    /// Edits the limits of each call record in place (see [`CallConfig`]:
+    /// 64 events of at most 512 bytes of text each; worst case per tracked
+    /// request `≈ 2 KiB + 4 × max_text_bytes`).
+    pub fn call_mut(&mut self) -> &mut CallConfig {
+        &mut self.call
     }
 
     /// Edits the shutdown graces and the reader drain deadline in place (see
@@ -132,6 +176,14 @@ impl GuardConfig {
     /// The proxy's limits.
     pub fn get_proxy(&self) -> &ProxyConfig {
         &self.proxy
+    }
+    /// The framing of both directions, and the wire limit.
+    pub fn get_framer(&self) -> &FramerConfig {
+        &self.framer
+    }
+    /// The limits of each call record.
+    pub fn get_call(&self) -> &CallConfig {
+        &self.call
     }
     /// The supervisor's config.
     pub fn get_supervisor(&self) -> &SupervisorConfig {
@@ -320,7 +372,9 @@ pub struct GuardReport {
     pub stderr_excerpt: String,
     /// Bytes of the server's stderr passed through to ours.
     pub stderr_forwarded_bytes: u64,
-    /// `host_stopped_reading` when the guard closed the session itself.
+    /// Why the guard closed the session itself, if it did
+    /// ([`GuardSession::closed_by_guard`]): `host_stopped_reading`,
+    /// `oversized_request` or `oversized_response`.
     pub guard_closed_session: Option<&'static str>,
 }
 
@@ -405,13 +459,17 @@ pub struct GuardSession {
     early: VecDeque<GuardAction>,
     /// Waiting for the server's exit failed: no status will ever be observed.
     exit_wait_failed: bool,
+    /// The guard closed the session because a line passed the wire limit
+    /// under [`OversizedPolicy::Close`](crate::OversizedPolicy::Close):
+    /// `oversized_request` or `oversized_response`.
+    oversized_close: Option<&'static str>,
 }
 
 impl GuardSession {
     /// A session for a server about to be spawned.
     pub fn new(config: GuardConfig) -> Self {
         Self {
-            proxy: Proxy::new(config.proxy.clone()),
+            proxy: Proxy::new(&config),
             supervisor: ProcessSupervisor::new(config.supervisor),
             stderr: match &config.stderr_pool {
                 Some(pool) => OutputCapture::with_grant(
@@ -433,6 +491,7 @@ impl GuardSession {
             records_durable: 0,
             early: VecDeque::new(),
             exit_wait_failed: false,
+            oversized_close: None,
             config,
         }
     }
@@ -454,11 +513,16 @@ impl GuardSession {
         self.proxy.wants_host_input() && !disk_behind
     }
 
-    /// `Some("host_stopped_reading")` when the guard closed the session
-    /// because the host stopped reading.
+    /// Why the guard closed the session itself, if it did:
+    /// `host_stopped_reading` (more than `max_buffered` bytes waited for
+    /// the host), or, under the oversized policy
+    /// [`Close`](crate::OversizedPolicy::Close), `oversized_request` (a host
+    /// line passed the wire limit) or `oversized_response` (a server line
+    /// did).
     pub fn closed_by_guard(&self) -> Option<&'static str> {
         (self.proxy.host_closed() == Some(HostClosed::StoppedReading))
             .then_some("host_stopped_reading")
+            .or(self.oversized_close)
     }
 
     /// The exit status: [`EXIT_GUARD_CLOSED`] (75) when the guard closed the
@@ -598,6 +662,14 @@ impl GuardSession {
     pub(crate) fn handle_host_eof(&mut self, at: Stamp) {
         self.see(at);
         self.proxy.handle_host_eof(at);
+        self.end_host_input(at);
+    }
+
+    /// The host's input is over (its EOF, or a request past the wire limit
+    /// under the oversized policy `close`): the shutdown starts once what
+    /// the host sent has reached the server's stdin, or after the stdin
+    /// close grace.
+    fn end_host_input(&mut self, at: Stamp) {
         let grace = self.config.supervisor.get_stdin_close_grace();
         match at.instant.checked_add(grace) {
             Some(deadline) if self.proxy.server_backlog() > 0 && !self.server_stdin_closed => {
@@ -824,16 +896,34 @@ impl GuardSession {
                 self.supervisor.shutdown(at.instant);
             }
         }
-        if let Some(event) = self.proxy.poll_event() {
-            // Either way the host side is gone: stop the server too.
-            if let ProxyEvent::HostOutputClosed = event {
-                tracing::debug!("host stdout closed; shutting the server down");
-            }
+        while let Some(event) = self.proxy.poll_event() {
             // Events only follow inputs, which all carry a time.
-            if let Some(at) = self.latest {
-                self.supervisor.shutdown(at.instant);
+            let Some(at) = self.latest else { continue };
+            match event {
+                ProxyEvent::OversizedClose { from_host } => {
+                    self.oversized_close.get_or_insert(if from_host {
+                        "oversized_request"
+                    } else {
+                        "oversized_response"
+                    });
+                    if from_host {
+                        // As at the host's EOF: what it sent before reaches
+                        // the server, then the shutdown; nothing more is read.
+                        self.end_host_input(at);
+                        return Some(GuardAction::CloseHostInput);
+                    }
+                    // The server's stdout is still drained (and dropped).
+                    self.supervisor.shutdown(at.instant);
+                }
+                ProxyEvent::HostStoppedReading { .. } | ProxyEvent::HostOutputClosed => {
+                    // Either way the host side is gone: stop the server too.
+                    if let ProxyEvent::HostOutputClosed = event {
+                        tracing::debug!("host stdout closed; shutting the server down");
+                    }
+                    self.supervisor.shutdown(at.instant);
+                    return Some(GuardAction::CloseHostOutput);
+                }
             }
-            return Some(GuardAction::CloseHostOutput);
         }
         let action = self.supervisor.poll_action()?;
         Some(match action {
@@ -1159,6 +1249,123 @@ mod tests {
         }
         let report = s.report(100);
         assert_eq!(report.guard_closed_session, Some("host_stopped_reading"));
+    }
+
+    /// A session whose framers close on an oversized line, at 128 bytes.
+    fn closing_session() -> (GuardSession, Clock) {
+        let mut config = GuardConfig::default();
+        config
+            .framer_mut()
+            .max_frame(128)
+            .oversized_policy(crate::OversizedPolicy::Close);
+        config
+            .supervisor_mut()
+            .stdin_close_grace(Duration::from_secs(1))
+            .term_grace(Duration::from_secs(1));
+        let clock = Clock {
+            base: Instant::now(),
+        };
+        let mut s = GuardSession::new(config);
+        s.handle_spawned(clock.at(0));
+        (s, clock)
+    }
+
+    fn host_messages(s: &mut GuardSession) -> Vec<String> {
+        std::iter::from_fn(|| s.poll_to_host())
+            .map(|b| String::from_utf8(b).expect("UTF-8"))
+            .collect()
+    }
+
+    fn stderr_text(s: &mut GuardSession) -> String {
+        std::iter::from_fn(|| s.poll_stderr())
+            .map(|b| String::from_utf8(b).expect("UTF-8"))
+            .collect()
+    }
+
+    /// Oversized policy `close`, server side: the call gets the wire-limit
+    /// error, the server is shut down while its stdout is still drained
+    /// (and dropped), and the guard exits 75 saying why.
+    #[test]
+    fn g3_close_policy_a_server_line_past_the_limit_closes_the_session_exit_75() {
+        let (mut s, clock) = closing_session();
+        s.handle_host(
+            clock.at(1),
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\"}\n",
+        );
+        let _ = s.poll_record();
+        let b = s.poll_to_server(u64::MAX).expect("the request");
+        s.handle_server_written(b.len());
+        let big = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"{}\"}}\n",
+            "x".repeat(500)
+        );
+        s.handle_server_stdout(clock.at(2), big.as_bytes());
+        assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+        let host = host_messages(&mut s);
+        assert_eq!(host.len(), 1, "{host:?}");
+        assert!(
+            host[0].contains("\"id\":1") && host[0].contains("exceeded the wire limit"),
+            "{host:?}"
+        );
+        assert!(
+            stderr_text(&mut s).contains("the oversized policy is `close`: closing the session")
+        );
+        assert_eq!(s.closed_by_guard(), Some("oversized_response"));
+        // Whatever the server writes now is drained and dropped.
+        s.handle_server_stdout(
+            clock.at(3),
+            b"{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}\n",
+        );
+        assert!(host_messages(&mut s).is_empty());
+        s.handle_exited(clock.at(4), ExitStatus::Code(0));
+        s.handle_server_stdout_eof(clock.at(4));
+        s.handle_server_stderr_eof(clock.at(4));
+        match actions(&mut s).as_slice() {
+            [GuardAction::Finished { exit_code, .. }] => assert_eq!(*exit_code, EXIT_GUARD_CLOSED),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            s.report(100).guard_closed_session,
+            Some("oversized_response")
+        );
+    }
+
+    /// Oversized policy `close`, host side: the request gets the wire-limit
+    /// error and never reaches the server, the host's input is no longer
+    /// read, what it sent before still reaches the server, then the
+    /// shutdown; the guard exits 75.
+    #[test]
+    fn g2_close_policy_a_host_request_past_the_limit_closes_the_session_exit_75() {
+        let (mut s, clock) = closing_session();
+        let big = format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"n\"}}\n{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"{}\"}}\n",
+            "m".repeat(500)
+        );
+        s.handle_host(clock.at(1), big.as_bytes());
+        assert_eq!(actions(&mut s), [GuardAction::CloseHostInput]);
+        let host = host_messages(&mut s);
+        assert!(
+            host.len() == 1
+                && host[0].contains("\"id\":7")
+                && host[0].contains("request exceeded the wire limit"),
+            "{host:?}"
+        );
+        assert_eq!(s.closed_by_guard(), Some("oversized_request"));
+        // The notification before it goes out, then the server's stdin closes.
+        let b = s.poll_to_server(u64::MAX).expect("the notification");
+        assert!(
+            s.poll_to_server(u64::MAX).is_none(),
+            "the oversized request never does"
+        );
+        s.handle_server_written(b.len());
+        assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+        s.handle_exited(clock.at(2), ExitStatus::Code(0));
+        s.handle_server_stdout_eof(clock.at(2));
+        s.handle_server_stderr_eof(clock.at(2));
+        match actions(&mut s).as_slice() {
+            [GuardAction::Finished { exit_code, .. }] => assert_eq!(*exit_code, EXIT_GUARD_CLOSED),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -61,12 +61,13 @@
 //!
 //! # Memory
 //!
-//! Worst case, with `c` the config and the poll rule followed: bytes waiting
-//! for the host `≤ c.max_buffered` (one byte more closes the host side);
-//! bytes waiting for the server `≤ c.max_buffered + the largest chunk passed
-//! to handle_host` (the adapter stops reading the host while
-//! [`Proxy::wants_host_input`] is false); framers `2 × c.max_frame`; tracked
-//! requests `c.max_tracked × (≈ 2 KiB + 4 × c.call.max_text_bytes)`;
+//! Worst case, with `c` the proxy's config, `f` the framers' and `r` the call
+//! records' (all three in the [`GuardConfig`]), and the poll rule followed:
+//! bytes waiting for the host `≤ c.max_buffered` (one byte more closes the
+//! host side); bytes waiting for the server `≤ c.max_buffered + the largest
+//! chunk passed to handle_host` (the adapter stops reading the host while
+//! [`Proxy::wants_host_input`] is false); framers `2 × f.max_frame`; tracked
+//! requests `c.max_tracked × (≈ 2 KiB + 4 × r.max_text_bytes)`;
 //! remembered cancels `c.max_cancelled × 2 × (≈ 32 B + id bytes)`; notes
 //! `c.max_notes × 600 B`. With the defaults: 16 MiB + 8 MiB + 4096 × ≈ 4 KiB
 //! + ≈ 256 KiB ≈ 40 MiB.
@@ -75,11 +76,13 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
 
+use crate::guard::GuardConfig;
 use crate::outbox::Outbox;
 use crate::records::call::{CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord};
 use crate::time::Stamp;
 use crate::wire::frame::{
-    refused_line_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery, ReadRoom,
+    refused_line_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery,
+    OversizedPolicy, ReadRoom,
 };
 use crate::wire::idset::RecentIds;
 use crate::wire::message::{
@@ -99,21 +102,26 @@ pub const DEFAULT_MAX_CANCELLED: usize = 4096;
 pub const DEFAULT_MAX_NOTES: usize = 256;
 /// Longest non-protocol line shown in a note, in characters.
 pub const MAX_NOTE_LINE: usize = 512;
-/// Smallest accepted wire limit: room for an error reply with a short id.
-pub(crate) const MIN_MAX_FRAME: usize = 64;
 
-/// Limits and identity of a proxy.
+/// Limits and identity of the guard's proxy: the host ↔ server traffic.
+///
+/// Edited in place through [`GuardConfig::proxy_mut`]; the framing of both
+/// directions (the wire limit `max_frame` included) and the call records'
+/// limits are configs of their own beside it
+/// ([`GuardConfig::framer_mut`], [`GuardConfig::call_mut`]).
+///
+/// [`GuardConfig::proxy_mut`]: crate::GuardConfig::proxy_mut
+/// [`GuardConfig::framer_mut`]: crate::GuardConfig::framer_mut
+/// [`GuardConfig::call_mut`]: crate::GuardConfig::call_mut
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ProxyConfig {
-    framer: FramerConfig,
     limit_knob: String,
     max_buffered: usize,
     noise_budget: u64,
     max_tracked: usize,
     max_cancelled: usize,
     max_notes: usize,
-    call: CallConfig,
     session_id: String,
     target: String,
 }
@@ -121,14 +129,12 @@ pub struct ProxyConfig {
 impl Default for ProxyConfig {
     fn default() -> Self {
         Self {
-            framer: FramerConfig::default(),
             limit_knob: MAX_FRAME_KNOB.to_owned(),
             max_buffered: DEFAULT_MAX_BUFFERED,
             noise_budget: DEFAULT_NOISE_BUDGET,
             max_tracked: DEFAULT_MAX_TRACKED,
             max_cancelled: DEFAULT_MAX_CANCELLED,
             max_notes: DEFAULT_MAX_NOTES,
-            call: CallConfig::default(),
             session_id: String::new(),
             target: String::new(),
         }
@@ -136,21 +142,6 @@ impl Default for ProxyConfig {
 }
 
 impl ProxyConfig {
-    /// Sets the wire limit of both directions, in bytes (default
-    /// [`DEFAULT_MAX_FRAME`](crate::wire::frame::DEFAULT_MAX_FRAME); values below `MIN_MAX_FRAME` are raised to
-    /// it). Each framer buffers at most this much: worst case `2 × max`.
-    pub fn max_frame(&mut self, max: usize) -> &mut Self {
-        self.framer.max_frame(max.max(MIN_MAX_FRAME));
-        self
-    }
-
-    /// Edits both framers' settings in place (see [`FramerConfig`]: the wire
-    /// limit, the id scan, the oversized and invalid UTF-8 policies). A wire
-    /// limit below `MIN_MAX_FRAME` is raised to it when the proxy is built.
-    pub fn framer_mut(&mut self) -> &mut FramerConfig {
-        &mut self.framer
-    }
-
     /// Sets the name of the setting that raises the wire limit, written in
     /// every wire-limit error the proxy sends ([`wire_limit_error`]); the
     /// guard names its flag (default `max_frame`).
@@ -205,12 +196,6 @@ impl ProxyConfig {
         self
     }
 
-    /// Edits the limits of each call record in place (see [`CallConfig`]:
-    /// 64 events of at most 512 bytes of text each).
-    pub fn call_mut(&mut self) -> &mut CallConfig {
-        &mut self.call
-    }
-
     /// Sets the session id written in every call record (default empty).
     pub fn session_id(&mut self, id: &str) -> &mut Self {
         id.clone_into(&mut self.session_id);
@@ -224,14 +209,6 @@ impl ProxyConfig {
         self
     }
 
-    /// The wire limit.
-    pub fn get_max_frame(&self) -> usize {
-        self.framer.get_max_frame()
-    }
-    /// Both framers' settings.
-    pub fn get_framer(&self) -> &FramerConfig {
-        &self.framer
-    }
     /// The name of the setting that raises the wire limit.
     pub fn get_limit_knob(&self) -> &str {
         &self.limit_knob
@@ -256,10 +233,6 @@ impl ProxyConfig {
     pub fn get_max_notes(&self) -> usize {
         self.max_notes
     }
-    /// The limits of each call record.
-    pub fn get_call(&self) -> &CallConfig {
-        &self.call
-    }
 }
 
 /// A decision of the proxy that the adapter must act on.
@@ -277,6 +250,16 @@ pub(crate) enum ProxyEvent {
     },
     /// Writing to the host failed (it closed its end): the session must close.
     HostOutputClosed,
+    /// A line passed the wire limit under [`OversizedPolicy::Close`]: that
+    /// direction is no longer framed (its bytes are counted and dropped) and
+    /// the session must close (the guard stops reading the host, shuts the
+    /// server down and exits 75). Its id, when the scan of its first
+    /// `id_scan_limit` bytes found one, was answered with the wire-limit
+    /// error first.
+    OversizedClose {
+        /// The line came from the host (a request), not the server.
+        from_host: bool,
+    },
 }
 
 /// Why the host side is closed.
@@ -353,6 +336,10 @@ pub(crate) struct Proxy {
 #[derive(Debug)]
 struct State {
     config: ProxyConfig,
+    /// Both framers' settings: the wire limit each way, the id scan.
+    framing: FramerConfig,
+    /// The limits of each call record.
+    call: CallConfig,
     /// Messages for the server, each with its gate: the count of records
     /// made before it, which must be durable before it is handed out (G12).
     to_server: Outbox<u64>,
@@ -375,14 +362,14 @@ struct State {
 }
 
 impl Proxy {
-    /// A proxy with the given limits.
-    pub(crate) fn new(mut config: ProxyConfig) -> Self {
-        let max = config.framer.get_max_frame().max(MIN_MAX_FRAME);
-        config.framer.max_frame(max);
-        let framing = config.framer.clone();
+    /// A proxy with the guard's limits: its own, both framers' and the call
+    /// records'.
+    pub(crate) fn new(guard: &GuardConfig) -> Self {
+        let config = guard.get_proxy().clone();
+        let framing = guard.get_framer().clone();
         Self {
             host_framer: Framer::new(framing.clone()),
-            server_framer: Framer::new(framing),
+            server_framer: Framer::new(framing.clone()),
             state: State {
                 to_server: Outbox::default(),
                 server_unwritten: 0,
@@ -399,6 +386,8 @@ impl Proxy {
                 noise_shown: 0,
                 metrics: ProxyMetrics::default(),
                 config,
+                framing,
+                call: guard.get_call().clone(),
             },
         }
     }
@@ -678,6 +667,22 @@ impl State {
         self.metrics.host_bytes_dropped += self.to_host.clear_queue() as u64;
     }
 
+    /// A line passed the wire limit under [`OversizedPolicy::Close`]: its
+    /// framer is closed; say so and ask for the session's end.
+    fn close_on_oversized(&mut self, from_host: bool) {
+        let what = if from_host {
+            "a request from the host"
+        } else {
+            "a line from the server"
+        };
+        self.note(format!(
+            "mcp-stdio guard: {what} passed the wire limit ({} bytes) and the oversized policy is `close`: closing the session",
+            self.framing.get_max_frame()
+        ));
+        self.events
+            .push_back(ProxyEvent::OversizedClose { from_host });
+    }
+
     fn send_host(&mut self, bytes: Vec<u8>) {
         self.send_host_message(None, bytes);
     }
@@ -730,14 +735,14 @@ impl State {
     /// The one wire-limit error ([`wire_limit_error`]), naming the guard's
     /// setting.
     fn limit_error(&self, what: Oversized, seen: u64) -> ErrorObject {
-        let limit = self.config.framer.get_max_frame();
+        let limit = self.framing.get_max_frame();
         wire_limit_error(what, limit, seen, &self.config.limit_knob)
     }
 
     fn reply_error_object(&mut self, id: Option<&Id>, err: ErrorObject) {
         // Small by construction (an id from a bounded scan and a short message),
         // so even a tiny wire limit must not silence the reply.
-        if let Ok(bytes) = encode_error(id, &err, self.config.framer.get_max_frame().max(1024)) {
+        if let Ok(bytes) = encode_error(id, &err, self.framing.get_max_frame().max(1024)) {
             self.send_host(bytes);
         }
     }
@@ -775,6 +780,9 @@ impl State {
                 if let Some(id) = id_hint {
                     let err = self.limit_error(Oversized::Request, limit as u64 + 1);
                     self.reply_error_object(Some(&id), err);
+                }
+                if self.framing.get_oversized_policy() == OversizedPolicy::Close {
+                    self.close_on_oversized(true);
                 }
             }
             FrameEvent::Error(FrameError::OversizedEnded {
@@ -818,7 +826,7 @@ impl State {
                         .flatten();
                     let call_id = format!("{seq}/{}", id_json(&r.id));
                     let mut call = CallLifecycle::new(
-                        &self.config.call,
+                        &self.call,
                         CallIdentity {
                             call_id: &call_id,
                             session_id: &self.config.session_id,
@@ -866,9 +874,16 @@ impl State {
             FrameEvent::Frame(text) => self.on_server_frame(at, text),
             FrameEvent::Error(FrameError::Oversized { limit, id_hint }) => {
                 self.metrics.oversized_responses += 1;
-                // Without an id in the prefix, wait for the frame's end: the
-                // whole-frame scan may find it.
-                if id_hint.is_some() {
+                if self.framing.get_oversized_policy() == OversizedPolicy::Close {
+                    // No frame's end will come: what the prefix gave is all.
+                    if id_hint.is_none() {
+                        self.metrics.oversized_response_ids_missing += 1;
+                    }
+                    self.on_oversized_response(at, id_hint, limit as u64 + 1);
+                    self.close_on_oversized(false);
+                } else if id_hint.is_some() {
+                    // Without an id in the prefix, wait for the frame's end:
+                    // the whole-frame scan may find it.
                     self.on_oversized_response(at, id_hint, limit as u64 + 1);
                 }
             }
@@ -908,7 +923,7 @@ impl State {
     /// A server message passed the wire limit; `id` is its id, if known,
     /// `seen` its size (or `limit + 1` when refused as it passed the limit).
     fn on_oversized_response(&mut self, at: Stamp, id: Option<Id>, seen: u64) {
-        let limit = self.config.framer.get_max_frame();
+        let limit = self.framing.get_max_frame();
         let tracked = id.as_ref().and_then(|id| self.tracked.remove(id));
         match (id, tracked) {
             (Some(id), Some(call)) => {
@@ -1006,7 +1021,7 @@ impl State {
         }
         // Keep a near-miss response visible to the host as an error rather
         // than a silent hang (G3).
-        let scan = self.config.framer.get_id_scan_limit();
+        let scan = self.framing.get_id_scan_limit();
         if let Some(id) = refused_line_id(text.as_bytes(), scan) {
             self.fail_refused_response(
                 at,

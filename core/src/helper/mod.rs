@@ -41,8 +41,8 @@
 //! | [`HelperInput::Cancel`] before the helper was spawned (while awaiting approval, before `Spawn` was polled, or while spawning when the spawn then failed) | `cancelled` | — |
 //! | the spawn failed, or the approval deadline was not representable | `failed_before_dispatch` (with the reason) | — |
 //! | [`HelperInput::Cancel`] after the spawn (also while spawning when the spawn then succeeded, and after the exit while a stream is still open) | `cancelled_after_dispatch` (`cancel_reason: "caller"`) | — |
-//! | the streams reached [`HelperConfig::max_duration`] (the same cancel path) | `cancelled_after_dispatch` (`cancel_reason: "max_duration"`) | — |
-//! | killed because a capture overflowed ([`HelperConfig::kill_on_overflow`]), no cancel before | `force_killed` | — |
+//! | the streams reached [`HelperOptions::max_duration`] (the same cancel path) | `cancelled_after_dispatch` (`cancel_reason: "max_duration"`) | — |
+//! | killed because a capture overflowed ([`HelperOptions::kill_on_overflow`]), no cancel before | `force_killed` | — |
 //! | supervision gave up without observing an exit | `unknown` | — |
 //! | the helper exited by itself with code 0 | `completed` | `succeeded` |
 //! | the helper exited by itself with another code, or by a signal nobody here sent | `completed` | `remote_failure` |
@@ -55,7 +55,7 @@
 //!
 //! # Discovery
 //!
-//! A run built from [`HelperConfig::discovery`] only finds out what the
+//! A run built from [`HelperOptions::discovery`] only finds out what the
 //! operation will be. It has its own smaller budgets and maximum duration, no
 //! approval step, and its records say `kind: "discovery"` with the
 //! discovery's own `operation` name; the operation it resolves is a run of
@@ -63,11 +63,11 @@
 //!
 //! # What the adapter does, in order
 //!
-//! 1. [`HelperRun::with_pool`] (or [`HelperOptions::start`]) with the
-//!    process-wide [`SharedRetentionPool`]: the run takes its two grants from
-//!    it when it is authorized, right before the spawn, so a call waiting for
-//!    its approval holds none of the pool. ([`HelperRun::new`] takes grants
-//!    already drawn.)
+//! 1. [`HelperOptions::start`], with the process-wide
+//!    [`SharedRetentionPool`] in the options: the run takes its two grants
+//!    from it when it is authorized, right before the spawn, so a call
+//!    waiting for its approval holds none of the pool. ([`HelperRun::new`]
+//!    takes grants already drawn.)
 //! 2. Write [`HelperRun::record`] to the audit log.
 //! 3. After this and after every later input, drain
 //!    [`HelperRun::poll_output`] until [`HelperOutput::Timeout`]; arm one
@@ -104,7 +104,7 @@
 //! with the defaults; less when a pool grant is smaller). At `Finished` the
 //! outcome adds the rendered texts (at most about three times the retained
 //! bytes each, plus a marker line) and two excerpts of at most
-//! `excerpt_bytes` each. The record is bounded by [`CallConfig`] (≈ 39 KiB with
+//! `excerpt_bytes` each. The record is bounded by [`CallConfig`](crate::CallConfig) (≈ 39 KiB with
 //! the defaults). The action queue holds at most [`ACTION_QUEUE_CAPACITY`]
 //! entries.
 
@@ -116,17 +116,12 @@ use smallvec::SmallVec;
 use crate::driver::{exit_before_end, LookForExit};
 use crate::io_result::{ChildStream, ReadResult};
 use crate::process::capture::{
-    CaptureConfig, CaptureSummary, DebugMark, Grant, OutputCapture, SharedRetentionPool,
-    DEFAULT_EXCERPT,
+    CaptureConfig, CaptureSummary, Grant, OutputCapture, SharedRetentionPool,
 };
 use crate::process::supervisor::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
-    SupervisorConfig,
 };
-use crate::records::call::{
-    CallConfig, CallIdentity, CallKind, CallLifecycle, CallOutcome, CallRecord, CallState,
-    CancelReason,
-};
+use crate::records::call::{CallLifecycle, CallOutcome, CallRecord, CallState, CancelReason};
 use crate::time::Stamp;
 
 mod options;
@@ -166,213 +161,6 @@ pub(crate) const ACTION_QUEUE_CAPACITY: usize = 6;
 /// arguments or files; a stdin pipe would add a write path that can block.
 const HELPER_PIPES: ChildPipes = ChildPipes::OUTPUTS;
 
-/// Limits and policies of one [`HelperRun`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HelperConfig {
-    supervisor: SupervisorConfig,
-    pub(crate) stdout: CaptureConfig,
-    pub(crate) stderr: CaptureConfig,
-    pub(crate) excerpt_bytes: usize,
-    pub(crate) kill_on_overflow: bool,
-    approval: Option<Duration>,
-    max_duration: Duration,
-    kind: CallKind,
-    call: CallConfig,
-}
-
-impl Default for HelperConfig {
-    fn default() -> Self {
-        let mut stdout = CaptureConfig::default();
-        stdout.head(0).tail(DEFAULT_STDOUT_TAIL);
-        Self {
-            supervisor: SupervisorConfig::default(),
-            stdout,
-            stderr: CaptureConfig::default(),
-            excerpt_bytes: DEFAULT_EXCERPT,
-            kill_on_overflow: false,
-            approval: None,
-            max_duration: DEFAULT_MAX_DURATION,
-            kind: CallKind::Operation,
-            call: CallConfig::default(),
-        }
-    }
-}
-
-impl HelperConfig {
-    /// The configuration of a discovery run: a helper run only to find out
-    /// what the operation will be (resolve a configured name to an endpoint,
-    /// list what exists), a flow of its own that is not the operation.
-    ///
-    /// - Its own, smaller output budget: stdout the newest
-    ///   [`DISCOVERY_STDOUT_TAIL`] (16 KiB), stderr the newest
-    ///   [`DISCOVERY_STDERR_TAIL`] (4 KiB), excerpts of [`DISCOVERY_EXCERPT`]
-    ///   (1 KiB); 20 KiB retained at most. It is a separate configuration, so
-    ///   it never draws from the operation's per-call budget; its grants come
-    ///   from the process-wide pool like every capture's, because the pool
-    ///   bounds the process's memory, which discovery output occupies too.
-    /// - Its streams' maximum duration is [`DISCOVERY_MAX_DURATION`] (30 s).
-    /// - No approval step: [`approval`](Self::approval) is ignored (and a
-    ///   note in the record says so). The operation it resolves is approved
-    ///   on its own, with the resolved target on the card.
-    /// - Its records say `kind: "discovery"`. Give the run an `operation`
-    ///   naming the discovery itself (e.g. `resolve-host`), never the
-    ///   operation it helps to resolve.
-    ///
-    /// Every setter still applies, so each of these can be changed.
-    pub fn discovery() -> Self {
-        let mut stdout = CaptureConfig::default();
-        stdout.head(0).tail(DISCOVERY_STDOUT_TAIL);
-        let mut stderr = CaptureConfig::default();
-        stderr.head(0).tail(DISCOVERY_STDERR_TAIL);
-        Self {
-            stdout,
-            stderr,
-            excerpt_bytes: DISCOVERY_EXCERPT,
-            max_duration: DISCOVERY_MAX_DURATION,
-            kind: CallKind::Discovery,
-            ..Self::default()
-        }
-    }
-
-    /// Edits the cancel graces in place (see [`SupervisorConfig`]; default
-    /// 2 s `SIGTERM` grace, 1 s reader drain deadline). The stdin grace is
-    /// unused: a helper has no stdin pipe, so a cancel sends `SIGTERM` at once.
-    pub fn supervisor_mut(&mut self) -> &mut SupervisorConfig {
-        &mut self.supervisor
-    }
-
-    /// Edits the per-call stdout budget in place (default: last
-    /// [`DEFAULT_STDOUT_TAIL`] = 64 KiB, no head). Allocated in full at the
-    /// spawn, or as much as the stdout grant allows: worst case `head + tail`
-    /// bytes. Past it the stream is still drained and counted. Set a head
-    /// for helpers whose first lines matter.
-    pub fn stdout_mut(&mut self) -> &mut CaptureConfig {
-        &mut self.stdout
-    }
-
-    /// Edits the per-call stderr budget in place (default: last
-    /// [`DEFAULT_TAIL`](crate::process::capture::DEFAULT_TAIL) = 16 KiB, no head).
-    /// Allocated in full at the spawn, or as much as the stderr grant allows:
-    /// worst case `head + tail` bytes.
-    pub fn stderr_mut(&mut self) -> &mut CaptureConfig {
-        &mut self.stderr
-    }
-
-    /// Bytes of each stream's agent excerpt, marker included (default
-    /// [`DEFAULT_EXCERPT`] = 4 KiB). Memory: one string of at most this size
-    /// per stream, built at `Finished`.
-    pub fn excerpt_bytes(&mut self, bytes: usize) -> &mut Self {
-        self.excerpt_bytes = bytes;
-        self
-    }
-
-    /// Whether the helper's group is killed on the first byte either capture
-    /// has to drop (default `false`: keep draining and keep the real exit
-    /// status, which is what diagnostics need). For tools whose output is
-    /// itself hostile. The kill is the cancel path (`SIGTERM` at once,
-    /// `SIGKILL` after the grace), taken once; the call ends `force_killed`
-    /// (unless it was cancelled before) and the outcome says
-    /// `killed_on_overflow: true`.
-    pub fn kill_on_overflow(&mut self, kill: bool) -> &mut Self {
-        self.kill_on_overflow = kill;
-        self
-    }
-
-    /// An approval step before the spawn, with this deadline from the moment
-    /// the run is built (default `None`: authorized by policy, spawned at
-    /// once). A deadline too large to represent as an `Instant` ends the run
-    /// `failed_before_dispatch`; `Duration::ZERO` denies at the first
-    /// `handle_timeout` or answer. Ignored by a
-    /// [`discovery`](Self::discovery) run, which has no approval step.
-    pub fn approval(&mut self, deadline_in: Option<Duration>) -> &mut Self {
-        self.approval = deadline_in;
-        self
-    }
-
-    /// The maximum duration of the helper's output streams, counted from the
-    /// spawn (default [`DEFAULT_MAX_DURATION`] = 10 minutes;
-    /// [`DISCOVERY_MAX_DURATION`] = 30 s for a discovery run). When it is
-    /// reached and the run is still going (the helper alive, or a descendant
-    /// still holding a stream), the run is cancelled through the supervisor
-    /// exactly like a caller's cancel — `SIGTERM` to the group, `SIGKILL`
-    /// after the grace, the readers drained within their deadline — and the
-    /// call ends `cancelled_after_dispatch` with `cancel_reason:
-    /// "max_duration"`. A duration too large to add to the spawn instant
-    /// never fires. Memory: none (one deadline).
-    pub fn max_duration(&mut self, duration: Duration) -> &mut Self {
-        self.max_duration = duration;
-        self
-    }
-
-    /// Runs the helper in a debug window (default `None`): both capture
-    /// budgets are multiplied by the mark's multiplier and every record of
-    /// the call carries the mark (`debug`). Take the mark from
-    /// [`DebugMode::active`](crate::process::capture::DebugMode::active) when the
-    /// call starts. The same knob as [`CaptureConfig::debug`] of both
-    /// [`stdout_mut`](Self::stdout_mut) and [`stderr_mut`](Self::stderr_mut).
-    pub fn debug(&mut self, mark: Option<DebugMark>) -> &mut Self {
-        self.stdout.debug(mark);
-        self.stderr.debug(mark);
-        self
-    }
-
-    /// Edits the call record's limits in place (see [`CallConfig`]: 64
-    /// events of at most 512 bytes of text each).
-    pub fn call_mut(&mut self) -> &mut CallConfig {
-        &mut self.call
-    }
-
-    /// The cancel graces.
-    pub fn get_supervisor(&self) -> &SupervisorConfig {
-        &self.supervisor
-    }
-
-    /// The stdout budget.
-    pub fn get_stdout(&self) -> &CaptureConfig {
-        &self.stdout
-    }
-
-    /// The stderr budget.
-    pub fn get_stderr(&self) -> &CaptureConfig {
-        &self.stderr
-    }
-
-    /// The excerpt size.
-    pub fn get_excerpt_bytes(&self) -> usize {
-        self.excerpt_bytes
-    }
-
-    /// Whether an overflow kills the helper.
-    pub fn get_kill_on_overflow(&self) -> bool {
-        self.kill_on_overflow
-    }
-
-    /// The approval deadline, if an approval step is configured; always
-    /// `None` for a discovery run (it has no approval step).
-    pub fn get_approval(&self) -> Option<Duration> {
-        match self.kind {
-            CallKind::Discovery => None,
-            _ => self.approval,
-        }
-    }
-
-    /// The maximum duration of the output streams.
-    pub fn get_max_duration(&self) -> Duration {
-        self.max_duration
-    }
-
-    /// Operation or discovery (see [`discovery`](Self::discovery)).
-    pub fn get_kind(&self) -> CallKind {
-        self.kind
-    }
-
-    /// The call record's limits.
-    pub fn get_call(&self) -> &CallConfig {
-        &self.call
-    }
-}
-
 /// What was kept of one output stream of the helper.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
@@ -384,7 +172,7 @@ pub struct CapturedOutput {
     /// 10485760 bytes]`).
     pub text: String,
     /// The newest bytes for an agent's context, marker included, at most
-    /// [`HelperConfig::excerpt_bytes`].
+    /// [`HelperOptions::excerpt_bytes`].
     pub excerpt: String,
 }
 
@@ -651,7 +439,7 @@ impl Stream {
 ///
 /// # Methods, by group
 ///
-/// - **Getters**: [`config`](Self::config), [`record`](Self::record) (a
+/// - **Getters**: [`options`](Self::options), [`record`](Self::record) (a
 ///   snapshot of the call record at any time, for the audit lines before and
 ///   after the spawn), [`state`](Self::state),
 ///   [`approval_deadline`](Self::approval_deadline),
@@ -685,7 +473,7 @@ impl Stream {
 /// (see [`ProcessSupervisor`]). Nothing panics on input.
 #[derive(Debug)]
 pub struct HelperRun {
-    pub(crate) config: HelperConfig,
+    pub(crate) options: HelperOptions,
     lifecycle: CallLifecycle,
     supervisor: ProcessSupervisor,
     pub(crate) phase: Phase,
@@ -702,7 +490,7 @@ pub struct HelperRun {
     finished_polled: bool,
     grants: (Option<Grant>, Option<Grant>),
     /// Where the streams' grants come from when the run is authorized
-    /// ([`HelperRun::with_pool`]); `None` once taken, or without a pool.
+    /// ([`HelperOptions::start`]); `None` once taken, or without a pool.
     pool: Option<SharedRetentionPool>,
     ignored_inputs: u64,
     /// Waiting for the exit failed: no status will ever be observed.
@@ -710,8 +498,11 @@ pub struct HelperRun {
 }
 
 impl HelperRun {
-    /// A run of one helper, with its call `identity` and, if a process-wide
-    /// retention pool is used, one grant per stream.
+    /// A run of one helper, built from `options` (its limits and its call's
+    /// identity) and, if a process-wide retention pool is used, one grant
+    /// per stream already drawn from it (the options' own pool is not used;
+    /// [`HelperOptions::start`] draws the grants from it only when the run
+    /// is authorized).
     ///
     /// Validates the call, then either requests the approval
     /// ([`HelperAction::RequestApproval`], with the deadline fixed now) or
@@ -719,47 +510,30 @@ impl HelperRun {
     /// approval deadline that cannot be represented ends the run at once as
     /// `failed_before_dispatch`.
     pub fn new(
-        config: HelperConfig,
-        identity: CallIdentity<'_>,
+        options: &HelperOptions,
         stdout_grant: Option<Grant>,
         stderr_grant: Option<Grant>,
         at: Stamp,
     ) -> Self {
-        Self::build(config, identity, (stdout_grant, stderr_grant), None, at)
+        Self::build(options, (stdout_grant, stderr_grant), None, at)
     }
 
-    /// A run whose two grants are taken from `pool` when the run is
-    /// authorized — by policy, or when the approval arrives — right before
-    /// [`HelperAction::Spawn`]: a call waiting for approval, denied, expired
-    /// or cancelled before its spawn holds none of the pool, so open approval
-    /// cards never starve running helpers. Release them after `Finished`
-    /// ([`take_grants`](Self::take_grants)).
-    pub fn with_pool(
-        config: HelperConfig,
-        identity: CallIdentity<'_>,
-        pool: Option<SharedRetentionPool>,
-        at: Stamp,
-    ) -> Self {
-        Self::build(config, identity, (None, None), pool, at)
-    }
-
-    fn build(
-        config: HelperConfig,
-        identity: CallIdentity<'_>,
+    pub(crate) fn build(
+        options: &HelperOptions,
         (stdout_grant, stderr_grant): (Option<Grant>, Option<Grant>),
         pool: Option<SharedRetentionPool>,
         at: Stamp,
     ) -> Self {
-        let mut lifecycle = CallLifecycle::new(&config.call, identity, at.unix_ms);
-        if let Some(mark) = config.stderr.get_debug().or(config.stdout.get_debug()) {
+        let mut lifecycle = CallLifecycle::new(options.get_call(), options.identity(), at.unix_ms);
+        if let Some(mark) = options.stderr.get_debug().or(options.stdout.get_debug()) {
             lifecycle.mark_debug(mark);
         }
-        lifecycle.mark_kind(config.kind);
+        lifecycle.mark_kind(options.kind);
         lifecycle
             .validate(at)
             .expect("a new call is `received`, which always validates");
         let mut run = Self {
-            supervisor: ProcessSupervisor::new(config.supervisor),
+            supervisor: ProcessSupervisor::new(*options.get_supervisor()),
             lifecycle,
             phase: Phase::AwaitingApproval,
             stdout: Stream::new(StreamName::Stdout, stdout_grant),
@@ -773,13 +547,13 @@ impl HelperRun {
             pool,
             ignored_inputs: 0,
             exit_wait_failed: false,
-            config,
+            options: options.clone(),
         };
-        if run.config.kind == CallKind::Discovery && run.config.approval.is_some() {
+        if run.options.approval_ignored() {
             run.lifecycle
                 .note(at.unix_ms, "approval ignored: a discovery run has none");
         }
-        match run.config.get_approval() {
+        match run.options.get_approval() {
             Some(deadline_in) => match run.lifecycle.request_approval(at, deadline_in) {
                 Ok(()) => {
                     let deadline = run
@@ -807,9 +581,9 @@ impl HelperRun {
 
     // ---- getters ----
 
-    /// The configuration.
-    pub fn config(&self) -> &HelperConfig {
-        &self.config
+    /// The options this run was built from.
+    pub fn options(&self) -> &HelperOptions {
+        &self.options
     }
 
     /// The call record as it stands now, in any state. Write it before the
@@ -928,9 +702,9 @@ impl HelperRun {
             .dispatch(at)
             .expect("spawning happens only in state `authorized`, which dispatches");
         self.supervisor.handle_spawned(at.instant, HELPER_PIPES);
-        self.stream_deadline = at.instant.checked_add(self.config.max_duration);
-        self.stdout.start(&self.config.stdout);
-        self.stderr.start(&self.config.stderr);
+        self.stream_deadline = at.instant.checked_add(self.options.max_duration);
+        self.stdout.start(&self.options.stdout);
+        self.stderr.start(&self.options.stderr);
         if self.cancel_requested {
             self.lifecycle
                 .cancel_because(at, CancelReason::Caller)
@@ -965,7 +739,7 @@ impl HelperRun {
 
     /// Bytes from the helper's stdout: captured within budget, always counted
     /// (G10). The first dropped byte starts the kill when
-    /// [`HelperConfig::kill_on_overflow`] is set.
+    /// [`HelperOptions::kill_on_overflow`] is set.
     pub(crate) fn handle_stdout(&mut self, at: Stamp, chunk: &[u8]) {
         if self.phase != Phase::Running {
             self.ignore("stdout outside the helper's life");
@@ -978,7 +752,7 @@ impl HelperRun {
 
     /// Bytes from the helper's stderr: captured within budget, always counted
     /// (G10). They never move the approval deadline or decide a transition
-    /// (G12), unless [`HelperConfig::kill_on_overflow`] is set.
+    /// (G12), unless [`HelperOptions::kill_on_overflow`] is set.
     pub(crate) fn handle_stderr(&mut self, at: Stamp, chunk: &[u8]) {
         if self.phase != Phase::Running {
             self.ignore("stderr outside the helper's life");
@@ -1076,7 +850,7 @@ impl HelperRun {
 
     /// Time has reached `at`: an expired approval becomes `denied`
     /// (`approval_timeout`) and ends the run unspawned; streams past their
-    /// [maximum duration](HelperConfig::max_duration) cancel the run
+    /// [maximum duration](HelperOptions::max_duration) cancel the run
     /// (`cancel_reason: "max_duration"`); the supervisor's graces and drain
     /// deadlines escalate. Before any deadline it does nothing.
     pub(crate) fn handle_timeout(&mut self, at: Stamp) {
@@ -1225,7 +999,7 @@ impl HelperRun {
             at.unix_ms,
             &format!(
                 "streams reached their maximum duration of {} ms",
-                self.config.max_duration.as_millis()
+                self.options.max_duration.as_millis()
             ),
         );
         self.supervisor.cancel(at.instant);
@@ -1234,8 +1008,8 @@ impl HelperRun {
     fn queue_spawn(&mut self) {
         // Authorized: only now does the run draw on the pool (the spawn is next).
         if let Some(pool) = self.pool.take() {
-            self.stdout.grant(pool.grant(self.config.stdout.wanted()));
-            self.stderr.grant(pool.grant(self.config.stderr.wanted()));
+            self.stdout.grant(pool.grant(self.options.stdout.wanted()));
+            self.stderr.grant(pool.grant(self.options.stderr.wanted()));
         }
         self.phase = Phase::SpawnQueued;
         self.actions.push(HelperAction::Spawn);
@@ -1275,7 +1049,7 @@ impl HelperRun {
 
     /// A capture had to drop bytes: kill once if configured.
     fn overflowed(&mut self, at: Stamp, stream: StreamName) {
-        if !self.config.kill_on_overflow
+        if !self.options.kill_on_overflow
             || self.killed_on_overflow
             || self.cancel_requested
             || self.lifecycle.state() != CallState::Dispatched
@@ -1284,8 +1058,8 @@ impl HelperRun {
         }
         self.killed_on_overflow = true;
         let budget = match stream {
-            StreamName::Stdout => self.config.stdout.wanted(),
-            StreamName::Stderr => self.config.stderr.wanted(),
+            StreamName::Stdout => self.options.stdout.wanted(),
+            StreamName::Stderr => self.options.stderr.wanted(),
         };
         self.lifecycle
             .force_kill(at)
@@ -1358,8 +1132,8 @@ impl HelperRun {
                 self.lifecycle.observe_stream_end(end);
             }
         }
-        let (stdout, stdout_grant) = self.stdout.finish(self.config.excerpt_bytes);
-        let (stderr, stderr_grant) = self.stderr.finish(self.config.excerpt_bytes);
+        let (stdout, stdout_grant) = self.stdout.finish(self.options.excerpt_bytes);
+        let (stderr, stderr_grant) = self.stderr.finish(self.options.excerpt_bytes);
         self.lifecycle.observe_stderr_capture(&stderr.summary);
         self.grants = (stdout_grant, stderr_grant);
         let outcome = HelperOutcome {

@@ -1,7 +1,8 @@
 use super::*;
+use crate::process::capture::DEFAULT_EXCERPT;
 use crate::process::capture::{PoolConfig, RetentionPool};
 use crate::process::supervisor::{EndedBy, StreamEnd};
-use crate::records::call::{CallEventKind, Decision, DecisionReason};
+use crate::records::call::{CallEventKind, CallKind, Decision, DecisionReason};
 use serde_json::json;
 
 const T0_MS: u64 = 1_700_000_000_000;
@@ -23,21 +24,24 @@ impl Clock {
     }
 }
 
-fn identity() -> CallIdentity<'static> {
-    CallIdentity {
-        call_id: "c_7f2a",
-        session_id: "s_1",
-        operation: "ssh.exec",
-        target: "deploy@example.org",
-    }
+/// The default options with this test's call identity and no pool.
+fn options() -> HelperOptions {
+    let mut options = HelperOptions::default();
+    options
+        .call_id("c_7f2a")
+        .session_id("s_1")
+        .operation("ssh.exec")
+        .target("deploy@example.org")
+        .pool(None);
+    options
 }
 
-fn new_run(config: HelperConfig, clock: &Clock) -> HelperRun {
-    HelperRun::new(config, identity(), None, None, clock.at(0))
+fn new_run(config: HelperOptions, clock: &Clock) -> HelperRun {
+    HelperRun::new(&config, None, None, clock.at(0))
 }
 
-fn with_approval(secs: u64) -> HelperConfig {
-    let mut config = HelperConfig::default();
+fn with_approval(secs: u64) -> HelperOptions {
+    let mut config = options();
     config.approval(Some(Duration::from_secs(secs)));
     config
 }
@@ -68,12 +72,9 @@ fn g10_a_call_awaiting_approval_holds_no_pool_grant() {
     let outstanding = || pool.stats().outstanding;
 
     // Denied: never granted.
-    let mut run = HelperRun::with_pool(
-        with_approval(30),
-        identity(),
-        Some(pool.clone()),
-        clock.at(0),
-    );
+    let mut run = with_approval(30)
+        .pool(Some(pool.clone()))
+        .start(clock.at(0));
     let _ = drain(&mut run);
     assert_eq!(outstanding(), 0, "no grant while the card is up");
     run.deny(clock.at(5)).expect("in time");
@@ -86,12 +87,9 @@ fn g10_a_call_awaiting_approval_holds_no_pool_grant() {
     );
 
     // Approved: granted at the authorization, released at the end.
-    let mut run = HelperRun::with_pool(
-        with_approval(30),
-        identity(),
-        Some(pool.clone()),
-        clock.at(0),
-    );
+    let mut run = with_approval(30)
+        .pool(Some(pool.clone()))
+        .start(clock.at(0));
     let _ = drain(&mut run);
     assert_eq!(outstanding(), 0);
     run.approve(clock.at(5)).expect("in time");
@@ -134,7 +132,7 @@ fn transitions(record: &CallRecord) -> Vec<CallState> {
 #[test]
 fn g12_happy_path_spawns_captures_exactly_and_completes() {
     let clock = Clock::new();
-    let mut run = new_run(HelperConfig::default(), &clock);
+    let mut run = new_run(options(), &clock);
     assert_eq!(run.state(), CallState::Authorized);
     assert_eq!(run.poll_timeout(), None);
     spawn(&mut run, &clock, 1);
@@ -187,7 +185,7 @@ fn g12_happy_path_spawns_captures_exactly_and_completes() {
 fn g12_nonzero_exit_or_foreign_signal_completes_as_remote_failure() {
     for status in [ExitStatus::Code(3), ExitStatus::Signal(11)] {
         let clock = Clock::new();
-        let mut run = new_run(HelperConfig::default(), &clock);
+        let mut run = new_run(options(), &clock);
         spawn(&mut run, &clock, 1);
         run.handle_stdout_eof(clock.at(2));
         run.handle_stderr_eof(clock.at(2));
@@ -379,7 +377,7 @@ fn g12_stderr_during_approval_then_exit_right_after_approval() {
 #[test]
 fn g12_stderr_flood_after_success_then_cancel_is_cancelled_after_dispatch() {
     let clock = Clock::new();
-    let mut run = new_run(HelperConfig::default(), &clock);
+    let mut run = new_run(options(), &clock);
     spawn(&mut run, &clock, 0);
     run.handle_stdout(clock.at(10), b"{\"changed\":[\"a.txt\"]}\n");
     run.handle_stdout_eof(clock.at(11));
@@ -422,7 +420,7 @@ fn g12_stderr_flood_after_success_then_cancel_is_cancelled_after_dispatch() {
 fn g11_cancel_before_spawn_never_spawns() {
     let clock = Clock::new();
     // Authorized by policy, Spawn queued but not polled: withdrawn.
-    let mut run = new_run(HelperConfig::default(), &clock);
+    let mut run = new_run(options(), &clock);
     run.cancel(clock.at(1));
     let actions = drain(&mut run);
     assert_eq!(actions.len(), 1, "only Finished: {actions:?}");
@@ -452,7 +450,7 @@ fn g11_cancel_before_spawn_never_spawns() {
 #[test]
 fn g11_cancel_while_spawning_is_applied_at_the_spawn_report() {
     let clock = Clock::new();
-    let mut run = new_run(HelperConfig::default(), &clock);
+    let mut run = new_run(options(), &clock);
     assert!(matches!(drain(&mut run).as_slice(), [HelperAction::Spawn]));
     run.cancel(clock.at(1));
     assert!(drain(&mut run).is_empty(), "nothing to signal yet");
@@ -465,7 +463,7 @@ fn g11_cancel_while_spawning_is_applied_at_the_spawn_report() {
     assert_eq!(run.state(), CallState::CancelledAfterDispatch);
 
     // The same race, but the spawn fails: nothing ran.
-    let mut run = new_run(HelperConfig::default(), &clock);
+    let mut run = new_run(options(), &clock);
     let _ = drain(&mut run);
     run.cancel(clock.at(1));
     run.handle_spawn_failed(clock.at(2), "ENOENT");
@@ -480,7 +478,7 @@ fn g11_cancel_while_spawning_is_applied_at_the_spawn_report() {
 #[test]
 fn g11_cancel_while_running_helper_ignores_term_is_killed() {
     let clock = Clock::new();
-    let mut run = new_run(HelperConfig::default(), &clock);
+    let mut run = new_run(options(), &clock);
     spawn(&mut run, &clock, 0);
     run.cancel(clock.at(S));
     assert!(matches!(
@@ -518,7 +516,7 @@ fn g11_cancel_while_running_helper_ignores_term_is_killed() {
 fn g10_flood_10_mib_stderr_keeps_the_16_kib_tail() {
     const TOTAL: u64 = 10 * 1024 * 1024;
     let clock = Clock::new();
-    let mut run = new_run(HelperConfig::default(), &clock);
+    let mut run = new_run(options(), &clock);
     spawn(&mut run, &clock, 0);
     let chunk_of = |i: u64| [b'a' + (i % 26) as u8; 4096];
     let chunks = TOTAL / 4096;
@@ -565,7 +563,7 @@ fn g10_flood_10_mib_stderr_keeps_the_16_kib_tail() {
 #[test]
 fn g10_kill_on_overflow_signals_the_group_once() {
     let clock = Clock::new();
-    let mut config = HelperConfig::default();
+    let mut config = options();
     config.stderr_mut().tail(64);
     config.kill_on_overflow(true);
     let mut run = new_run(config, &clock);
@@ -609,7 +607,7 @@ fn g10_kill_on_overflow_signals_the_group_once() {
 #[test]
 fn g10_overflow_after_a_cancel_does_not_count_as_an_overflow_kill() {
     let clock = Clock::new();
-    let mut config = HelperConfig::default();
+    let mut config = options();
     config.stdout_mut().tail(8);
     config.kill_on_overflow(true);
     let mut run = new_run(config, &clock);
@@ -625,7 +623,7 @@ fn g10_overflow_after_a_cancel_does_not_count_as_an_overflow_kill() {
 #[test]
 fn g12_spawn_failure_fails_before_dispatch_with_null_exit_status() {
     let clock = Clock::new();
-    let mut run = new_run(HelperConfig::default(), &clock);
+    let mut run = new_run(options(), &clock);
     let before = run.record().clone();
     assert_eq!(
         before.state(),
@@ -658,7 +656,7 @@ fn g12_spawn_failure_fails_before_dispatch_with_null_exit_status() {
 #[test]
 fn g11_grandchild_holding_stderr_is_abandoned_after_the_deadline() {
     let clock = Clock::new();
-    let mut run = new_run(HelperConfig::default(), &clock);
+    let mut run = new_run(options(), &clock);
     spawn(&mut run, &clock, 0);
     run.handle_stdout(clock.at(10), b"done\n");
     run.handle_stdout_eof(clock.at(20));
@@ -741,7 +739,7 @@ fn g12_outcome_json_shape() {
     assert_eq!(keys, want);
 
     // Spawned and exited: the observed status, with serde's stable names.
-    let mut run = new_run(HelperConfig::default(), &clock);
+    let mut run = new_run(options(), &clock);
     spawn(&mut run, &clock, 0);
     run.handle_stdout(clock.at(1), b"ok\n");
     run.handle_exited(clock.at(2), ExitStatus::Code(0));
@@ -761,12 +759,12 @@ fn g12_outcome_json_shape() {
 fn g10_grants_come_back_after_finished() {
     let clock = Clock::new();
     let mut pool = RetentionPool::new(PoolConfig::default().limit(40_000).reserve(0));
-    let config = HelperConfig::default();
+    let config = options();
     // The pool has less than stdout's 64 KiB: the capture keeps what it got.
     let g1 = pool.grant(config.get_stdout().wanted());
     let g2 = pool.grant(config.get_stderr().wanted());
     assert_eq!(pool.free(), 0);
-    let mut run = HelperRun::new(config, identity(), Some(g1), Some(g2), clock.at(0));
+    let mut run = HelperRun::new(&config, Some(g1), Some(g2), clock.at(0));
     spawn(&mut run, &clock, 0);
     assert!(
         matches!(run.take_grants(), (None, None)),
@@ -792,7 +790,7 @@ fn g10_grants_come_back_after_finished() {
 
     // A run that never spawned gives its untouched grants back too.
     let g = pool.grant(1_000);
-    let mut run = HelperRun::new(with_approval(30), identity(), Some(g), None, clock.at(0));
+    let mut run = HelperRun::new(&with_approval(30), Some(g), None, clock.at(0));
     run.deny(clock.at(1)).expect("pending");
     let _ = drain(&mut run);
     let (g1, g2) = run.take_grants();
@@ -805,7 +803,7 @@ fn g10_grants_come_back_after_finished() {
 #[test]
 fn g12_record_snapshots_before_and_after_the_spawn() {
     let clock = Clock::new();
-    let mut run = new_run(HelperConfig::default(), &clock);
+    let mut run = new_run(options(), &clock);
     let actions = drain(&mut run);
     assert!(matches!(actions.as_slice(), [HelperAction::Spawn]));
     let before = serde_json::to_value(run.record()).expect("serializes");
@@ -825,7 +823,7 @@ fn g12_record_snapshots_before_and_after_the_spawn() {
 #[test]
 fn g12_unrepresentable_approval_deadline_fails_before_dispatch() {
     let clock = Clock::new();
-    let mut config = HelperConfig::default();
+    let mut config = options();
     config.approval(Some(Duration::MAX));
     let mut run = new_run(config, &clock);
     let actions = drain(&mut run);
@@ -850,7 +848,7 @@ fn g12_answer_before_the_request_is_polled_withdraws_the_request() {
 #[test]
 fn g11_inputs_outside_the_helpers_life_are_ignored_and_counted() {
     let clock = Clock::new();
-    let mut run = new_run(HelperConfig::default(), &clock);
+    let mut run = new_run(options(), &clock);
     // Spawn queued but not polled: the adapter cannot have spawned.
     run.handle_spawned(clock.at(1));
     run.handle_spawn_failed(clock.at(1), "x");
@@ -891,10 +889,10 @@ fn g10_g11_g12_fuzz_helper_run_random_inputs() {
 #[test]
 fn max_duration_cancels_through_the_supervisor_and_says_why() {
     let clock = Clock::new();
-    let mut config = HelperConfig::default();
+    let mut config = options();
     config.max_duration(Duration::from_secs(5));
     assert_eq!(
-        HelperConfig::default().get_max_duration(),
+        HelperOptions::default().get_max_duration(),
         DEFAULT_MAX_DURATION
     );
     let mut run = new_run(config, &clock);
@@ -955,7 +953,7 @@ fn max_duration_cancels_through_the_supervisor_and_says_why() {
 #[test]
 fn max_duration_fires_while_a_descendant_holds_a_stream_after_the_exit() {
     let clock = Clock::new();
-    let mut config = HelperConfig::default();
+    let mut config = options();
     config.max_duration(Duration::from_secs(5));
     let mut run = new_run(config, &clock);
     spawn(&mut run, &clock, 0);
@@ -1003,7 +1001,7 @@ fn max_duration_is_not_armed_after_a_cancel_or_before_the_spawn_and_never_overfl
     assert_eq!(run.record().cancel_reason(), Some(CancelReason::Caller));
 
     // A duration past what an Instant can hold never fires.
-    let mut config = HelperConfig::default();
+    let mut config = options();
     config.max_duration(Duration::MAX);
     let mut run = new_run(config, &clock);
     spawn(&mut run, &clock, 0);
@@ -1016,24 +1014,23 @@ fn max_duration_is_not_armed_after_a_cancel_or_before_the_spawn_and_never_overfl
 #[test]
 fn discovery_has_its_own_budget_no_approval_and_is_recorded_as_discovery() {
     let clock = Clock::new();
-    let mut config = HelperConfig::discovery();
-    config.approval(Some(Duration::from_secs(30)));
+    let mut config = HelperOptions::discovery();
+    config
+        .approval(Some(Duration::from_secs(30)))
+        .call_id("c_7f2a.d1")
+        .session_id("s_1")
+        .operation("resolve-host")
+        .target("prod");
     assert_eq!(config.get_kind(), CallKind::Discovery);
     assert_eq!(config.get_approval(), None, "no approval step");
     assert_eq!(config.get_stdout().wanted(), DISCOVERY_STDOUT_TAIL);
     assert_eq!(config.get_stderr().wanted(), DISCOVERY_STDERR_TAIL);
-    assert!(config.get_stdout().wanted() < HelperConfig::default().get_stdout().wanted());
-    assert!(config.get_stderr().wanted() < HelperConfig::default().get_stderr().wanted());
+    assert!(config.get_stdout().wanted() < HelperOptions::default().get_stdout().wanted());
+    assert!(config.get_stderr().wanted() < HelperOptions::default().get_stderr().wanted());
     assert_eq!(config.get_excerpt_bytes(), DISCOVERY_EXCERPT);
     assert_eq!(config.get_max_duration(), DISCOVERY_MAX_DURATION);
 
-    let discovery = CallIdentity {
-        call_id: "c_7f2a.d1",
-        session_id: "s_1",
-        operation: "resolve-host",
-        target: "prod",
-    };
-    let mut run = HelperRun::new(config, discovery, None, None, clock.at(0));
+    let mut run = HelperRun::new(&config, None, None, clock.at(0));
     assert_eq!(run.state(), CallState::Authorized, "authorized by policy");
     assert_eq!(run.approval_deadline(), None);
     assert_eq!(run.record().decision_reason(), Some(DecisionReason::Policy));
@@ -1079,11 +1076,12 @@ fn discovery_has_its_own_budget_no_approval_and_is_recorded_as_discovery() {
 fn discovery_grants_come_from_the_pool_at_the_discovery_budget() {
     let clock = Clock::new();
     let mut pool = RetentionPool::new(PoolConfig::default().limit(256 * 1024));
-    let config = HelperConfig::discovery();
+    let mut config = HelperOptions::discovery();
+    config.call_id("c_7f2a");
     let g1 = pool.grant(config.get_stdout().wanted());
     let g2 = pool.grant(config.get_stderr().wanted());
     assert_eq!(pool.in_use(), DISCOVERY_STDOUT_TAIL + DISCOVERY_STDERR_TAIL);
-    let mut run = HelperRun::new(config, identity(), Some(g1), Some(g2), clock.at(0));
+    let mut run = HelperRun::new(&config, Some(g1), Some(g2), clock.at(0));
     run.cancel(clock.at(1));
     let _ = finished(drain(&mut run));
     assert_eq!(run.record().cancel_reason(), Some(CancelReason::Caller));

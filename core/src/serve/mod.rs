@@ -55,6 +55,7 @@ use crate::session::handshake::Implementation;
 use crate::session::server::{
     NotifyError, ServerConfig, ServerEvent, ServerMetrics, ServerSession,
 };
+use crate::wire::frame::FramerConfig;
 use crate::wire::message::{ErrorObject, Id, Notification, RawValue, Request};
 
 /// How long in-flight handlers may run after stdin closes (default of
@@ -74,26 +75,32 @@ pub const RESULT_ENVELOPE_HEADROOM: usize = 1024;
 
 /// Limits of `serve`, the same for every adapter.
 ///
-/// The knobs set most often have direct setters
-/// ([`max_frame`](Self::max_frame), [`max_concurrent`](Self::max_concurrent));
-/// every other session limit is in [`config_mut`](Self::config_mut).
+/// It holds the knobs of the loop itself (the drain deadline, the wait for
+/// helpers) and one config per part, each edited in place with `name_mut()`
+/// and read with `get_name()`: the protocol session
+/// ([`session_mut`](Self::session_mut)), the framing of stdin and the wire
+/// limit ([`framer_mut`](Self::framer_mut)) and what `serve` answers by
+/// itself ([`basics_mut`](Self::basics_mut)). Each knob has one setter, on
+/// the config that holds it; none holds a config of its own.
 ///
 /// ```
 /// use std::time::Duration;
 /// use mcp_stdio_core::ServeOptions;
 ///
 /// let mut options = ServeOptions::default();
+/// options.drain_timeout(Duration::from_secs(2));
+/// options.framer_mut().max_frame(1 << 20);
 /// options
-///     .max_frame(1 << 20)
+///     .session_mut()
 ///     .max_concurrent(16)
-///     .drain_timeout(Duration::from_secs(2));
-/// options.config_mut().max_queued_notifications(64);
-/// assert_eq!(options.get_max_frame(), 1 << 20);
+///     .max_queued_notifications(64);
+/// assert_eq!(options.get_framer().get_max_frame(), 1 << 20);
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServeOptions {
-    config: ServerConfig,
+    session: ServerConfig,
+    framer: FramerConfig,
     drain_timeout: Duration,
     helper_grace: Duration,
     basics: ServerBasics,
@@ -106,7 +113,8 @@ pub const DEFAULT_HELPER_GRACE: Duration = Duration::from_secs(10);
 impl Default for ServeOptions {
     fn default() -> Self {
         Self {
-            config: ServerConfig::default(),
+            session: ServerConfig::default(),
+            framer: FramerConfig::default(),
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             helper_grace: DEFAULT_HELPER_GRACE,
             basics: ServerBasics::default(),
@@ -115,27 +123,23 @@ impl Default for ServeOptions {
 }
 
 impl ServeOptions {
-    /// Edits the session's limits in place (see [`ServerConfig`]: wire
-    /// limit, concurrency, queues).
-    pub fn config_mut(&mut self) -> &mut ServerConfig {
-        &mut self.config
+    /// Edits the session's limits in place (see [`ServerConfig`]: 64
+    /// requests at once, 8 MiB of notifications and replies queued, 256
+    /// notifications waiting).
+    pub fn session_mut(&mut self) -> &mut ServerConfig {
+        &mut self.session
     }
 
-    /// Sets the wire limit in both directions (default 4 MiB). Worst case:
-    /// one incoming frame of this size buffered, and one response of this
-    /// size per request in flight. The same knob as
-    /// [`ServerConfig::max_frame`].
-    pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
-        self.config.max_frame(bytes);
-        self
-    }
-
-    /// Sets how many requests are handled at once (default 64); one beyond it
-    /// gets error -32000 at once. The same knob as
-    /// [`ServerConfig::max_concurrent`].
-    pub fn max_concurrent(&mut self, n: usize) -> &mut Self {
-        self.config.max_concurrent(n);
-        self
+    /// Edits the framing of stdin in place (see [`FramerConfig`]): the wire
+    /// limit `max_frame` (default 8 MiB,
+    /// [`DEFAULT_MAX_FRAME`](crate::DEFAULT_MAX_FRAME)), which also limits
+    /// every message written to stdout (G9) and sizes each handler's
+    /// [`ResultBudget`], the id scan of an oversized line (256 B), the
+    /// oversized policy (discard) and the invalid UTF-8 policy (repair).
+    /// Worst case: one incoming frame of `max_frame` buffered, and one
+    /// response of this size per request in flight.
+    pub fn framer_mut(&mut self) -> &mut FramerConfig {
+        &mut self.framer
     }
 
     /// Sets how long in-flight handlers may run after stdin closes before
@@ -158,18 +162,13 @@ impl ServeOptions {
     }
 
     /// The session's limits.
-    pub fn get_config(&self) -> &ServerConfig {
-        &self.config
+    pub fn get_session(&self) -> &ServerConfig {
+        &self.session
     }
 
-    /// The wire limit in bytes.
-    pub fn get_max_frame(&self) -> usize {
-        self.config.get_max_frame()
-    }
-
-    /// The concurrency limit.
-    pub fn get_max_concurrent(&self) -> usize {
-        self.config.get_max_concurrent()
+    /// The framing of stdin, and the wire limit.
+    pub fn get_framer(&self) -> &FramerConfig {
+        &self.framer
     }
 
     /// The drain deadline after stdin closes.
@@ -411,7 +410,7 @@ impl ServeLifecycle {
     pub fn new(options: &ServeOptions) -> Self {
         let largest = options.basics.largest_answer();
         let budget = options
-            .config
+            .framer
             .get_max_frame()
             .saturating_sub(RESULT_ENVELOPE_HEADROOM);
         if options.basics.get_answer_basics() && largest > budget {
@@ -422,7 +421,7 @@ impl ServeLifecycle {
             );
         }
         Self {
-            session: ServerSession::new(options.config.clone()),
+            session: ServerSession::new(options.session.clone(), options.framer.clone()),
             router: BasicsRouter::new(options.basics.clone()),
             drain_timeout: options.drain_timeout,
             running: HashSet::new(),
@@ -464,7 +463,7 @@ impl ServeLifecycle {
 
     /// The wire limit, both directions.
     pub fn max_frame(&self) -> usize {
-        self.session.config().get_max_frame()
+        self.session.framer_config().get_max_frame()
     }
 
     /// The content budget for one handler's result: the wire limit less
@@ -1075,7 +1074,7 @@ mod tests {
     fn g1_refused_notifications_are_counted_when_the_client_stops_reading() {
         let t = Instant::now();
         let mut opts = handler_sees_all();
-        opts.config.max_outgoing_bytes(1000);
+        opts.session.max_outgoing_bytes(1000);
         let mut s = ServeLifecycle::new(&opts);
         let params = to_raw(&"y".repeat(200)).unwrap();
         let mut refused = 0;
@@ -1208,7 +1207,7 @@ mod tests {
         // request in flight, then the session's overload reply takes over.
         let t = Instant::now();
         let mut o = one_tool_options();
-        o.config.max_concurrent(4).max_outgoing_bytes(4096);
+        o.session.max_concurrent(4).max_outgoing_bytes(4096);
         let mut s = ServeLifecycle::new(&o);
         for id in 0..10_000 {
             s.handle_stdin(t, &line(id, "ping", "{}"));

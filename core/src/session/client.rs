@@ -21,11 +21,12 @@
 //!
 //! # Worst-case memory
 //!
-//! With config `c`, a session holds at most about:
-//! `c.max_frame` (framer buffer)
-//! `+ c.inbox_capacity × c.max_frame` (inbox)
-//! `+ c.max_outgoing_bytes + c.control_reserve_bytes + c.max_frame` (outgoing queue)
-//! `+ c.max_in_flight × (c.max_frame + 100)` (completed responses not yet polled)
+//! With config `c` and the framer's `f` (the two arguments of
+//! [`ClientSession::new`]), a session holds at most about:
+//! `f.max_frame` (framer buffer)
+//! `+ c.inbox_capacity × f.max_frame` (inbox)
+//! `+ c.max_outgoing_bytes + c.control_reserve_bytes + f.max_frame` (outgoing queue)
+//! `+ c.max_in_flight × (f.max_frame + 100)` (completed responses not yet polled)
 //! `+ c.max_cancelled_remembered × ~64` (recently cancelled ids).
 
 use std::borrow::Cow;
@@ -68,10 +69,14 @@ pub enum OverloadPolicy {
 /// Limits and policies of a [`ClientSession`].
 ///
 /// Every limit bounds memory; the module doc gives the worst-case formula.
+/// The framing of the server's stdout, the wire limit (`max_frame`)
+/// included, is the [`FramerConfig`] given beside it to
+/// [`ClientSession::new`] (and [`ClientOptions::framer_mut`] for a `Client`).
+///
+/// [`ClientOptions::framer_mut`]: crate::ClientOptions::framer_mut
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ClientConfig {
-    framer: FramerConfig,
     max_in_flight: usize,
     inbox_capacity: usize,
     overload_policy: OverloadPolicy,
@@ -84,7 +89,6 @@ pub struct ClientConfig {
 impl Default for ClientConfig {
     fn default() -> Self {
         Self {
-            framer: FramerConfig::default(),
             max_in_flight: 128,
             inbox_capacity: 256,
             overload_policy: OverloadPolicy::RejectRequests,
@@ -97,21 +101,6 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
-    /// Edits the framing limits for the server's stdout in place (wire limit
-    /// default 4 MiB, id scan default 256 bytes, oversized policy default
-    /// discard). The same `max_frame` also limits what this session sends.
-    pub fn framer_mut(&mut self) -> &mut FramerConfig {
-        &mut self.framer
-    }
-
-    /// Sets the wire limit in both directions (default 4 MiB): the same knob
-    /// as [`FramerConfig::max_frame`] of [`framer_mut`](Self::framer_mut).
-    /// Worst case: one frame of this size buffered by the framer.
-    pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
-        self.framer.max_frame(bytes);
-        self
-    }
-
     /// Maximum requests awaiting a response (default 128). Each pending entry
     /// is under 100 bytes; each completed response waits in the event queue
     /// until polled, at most `max_frame` bytes each.
@@ -164,16 +153,6 @@ impl ClientConfig {
     pub fn default_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
         self.default_timeout = timeout;
         self
-    }
-
-    /// The framing limits.
-    pub fn get_framer(&self) -> &FramerConfig {
-        &self.framer
-    }
-
-    /// The wire limit in bytes.
-    pub fn get_max_frame(&self) -> usize {
-        self.framer.get_max_frame()
     }
 
     /// The default request timeout.
@@ -463,7 +442,8 @@ struct Pending {
 ///
 /// - **Getters**: [`metrics`](Self::metrics), [`pending_len`](Self::pending_len),
 ///   [`inbox_len`](Self::inbox_len), [`outgoing_bytes`](Self::outgoing_bytes),
-///   [`is_closed`](Self::is_closed), [`config`](Self::config).
+///   [`is_closed`](Self::is_closed), [`config`](Self::config),
+///   [`framer_config`](Self::framer_config).
 /// - **Inputs from the system**: [`handle_stdout`](Self::handle_stdout),
 ///   [`handle_stdout_eof`](Self::handle_stdout_eof),
 ///   [`handle_timeout`](Self::handle_timeout).
@@ -493,6 +473,9 @@ pub struct ClientSession {
 #[derive(Debug)]
 struct SessionState {
     config: ClientConfig,
+    /// The framer's settings: the wire limit of what this session sends,
+    /// and the id scan of the lines it refuses.
+    framing: FramerConfig,
     next_id: i64,
     pending: HashMap<Id, Pending>,
     cancelled: RecentIds,
@@ -508,12 +491,15 @@ struct SessionState {
 }
 
 impl ClientSession {
-    /// A new session with the given limits.
-    pub fn new(config: ClientConfig) -> Self {
+    /// A new session with the given limits, and the framing of the
+    /// server's stdout (whose `max_frame` also limits what this session
+    /// sends: one wire limit, both directions).
+    pub fn new(config: ClientConfig, framer: FramerConfig) -> Self {
         Self {
-            framer: Framer::new(config.framer.clone()),
+            framer: Framer::new(framer.clone()),
             state: SessionState {
                 config: config.clone(),
+                framing: framer,
                 next_id: 1,
                 pending: HashMap::new(),
                 cancelled: RecentIds::new(config.max_cancelled_remembered),
@@ -534,6 +520,12 @@ impl ClientSession {
     /// The limits this session runs with.
     pub fn config(&self) -> &ClientConfig {
         &self.config
+    }
+
+    /// The framing this session runs with (its `max_frame` is the wire
+    /// limit in both directions).
+    pub fn framer_config(&self) -> &FramerConfig {
+        self.framer.config()
     }
 
     /// A snapshot of the counters.
@@ -672,7 +664,7 @@ impl ClientSession {
             });
         }
         let id = Id::Number(s.next_id);
-        let bytes = encode_request(&id, method, params, s.config.get_max_frame())?;
+        let bytes = encode_request(&id, method, params, s.framing.get_max_frame())?;
         s.check_room(bytes.len())?;
         s.next_id += 1;
         s.push_outgoing(bytes);
@@ -697,7 +689,7 @@ impl ClientSession {
         if s.closed.is_some() {
             return Err(SendError::Closed);
         }
-        let bytes = encode_notification(method, params, s.config.get_max_frame())?;
+        let bytes = encode_notification(method, params, s.framing.get_max_frame())?;
         s.check_room(bytes.len())?;
         s.push_outgoing(bytes);
         s.metrics.notifications_sent += 1;
@@ -734,7 +726,7 @@ impl ClientSession {
         if s.closed.is_some() {
             return Err(SendError::Closed);
         }
-        let max = s.config.get_max_frame();
+        let max = s.framing.get_max_frame();
         let bytes = match result {
             Ok(v) => encode_result(id, v, max)?,
             Err(e) => encode_error(Some(id), e, max)?,
@@ -817,7 +809,7 @@ impl SessionState {
                 if let Some(id) = id_hint {
                     self.fail_oversized(id, limit);
                 }
-                if self.config.framer_policy() == OversizedPolicy::Close {
+                if self.framing.get_oversized_policy() == OversizedPolicy::Close {
                     self.close(CloseReason::OversizedFrame);
                 }
             }
@@ -831,7 +823,7 @@ impl SessionState {
                 // The id came after the scanned prefix (e.g. `{result, jsonrpc,
                 // id}`): fail its request now rather than at its deadline.
                 if let (IdRecovery::Found(id), false) = (recovered, hinted) {
-                    self.fail_oversized(id, self.config.framer_max_frame());
+                    self.fail_oversized(id, self.framing.get_max_frame());
                 }
             }
             FrameEvent::Error(e) => {
@@ -913,7 +905,8 @@ impl SessionState {
                 warn_violation!(CLIENT_VIOLATION_TARGET, self.violations, now, error = %e, "undecodable frame from server");
                 // A broken response still names its request: fail it now
                 // rather than at its deadline (G3).
-                if let Some(id) = refused_line_id(text.as_bytes(), self.config.framer_id_scan()) {
+                if let Some(id) = refused_line_id(text.as_bytes(), self.framing.get_id_scan_limit())
+                {
                     self.fail_refused(id, RequestFailure::MalformedResponse(e));
                 }
                 return;
@@ -950,7 +943,7 @@ impl SessionState {
                                 ),
                             );
                             if let Ok(bytes) =
-                                encode_error(Some(&r.id), &err, self.config.get_max_frame())
+                                encode_error(Some(&r.id), &err, self.framing.get_max_frame())
                             {
                                 self.push_control(bytes);
                             }
@@ -1000,7 +993,7 @@ impl SessionState {
         let Ok(params) = params else {
             return false;
         };
-        let Ok(bytes) = encode_notification(CANCELLED, Some(&params), self.config.get_max_frame())
+        let Ok(bytes) = encode_notification(CANCELLED, Some(&params), self.framing.get_max_frame())
         else {
             return false;
         };
@@ -1057,17 +1050,5 @@ impl SessionState {
         }
         self.events.push_back(ClientEvent::Closed(reason.clone()));
         self.closed = Some(reason);
-    }
-}
-
-impl ClientConfig {
-    fn framer_policy(&self) -> OversizedPolicy {
-        self.framer.get_oversized_policy()
-    }
-    fn framer_id_scan(&self) -> usize {
-        self.framer.get_id_scan_limit()
-    }
-    fn framer_max_frame(&self) -> usize {
-        self.framer.get_max_frame()
     }
 }

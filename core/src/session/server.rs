@@ -21,10 +21,11 @@
 //!
 //! # Worst-case memory
 //!
-//! With config `c`: `c.max_frame` (framer)
-//! `+ c.max_concurrent × c.max_frame` (responses queued, one per request)
+//! With config `c` and the framer's `f` (the two arguments of
+//! [`ServerSession::new`]): `f.max_frame` (framer)
+//! `+ c.max_concurrent × f.max_frame` (responses queued, one per request)
 //! `+ c.max_outgoing_bytes` (notifications and replies the session writes
-//! by itself) `+ c.max_queued_notifications × c.max_frame` (events not yet
+//! by itself) `+ c.max_queued_notifications × f.max_frame` (events not yet
 //! polled) `+ c.max_finished_remembered × ~64` (ids whose response started).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -46,10 +47,15 @@ use crate::wire::message::{
 };
 
 /// Limits of a [`ServerSession`].
+///
+/// The framing of stdin, the wire limit (`max_frame`) included, is the
+/// [`FramerConfig`] given beside it to [`ServerSession::new`] (and
+/// [`ServeOptions::framer_mut`] for `serve`).
+///
+/// [`ServeOptions::framer_mut`]: crate::ServeOptions::framer_mut
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServerConfig {
-    framer: FramerConfig,
     max_concurrent: usize,
     max_outgoing_bytes: usize,
     max_queued_notifications: usize,
@@ -59,7 +65,6 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
-            framer: FramerConfig::default(),
             max_concurrent: 64,
             max_outgoing_bytes: 8 * 1024 * 1024,
             max_queued_notifications: 256,
@@ -69,22 +74,6 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
-    /// Edits the framing limits for stdin in place (wire limit default
-    /// 4 MiB). The same `max_frame` limits every message written to stdout
-    /// (G9).
-    pub fn framer_mut(&mut self) -> &mut FramerConfig {
-        &mut self.framer
-    }
-
-    /// Sets the wire limit in both directions (default 4 MiB): the same knob
-    /// as [`FramerConfig::max_frame`] of [`framer_mut`](Self::framer_mut).
-    /// Worst case: one frame of this size buffered, and one queued response
-    /// of this size per request in flight.
-    pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
-        self.framer.max_frame(bytes);
-        self
-    }
-
     /// Requests handled at once (default 64). A request beyond it gets error
     /// -32000 at once. Worst case: one queued response of `max_frame` bytes each.
     pub fn max_concurrent(&mut self, n: usize) -> &mut Self {
@@ -116,16 +105,6 @@ impl ServerConfig {
     pub fn max_finished_remembered(&mut self, n: usize) -> &mut Self {
         self.max_finished_remembered = n;
         self
-    }
-
-    /// The framing limits.
-    pub fn get_framer(&self) -> &FramerConfig {
-        &self.framer
-    }
-
-    /// The wire limit in bytes.
-    pub fn get_max_frame(&self) -> usize {
-        self.framer.get_max_frame()
     }
 
     /// The concurrency limit.
@@ -279,6 +258,7 @@ struct Entry {
 ///
 /// - **Getters**: [`metrics`](Self::metrics), [`in_flight`](Self::in_flight),
 ///   [`state_of`](Self::state_of), [`config`](Self::config),
+///   [`framer_config`](Self::framer_config),
 ///   [`input_closed`](Self::input_closed).
 /// - **Inputs from the system**: [`handle_stdin`](Self::handle_stdin),
 ///   [`handle_stdin_eof`](Self::handle_stdin_eof).
@@ -301,6 +281,9 @@ pub struct ServerSession {
 #[derive(Debug)]
 struct ServerState {
     config: ServerConfig,
+    /// The framer's settings: the wire limit of everything written to
+    /// stdout (G9), and the id scan of the lines it refuses.
+    framing: FramerConfig,
     registry: HashMap<Id, Entry>,
     finished: RecentIds,
     events: VecDeque<ServerEvent>,
@@ -318,13 +301,16 @@ struct ServerState {
 }
 
 impl ServerSession {
-    /// A new session with the given limits.
-    pub fn new(config: ServerConfig) -> Self {
+    /// A new session with the given limits, and the framing of stdin (whose
+    /// `max_frame` also limits every message written to stdout: one wire
+    /// limit, both directions).
+    pub fn new(config: ServerConfig, framer: FramerConfig) -> Self {
         Self {
-            framer: Framer::new(config.framer.clone()),
+            framer: Framer::new(framer.clone()),
             state: ServerState {
                 finished: RecentIds::new(config.max_finished_remembered),
                 config,
+                framing: framer,
                 registry: HashMap::new(),
                 events: VecDeque::new(),
                 queued_notifications: 0,
@@ -342,6 +328,12 @@ impl ServerSession {
     /// The limits this session runs with.
     pub fn config(&self) -> &ServerConfig {
         &self.state.config
+    }
+
+    /// The framing this session runs with (its `max_frame` is the wire
+    /// limit in both directions).
+    pub fn framer_config(&self) -> &FramerConfig {
+        self.framer.config()
     }
 
     /// A snapshot of the counters.
@@ -423,7 +415,7 @@ impl ServerSession {
             }
             RequestState::Running => entry.state = RequestState::Queued,
         }
-        let max = s.config.get_max_frame();
+        let max = s.framing.get_max_frame();
         let encoded = match result {
             Ok(v) => encode_result(id, v, max),
             Err(e) => encode_error(Some(id), e, max),
@@ -472,7 +464,7 @@ impl ServerSession {
     /// Queues a server→client notification (progress, logging, list changes).
     pub fn notify(&mut self, method: &str, params: Option<&RawValue>) -> Result<(), NotifyError> {
         let s = &mut self.state;
-        let bytes = encode_notification(method, params, s.config.get_max_frame())?;
+        let bytes = encode_notification(method, params, s.framing.get_max_frame())?;
         if s.control_bytes > 0 && s.control_bytes + bytes.len() > s.config.max_outgoing_bytes {
             return Err(NotifyError::Backpressure {
                 queued: s.control_bytes,
@@ -580,7 +572,7 @@ impl ServerState {
 
     /// The request `id` passed the wire limit: it gets an error.
     fn reply_oversized(&mut self, id: &Id, seen: u64) {
-        let limit = self.config.framer.get_max_frame();
+        let limit = self.framing.get_max_frame();
         let err = wire_limit_error(Oversized::Request, limit, seen, MAX_FRAME_KNOB);
         self.reply_error(Some(id), &err);
     }
@@ -594,7 +586,7 @@ impl ServerState {
                 let (code, id) = match e {
                     DecodeError::Json { .. } => (PARSE_ERROR, None),
                     _ => {
-                        let scan = self.config.framer.get_id_scan_limit();
+                        let scan = self.framing.get_id_scan_limit();
                         (INVALID_REQUEST, refused_line_id(text.as_bytes(), scan))
                     }
                 };
@@ -701,7 +693,7 @@ impl ServerState {
     /// Queues an error reply written by the session itself (overload, parse
     /// errors), within `max_outgoing_bytes`.
     fn reply_error(&mut self, id: Option<&Id>, err: &ErrorObject) {
-        let Ok(bytes) = encode_error(id, err, self.config.get_max_frame()) else {
+        let Ok(bytes) = encode_error(id, err, self.framing.get_max_frame()) else {
             self.metrics.replies_dropped += 1;
             return;
         };
@@ -777,7 +769,7 @@ mod tests {
         use std::sync::atomic::Ordering::Relaxed;
         let count: &'static WarnCount = Box::leak(Box::default());
         let t0 = Instant::now();
-        let mut s = ServerSession::new(ServerConfig::default());
+        let mut s = ServerSession::new(ServerConfig::default(), crate::FramerConfig::default());
         tracing::subscriber::with_default(count, || {
             for i in 0..1000u64 {
                 s.handle_stdin(t0 + Duration::from_millis(i), b"not json\n");

@@ -165,6 +165,7 @@ impl Encoder<&str> for FrameCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::frame::MIN_MAX_FRAME;
     use crate::wire::message::Id;
     use proptest::prelude::*;
 
@@ -210,13 +211,13 @@ mod tests {
 
     #[test]
     fn frames_errors_and_the_stream_goes_on() {
-        let stream = b"{\"id\":1}\n{\"id\":7,\"x\":\"0123456789012345678901234567890\"}\n\xff\xfe\n{\"id\":2}\r\n{\"id\":3";
-        let items = through_codec(32, stream, &[3, 20, 21]);
+        let stream = b"{\"id\":1}\n{\"id\":7,\"x\":\"0123456789012345678901234567890123456789012345678901234567890\"}\n\xff\xfe\n{\"id\":2}\r\n{\"id\":3";
+        let items = through_codec(MIN_MAX_FRAME, stream, &[3, 20, 21]);
         assert_eq!(items[0], FrameItem::Frame("{\"id\":1}".into()));
         assert!(matches!(
             &items[1],
             FrameItem::Error(FrameError::Oversized {
-                limit: 32,
+                limit: MIN_MAX_FRAME,
                 id_hint: Some(Id::Number(7))
             })
         ));
@@ -236,19 +237,29 @@ mod tests {
 
     #[test]
     fn encode_checks_the_limit_and_newlines() {
-        let mut codec = FrameCodec::new(config(8));
+        let mut codec = FrameCodec::new(config(MIN_MAX_FRAME));
         let mut dst = BytesMut::new();
-        codec.encode("{\"a\":1}", &mut dst).unwrap();
-        assert_eq!(&dst[..], b"{\"a\":1}\n");
+        // 64 bytes pass, 65 do not.
+        let fits = format!("{{\"a\":\"{}\"}}", "x".repeat(MIN_MAX_FRAME - 8));
+        codec.encode(&fits, &mut dst).unwrap();
+        assert_eq!(&dst[..], format!("{fits}\n").as_bytes());
+        let over = format!("{{\"a\":\"{}\"}}", "x".repeat(MIN_MAX_FRAME - 7));
         assert!(matches!(
-            codec.encode("{\"a\":123}", &mut dst),
-            Err(FrameEncodeError::TooLarge { len: 9, limit: 8 })
+            codec.encode(&over, &mut dst),
+            Err(FrameEncodeError::TooLarge {
+                len: 65,
+                limit: MIN_MAX_FRAME
+            })
         ));
         assert!(matches!(
             codec.encode("{}\n{}", &mut dst),
             Err(FrameEncodeError::Newline { at: 2 })
         ));
-        assert_eq!(dst.len(), 8, "a refused frame writes nothing");
+        assert_eq!(
+            dst.len(),
+            MIN_MAX_FRAME + 1,
+            "a refused frame writes nothing"
+        );
     }
 
     proptest! {
@@ -258,13 +269,13 @@ mod tests {
         fn codec_equals_the_framer(
             lines in proptest::collection::vec(
                 prop_oneof![
-                    "[a-z{}\":,0-9 ]{0,40}".prop_map(String::into_bytes),
-                    proptest::collection::vec(any::<u8>(), 0..40),
+                    "[a-z{}\":,0-9 ]{0,100}".prop_map(String::into_bytes),
+                    proptest::collection::vec(any::<u8>(), 0..100),
                 ],
                 0..12,
             ),
             cuts in proptest::collection::vec(any::<usize>(), 0..8),
-            max_frame in 1usize..48,
+            max_frame in MIN_MAX_FRAME..MIN_MAX_FRAME + 48,
         ) {
             let stream: Vec<u8> = lines.join(&b'\n');
             prop_assert_eq!(through_codec(max_frame, &stream, &cuts), through_framer(max_frame, &stream));

@@ -17,6 +17,14 @@ use crate::wire::message::Id;
 /// forward must stay well below that. 8 MiB is also where Codex caps a
 /// server's stdout line.
 pub const DEFAULT_MAX_FRAME: usize = 8 * 1024 * 1024;
+/// The smallest wire limit: 64 bytes, room for a JSON-RPC error reply with a
+/// short id. A smaller limit would refuse every message, the answers to
+/// refused ones included. The one rule: [`FramerConfig::max_frame`] raises a
+/// smaller value to this, and every machine — `ClientSession`,
+/// `ServerSession`, `serve`, the `Client`s, the guard, the codec — takes its
+/// wire limit from a [`FramerConfig`]. A front end may refuse a smaller value
+/// instead (the guard's `--max-frame` does), naming this constant.
+pub const MIN_MAX_FRAME: usize = 64;
 /// Default number of leading bytes of an oversized frame scanned for its id.
 pub const DEFAULT_ID_SCAN_LIMIT: usize = 256;
 /// Capacity of the framer's buffer when first allocated, and the most it keeps
@@ -87,12 +95,18 @@ impl FramerConfig {
     /// Sets the wire limit: the most bytes a line may have before its `\n`,
     /// counting a trailing `\r`. Default [`DEFAULT_MAX_FRAME`] (8 MiB).
     ///
+    /// **At least [`MIN_MAX_FRAME`] (64 bytes)**: a smaller value is raised
+    /// to it (a setter cannot fail), and
+    /// [`get_max_frame`](Self::get_max_frame) gives the limit in force. This
+    /// is the one place the minimum is applied, for every machine; to refuse
+    /// a smaller value instead, compare what `get_max_frame` gives back.
+    ///
     /// Memory: a framer holds at most `max_frame + 1 + 64 KiB` of heap (see the
     /// [framer's docs](Framer)). A partial line longer than 64 KiB makes the
     /// framer reserve exactly `max_frame + 1` bytes at once, so the value must be a
     /// size the process can allocate.
     pub fn max_frame(&mut self, bytes: usize) -> &mut Self {
-        self.max_frame = bytes;
+        self.max_frame = bytes.max(MIN_MAX_FRAME);
         self
     }
     /// Sets how many leading bytes of an oversized line the id scanner reads
@@ -122,7 +136,7 @@ impl FramerConfig {
     pub fn get_invalid_utf8(&self) -> InvalidUtf8Policy {
         self.invalid_utf8
     }
-    /// The wire limit.
+    /// The wire limit in force (never below [`MIN_MAX_FRAME`]).
     pub fn get_max_frame(&self) -> usize {
         self.max_frame
     }

@@ -378,7 +378,7 @@ pub fn g6_request_deadline_is_the_default_none_or_after_a_duration<A: Adapter>()
     let (after, default) = (Duration::from_millis(150), Duration::from_millis(400));
     let mut leaks = LeakCheck::new::<A>("g6_deadline");
     let mut options = options_keeping_the_log(4 << 20);
-    options.default_timeout(Some(default));
+    options.session_mut().default_timeout(Some(default));
     let client = start::<A>(&mut leaks, &[], options);
     let slow = || {
         tool(

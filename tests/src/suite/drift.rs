@@ -370,7 +370,7 @@ pub fn g6_an_explicit_deadline_later_than_the_default_is_kept<A: Adapter>() {
     let (default, later) = (Duration::from_millis(400), Duration::from_millis(1200));
     let mut leaks = LeakCheck::new::<A>("g6_default_later");
     let mut opts: ClientOptions = options(4 << 20);
-    opts.default_timeout(Some(default));
+    opts.session_mut().default_timeout(Some(default));
     let client = start::<A>(&mut leaks, &[], opts);
     let sent = Instant::now();
     let explicit = client

@@ -97,7 +97,7 @@ pub fn g5_full_inbox_drops_notifications_and_the_request_still_completes<A: Adap
     let count = 500_u64;
     let mut leaks = LeakCheck::new::<A>("g5_overload");
     let mut opts = options(4 << 20);
-    opts.config_mut().session_mut().inbox_capacity(2);
+    opts.session_mut().inbox_capacity(2);
     let client = start::<A>(&mut leaks, &[], opts);
     let t = Instant::now();
     let r = client

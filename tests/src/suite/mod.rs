@@ -72,10 +72,11 @@ pub fn fixture_helper(args: &[&str]) -> CommandSpec {
 /// reasonable time instead of the default minute).
 pub fn options(max_frame: usize) -> ClientOptions {
     let mut options = ClientOptions::default();
+    options.framer_mut().max_frame(max_frame);
     options
-        .max_frame(max_frame)
-        .default_timeout(Some(Duration::from_secs(20)))
-        .config_mut()
+        .session_mut()
+        .default_timeout(Some(Duration::from_secs(20)));
+    options
         .supervisor_mut()
         .stdin_close_grace(Duration::from_millis(500))
         .term_grace(Duration::from_millis(500))
@@ -91,7 +92,6 @@ pub fn options(max_frame: usize) -> ClientOptions {
 pub fn options_keeping_the_log(max_frame: usize) -> ClientOptions {
     let mut options = options(max_frame);
     options
-        .config_mut()
         .supervisor_mut()
         .stdin_close_grace(Duration::from_secs(5));
     options

@@ -250,7 +250,7 @@ pub fn g3_an_invalid_utf8_response_gets_its_outcome_at_once<A: Adapter>() {
     shutdown_within::<A>(client, LONG);
 
     let mut refuse = options(4 << 20);
-    refuse.invalid_utf8(InvalidUtf8Policy::Refuse);
+    refuse.framer_mut().invalid_utf8(InvalidUtf8Policy::Refuse);
     let client = start::<A>(&mut leaks, &[], refuse);
     let t = Instant::now();
     let r = client.request(

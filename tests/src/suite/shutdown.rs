@@ -25,7 +25,7 @@ use crate::{
 
 /// The graces of [`options`]: stdin close, SIGTERM, reader drain.
 fn graces(options: &ClientOptions) -> (Duration, Duration, Duration) {
-    let s = options.get_config().get_supervisor();
+    let s = options.get_supervisor();
     (
         s.get_stdin_close_grace(),
         s.get_term_grace(),
@@ -147,8 +147,7 @@ pub fn g11_grandchild_in_the_group_dies_with_the_group_kill<A: Adapter>() {
     let mut leaks = LeakCheck::new::<A>("g11_grandchild");
     let mut opts = options(4 << 20);
     // A wide window to find the grandchild before the group kill.
-    opts.config_mut()
-        .supervisor_mut()
+    opts.supervisor_mut()
         .reader_drain_deadline(Duration::from_secs(2));
     let (stdin_grace, term_grace, drain) = graces(&opts);
     // Not an MCP server: its `grandchild <pid>` stdout line is a parse error.
@@ -308,9 +307,7 @@ pub fn g11_leader_stays_a_zombie_while_its_group_may_be_signalled<A: Adapter>() 
     let mut leaks = LeakCheck::new::<A>("g11_zombie_leader");
     let mut opts = options(4 << 20);
     let drain = Duration::from_millis(500);
-    opts.config_mut()
-        .supervisor_mut()
-        .reader_drain_deadline(drain);
+    opts.supervisor_mut().reader_drain_deadline(drain);
     let client = spawn::<A>(
         &mut leaks,
         fixture_helper(&["escaped-grandchild", "30"]),

@@ -47,9 +47,7 @@ fn echo(text_bytes: usize) -> Option<Box<mcp_stdio_core::RawValue>> {
 fn stalled_peer<A: Adapter>(case: &str, first_bytes: usize) {
     let mut leaks = LeakCheck::new::<A>(&format!("g1_stalled_{case}"));
     let mut opts = options(MAX_FRAME);
-    opts.config_mut()
-        .session_mut()
-        .max_outgoing_bytes(OUTGOING_LIMIT);
+    opts.session_mut().max_outgoing_bytes(OUTGOING_LIMIT);
     let client = start::<A>(&mut leaks, &[], opts);
     client
         .request(

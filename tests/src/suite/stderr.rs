@@ -25,11 +25,10 @@ pub fn g10_stderr_flood_is_budgeted_while_requests_keep_completing<A: Adapter>()
     let one_call_flood = 4_000_000_u64;
     let mut leaks = LeakCheck::new::<A>("g10_flood");
     let mut opts = options(4 << 20);
-    opts.stderr_tail(tail);
+    opts.stderr_mut().tail(tail);
     // Room for an orderly exit even if the machine is slow: the assertion
     // below is that the flood does not prevent it.
-    opts.config_mut()
-        .supervisor_mut()
+    opts.supervisor_mut()
         .stdin_close_grace(Duration::from_secs(5));
     let client = start::<A>(&mut leaks, &["--noisy-stderr", "20000000"], opts);
     let t = Instant::now();

@@ -30,17 +30,17 @@ fn records(p: &mut Proxy) -> Vec<CallRecord> {
     std::iter::from_fn(|| p.poll_record()).collect()
 }
 
-fn small_frame(max: usize) -> ProxyConfig {
-    let mut c = ProxyConfig::default();
-    c.max_frame(max);
+fn small_frame(max: usize) -> GuardConfig {
+    let mut c = GuardConfig::default();
+    c.framer_mut().max_frame(max);
     c
 }
 
 #[test]
 fn transparent_for_a_well_behaved_session() {
-    let mut c = ProxyConfig::default();
-    c.session_id("s1").target("server --flag");
-    let mut p = Proxy::new(c);
+    let mut c = GuardConfig::default();
+    c.proxy_mut().session_id("s1").target("server --flag");
+    let mut p = Proxy::new(&c);
     let req =
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\"}}\n";
     p.handle_host(at(), req.as_bytes());
@@ -68,7 +68,7 @@ fn transparent_for_a_well_behaved_session() {
 
 #[test]
 fn g6_nothing_for_a_cancelled_id_reaches_the_host() {
-    let mut p = Proxy::new(ProxyConfig::default());
+    let mut p = Proxy::new(&GuardConfig::default());
     p.handle_host(
         at(),
         b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"slow\"}\n",
@@ -87,7 +87,7 @@ fn g6_nothing_for_a_cancelled_id_reaches_the_host() {
 
 #[test]
 fn g6_a_cancel_withdraws_a_queued_response_for_its_id() {
-    let mut p = Proxy::new(ProxyConfig::default());
+    let mut p = Proxy::new(&GuardConfig::default());
     p.handle_host(
         at(),
         b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"slow\"}\n",
@@ -113,7 +113,7 @@ fn g6_a_cancel_withdraws_a_queued_response_for_its_id() {
 
 #[test]
 fn g3_invalid_utf8_response_is_repaired_and_recorded() {
-    let mut p = Proxy::new(ProxyConfig::default());
+    let mut p = Proxy::new(&GuardConfig::default());
     p.handle_host(
         at(),
         b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\"}\n",
@@ -139,10 +139,10 @@ fn g3_invalid_utf8_response_is_repaired_and_recorded() {
 
 #[test]
 fn g3_refused_lines_fail_their_call_at_once() {
-    let mut c = ProxyConfig::default();
+    let mut c = GuardConfig::default();
     c.framer_mut().invalid_utf8(InvalidUtf8Policy::Refuse);
-    c.limit_knob("--max-frame");
-    let mut p = Proxy::new(c);
+    c.proxy_mut().limit_knob("--max-frame");
+    let mut p = Proxy::new(&c);
     for id in [1, 2] {
         let req = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\"}}\n");
         p.handle_host(at(), req.as_bytes());
@@ -177,8 +177,8 @@ fn g3_refused_lines_fail_their_call_at_once() {
 #[test]
 fn g3_the_wire_limit_error_names_the_guards_setting() {
     let mut c = small_frame(1024);
-    c.limit_knob("--max-frame");
-    let mut p = Proxy::new(c);
+    c.proxy_mut().limit_knob("--max-frame");
+    let mut p = Proxy::new(&c);
     p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"big\"}\n");
     let mut big = b"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":\"".to_vec();
     big.extend(std::iter::repeat_n(b'x', 5000));
@@ -199,7 +199,7 @@ fn g3_the_wire_limit_error_names_the_guards_setting() {
 
 #[test]
 fn g3_oversized_response_becomes_an_error_for_its_id() {
-    let mut p = Proxy::new(small_frame(1024));
+    let mut p = Proxy::new(&small_frame(1024));
     p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"big\"}\n");
     let mut big = b"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":\"".to_vec();
     big.extend(std::iter::repeat_n(b'x', 5000));
@@ -217,7 +217,7 @@ fn g3_oversized_response_becomes_an_error_for_its_id() {
 
 #[test]
 fn g3_id_last_oversized_response_becomes_an_error_at_its_end() {
-    let mut p = Proxy::new(small_frame(1024));
+    let mut p = Proxy::new(&small_frame(1024));
     p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"big\"}\n");
     p.handle_host(
         at(),
@@ -253,7 +253,7 @@ fn g3_id_last_oversized_response_becomes_an_error_at_its_end() {
 
 #[test]
 fn g2_oversized_request_never_reaches_the_server() {
-    let mut p = Proxy::new(small_frame(100));
+    let mut p = Proxy::new(&small_frame(100));
     let mut req = b"{\"jsonrpc\":\"2.0\",\"id\":\"r\",\"method\":\"m\",\"params\":\"".to_vec();
     req.extend(std::iter::repeat_n(b'y', 500));
     req.extend_from_slice(b"\"}\n");
@@ -267,7 +267,7 @@ fn g2_oversized_request_never_reaches_the_server() {
 
 #[test]
 fn g13_non_protocol_stdout_moves_to_notes() {
-    let mut p = Proxy::new(ProxyConfig::default());
+    let mut p = Proxy::new(&GuardConfig::default());
     p.handle_server(
         at(),
         b"Server listening on stdio\n{\"jsonrpc\":\"2.0\",\"method\":\"n\"}\n",
@@ -282,7 +282,7 @@ fn g13_non_protocol_stdout_moves_to_notes() {
 
 #[test]
 fn g12_open_requests_end_unknown_with_the_exit_status() {
-    let mut p = Proxy::new(ProxyConfig::default());
+    let mut p = Proxy::new(&GuardConfig::default());
     p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\"}\n");
     p.handle_host(at(), b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"m\"}\n");
     let _ = records(&mut p);
@@ -297,9 +297,9 @@ fn g12_open_requests_end_unknown_with_the_exit_status() {
 
 #[test]
 fn g1_host_that_stops_reading_closes_at_the_limit_counting_unwritten_bytes() {
-    let mut c = ProxyConfig::default();
-    c.max_buffered(1000);
-    let mut p = Proxy::new(c);
+    let mut c = GuardConfig::default();
+    c.proxy_mut().max_buffered(1000);
+    let mut p = Proxy::new(&c);
     let note = |i: usize| {
         format!(
             "{{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":\"{}\"}}\n",
@@ -333,9 +333,9 @@ fn g1_host_that_stops_reading_closes_at_the_limit_counting_unwritten_bytes() {
 
 #[test]
 fn g1_server_backlog_pauses_host_reading() {
-    let mut c = ProxyConfig::default();
-    c.max_buffered(100);
-    let mut p = Proxy::new(c);
+    let mut c = GuardConfig::default();
+    c.proxy_mut().max_buffered(100);
+    let mut p = Proxy::new(&c);
     let req =
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\"}}\n";
     p.handle_host(at(), req.as_bytes());
@@ -350,7 +350,7 @@ fn g1_server_backlog_pauses_host_reading() {
 
 #[test]
 fn a_write_error_closes_the_host_side_once() {
-    let mut p = Proxy::new(ProxyConfig::default());
+    let mut p = Proxy::new(&GuardConfig::default());
     p.handle_host_write_error();
     p.handle_host_write_error();
     assert_eq!(p.poll_event(), Some(ProxyEvent::HostOutputClosed));
@@ -367,9 +367,9 @@ fn fuzz_proxy_random_inputs() {
 
 #[test]
 fn cancelled_ids_are_bounded() {
-    let mut c = ProxyConfig::default();
-    c.max_cancelled(2);
-    let mut p = Proxy::new(c);
+    let mut c = GuardConfig::default();
+    c.proxy_mut().max_cancelled(2);
+    let mut p = Proxy::new(&c);
     for i in 0..5 {
         p.handle_host(
             at(),

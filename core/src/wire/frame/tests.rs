@@ -21,10 +21,45 @@ fn own(events: &mut Vec<Ev>) -> impl FnMut(FrameEvent<'_>) + '_ {
     }
 }
 
+/// A framer config with wire limit `max`, set on the field: these tests
+/// take the framing apart with limits of a few bytes, below
+/// [`MIN_MAX_FRAME`], which the setter (the one way in from outside this
+/// module) would raise; the framing itself does not depend on it.
 fn config(max: usize) -> FramerConfig {
+    FramerConfig {
+        max_frame: max,
+        ..FramerConfig::default()
+    }
+}
+
+#[test]
+fn the_wire_limit_is_at_least_min_max_frame_and_the_setter_raises_to_it() {
     let mut c = FramerConfig::default();
-    c.max_frame(max);
-    c
+    for (set, got) in [
+        (0, MIN_MAX_FRAME),
+        (1, MIN_MAX_FRAME),
+        (MIN_MAX_FRAME - 1, MIN_MAX_FRAME),
+        (MIN_MAX_FRAME, MIN_MAX_FRAME),
+        (MIN_MAX_FRAME + 1, MIN_MAX_FRAME + 1),
+        (DEFAULT_MAX_FRAME, DEFAULT_MAX_FRAME),
+    ] {
+        assert_eq!(c.max_frame(set).get_max_frame(), got, "set {set}");
+    }
+    // A framer built from a raised config refuses at 64, not at 10.
+    c.max_frame(10);
+    let line = format!("{}\n", "x".repeat(MIN_MAX_FRAME));
+    assert_eq!(
+        run(&c, [line.as_bytes()]),
+        [frame(&"x".repeat(MIN_MAX_FRAME))]
+    );
+    let over = format!("{}\n", "x".repeat(MIN_MAX_FRAME + 1));
+    assert!(matches!(
+        run(&c, [over.as_bytes()]).first(),
+        Some(Ev::Error(FrameError::Oversized {
+            limit: MIN_MAX_FRAME,
+            ..
+        }))
+    ));
 }
 
 /// Feeds `chunks` then finishes; returns all events.
@@ -882,9 +917,8 @@ fn stream_and_config() -> impl Strategy<Value = (Vec<u8>, FramerConfig)> {
         ],
     )
         .prop_map(|(pieces, max, scan, policy, utf8)| {
-            let mut c = FramerConfig::default();
-            c.max_frame(max)
-                .id_scan_limit(scan)
+            let mut c = config(max);
+            c.id_scan_limit(scan)
                 .oversized_policy(policy)
                 .invalid_utf8(utf8);
             (pieces.concat(), c)
