@@ -224,7 +224,7 @@ pub use records::call::{
 pub use time::Stamp;
 
 // The machines the loops drive, and the one rule for read and write results.
-pub use driver::host::{
+pub use driver::spawned::{
     ClientOptions, InitializeError, RequestError, SessionRecord, StderrForwardConfig,
 };
 pub use driver::{

@@ -1,6 +1,6 @@
 //! The client driver: everything an adapter's `Client` decides, written once.
 //!
-//! A [`ClientDriver`] wraps a [`HostSession`] with what sits between it and
+//! A [`ClientDriver`] wraps a [`SpawnedServer`] with what sits between it and
 //! the application: the commands the application sends ([`Command`]), the
 //! waiters of requests in flight and their completion, the one message taken
 //! from the core for the server's stdin ([`DriverOutput::Write`]), the
@@ -45,7 +45,7 @@
 //!
 //! [`SendError::Backpressure`]: crate::session::client::SendError::Backpressure
 
-pub(crate) mod host;
+pub(crate) mod spawned;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -53,7 +53,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::driver::host::{ClientOptions, HostAction, HostSession, RequestError, SessionRecord};
+use crate::driver::spawned::{
+    ClientOptions, RequestError, SessionRecord, SpawnedAction, SpawnedServer,
+};
 use crate::io_result::{ChildStream, Note, NoteLevel, ReadResult, WriteResult};
 use crate::outbox::Outgoing;
 use crate::process::supervisor::{ExitStatus, Signal};
@@ -479,7 +481,7 @@ pub(crate) fn exit_before_end(
 ///   [`DriverOutput`]; messages for the application are pulled with
 ///   [`poll_incoming`](Self::poll_incoming) when it has room.
 pub struct ClientDriver<C: ReplyChannel> {
-    host: HostSession,
+    server: SpawnedServer,
     options: ClientOptions,
     pid: u32,
     waiters: HashMap<Id, Waiter<C>>,
@@ -502,7 +504,7 @@ impl<C: ReplyChannel> fmt::Debug for ClientDriver<C> {
         f.debug_struct("ClientDriver")
             .field("pid", &self.pid)
             .field("waiters", &self.waiters.len())
-            .field("write", self.host.outbox().cursor())
+            .field("write", self.server.outbox().cursor())
             .field("finished", &self.finished)
             .finish_non_exhaustive()
     }
@@ -517,10 +519,10 @@ impl<C: ReplyChannel> ClientDriver<C> {
         now: Instant,
         cancels: Arc<CancelRegistry>,
     ) -> Self {
-        let mut host = options.new_host_session();
-        host.handle_spawned(now);
+        let mut server = options.new_spawned_server();
+        server.handle_spawned(now);
         Self {
-            host,
+            server,
             options,
             pid,
             waiters: HashMap::new(),
@@ -538,8 +540,8 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
     #[cfg(test)]
     /// The session underneath.
-    pub(crate) fn host(&self) -> &HostSession {
-        &self.host
+    pub(crate) fn server(&self) -> &SpawnedServer {
+        &self.server
     }
 
     /// The cancel registry the handles share.
@@ -554,7 +556,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
     /// Whether a server→client message waits in the core's inbox.
     pub fn has_incoming(&self) -> bool {
-        self.host.session().inbox_len() > 0
+        self.server.session().inbox_len() > 0
     }
 
     /// Whether `Finished` was returned.
@@ -608,8 +610,8 @@ impl<C: ReplyChannel> ClientDriver<C> {
         }
         if !self.parked {
             self.refill();
-            if self.host.outbox_mut().writing_is_held() {
-                return DriverOutput::Write(self.host.outbox_mut().lend());
+            if self.server.outbox_mut().writing_is_held() {
+                return DriverOutput::Write(self.server.outbox_mut().lend());
             }
         }
         DriverOutput::Timeout(self.poll_timeout())
@@ -621,13 +623,13 @@ impl<C: ReplyChannel> ClientDriver<C> {
     /// the pipe's bytes are copied once, by the read (see [`ReadRoom`]);
     /// then [`DriverInput::Stdout`] with what the read returned.
     pub fn stdout_room(&mut self) -> ReadRoom<'_> {
-        self.host.stdout_room()
+        self.server.stdout_room()
     }
 
     /// The server's process exited.
     pub(crate) fn handle_exited(&mut self, now: Instant, status: ExitStatus) {
         self.exit_seen = true;
-        self.host.handle_exited(now, status);
+        self.server.handle_exited(now, status);
     }
 
     /// Whether the exit was fed (or looking for it failed for good).
@@ -647,7 +649,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
         look: LookForExit<'_>,
     ) -> bool {
         match ReadResult::from(r) {
-            ReadResult::Bytes(n) => self.host.handle_stdout_read(now, n),
+            ReadResult::Bytes(n) => self.server.handle_stdout_read(now, n),
             ReadResult::Again => {}
             ReadResult::End(error) => {
                 self.stream_ended(now, ChildStream::Stdout, error, look);
@@ -667,7 +669,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
         look: LookForExit<'_>,
     ) -> bool {
         match ReadResult::from(r) {
-            ReadResult::Bytes(n) => self.host.handle_stderr(now, &buf[..n.min(buf.len())]),
+            ReadResult::Bytes(n) => self.server.handle_stderr(now, &buf[..n.min(buf.len())]),
             ReadResult::Again => {}
             ReadResult::End(error) => {
                 self.stream_ended(now, ChildStream::Stderr, error, look);
@@ -736,26 +738,26 @@ impl<C: ReplyChannel> ClientDriver<C> {
             self.handle_exit_result(now, r);
         }
         match stream {
-            ChildStream::Stdout => self.host.handle_stdout_eof(now),
-            ChildStream::Stderr => self.host.handle_stderr_eof(now),
+            ChildStream::Stdout => self.server.handle_stdout_eof(now),
+            ChildStream::Stderr => self.server.handle_stderr_eof(now),
         }
     }
 
     /// `n` more bytes of the held (or lent) message reached the pipe.
     pub(crate) fn handle_written(&mut self, n: usize) {
-        self.host.outbox_mut().advance(n);
+        self.server.outbox_mut().advance(n);
     }
 
     /// Writing to the server's stdin failed (it closed its end or died):
     /// nothing more is written; stdout's end and the exit follow.
     pub(crate) fn handle_write_failed(&mut self) {
         self.stdin_open = false;
-        self.host.outbox_mut().clear_writing();
+        self.server.outbox_mut().clear_writing();
     }
 
     /// Time passed: request deadlines and shutdown graces. Early calls do nothing.
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
-        self.host.handle_timeout(now);
+        self.server.handle_timeout(now);
     }
 
     /// Cancels every request flagged since the last call (one atomic swap
@@ -774,7 +776,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
             if let Some(w) = self.waiters.get(&id) {
                 let reason = w.cancel.reason.get().map_or(ABANDONED, String::as_str);
                 // `NotPending`: it completed meanwhile; its completion is queued.
-                let _ = self.host.cancel(&id, Some(reason));
+                let _ = self.server.cancel(&id, Some(reason));
             }
         }
     }
@@ -784,7 +786,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
     pub(crate) fn handle_client_gone(&mut self, now: Instant) {
         if !self.client_gone {
             self.client_gone = true;
-            self.host.kill(now);
+            self.server.kill(now);
         }
     }
 
@@ -798,7 +800,10 @@ impl<C: ReplyChannel> ClientDriver<C> {
                 params,
                 timeout,
                 reply,
-            } => match self.host.request(now, &method, params.as_deref(), timeout) {
+            } => match self
+                .server
+                .request(now, &method, params.as_deref(), timeout)
+            {
                 Ok(id) => {
                     let (tx, rx) = C::channel();
                     let slot = Arc::new(CancelSlot {
@@ -825,7 +830,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
                     if !C::send(reply, Ok(started)) {
                         // The caller gave up before learning the id: cancel.
                         self.forget(&id);
-                        let _ = self.host.cancel(&id, Some(ABANDONED));
+                        let _ = self.server.cancel(&id, Some(ABANDONED));
                     }
                 }
                 Err(e) => {
@@ -838,7 +843,10 @@ impl<C: ReplyChannel> ClientDriver<C> {
                 timeout,
                 outcome,
                 cancel,
-            } => match self.host.request(now, &method, params.as_deref(), timeout) {
+            } => match self
+                .server
+                .request(now, &method, params.as_deref(), timeout)
+            {
                 Ok(id) => {
                     let slot = cancel.slot;
                     self.cancels.map().insert(id.clone(), slot.clone());
@@ -866,18 +874,18 @@ impl<C: ReplyChannel> ClientDriver<C> {
                 params,
                 reply,
             } => {
-                let r = self.host.notify(&method, params.as_deref());
+                let r = self.server.notify(&method, params.as_deref());
                 let _ = C::send(reply, r.map_err(Into::into));
             }
             Command::Respond { id, result, reply } => {
-                let r = self.host.respond(&id, result.as_deref());
+                let r = self.server.respond(&id, result.as_deref());
                 let _ = C::send(reply, r.map_err(Into::into));
             }
             Command::Metrics { reply } => {
-                let _ = C::send(reply, self.host.metrics());
+                let _ = C::send(reply, self.server.metrics());
             }
-            Command::Shutdown => self.host.shutdown(now),
-            Command::Kill => self.host.kill(now),
+            Command::Shutdown => self.server.shutdown(now),
+            Command::Kill => self.server.kill(now),
         }
     }
 
@@ -894,21 +902,21 @@ impl<C: ReplyChannel> ClientDriver<C> {
         }
         if !self.stdin_open {
             // Nobody will write these bytes: drop them rather than hold them.
-            while self.host.poll_transmit().is_some() {}
+            while self.server.poll_transmit().is_some() {}
         }
-        if let Some(line) = self.host.poll_stderr_line() {
+        if let Some(line) = self.server.poll_stderr_line() {
             return Some(DriverAction::LogStderrLine(line));
         }
-        let action = self.host.poll_action()?;
+        let action = self.server.poll_action()?;
         Some(match action {
-            HostAction::CloseStdin => {
+            SpawnedAction::CloseStdin => {
                 self.stdin_open = false;
-                self.host.outbox_mut().clear_writing();
+                self.server.outbox_mut().clear_writing();
                 DriverAction::CloseStdin
             }
-            HostAction::SignalGroup(sig) => DriverAction::SignalGroup(sig),
-            HostAction::AbandonReaders => DriverAction::AbandonReaders,
-            HostAction::Finished(record) => {
+            SpawnedAction::SignalGroup(sig) => DriverAction::SignalGroup(sig),
+            SpawnedAction::AbandonReaders => DriverAction::AbandonReaders,
+            SpawnedAction::Finished(record) => {
                 self.finish();
                 DriverAction::Finished(record)
             }
@@ -917,37 +925,37 @@ impl<C: ReplyChannel> ClientDriver<C> {
 
     /// Whether bytes wait to be written (held or lent).
     pub fn is_writing(&self) -> bool {
-        !self.host.outbox().writing_is_empty()
+        !self.server.outbox().writing_is_empty()
     }
 
     /// The next server→client message from the core's bounded inbox (G5);
     /// take it only when the application has room for it.
     #[must_use]
     pub fn poll_incoming(&mut self, now: Instant) -> Option<Incoming> {
-        self.host.poll_incoming(now)
+        self.server.poll_incoming(now)
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) is due next.
     #[must_use]
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        self.host.poll_timeout()
+        self.server.poll_timeout()
     }
 
     fn refill(&mut self) {
         if !self.stdin_open {
             // Nobody will write these bytes: drop them rather than hold them.
-            while self.host.poll_transmit().is_some() {}
+            while self.server.poll_transmit().is_some() {}
             return;
         }
-        if self.host.outbox_mut().writing_is_empty() {
-            if let Some(bytes) = self.host.poll_transmit() {
-                self.host.outbox_mut().hold(bytes);
+        if self.server.outbox_mut().writing_is_empty() {
+            if let Some(bytes) = self.server.poll_transmit() {
+                self.server.outbox_mut().hold(bytes);
             }
         }
     }
 
     fn complete_waiters(&mut self) {
-        while let Some(ev) = self.host.poll_event() {
+        while let Some(ev) = self.server.poll_event() {
             if let ClientEvent::Completed { id, outcome } = ev {
                 if let Some(w) = self.forget(&id) {
                     // The receiver may be gone (a dropped request): fine.
@@ -967,7 +975,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
     fn finish(&mut self) {
         self.finished = true;
         self.stdin_open = false;
-        self.host.outbox_mut().clear_writing();
+        self.server.outbox_mut().clear_writing();
         // Completions for everything pending were emitted by the session's
         // close; anything left gets SessionClosed.
         self.complete_waiters();
@@ -977,7 +985,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
             let _ = C::send(w.outcome, Err(RequestFailure::SessionClosed.into()));
         }
         self.cancels.map().clear();
-        self.options.release_grant(&mut self.host);
+        self.options.release_grant(&mut self.server);
     }
 }
 
@@ -989,7 +997,7 @@ mod tests {
         /// The held message's rest, as `poll_output` would offer it.
         fn poll_write(&mut self) -> Option<&[u8]> {
             self.refill();
-            match self.host.outbox().cursor() {
+            match self.server.outbox().cursor() {
                 WriteCursor::Held { bytes, offset } if !self.parked => Some(&bytes[*offset..]),
                 _ => None,
             }
@@ -998,11 +1006,11 @@ mod tests {
         /// The held message, taken whole as a writer task would.
         fn poll_write_owned(&mut self) -> Option<Vec<u8>> {
             self.refill();
-            self.host
+            self.server
                 .outbox()
                 .cursor()
                 .is_held()
-                .then(|| self.host.outbox_mut().lend().take())
+                .then(|| self.server.outbox_mut().lend().take())
         }
     }
 
@@ -1176,7 +1184,7 @@ mod tests {
             err,
             RequestError::Send(SendError::Backpressure { limit: 200, .. })
         ));
-        assert!(r.driver.host().session().outgoing_bytes() <= 200);
+        assert!(r.driver.server().session().outgoing_bytes() <= 200);
         // A cancel still goes out, within the control reserve.
         a.cancel.cancel("stop");
         r.driver.handle_cancels(r.t0);
@@ -1359,7 +1367,7 @@ mod tests {
             .expect("in flight");
         while let Some(bytes) = server.poll_transmit() {
             for chunk in bytes.chunks(3) {
-                r.driver.host.handle_stdout(later, chunk);
+                r.driver.server.handle_stdout(later, chunk);
             }
         }
         assert!(r.actions().is_empty());
@@ -1399,8 +1407,8 @@ mod tests {
         );
         assert!(r.driver.poll_write().is_none());
         r.driver.handle_exited(r.t0, ExitStatus::Code(0));
-        r.driver.host.handle_stdout_eof(r.t0);
-        r.driver.host.handle_stderr_eof(r.t0);
+        r.driver.server.handle_stdout_eof(r.t0);
+        r.driver.server.handle_stderr_eof(r.t0);
         actions = r.actions();
         let Some(DriverAction::Finished(record)) = actions.pop() else {
             panic!("finished: {actions:?}");

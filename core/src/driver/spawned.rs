@@ -1,7 +1,7 @@
-//! The host side of a session with a spawned MCP server: the protocol
+//! A spawned MCP server as its client sees it: the protocol
 //! session, the child's supervisor and its stderr, as one state machine.
 //!
-//! [`HostSession`] combines a [`ClientSession`] (G2–G6), a
+//! [`SpawnedServer`] combines a [`ClientSession`] (G2–G6), a
 //! [`ProcessSupervisor`] (G11) and a budgeted stderr [`OutputCapture`] (G10),
 //! and decides how they affect each other: stdout EOF or a closed session
 //! starts the shutdown sequence; the record is built only from what was
@@ -64,7 +64,7 @@ impl StderrForwardConfig {
         self
     }
 
-    /// Lines waiting for `HostSession::poll_stderr_line` (default 64; worst
+    /// Lines waiting for `SpawnedServer::poll_stderr_line` (default 64; worst
     /// case that many × `max_line_bytes`). Past it lines are dropped and counted.
     pub fn max_queued_lines(&mut self, n: usize) -> &mut Self {
         self.max_queued_lines = n;
@@ -103,10 +103,10 @@ impl SessionRecord {
     }
 }
 
-/// What the adapter must do, from [`HostSession::poll_action`].
+/// What the adapter must do, from [`SpawnedServer::poll_action`].
 #[derive(Debug)]
 #[non_exhaustive]
-pub(crate) enum HostAction {
+pub(crate) enum SpawnedAction {
     /// Close the write end of the server's stdin (drop it); discard any bytes
     /// not yet written.
     CloseStdin,
@@ -115,7 +115,7 @@ pub(crate) enum HostAction {
     /// Stop reading the streams that are still open.
     AbandonReaders,
     /// The session is over. Release the stderr grant with
-    /// [`HostSession::take_grant`] if a pool is used.
+    /// [`SpawnedServer::take_grant`] if a pool is used.
     Finished(Box<SessionRecord>),
 }
 
@@ -288,17 +288,17 @@ impl ClientOptions {
         self.client_capabilities.as_deref()
     }
 
-    /// Builds the host session for a new child, taking a grant from the pool.
-    pub(crate) fn new_host_session(&self) -> HostSession {
+    /// Builds the spawned server's machine for a new child, taking a grant from the pool.
+    pub(crate) fn new_spawned_server(&self) -> SpawnedServer {
         let grant = self
             .stderr_pool
             .as_ref()
             .map(|p| p.grant(self.stderr.wanted()));
-        HostSession::new(self, grant)
+        SpawnedServer::new(self, grant)
     }
 
     /// Gives a finished session's grant back to the pool.
-    pub(crate) fn release_grant(&self, host: &mut HostSession) {
+    pub(crate) fn release_grant(&self, host: &mut SpawnedServer) {
         if let (Some(pool), Some(grant)) = (&self.stderr_pool, host.take_grant()) {
             if let Err(e) = pool.release(grant) {
                 tracing::warn!(error = %e, "stderr grant not returned to its pool");
@@ -477,7 +477,7 @@ impl LineForwarder {
 /// timer for `poll_timeout`. Keep reading stdout and stderr throughout (G1):
 /// the session never asks the adapter to pause a reader.
 #[derive(Debug)]
-pub(crate) struct HostSession {
+pub(crate) struct SpawnedServer {
     stderr_excerpt_bytes: usize,
     session: ClientSession,
     supervisor: ProcessSupervisor,
@@ -489,7 +489,7 @@ pub(crate) struct HostSession {
     finished: bool,
 }
 
-impl HostSession {
+impl SpawnedServer {
     /// A session for a server about to be spawned. `stderr_grant` is this
     /// process's share of a process-wide retention pool, if one is used.
     pub(crate) fn new(options: &ClientOptions, stderr_grant: Option<Grant>) -> Self {
@@ -675,22 +675,22 @@ impl HostSession {
 
     /// The next process action.
     #[must_use]
-    pub(crate) fn poll_action(&mut self) -> Option<HostAction> {
+    pub(crate) fn poll_action(&mut self) -> Option<SpawnedAction> {
         let action = self.supervisor.poll_action()?;
         Some(match action {
             ProcessAction::CloseStdin => {
                 self.stdin_closed = true;
-                HostAction::CloseStdin
+                SpawnedAction::CloseStdin
             }
-            ProcessAction::SignalGroup(s) => HostAction::SignalGroup(s),
-            ProcessAction::AbandonReaders => HostAction::AbandonReaders,
+            ProcessAction::SignalGroup(s) => SpawnedAction::SignalGroup(s),
+            ProcessAction::AbandonReaders => SpawnedAction::AbandonReaders,
             ProcessAction::Finished(outcome) => {
                 self.finished = true;
                 self.stdin_closed = true;
                 // Whatever happened, the protocol session is over now.
                 self.session.close();
                 self.forwarder.finish();
-                HostAction::Finished(Box::new(self.build_record(outcome)))
+                SpawnedAction::Finished(Box::new(self.build_record(outcome)))
             }
         })
     }
@@ -760,13 +760,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_host_session_is_built_from_the_options() {
+    fn the_spawned_server_is_built_from_the_options() {
         let mut pool = crate::PoolConfig::default();
         pool.limit(1 << 20).reserve(0);
         let pool = crate::SharedRetentionPool::new(&pool);
         let mut o = ClientOptions::default();
         o.stderr_pool(Some(pool.clone())).stderr_mut().tail(4096);
-        let host = o.new_host_session();
+        let host = o.new_spawned_server();
         // The capture asked the pool for exactly the configured tail.
         assert_eq!(pool.stats().in_use, 4096);
         assert_eq!(
@@ -776,7 +776,7 @@ mod tests {
     }
     use crate::process::supervisor::{EndedBy, StreamEnd};
 
-    fn drain_actions(h: &mut HostSession) -> Vec<HostAction> {
+    fn drain_actions(h: &mut SpawnedServer) -> Vec<SpawnedAction> {
         let mut v = Vec::new();
         while let Some(a) = h.poll_action() {
             v.push(a);
@@ -787,7 +787,7 @@ mod tests {
     #[test]
     fn g11_g12_stdout_eof_starts_shutdown_and_the_record_is_observed_facts() {
         let t0 = Instant::now();
-        let mut h = HostSession::new(&ClientOptions::default(), None);
+        let mut h = SpawnedServer::new(&ClientOptions::default(), None);
         h.handle_spawned(t0);
         let id = h.request(t0, "ping", None, None).unwrap();
         assert!(h.poll_transmit().is_some());
@@ -803,13 +803,13 @@ mod tests {
         assert!(failed);
         assert!(matches!(
             drain_actions(&mut h).as_slice(),
-            [HostAction::CloseStdin]
+            [SpawnedAction::CloseStdin]
         ));
         assert!(h.request(t0, "ping", None, None).is_err());
         h.handle_stderr_eof(t0);
         h.handle_exited(t0 + Duration::from_millis(5), ExitStatus::Code(0));
         let actions = drain_actions(&mut h);
-        let Some(HostAction::Finished(record)) = actions.last() else {
+        let Some(SpawnedAction::Finished(record)) = actions.last() else {
             panic!("{actions:?}");
         };
         assert_eq!(record.exit_status(), Some(ExitStatus::Code(0)));
@@ -834,7 +834,7 @@ mod tests {
             .max_total_bytes(100)
             .max_line_bytes(10);
         cfg.stderr_mut().tail(64);
-        let mut h = HostSession::new(&cfg, None);
+        let mut h = SpawnedServer::new(&cfg, None);
         h.handle_spawned(t0);
         for _ in 0..1000 {
             h.handle_stderr(t0, b"helper-diagnostic 1234567890\n");
@@ -857,7 +857,7 @@ mod tests {
         h.handle_stderr_eof(t0);
         h.handle_exited(t0, ExitStatus::Signal(15));
         let actions = drain_actions(&mut h);
-        let Some(HostAction::Finished(r)) = actions.last() else {
+        let Some(SpawnedAction::Finished(r)) = actions.last() else {
             panic!("{actions:?}");
         };
         assert!(r.stderr.truncated);
@@ -871,31 +871,31 @@ mod tests {
     #[test]
     fn g11_shutdown_escalates_on_the_clock() {
         let t0 = Instant::now();
-        let mut h = HostSession::new(&ClientOptions::default(), None);
+        let mut h = SpawnedServer::new(&ClientOptions::default(), None);
         h.handle_spawned(t0);
         h.shutdown(t0);
         assert!(matches!(
             drain_actions(&mut h).as_slice(),
-            [HostAction::CloseStdin]
+            [SpawnedAction::CloseStdin]
         ));
         let t1 = h.poll_timeout().unwrap();
         assert_eq!(t1, t0 + Duration::from_secs(2));
         h.handle_timeout(t1);
         assert!(matches!(
             drain_actions(&mut h).as_slice(),
-            [HostAction::SignalGroup(Signal::Term)]
+            [SpawnedAction::SignalGroup(Signal::Term)]
         ));
         let t2 = h.poll_timeout().unwrap();
         h.handle_timeout(t2);
         assert!(matches!(
             drain_actions(&mut h).as_slice(),
-            [HostAction::SignalGroup(Signal::Kill)]
+            [SpawnedAction::SignalGroup(Signal::Kill)]
         ));
         h.handle_exited(t2, ExitStatus::Signal(9));
         h.handle_stdout_eof(t2);
         h.handle_stderr_eof(t2);
         let actions = drain_actions(&mut h);
-        let Some(HostAction::Finished(r)) = actions.last() else {
+        let Some(SpawnedAction::Finished(r)) = actions.last() else {
             panic!("{actions:?}");
         };
         assert_eq!(r.process.ended_by, EndedBy::ExitedAfterKill);
