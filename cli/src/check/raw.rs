@@ -34,10 +34,17 @@ use tokio::task::JoinHandle;
 
 /// Bytes read from stdout per read call.
 const READ_CHUNK: usize = 64 * 1024;
-/// Events read while a write waits and not yet taken by `next_event`: past
-/// it the write stops reading (one read can add at most `READ_CHUNK / 2`
-/// more, so the queue holds at most 1,024 + 32,768 small events).
+/// Events read while a write waits and not yet taken by `next_event`. Past
+/// it the write keeps reading (G1) but sheds what no row waits for:
+/// notifications, server requests and non-protocol lines are dropped and
+/// counted; responses (and oversized lines, which may be one) are kept up to
+/// [`MAX_QUEUED_RESPONSES`] more.
 const MAX_QUEUED_EVENTS: usize = 1024;
+/// Responses kept past [`MAX_QUEUED_EVENTS`] while a write waits; past both
+/// every event read is shed. One read adds at most `READ_CHUNK / 2` events
+/// before shedding runs, so the queue never holds more than
+/// 1,024 + 1,024 + 32,768 events.
+const MAX_QUEUED_RESPONSES: usize = 1024;
 /// Frames larger than this are not parsed as a `serde_json::Value` to look
 /// for an error object (only decoded with the core's raw-value decoder).
 const SMALL_FRAME: usize = 64 * 1024;
@@ -100,6 +107,8 @@ pub(crate) struct RawServer {
     stdout: Option<ChildStdout>,
     framer: Framer,
     events: VecDeque<RawEvent>,
+    /// Events dropped by [`shed_past_cap`] while a write waited.
+    shed: u64,
     buf: Vec<u8>,
     stderr_bytes: Arc<AtomicU64>,
     stderr_task: Option<JoinHandle<()>>,
@@ -146,6 +155,7 @@ impl RawServer {
             spawned_at,
             framer: Framer::new(framer_config),
             events: VecDeque::new(),
+            shed: 0,
             buf: vec![0u8; READ_CHUNK],
             stderr_bytes,
             stderr_task,
@@ -163,6 +173,12 @@ impl RawServer {
         self.framer.stats().bytes
     }
 
+    /// Events read while a write waited and dropped because the queue was
+    /// past [`MAX_QUEUED_EVENTS`] (notifications and the like first).
+    pub(crate) fn shed_events(&self) -> u64 {
+        self.shed
+    }
+
     /// Bytes of oversized lines discarded so far.
     pub(crate) fn discarded_bytes(&self) -> u64 {
         self.framer.stats().discarded_bytes
@@ -173,8 +189,10 @@ impl RawServer {
     /// output is taken must not stall the write. What is read is framed and
     /// queued for [`next_event`](Self::next_event); past
     /// [`MAX_QUEUED_EVENTS`] the write waits alone, still bounded by
-    /// `deadline`. Rows that leave stdout unread on purpose stop reading
-    /// only after their small writes are done.
+    /// `deadline`. Past [`MAX_QUEUED_EVENTS`] the write still reads, shedding
+    /// what no row waits for ([`shed_events`](Self::shed_events)). Rows that
+    /// leave stdout unread on purpose stop reading only after their small
+    /// writes are done.
     pub(crate) async fn write(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), RawError> {
         let Self {
             stdin,
@@ -182,6 +200,7 @@ impl RawServer {
             framer,
             events,
             buf,
+            shed,
             ..
         } = self;
         let Some(stdin) = stdin.as_mut() else {
@@ -194,16 +213,18 @@ impl RawServer {
         };
         tokio::pin!(write);
         loop {
-            let room = events.len() < MAX_QUEUED_EVENTS;
             tokio::select! {
                 r = &mut write => return r.map_err(RawError::Io),
-                r = read_opt(stdout, buf), if room && stdout.is_some() => match r {
-                    Ok(0) | Err(_) => {
-                        *stdout = None;
-                        framer.finish(|ev| push_event(events, ev));
+                r = read_opt(stdout, buf), if stdout.is_some() => {
+                    match r {
+                        Ok(0) | Err(_) => {
+                            *stdout = None;
+                            framer.finish(|ev| push_event(events, ev));
+                        }
+                        Ok(n) => framer.push(&buf[..n], |ev| push_event(events, ev)),
                     }
-                    Ok(n) => framer.push(&buf[..n], |ev| push_event(events, ev)),
-                },
+                    *shed += shed_past_cap(events);
+                }
                 () = tokio::time::sleep_until(deadline) => return Err(RawError::Timeout),
             }
         }
@@ -436,6 +457,35 @@ async fn read_opt(stdout: &mut Option<ChildStdout>, buf: &mut [u8]) -> std::io::
     }
 }
 
+/// Drops, from the events past [`MAX_QUEUED_EVENTS`], those no row waits
+/// for (everything but responses and oversized lines), and past
+/// [`MAX_QUEUED_RESPONSES`] more, everything; returns how many were dropped.
+fn shed_past_cap(events: &mut VecDeque<RawEvent>) -> u64 {
+    if events.len() <= MAX_QUEUED_EVENTS {
+        return 0;
+    }
+    let before = events.len();
+    let mut index = 0usize;
+    let mut kept_past_cap = 0usize;
+    events.retain(|ev| {
+        index += 1;
+        if index <= MAX_QUEUED_EVENTS {
+            return true;
+        }
+        let wanted = matches!(
+            ev,
+            RawEvent::Message(Message::Response(_), _) | RawEvent::Oversized(_)
+        );
+        if wanted && kept_past_cap < MAX_QUEUED_RESPONSES {
+            kept_past_cap += 1;
+            true
+        } else {
+            false
+        }
+    });
+    (before - events.len()) as u64
+}
+
 fn push_event(events: &mut VecDeque<RawEvent>, ev: FrameEvent<'_>) {
     match ev {
         FrameEvent::Frame(text) => events.push_back(classify(&text)),
@@ -502,6 +552,40 @@ mod tests {
             other => panic!("expected the long line as one non-protocol frame, got {other:?}"),
         }
         assert_eq!(raw.stdout_bytes(), (1 << 20) + 1);
+        let _ = raw.finish(Duration::from_millis(500)).await;
+    }
+
+    /// G1: a server that floods notifications before it reads stdin does not
+    /// stall a write once the queue is full: the write keeps reading, sheds
+    /// the notifications past the cap and keeps the response a row waits for.
+    #[tokio::test]
+    async fn g1_a_write_past_the_queue_cap_sheds_notifications_and_keeps_reading() {
+        let script = r#"awk 'BEGIN { for (i = 0; i < 100000; i++) print "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}"; print "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}" }'; cat > /dev/null"#;
+        let spec = CommandSpec::from_argv(["sh", "-c", script]).expect("argv");
+        let mut raw = RawServer::spawn(&spec, 1 << 20).expect("spawn sh");
+        let payload = vec![b'x'; 1 << 20];
+        let t = Instant::now();
+        let wrote = raw.write(&payload, t + Duration::from_secs(30)).await;
+        eprintln!(
+            "1 MiB written while 100,000 notifications were read, in {:?}; {} shed",
+            t.elapsed(),
+            raw.shed_events()
+        );
+        assert!(wrote.is_ok(), "{wrote:?}");
+        let mut seen = 0u64;
+        let end = raw
+            .wait_for(&Id::Number(7), t + Duration::from_secs(30), |_| seen += 1)
+            .await;
+        assert!(
+            matches!(end, Ok(RawEvent::Message(Message::Response(_), _))),
+            "{end:?}"
+        );
+        assert!(raw.shed_events() > 0, "the flood was larger than the cap");
+        assert_eq!(
+            seen + raw.shed_events(),
+            100_000,
+            "every notification seen or shed"
+        );
         let _ = raw.finish(Duration::from_millis(500)).await;
     }
 }
