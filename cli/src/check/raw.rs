@@ -175,6 +175,7 @@ impl RawServer {
 
     /// Events read while a write waited and dropped because the queue was
     /// past [`MAX_QUEUED_EVENTS`] (notifications and the like first).
+    #[cfg(test)]
     pub(crate) fn shed_events(&self) -> u64 {
         self.shed
     }
@@ -223,7 +224,11 @@ impl RawServer {
                         }
                         Ok(n) => framer.push(&buf[..n], |ev| push_event(events, ev)),
                     }
-                    *shed += shed_past_cap(events);
+                    let dropped = shed_past_cap(events);
+                    if dropped > 0 {
+                        *shed += dropped;
+                        tracing::debug!(dropped, total = *shed, "queue full while writing: events shed");
+                    }
                 }
                 () = tokio::time::sleep_until(deadline) => return Err(RawError::Timeout),
             }
