@@ -172,6 +172,7 @@ pub use wire::message::{
     INVALID_REQUEST, MAX_FRAME_KNOB, METHOD_NOT_FOUND, PARSE_ERROR, SERVER_ERROR,
     WIRE_LIMIT_EXCEEDED,
 };
+pub use wire::object::{insert_missing, member, merge_meta};
 
 // Sessions.
 pub use session::basics::{
@@ -188,8 +189,11 @@ pub use session::client::{
     Incoming, OverloadPolicy, RequestFailure, SendError, CANCELLED,
 };
 pub use session::handshake::{
-    check_initialize_result, initialize_params, negotiate_version, HandshakeError, Implementation,
-    InitializeResult, LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS,
+    check_initialize_result, initialize_params, is_modern, negotiate_version, HandshakeError,
+    Implementation, InitializeResult, DISCOVER, LATEST_HANDSHAKE_VERSION, LATEST_PROTOCOL_VERSION,
+    META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION,
+    META_SERVER_INFO, MISSING_REQUIRED_CLIENT_CAPABILITY, MODERN_PROTOCOL_VERSIONS,
+    SUPPORTED_PROTOCOL_VERSIONS, UNSUPPORTED_PROTOCOL_VERSION,
 };
 pub use session::server::{
     NotifyError, RequestState, RespondError, Responded, ServerConfig, ServerEvent, ServerMetrics,

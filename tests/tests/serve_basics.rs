@@ -11,7 +11,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
-use mcp_stdio_core::LATEST_PROTOCOL_VERSION;
+use mcp_stdio_core::LATEST_HANDSHAKE_VERSION;
 use mcp_stdio_tests::serve_tools::INSTRUCTIONS;
 use serde_json::{json, Value};
 
@@ -231,9 +231,9 @@ fn serve_negotiates_the_protocol_version() {
             assert_eq!(e["code"], -32602, "{name}: {params:?}: {e}");
         }
         let init = s.call("initialize", initialize("1999-01-01"));
-        assert_eq!(init["protocolVersion"], LATEST_PROTOCOL_VERSION, "{name}");
+        assert_eq!(init["protocolVersion"], LATEST_HANDSHAKE_VERSION, "{name}");
         let report = s.finish();
-        assert_eq!(report["protocol_version"], LATEST_PROTOCOL_VERSION);
+        assert_eq!(report["protocol_version"], LATEST_HANDSHAKE_VERSION);
         assert_eq!(report["basics"]["initialize_refused"], 3, "{name}");
     }
 }

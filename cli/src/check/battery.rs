@@ -13,7 +13,7 @@ use mcp_stdio_core::{ClientMetrics, RequestFailure};
 use mcp_stdio_core::{ClientOptions, InitializeError, RequestError};
 use mcp_stdio_core::{CommandSpec, ExitStatus, SessionRecord};
 use mcp_stdio_core::{EndedBy, Signal};
-use mcp_stdio_core::{Implementation, InitializeResult, LATEST_PROTOCOL_VERSION};
+use mcp_stdio_core::{Implementation, InitializeResult, LATEST_HANDSHAKE_VERSION};
 use mcp_stdio_tokio::Client;
 use serde_json::{json, Value};
 
@@ -350,7 +350,7 @@ impl Battery<'_> {
                 )
                 .measure_ms("latency_ms", took)
                 .measure("protocol_version", init.protocol_version.as_str())
-                .measure("proposed_version", LATEST_PROTOCOL_VERSION)
+                .measure("proposed_version", LATEST_HANDSHAKE_VERSION)
                 .measure("server_name", info.name.as_str())
                 .measure("server_version", info.version.as_str())
             }
@@ -1292,7 +1292,7 @@ impl Battery<'_> {
 /// `initialize` (id 1) and `notifications/initialized` on a raw pipe.
 async fn raw_handshake(raw: &mut RawServer, deadline: Instant) -> Result<(), RawError> {
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": LATEST_PROTOCOL_VERSION,
+        "protocolVersion": LATEST_HANDSHAKE_VERSION,
         "capabilities": {},
         "clientInfo": {"name": "mcp-stdio-check", "version": env!("CARGO_PKG_VERSION")},
     }});

@@ -639,7 +639,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::session::handshake::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
+    use crate::session::handshake::{LATEST_HANDSHAKE_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
     use crate::wire::message::Id;
 
     fn request(method: &str, params: Option<Value>) -> Request {
@@ -677,14 +677,14 @@ mod tests {
 
     #[test]
     fn initialize_negotiation_table() {
-        // (asked, answered): supported versions are echoed, anything else gets the latest.
+        // (asked, answered): supported versions are echoed, anything else gets the latest handshake version.
         let mut table: Vec<(&str, &str)> = SUPPORTED_PROTOCOL_VERSIONS
             .iter()
             .map(|v| (*v, *v))
             .collect();
-        table.push(("2023-01-01", LATEST_PROTOCOL_VERSION));
-        table.push(("2099-12-31", LATEST_PROTOCOL_VERSION));
-        table.push(("", LATEST_PROTOCOL_VERSION));
+        table.push(("2023-01-01", LATEST_HANDSHAKE_VERSION));
+        table.push(("2099-12-31", LATEST_HANDSHAKE_VERSION));
+        table.push(("", LATEST_HANDSHAKE_VERSION));
         for (asked, answered) in table {
             let mut r = BasicsRouter::new(one_tool());
             let v = answer(&mut r, "initialize", init(asked));

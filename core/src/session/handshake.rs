@@ -1,22 +1,76 @@
-//! The MCP initialize handshake: the request the host sends, how the
-//! server's answer is judged, and how a server picks its answer (protocol
-//! version negotiation).
+//! The protocol revisions spoken and how a session agrees on one: the
+//! `initialize` handshake of 2025-11-25 and before, and the
+//! `server/discover` probe and per-request `_meta` of 2026-07-28.
 //!
-//! The host proposes the newest version it supports; the server answers with
-//! that version when it supports it, else with its own latest
+//! **Up to 2025-11-25** (the *handshake* revisions) the host sends
+//! `initialize` proposing the newest version it supports; the server answers
+//! with that version when it supports it, else with its own choice
 //! ([`negotiate_version`]); if the host does not support the answer, the
-//! session must not go on.
+//! session must not go on. Then `notifications/initialized`.
+//!
+//! **From 2026-07-28** (the *modern* revisions, [`is_modern`]) there is no
+//! handshake: a client may ask `server/discover` for the versions and
+//! capabilities a server offers, and every request carries its own context
+//! in `params._meta` ([`META_PROTOCOL_VERSION`], [`META_CLIENT_CAPABILITIES`],
+//! [`META_CLIENT_INFO`]). A server that does not speak the version a request
+//! names answers [`UNSUPPORTED_PROTOCOL_VERSION`] with the versions it does.
+//! Clients probe with `server/discover` and fall back to `initialize` on any
+//! error (the spec forbids keying the fallback to one code).
 
 use serde::{Deserialize, Serialize};
 
 use crate::wire::message::{to_raw, RawValue};
 
-/// Protocol versions this crate speaks, newest first.
-pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] =
-    &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// Protocol versions this crate speaks, newest first: the modern ones
+/// ([`MODERN_PROTOCOL_VERSIONS`]) then the handshake ones.
+pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &[
+    "2026-07-28",
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
 
-/// The version proposed in `initialize`.
+/// The modern protocol versions this crate speaks (no handshake; context in
+/// each request's `_meta`), newest first.
+pub const MODERN_PROTOCOL_VERSIONS: &[&str] = &["2026-07-28"];
+
+/// The newest protocol version this crate speaks: what a client proposes in
+/// its `server/discover` probe.
 pub const LATEST_PROTOCOL_VERSION: &str = SUPPORTED_PROTOCOL_VERSIONS[0];
+
+/// The newest version with the `initialize` handshake: what a client proposes
+/// when it falls back to `initialize`, and what a server answers to an
+/// `initialize` asking for a version it does not speak.
+pub const LATEST_HANDSHAKE_VERSION: &str = "2025-11-25";
+
+/// The method of the 2026-07-28 probe.
+pub const DISCOVER: &str = "server/discover";
+
+/// The `_meta` key of a modern request naming its protocol version.
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key of a modern request carrying the client's capabilities.
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// The `_meta` key of a modern request carrying the client's name and version.
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// The `_meta` key of a modern request asking for log messages at a level.
+pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// The `_meta` key of a `server/discover` result carrying the server's name
+/// and version.
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// Error code: the request names a protocol version the server does not
+/// speak; `data` is `{"requested": …, "supported": […]}`.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// Error code: the request lacks a client capability the server requires.
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+
+/// Whether `version` is a modern revision (2026-07-28 or later: no
+/// handshake, per-request `_meta`). Versions are dates, so a later unknown
+/// one counts as modern too.
+pub fn is_modern(version: &str) -> bool {
+    version >= MODERN_PROTOCOL_VERSIONS[MODERN_PROTOCOL_VERSIONS.len() - 1]
+}
 
 /// Who a peer says it is (`clientInfo`, `serverInfo`).
 ///
@@ -47,18 +101,19 @@ impl Default for Implementation {
     }
 }
 
-/// The version a server answers to a client that asked for `requested`:
-/// that version when this crate speaks it, else [`LATEST_PROTOCOL_VERSION`]
-/// (the client then decides whether it can go on).
+/// The version a server answers to an `initialize` that asked for
+/// `requested`: that version when this crate speaks it (2026-07-28
+/// included), else [`LATEST_HANDSHAKE_VERSION`] (the client then decides
+/// whether it can go on).
 pub fn negotiate_version(requested: &str) -> &'static str {
     SUPPORTED_PROTOCOL_VERSIONS
         .iter()
         .find(|v| **v == requested)
         .copied()
-        .unwrap_or(LATEST_PROTOCOL_VERSION)
+        .unwrap_or(LATEST_HANDSHAKE_VERSION)
 }
 
-/// Builds the `initialize` params: the latest protocol version, the given
+/// Builds the `initialize` params: [`LATEST_HANDSHAKE_VERSION`], the given
 /// client capabilities (raw JSON object; `{}` when `None`) and client info.
 pub fn initialize_params(
     client: &Implementation,
@@ -73,7 +128,7 @@ pub fn initialize_params(
     }
     let empty = RawValue::from_string("{}".to_owned()).expect("`{}` is valid JSON");
     to_raw(&Params {
-        protocol_version: LATEST_PROTOCOL_VERSION,
+        protocol_version: LATEST_HANDSHAKE_VERSION,
         capabilities: capabilities.unwrap_or(&empty),
         client_info: client,
     })
@@ -126,7 +181,7 @@ mod tests {
     fn params_propose_the_latest_version() {
         let p = initialize_params(&Implementation::default(), None);
         let v: serde_json::Value = serde_json::from_str(p.get()).unwrap();
-        assert_eq!(v["protocolVersion"], LATEST_PROTOCOL_VERSION);
+        assert_eq!(v["protocolVersion"], LATEST_HANDSHAKE_VERSION);
         assert_eq!(v["clientInfo"]["name"], "mcp-stdio");
         assert!(v["capabilities"].as_object().unwrap().is_empty());
     }
@@ -136,9 +191,22 @@ mod tests {
         for v in SUPPORTED_PROTOCOL_VERSIONS {
             assert_eq!(negotiate_version(v), *v);
         }
-        assert_eq!(negotiate_version("2023-01-01"), LATEST_PROTOCOL_VERSION);
-        assert_eq!(negotiate_version(""), LATEST_PROTOCOL_VERSION);
-        assert_eq!(negotiate_version("2099-01-01"), LATEST_PROTOCOL_VERSION);
+        assert_eq!(negotiate_version("2023-01-01"), LATEST_HANDSHAKE_VERSION);
+        assert_eq!(negotiate_version(""), LATEST_HANDSHAKE_VERSION);
+        assert_eq!(negotiate_version("2099-01-01"), LATEST_HANDSHAKE_VERSION);
+    }
+
+    #[test]
+    fn modern_means_2026_07_28_and_later() {
+        assert!(is_modern("2026-07-28"));
+        assert!(is_modern("2027-01-01"));
+        assert!(!is_modern("2025-11-25"));
+        assert!(!is_modern(""));
+        for v in MODERN_PROTOCOL_VERSIONS {
+            assert!(SUPPORTED_PROTOCOL_VERSIONS.contains(v));
+        }
+        assert!(!is_modern(LATEST_HANDSHAKE_VERSION));
+        assert!(SUPPORTED_PROTOCOL_VERSIONS.contains(&LATEST_HANDSHAKE_VERSION));
     }
 
     #[test]

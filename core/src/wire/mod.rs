@@ -9,3 +9,4 @@ pub(crate) mod id_scan;
 pub(crate) mod idset;
 pub(crate) mod json;
 pub(crate) mod message;
+pub(crate) mod object;
