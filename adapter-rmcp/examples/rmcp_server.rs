@@ -2,7 +2,11 @@
 //! over [`ServerTransport`]. The tests of this crate drive it as a real
 //! process (`tests/rmcp_server.rs`).
 //!
-//! Usage: `rmcp_server [--max-frame BYTES] [--max-outgoing BYTES] [--drain-ms MS]`
+//! Usage: `rmcp_server [--modern-only] [--max-frame BYTES] [--max-outgoing BYTES] [--drain-ms MS]`
+//!
+//! `--modern-only` offers protocol 2026-07-28 alone: `server/discover` lists
+//! only it and `initialize` is refused (-32022), as a server written for the
+//! current revision only would.
 //!
 //! Tools: `echo {text}`; `slow {seconds}` (stops at a cancel and says so on
 //! stderr); `big {bytes}` (a text result of that size); `log {bytes}` (a
@@ -18,14 +22,18 @@ use mcp_stdio_rmcp::{ServeOptions, ServerTransport};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
     Implementation, ListToolsResult, NumberOrString, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ServerCapabilities, ServerConfig, Tool,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
 use serde_json::{json, Map, Value};
 
 #[derive(Clone)]
-struct Example;
+struct Example {
+    /// Offer 2026-07-28 only (`--modern-only`).
+    modern_only: bool,
+}
 
 fn tool(name: &'static str, description: &'static str, properties: Value) -> Tool {
     let schema = json!({"type": "object", "properties": properties});
@@ -52,6 +60,14 @@ fn number(args: &Map<String, Value>, key: &str) -> Result<f64, ErrorData> {
 }
 
 impl ServerHandler for Example {
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        if self.modern_only {
+            std::borrow::Cow::Owned(vec![ProtocolVersion::V_2026_07_28])
+        } else {
+            std::borrow::Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+        }
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
             Implementation::new("mcp-stdio-rmcp-example", env!("CARGO_PKG_VERSION")),
@@ -149,10 +165,16 @@ impl ServerHandler for Example {
     }
 }
 
-fn options() -> ServeOptions {
+/// The transport's options and whether to offer 2026-07-28 only.
+fn options() -> (ServeOptions, bool) {
     let mut options = ServeOptions::default();
+    let mut modern_only = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--modern-only" {
+            modern_only = true;
+            continue;
+        }
         let value: u64 = args
             .next()
             .and_then(|v| v.parse().ok())
@@ -170,15 +192,16 @@ fn options() -> ServeOptions {
             other => panic!("unknown flag {other}"),
         }
     }
-    options
+    (options, modern_only)
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let transport = ServerTransport::stdio_with(&options())?;
+    let (options, modern_only) = options();
+    let transport = ServerTransport::stdio_with(&options)?;
     let mut handle = transport.handle();
     eprintln!("rmcp_server: pid {} serving", std::process::id());
-    let ended = match Example.serve(transport).await {
+    let ended = match (Example { modern_only }).serve(transport).await {
         Ok(service) => format!("{:?}", service.waiting().await?),
         Err(e) => format!("initialize failed: {e}"),
     };
