@@ -479,6 +479,47 @@ fn g6_nothing_for_a_cancelled_id_reaches_the_host() {
     assert!(stderr.contains("cancel ignored"), "{stderr}");
 }
 
+/// G6 and the 2026-07-28 rule: after the host's cancel no message for that
+/// request leaves the guard, progress notifications included, even from a
+/// server that goes on sending them.
+#[test]
+fn g6_no_progress_for_a_cancelled_request_leaves_the_guard() {
+    let metrics = tmp("progress-metrics.json");
+    let mut g = Guarded::start(&["--metrics", metrics.to_str().unwrap()], &[]);
+    g.initialize();
+    g.send(
+        &json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{
+        "name":"progress_past_cancel","arguments":{"count":40,"delay_ms":25},
+        "_meta":{"progressToken":"p7"}}}),
+    );
+    let first = g.recv(Duration::from_secs(10));
+    assert_eq!(first["method"], "notifications/progress", "{first}");
+    g.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}));
+    let cancelled = Instant::now();
+    // The server goes on for about a second; then a ping closes the window.
+    thread::sleep(Duration::from_millis(1500));
+    g.send(&json!({"jsonrpc":"2.0","id":8,"method":"ping"}));
+    let (_, after) = g.response(json!(8), Duration::from_secs(10));
+    let late: Vec<&Value> = after
+        .iter()
+        .filter(|v| v["params"]["progressToken"] == "p7" || v["id"] == 7)
+        .collect();
+    eprintln!(
+        "{} message(s) for the cancelled request reached the host in the {:?} after the cancel",
+        late.len(),
+        cancelled.elapsed()
+    );
+    // At most what was already on its way while the cancel travelled.
+    assert!(late.len() <= 3, "{late:?}");
+    let (code, stderr, _) = g.finish(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{stderr}");
+    let m: Value = serde_json::from_slice(&std::fs::read(&metrics).unwrap()).unwrap();
+    let dropped = m["proxy"]["progress_dropped_after_cancel"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(dropped >= 30, "the server's late progress was dropped: {m}");
+}
+
 #[test]
 fn g11_shutdown_paths_term_and_kill() {
     let g = Guarded::start(&["--shutdown-grace", "0.3"], &["--ignore-stdin-eof"]);

@@ -237,7 +237,7 @@ pub use driver::{
 };
 pub use guard::proxy::{
     ProxyConfig, ProxyMetrics, DEFAULT_MAX_BUFFERED, DEFAULT_MAX_CANCELLED, DEFAULT_MAX_NOTES,
-    DEFAULT_MAX_TRACKED, DEFAULT_NOISE_BUDGET, MAX_NOTE_LINE,
+    DEFAULT_MAX_TRACKED, DEFAULT_NOISE_BUDGET, MAX_NOTE_LINE, MAX_TASK_ID_BYTES, MAX_VERSION_BYTES,
 };
 pub use guard::{
     GuardAction, GuardConfig, GuardInput, GuardOutput, GuardReport, GuardSession,

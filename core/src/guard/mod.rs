@@ -376,6 +376,10 @@ pub struct GuardReport {
     /// ([`GuardSession::closed_by_guard`]): `host_stopped_reading`,
     /// `oversized_request` or `oversized_response`.
     pub guard_closed_session: Option<&'static str>,
+    /// The protocol version the session ran at, as the guard last saw it:
+    /// the answer to `initialize`, or the version a 2026-07-28 request names
+    /// in its `_meta` (`None` when neither was seen).
+    pub protocol_version: Option<String>,
 }
 
 /// The guard's whole session as one machine: the `Proxy` (host ↔ server
@@ -1007,8 +1011,10 @@ impl GuardSession {
     /// The end-of-session report; `excerpt_bytes` sizes the stderr excerpt.
     pub fn report(self, excerpt_bytes: usize) -> GuardReport {
         let guard_closed_session = self.closed_by_guard();
+        let protocol_version = self.proxy.protocol_version().map(str::to_owned);
         let captured = self.stderr.finish();
         GuardReport {
+            protocol_version,
             proxy: self.proxy.metrics().clone(),
             process: self.finished,
             stderr: captured.summary(),

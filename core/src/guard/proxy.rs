@@ -11,9 +11,22 @@
 //!   error for its id (G2);
 //! - an oversized server response becomes an error for its id, and the
 //!   session goes on (G3);
-//! - nothing for a cancelled id reaches the host after the cancel (G6): a
-//!   response still queued here is withdrawn, a late one is dropped (bytes
-//!   already handed to the adapter are out of reach);
+//! - nothing for a cancelled id reaches the host after the cancel (G6, and
+//!   the 2026-07-28 rule that no message for a cancelled request follows):
+//!   a response or progress notification still queued here is withdrawn, a
+//!   late one is dropped (bytes already handed to the adapter are out of
+//!   reach); progress is tied to its request by the request's
+//!   `_meta.progressToken`;
+//! - both revisions' handshakes are known: a host's cancel of `initialize`
+//!   or `server/discover` (which the spec forbids) is neither forwarded nor
+//!   enforced, so the host still gets its answer; their records say the
+//!   version settled on or the versions offered;
+//! - a multi-round-trip request (2026-07-28: a result with
+//!   `resultType: "input_required"`) is one call per round trip, linked in
+//!   the records by a digest of its `requestState` (`input required,
+//!   requestState #…` on the first, `continues requestState #…` on the
+//!   retry); a task the server creates (`resultType: "task"`) is remembered
+//!   so the record of a `tasks/cancel` names the call whose work it cancels;
 //! - non-protocol server stdout lines become notes for stderr (G13);
 //! - each request gets a [`CallLifecycle`]: its record is emitted when it is
 //!   dispatched (before the adapter writes it to the server) and again when it
@@ -68,7 +81,10 @@
 //! chunk passed to handle_host` (the adapter stops reading the host while
 //! [`Proxy::wants_host_input`] is false); framers `2 × f.max_frame`; tracked
 //! requests `c.max_tracked × (≈ 2 KiB + 4 × r.max_text_bytes)`;
-//! remembered cancels `c.max_cancelled × 2 × (≈ 32 B + id bytes)`; notes
+//! remembered cancels `c.max_cancelled × 2 × (≈ 32 B + id bytes)`, and as
+//! many cancelled progress tokens; progress tokens of tracked requests
+//! `c.max_tracked × 2 × (≈ 32 B + id bytes)`; remembered tasks
+//! `c.max_tracked × (MAX_TASK_ID_BYTES + ≈ 64 B)`; notes
 //! `c.max_notes × 600 B`. With the defaults: 16 MiB + 8 MiB + 4096 × ≈ 4 KiB
 //! + ≈ 256 KiB ≈ 40 MiB.
 
@@ -79,6 +95,8 @@ use serde::Serialize;
 use crate::guard::GuardConfig;
 use crate::outbox::Outbox;
 use crate::records::call::{CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord};
+use crate::session::client::INITIALIZE;
+use crate::session::handshake::{is_modern, DISCOVER};
 use crate::time::Stamp;
 use crate::wire::frame::{
     refused_line_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery,
@@ -89,6 +107,11 @@ use crate::wire::message::{
     encode_error, wire_limit_error, Decoded, ErrorObject, Id, Message, Oversized, RawValue,
     MAX_FRAME_KNOB, PARSE_ERROR, SERVER_ERROR,
 };
+
+/// The method of a progress notification.
+const PROGRESS: &str = "notifications/progress";
+/// The tasks extension's cancel.
+const TASKS_CANCEL: &str = "tasks/cancel";
 
 /// Default bound on bytes waiting for the host: 16 MiB.
 pub const DEFAULT_MAX_BUFFERED: usize = 16 * 1024 * 1024;
@@ -322,6 +345,41 @@ pub struct ProxyMetrics {
     pub host_bytes_dropped: u64,
     /// Notes dropped because `max_notes` were waiting.
     pub notes_dropped: u64,
+    /// `server/discover` requests from the host (2026-07-28 probes).
+    pub discovers: u64,
+    /// Host cancels naming an `initialize` or `server/discover` in flight:
+    /// the spec forbids them; not forwarded, the answer still reaches the
+    /// host.
+    pub handshake_cancels_ignored: u64,
+    /// Server progress notifications for a cancelled request, dropped
+    /// (also counted in `dropped_after_cancel`).
+    pub progress_dropped_after_cancel: u64,
+    /// Results with `resultType: "input_required"` (a multi-round-trip
+    /// request; the host's retry is a call of its own, linked in the records).
+    pub input_required_results: u64,
+    /// Results with `resultType: "task"` (the tasks extension).
+    pub tasks_created: u64,
+    /// `tasks/cancel` requests from the host.
+    pub task_cancels: u64,
+    /// Requests the server sent to a host whose session is 2026-07-28 or
+    /// later (a protocol violation; forwarded, the host answers).
+    pub server_requests_to_modern_host: u64,
+}
+
+/// Bound of the protocol version the guard remembers, in bytes.
+pub const MAX_VERSION_BYTES: usize = 64;
+/// Bound of a task id the guard remembers, in bytes (longer ones are not
+/// linked to their call).
+pub const MAX_TASK_ID_BYTES: usize = 256;
+
+/// A request in flight: its record, and what ties later messages to it.
+#[derive(Debug)]
+struct Tracked {
+    call: CallLifecycle,
+    /// `initialize` or `server/discover`: never cancelled.
+    handshake: bool,
+    /// Its `_meta.progressToken`, if any.
+    progress_token: Option<Id>,
 }
 
 /// The proxy state machine. See the [module docs](self) for the method
@@ -354,8 +412,24 @@ struct State {
     records: VecDeque<CallRecord>,
     /// Records made so far (handed out or not).
     records_made: u64,
-    tracked: HashMap<Id, CallLifecycle>,
+    tracked: HashMap<Id, Tracked>,
     cancelled: RecentIds,
+    /// The progress token of each tracked request that carries one, and the
+    /// request's id: a server progress notification is tied to its request
+    /// (at most one entry per tracked request).
+    progress_owner: HashMap<Id, Id>,
+    /// Progress tokens of cancelled requests (bounded like `cancelled`):
+    /// a later progress notification with one is dropped (2026-07-28: no
+    /// message for a cancelled request).
+    cancelled_progress: RecentIds,
+    /// Task ids the server created (`resultType: "task"`) and the call that
+    /// created each, oldest first, at most `max_tracked`; a `tasks/cancel`
+    /// naming one is recorded as a cancel of that call's work.
+    tasks: VecDeque<(String, String)>,
+    /// The protocol version the session runs at, as last seen: the answer
+    /// to `initialize`, or a request's `_meta` (at most
+    /// [`MAX_VERSION_BYTES`]).
+    protocol_version: Option<String>,
     next_call: u64,
     noise_shown: u64,
     metrics: ProxyMetrics,
@@ -382,6 +456,10 @@ impl Proxy {
                 records_made: 0,
                 tracked: HashMap::new(),
                 cancelled: RecentIds::new(config.max_cancelled),
+                progress_owner: HashMap::new(),
+                cancelled_progress: RecentIds::new(config.max_cancelled),
+                tasks: VecDeque::new(),
+                protocol_version: None,
                 next_call: 1,
                 noise_shown: 0,
                 metrics: ProxyMetrics::default(),
@@ -427,6 +505,12 @@ impl Proxy {
     /// Why the host side is closed, once it is.
     pub(crate) fn host_closed(&self) -> Option<HostClosed> {
         self.state.host_closed
+    }
+
+    /// The protocol version the session runs at, as last seen (the answer
+    /// to `initialize`, or a request's `_meta`).
+    pub(crate) fn protocol_version(&self) -> Option<&str> {
+        self.state.protocol_version.as_deref()
     }
 
     #[cfg(any(test, feature = "fuzzing"))]
@@ -523,7 +607,13 @@ impl Proxy {
         at: Stamp,
         exit: Option<crate::process::supervisor::ExitStatus>,
     ) {
-        let mut open: Vec<(Id, CallLifecycle)> = self.state.tracked.drain().collect();
+        self.state.progress_owner.clear();
+        let mut open: Vec<(Id, CallLifecycle)> = self
+            .state
+            .tracked
+            .drain()
+            .map(|(id, t)| (id, t.call))
+            .collect();
         open.sort_by_key(|(_, c)| call_seq(c));
         for (_, mut call) in open {
             // Dispatched by construction, so the transition is legal.
@@ -630,6 +720,99 @@ fn tool_name(params: Option<&RawValue>) -> Option<String> {
         .map(|p| p.name)
 }
 
+/// What the guard reads from a host request's params beyond its method: only
+/// looked for when the text can hold it (a substring test first), so a
+/// large request without these keys is not parsed twice.
+#[derive(Debug, Default)]
+struct RequestContext {
+    progress_token: Option<Id>,
+    protocol_version: Option<String>,
+    request_state: Option<u64>,
+    task_id: Option<String>,
+}
+
+fn request_context(params: Option<&RawValue>) -> RequestContext {
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(rename = "progressToken", default, borrow)]
+        progress_token: Option<&'a RawValue>,
+        #[serde(rename = "io.modelcontextprotocol/protocolVersion", default, borrow)]
+        protocol_version: Option<std::borrow::Cow<'a, str>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(rename = "_meta", default, borrow)]
+        meta: Option<Meta<'a>>,
+        #[serde(rename = "requestState", default, borrow)]
+        request_state: Option<std::borrow::Cow<'a, str>>,
+        #[serde(rename = "taskId", default, borrow)]
+        task_id: Option<std::borrow::Cow<'a, str>>,
+    }
+    let Some(text) = params.map(RawValue::get) else {
+        return RequestContext::default();
+    };
+    let has = |key: &[u8]| memchr::memmem::find(text.as_bytes(), key).is_some();
+    if !has(b"\"_meta\"") && !has(b"\"requestState\"") && !has(b"\"taskId\"") {
+        return RequestContext::default();
+    }
+    let Ok(p) = serde_json::from_str::<Params<'_>>(text) else {
+        return RequestContext::default();
+    };
+    let meta = p.meta.as_ref();
+    RequestContext {
+        progress_token: meta
+            .and_then(|m| m.progress_token)
+            .and_then(|t| serde_json::from_str::<Id>(t.get()).ok()),
+        protocol_version: meta
+            .and_then(|m| m.protocol_version.as_deref())
+            .filter(|v| v.len() <= MAX_VERSION_BYTES)
+            .map(str::to_owned),
+        request_state: p.request_state.as_deref().map(link_hash),
+        task_id: p
+            .task_id
+            .filter(|t| t.len() <= MAX_TASK_ID_BYTES)
+            .map(|t| t.into_owned()),
+    }
+}
+
+/// A short, stable digest that links the records of one multi-round-trip
+/// request (its `requestState`); FNV-1a, 64 bits: a link, not a proof.
+fn link_hash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The token of a `notifications/progress`.
+fn progress_token(params: Option<&RawValue>) -> Option<Id> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct P {
+        progress_token: Id,
+    }
+    serde_json::from_str::<P>(params?.get())
+        .ok()
+        .map(|p| p.progress_token)
+}
+
+/// The `resultType` of a result when it is not `"complete"`: read at the
+/// first `"resultType"` key in the text (where every known server puts it,
+/// at the top level), confirmed on the whole top level only then, so a
+/// large ordinary result costs one substring search.
+fn special_result_type(result: &str) -> Option<String> {
+    let at = memchr::memmem::find(result.as_bytes(), b"\"resultType\"")?;
+    let rest = result[at + 12..]
+        .trim_start()
+        .strip_prefix(':')?
+        .trim_start();
+    if rest.starts_with("\"complete\"") {
+        return None;
+    }
+    let value = crate::wire::object::member(result, "resultType")?;
+    let kind: String = serde_json::from_str(value.get()).ok()?;
+    (kind != "complete" && kind.len() <= MAX_VERSION_BYTES).then_some(kind)
+}
+
 fn cancelled_id(params: Option<&RawValue>) -> Option<Id> {
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -650,6 +833,26 @@ fn id_json(id: &Id) -> String {
 }
 
 impl State {
+    /// Ends the tracking of `id`, with what tied messages to it.
+    fn untrack(&mut self, id: &Id) -> Option<CallLifecycle> {
+        let t = self.tracked.remove(id)?;
+        if let Some(token) = &t.progress_token {
+            self.progress_owner.remove(token);
+        }
+        Some(t.call)
+    }
+
+    /// Remembers a task the server created for the call `call_id`.
+    fn remember_task(&mut self, task_id: String, call_id: String) {
+        if self.config.max_tracked == 0 {
+            return;
+        }
+        if self.tasks.len() >= self.config.max_tracked {
+            self.tasks.pop_front();
+        }
+        self.tasks.push_back((task_id, call_id));
+    }
+
     fn host_backlog(&self) -> usize {
         self.to_host.queued_bytes() + self.host_unwritten
     }
@@ -815,6 +1018,16 @@ impl State {
         match Message::decode(text) {
             Ok(Message::Request(r)) => {
                 self.metrics.requests += 1;
+                let handshake = r.method == INITIALIZE || r.method == DISCOVER;
+                if r.method == DISCOVER {
+                    self.metrics.discovers += 1;
+                }
+                let ctx = request_context(r.params.as_deref());
+                if let Some(v) = &ctx.protocol_version {
+                    if self.protocol_version.as_ref() != Some(v) {
+                        self.protocol_version = Some(v.clone());
+                    }
+                }
                 if self.tracked.len() >= self.config.max_tracked || self.tracked.contains_key(&r.id)
                 {
                     self.metrics.untracked_requests += 1;
@@ -844,17 +1057,65 @@ impl State {
                         at.unix_ms,
                         &format!("{} request of {} bytes", r.method, text.len()),
                     );
+                    if let Some(link) = ctx.request_state {
+                        // A multi-round-trip retry: linked to the call whose
+                        // result asked for input (same digest in its record).
+                        call.note(at.unix_ms, &format!("continues requestState #{link:016x}"));
+                    }
+                    if r.method == TASKS_CANCEL {
+                        self.metrics.task_cancels += 1;
+                        if let Some(task) = &ctx.task_id {
+                            let created_by = self
+                                .tasks
+                                .iter()
+                                .find(|(t, _)| t == task)
+                                .map(|(_, c)| c.as_str());
+                            call.note(
+                                at.unix_ms,
+                                &match created_by {
+                                    Some(c) => format!("cancels task {task} created by call {c}"),
+                                    None => format!("cancels task {task}"),
+                                },
+                            );
+                        }
+                    }
                     // G12: the record is out before the request is handed out.
                     self.push_record(call.record().clone());
                     self.cancelled.remove(&r.id);
-                    self.tracked.insert(r.id, call);
+                    if let Some(token) = &ctx.progress_token {
+                        self.cancelled_progress.remove(token);
+                        self.progress_owner.insert(token.clone(), r.id.clone());
+                    }
+                    self.tracked.insert(
+                        r.id,
+                        Tracked {
+                            call,
+                            handshake,
+                            progress_token: ctx.progress_token,
+                        },
+                    );
                 }
             }
             Ok(Message::Notification(n)) if n.method == "notifications/cancelled" => {
                 self.metrics.cancels += 1;
                 if let Some(id) = cancelled_id(n.params.as_deref()) {
+                    if self.tracked.get(&id).is_some_and(|t| t.handshake) {
+                        // The spec forbids cancelling the handshake: the
+                        // server would ignore it, and the host's session
+                        // needs the answer. Not forwarded, not enforced.
+                        self.metrics.handshake_cancels_ignored += 1;
+                        self.note(format!(
+                            "mcp-stdio guard: the host cancelled its handshake request {id}; ignored (the spec forbids it)"
+                        ));
+                        return;
+                    }
                     self.withdraw_response(&id);
-                    if let Some(mut call) = self.tracked.remove(&id) {
+                    if let Some(t) = self.tracked.remove(&id) {
+                        if let Some(token) = t.progress_token {
+                            self.progress_owner.remove(&token);
+                            self.cancelled_progress.insert(token);
+                        }
+                        let mut call = t.call;
                         // Dispatched, so this is `cancelled_after_dispatch`.
                         let _ = call.cancel(at);
                         call.note(at.unix_ms, "cancelled by the host");
@@ -924,7 +1185,7 @@ impl State {
     /// `seen` its size (or `limit + 1` when refused as it passed the limit).
     fn on_oversized_response(&mut self, at: Stamp, id: Option<Id>, seen: u64) {
         let limit = self.framing.get_max_frame();
-        let tracked = id.as_ref().and_then(|id| self.tracked.remove(id));
+        let tracked = id.as_ref().and_then(|id| self.untrack(id));
         match (id, tracked) {
             (Some(id), Some(call)) => {
                 self.note(format!(
@@ -961,15 +1222,51 @@ impl State {
         // The envelope only: a result stays in the frame, which goes to the
         // host as it came (a lent large frame without any copy).
         let response = match Message::decode_in(text) {
-            Ok(Decoded::Result { id, .. }) => Some((id, None)),
-            Ok(Decoded::Message(Message::Response(r))) => Some((r.id, r.result.err())),
-            Ok(Decoded::Message(_)) => None,
+            Ok(Decoded::Result { id, result }) => {
+                Some((id, None, Some(std::borrow::Cow::Borrowed(result.get()))))
+            }
+            Ok(Decoded::Message(Message::Response(r))) => match r.result {
+                Ok(result) => Some((
+                    r.id,
+                    None,
+                    Some(std::borrow::Cow::Owned(result.get().to_owned())),
+                )),
+                Err(e) => Some((r.id, Some(e), None)),
+            },
+            Ok(Decoded::Message(Message::Notification(n))) => {
+                // Tied to a request by its progress token: dropped once
+                // that request was cancelled, withdrawn with it while queued.
+                let owner = if n.method == PROGRESS
+                    && !(self.progress_owner.is_empty() && self.cancelled_progress.is_empty())
+                {
+                    match progress_token(n.params.as_deref()) {
+                        Some(t) if self.cancelled_progress.contains(&t) => {
+                            self.metrics.dropped_after_cancel += 1;
+                            self.metrics.progress_dropped_after_cancel += 1;
+                            return;
+                        }
+                        Some(t) => self.progress_owner.get(&t).cloned(),
+                        None => None,
+                    }
+                } else {
+                    None
+                };
+                let bytes = line(frame);
+                self.send_host_message(owner, bytes);
+                return;
+            }
+            Ok(Decoded::Message(Message::Request(_))) => {
+                if self.protocol_version.as_deref().is_some_and(is_modern) {
+                    self.metrics.server_requests_to_modern_host += 1;
+                }
+                None
+            }
             Err(_) => {
                 self.on_server_noise(at, text);
                 return;
             }
         };
-        let Some((id, error)) = response else {
+        let Some((id, error, result)) = response else {
             let bytes = line(frame);
             self.send_host(bytes);
             return;
@@ -980,7 +1277,8 @@ impl State {
             return;
         }
         self.metrics.responses += 1;
-        if let Some(call) = self.tracked.remove(&id) {
+        let handshake = self.tracked.get(&id).is_some_and(|t| t.handshake);
+        if let Some(call) = self.untrack(&id) {
             let (outcome, mut note) = match error {
                 None => (
                     CallOutcome::Succeeded,
@@ -998,10 +1296,93 @@ impl State {
                     r.replaced
                 ));
             }
+            if let Some(result) = result.as_deref() {
+                if handshake {
+                    note.push_str(&self.on_handshake_result(result));
+                } else {
+                    note.push_str(&self.on_result_type(result, call.record().call_id()));
+                }
+            }
             self.complete(at, call, outcome, &note);
         }
         let bytes = line(frame);
         self.send_host_message(Some(id), bytes);
+    }
+
+    /// What a handshake's answer says, for its record: the version
+    /// `initialize` settled on (which the guard remembers), or the versions
+    /// `server/discover` offers.
+    fn on_handshake_result(&mut self, result: &str) -> String {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Answer {
+            #[serde(default)]
+            protocol_version: Option<String>,
+            #[serde(default)]
+            supported_versions: Option<Vec<String>>,
+        }
+        let Ok(answer) = serde_json::from_str::<Answer>(result) else {
+            return String::new();
+        };
+        if let Some(v) = answer
+            .protocol_version
+            .filter(|v| v.len() <= MAX_VERSION_BYTES)
+        {
+            let note = format!("; protocol {v}");
+            self.protocol_version = Some(v);
+            return note;
+        }
+        match answer.supported_versions {
+            Some(vs) => {
+                let mut list = vs
+                    .iter()
+                    .take(8)
+                    .map(|v| v.chars().take(MAX_VERSION_BYTES).collect::<String>())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                if vs.len() > 8 {
+                    list.push_str(", …");
+                }
+                format!("; offers protocol {list}")
+            }
+            None => String::new(),
+        }
+    }
+
+    /// A result that is not `"complete"`, for its record: a multi-round-trip
+    /// request asking for input (the digest of its `requestState` links the
+    /// host's retry, a call of its own), or a task created (remembered so a
+    /// `tasks/cancel` names this call).
+    fn on_result_type(&mut self, result: &str, call_id: &str) -> String {
+        let Some(kind) = special_result_type(result) else {
+            return String::new();
+        };
+        match kind.as_str() {
+            "input_required" => {
+                self.metrics.input_required_results += 1;
+                let state = crate::wire::object::member(result, "requestState")
+                    .and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+                match state {
+                    Some(s) => format!("; input required, requestState #{:016x}", link_hash(&s)),
+                    None => "; input required".to_owned(),
+                }
+            }
+            "task" => {
+                self.metrics.tasks_created += 1;
+                let task = crate::wire::object::member(result, "taskId")
+                    .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+                    .filter(|t| t.len() <= MAX_TASK_ID_BYTES);
+                match task {
+                    Some(t) => {
+                        let note = format!("; task {t} created");
+                        self.remember_task(t, call_id.to_owned());
+                        note
+                    }
+                    None => "; task created".to_owned(),
+                }
+            }
+            other => format!("; resultType {other}"),
+        }
     }
 
     /// A server stdout line that is not a protocol message.
@@ -1036,7 +1417,7 @@ impl State {
 
     /// A refused server line named `id`: a tracked call gets an error now.
     fn fail_refused_response(&mut self, at: Stamp, id: &Id, message: String) {
-        if let Some(call) = self.tracked.remove(id) {
+        if let Some(call) = self.untrack(id) {
             self.metrics.refused_responses_failed += 1;
             let note = format!("{message}; the host got error {SERVER_ERROR}");
             self.reply_error(Some(id), SERVER_ERROR, message);

@@ -40,6 +40,11 @@
 //!                                          holds the writer lock meanwhile
 //!     stderr_flood {bytes}                 writes exactly `bytes` bytes to stderr, then returns
 //!     notify_then_result {count}           sends `count` notifications/message, then the result
+//!     progress_past_cancel {count, delay_ms}
+//!                                          sends `count` notifications/progress with the
+//!                                          request's `_meta.progressToken`, one per delay_ms,
+//!                                          NOT stopping at a cancel (a server that breaks the
+//!                                          2026-07-28 rule), then the result
 //!     server_request {}                    sends a `ping` request to the client (id
 //!                                          "fixture-srv-N") and returns once the client answers
 //!     stop_reading {ms, every_ms}          answered at once from the READ LOOP, which then stops
@@ -765,6 +770,8 @@ fn tools_list() -> Value {
             json!({"bytes":int,"chunk":int,"delay_ms":int})),
         tool("stderr_flood", "writes N bytes to stderr", json!({"bytes":int})),
         tool("notify_then_result", "notifications then a result", json!({"count":int})),
+        tool("progress_past_cancel", "progress notifications that go on after a cancel",
+            json!({"count":int,"delay_ms":int})),
         tool("server_request", "pings the client and waits for its answer", json!({})),
         tool("stop_reading", "stops reading stdin for ms while writing stdout and stderr",
             json!({"ms":int,"every_ms":int})),
@@ -861,6 +868,21 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
                     lock(&server.out).write_line(&to_line(&note));
                 }
                 Outcome::Result(text_result(format!("sent {count} notifications")))
+            }
+            "progress_past_cancel" => {
+                let count = arg_u64(args, "count")?;
+                let delay = Duration::from_millis(arg_u64(args, "delay_ms")?);
+                let token = msg
+                    .pointer("/params/_meta/progressToken")
+                    .cloned()
+                    .unwrap_or_else(|| json!("fixture"));
+                for i in 0..count {
+                    let note = json!({"jsonrpc":"2.0","method":"notifications/progress",
+                        "params":{"progressToken":token,"progress":i,"total":count}});
+                    lock(&server.out).write_line(&to_line(&note));
+                    std::thread::sleep(delay);
+                }
+                Outcome::Result(text_result(format!("sent {count} progress notifications")))
             }
             "server_request" => server_request(server, key),
             "stdout_noise" => {

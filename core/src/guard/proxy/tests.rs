@@ -381,3 +381,202 @@ fn cancelled_ids_are_bounded() {
     p.handle_server(at(), b"{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{}}\n");
     assert_eq!(drain_host(&mut p).len(), 1);
 }
+
+// ---- MCP 2026-07-28 beside 2025-11-25 ----
+
+/// Every note of a record, joined.
+fn notes(r: &CallRecord) -> String {
+    r.events()
+        .filter_map(|e| e.detail.clone())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+#[test]
+fn no_progress_for_a_cancelled_request_reaches_the_host() {
+    let mut p = Proxy::new(&GuardConfig::default());
+    let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"slow","_meta":{"progressToken":"t3"}}}
+"#;
+    p.handle_host(at(), call.as_bytes());
+    let progress = |n: u32| {
+        format!("{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{{\"progressToken\":\"t3\",\"progress\":{n}}}}}\n")
+    };
+    // Before the cancel: forwarded.
+    p.handle_server(at(), progress(1).as_bytes());
+    assert_eq!(drain_host(&mut p), [progress(1)]);
+    // Queued when the cancel arrives: withdrawn with the request.
+    p.handle_server(at(), progress(2).as_bytes());
+    // A progress of another token is not touched.
+    let other = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":9,\"progress\":1}}\n";
+    p.handle_server(at(), other.as_bytes());
+    p.handle_host(
+        at(),
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":3}}\n",
+    );
+    // After it: dropped, and so is the late response.
+    p.handle_server(at(), progress(3).as_bytes());
+    p.handle_server(at(), b"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}\n");
+    assert_eq!(drain_host(&mut p), [other]);
+    let m = p.metrics();
+    assert_eq!(m.progress_dropped_after_cancel, 1, "{m:?}");
+    assert_eq!(
+        m.dropped_after_cancel, 3,
+        "withdrawn, late progress, late response: {m:?}"
+    );
+    // A new request may reuse the token: its progress flows again.
+    p.handle_host(at(), call.replace("\"id\":3", "\"id\":4").as_bytes());
+    p.handle_server(at(), progress(1).as_bytes());
+    assert_eq!(drain_host(&mut p), [progress(1)]);
+}
+
+#[test]
+fn the_handshake_is_never_cancelled() {
+    for method in ["initialize", "server/discover"] {
+        let mut p = Proxy::new(&GuardConfig::default());
+        p.handle_host(
+            at(),
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"{method}\",\"params\":{{}}}}\n")
+                .as_bytes(),
+        );
+        p.handle_host(
+            at(),
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":0}}\n",
+        );
+        let to_server = drain_server(&mut p);
+        assert_eq!(
+            to_server.len(),
+            1,
+            "{method}: the cancel is not forwarded: {to_server:?}"
+        );
+        p.handle_server(at(), b"{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{}}\n");
+        assert_eq!(
+            drain_host(&mut p).len(),
+            1,
+            "{method}: the answer reaches the host"
+        );
+        assert_eq!(p.metrics().handshake_cancels_ignored, 1);
+        assert_eq!(p.metrics().dropped_after_cancel, 0);
+        let r = records(&mut p);
+        assert_eq!(r.last().unwrap().outcome(), Some(CallOutcome::Succeeded));
+        assert_eq!(r[0].operation(), method);
+    }
+}
+
+#[test]
+fn handshakes_are_recorded_with_their_versions() {
+    let mut p = Proxy::new(&GuardConfig::default());
+    p.handle_host(
+        at(),
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{{{META}}}}}\n").as_bytes(),
+    );
+    p.handle_server(
+        at(),
+        br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","supportedVersions":["2026-07-28","2025-11-25"],"capabilities":{},"ttlMs":0,"cacheScope":"private"}}
+"#,
+    );
+    let r = records(&mut p);
+    assert!(
+        notes(&r[1]).contains("offers protocol 2026-07-28, 2025-11-25"),
+        "{}",
+        notes(&r[1])
+    );
+    assert_eq!(p.metrics().discovers, 1);
+    assert_eq!(
+        p.protocol_version(),
+        Some("2026-07-28"),
+        "from the request's _meta"
+    );
+
+    let mut p = Proxy::new(&GuardConfig::default());
+    p.handle_host(
+        at(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-11-25\"}}\n",
+    );
+    p.handle_server(
+        at(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}}\n",
+    );
+    let r = records(&mut p);
+    assert!(
+        notes(&r[1]).contains("protocol 2025-06-18"),
+        "{}",
+        notes(&r[1])
+    );
+    assert_eq!(p.protocol_version(), Some("2025-06-18"));
+    // A server request to a 2025 host is fine; to a 2026 host it is counted.
+    let ask = b"{\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"method\":\"roots/list\"}\n";
+    p.handle_server(at(), ask);
+    assert_eq!(p.metrics().server_requests_to_modern_host, 0);
+    p.handle_host(
+        at(),
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{{{META}}}}}\n"
+        )
+        .as_bytes(),
+    );
+    p.handle_server(at(), ask);
+    assert_eq!(p.metrics().server_requests_to_modern_host, 1);
+    assert_eq!(drain_host(&mut p).len(), 3, "forwarded: the host answers");
+}
+
+#[test]
+fn multi_round_trips_are_linked_calls_and_task_cancels_name_their_call() {
+    let mut p = Proxy::new(&GuardConfig::default());
+    p.handle_host(
+        at(),
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"book\",{META}}}}}\n").as_bytes(),
+    );
+    p.handle_server(
+        at(),
+        br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{"a":{}},"requestState":"opaque-1"}}
+"#,
+    );
+    p.handle_host(
+        at(),
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{{\"name\":\"book\",\"inputResponses\":{{}},\"requestState\":\"opaque-1\",{META}}}}}\n").as_bytes(),
+    );
+    p.handle_server(
+        at(),
+        br#"{"jsonrpc":"2.0","id":2,"result":{"resultType":"task","taskId":"task-9","status":"working"}}
+"#,
+    );
+    p.handle_host(
+        at(),
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tasks/cancel\",\"params\":{{\"taskId\":\"task-9\",{META}}}}}\n").as_bytes(),
+    );
+    let r = records(&mut p);
+    let first = notes(&r[1]);
+    let link = first
+        .split("requestState #")
+        .nth(1)
+        .map(|s| &s[..16])
+        .unwrap_or_else(|| panic!("no link in {first}"));
+    let retry = notes(&r[3]);
+    assert!(
+        retry.contains(&format!("continues requestState #{link}")),
+        "{retry}"
+    );
+    assert!(retry.contains("task task-9 created"), "{retry}");
+    let cancel = notes(&r[4]);
+    assert!(
+        cancel.contains("cancels task task-9 created by call 2/2"),
+        "{cancel}"
+    );
+    let m = p.metrics();
+    assert_eq!(
+        (m.input_required_results, m.tasks_created, m.task_cancels),
+        (1, 1, 1)
+    );
+    // An ordinary result costs one substring search and says nothing more.
+    assert_eq!(
+        special_result_type(r#"{"resultType":"complete","content":[]}"#),
+        None
+    );
+    assert_eq!(special_result_type(r#"{"content":[]}"#), None);
+    assert_eq!(
+        special_result_type(r#"{"resultType" : "task"}"#).as_deref(),
+        Some("task")
+    );
+}
