@@ -62,3 +62,57 @@ fn guard_is_transparent_for_server_everything_driven_by_the_python_sdk() {
     assert!(a["calls"].as_object().is_some_and(|c| c.len() >= 3), "{a}");
     assert_eq!(a, b, "results differ with the guard in between");
 }
+
+/// Both protocol revisions pass the guard unchanged: the Python `mcp`
+/// client against the Python `mcp` server, probing (`auto`: 2026-07-28 via
+/// `server/discover`), pinned to 2026-07-28, and with the legacy
+/// `initialize` handshake, directly and through the guard.
+#[test]
+fn guard_is_transparent_at_2026_07_28_and_2025_11_25() {
+    let test = "guard_is_transparent_at_2026_07_28_and_2025_11_25";
+    let Some((py, mcp_version)) = require(test, python()) else {
+        return;
+    };
+    eprintln!("python mcp {mcp_version}");
+    let server = vec![
+        py.display().to_string(),
+        scripts_dir().join("py_server.py").display().to_string(),
+    ];
+    let mut guarded = vec![
+        env!("CARGO_BIN_EXE_mcp-stdio").to_owned(),
+        "guard".to_owned(),
+        "--".to_owned(),
+    ];
+    guarded.extend(server.iter().cloned());
+    for (mode, version) in [
+        ("auto", "2026-07-28"),
+        ("2026-07-28", "2026-07-28"),
+        ("legacy", "2025-11-25"),
+    ] {
+        let run = |cmd: &[String]| {
+            let t = Instant::now();
+            let out = Command::new(&py)
+                .arg(scripts_dir().join("py_revisions.py"))
+                .arg(mode)
+                .arg("--")
+                .args(cmd)
+                .output()
+                .expect("run the Python client");
+            assert!(
+                out.status.success(),
+                "{mode}: python client failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            eprintln!("{mode}: {} in {:?}", cmd[0], t.elapsed());
+            serde_json::from_slice::<Value>(&out.stdout).expect("one JSON document")
+        };
+        let direct = run(&server);
+        let through = run(&guarded);
+        assert_eq!(direct["protocol_version"], version, "{mode}: {direct}");
+        assert_eq!(
+            direct, through,
+            "{mode}: the guard changed what the client saw"
+        );
+    }
+}
