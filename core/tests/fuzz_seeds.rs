@@ -71,3 +71,13 @@ fn proxy_seeds() {
 fn guard_session_seeds() {
     replay("guard_session", fuzzing::fuzz_guard_session);
 }
+
+#[test]
+fn json_edit_seeds() {
+    replay("json_edit", fuzzing::fuzz_json_edit);
+}
+
+#[test]
+fn json_edit_random_inputs() {
+    fuzzing::run_random_inputs(0x2026_0728, 2000, 96, fuzzing::fuzz_json_edit);
+}
