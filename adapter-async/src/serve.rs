@@ -60,6 +60,7 @@ pub struct RequestContext {
     cancel: CancelToken,
     notify: Sender<HandlerNote>,
     max_frame: usize,
+    protocol_version: Option<&'static str>,
     client: Option<Arc<ClientHello>>,
 }
 
@@ -69,9 +70,21 @@ impl RequestContext {
         &self.id
     }
 
-    /// What the client said about itself (`clientInfo`, `capabilities`) in
-    /// `initialize`, when `serve` answered it before this request (`None`
-    /// with the basics off: the handler saw `initialize` itself).
+    /// The protocol revision this request is handled under: the version
+    /// its `params._meta` named (2026-07-28: the result then gets the
+    /// fields that revision requires, e.g. `resultType`, added by `serve`
+    /// when the handler leaves them out), else the one `initialize`
+    /// negotiated; `None` before `initialize` (or, with the basics off,
+    /// for a request that names none).
+    pub fn protocol_version(&self) -> Option<&'static str> {
+        self.protocol_version
+    }
+
+    /// What the client said about itself (`clientInfo`, `capabilities`)
+    /// for this request: in its `_meta` for a 2026-07-28 request, else in
+    /// `initialize` when `serve` answered it before this request (`None`
+    /// with the basics off and no version in `_meta`: the handler saw
+    /// `initialize` itself).
     pub fn client(&self) -> Option<&ClientHello> {
         self.client.as_deref()
     }
@@ -84,12 +97,24 @@ impl RequestContext {
         &self.cancel
     }
 
-    /// Sends a notification to the client (progress, logging), waiting while
-    /// the handlers' notification queue is full. Past the session's outgoing
-    /// limit (the client is not reading stdout) it is refused and counted in
-    /// [`ServeReport::notifications_refused`].
+    /// Sends a notification about this request to the client (progress,
+    /// logging), waiting while the handlers' notification queue is full.
+    /// Past the session's outgoing limit (the client is not reading stdout)
+    /// it is refused and counted in [`ServeReport::notifications_refused`].
+    /// Once the client cancelled the request (or it was answered) it is
+    /// dropped and counted
+    /// ([`ServeReport::notifications_after_cancel_dropped`]): nothing about
+    /// a cancelled request leaves `serve` after the cancel arrived (G7).
     pub async fn notify(&self, method: &str, params: Option<Box<RawValue>>) {
-        let _ = self.notify.send((method.to_owned(), params)).await;
+        let note = (Some(self.id.clone()), method.to_owned(), params);
+        let _ = self.notify.send(note).await;
+    }
+
+    /// Sends a notification not about this request (a list change), as
+    /// [`notify`](Self::notify) but never dropped for this request's
+    /// cancel or end.
+    pub async fn notify_server_wide(&self, method: &str, params: Option<Box<RawValue>>) {
+        let _ = self.notify.send((None, method.to_owned(), params)).await;
     }
 
     /// A content budget for this request's result: its size leaves room for
@@ -155,8 +180,9 @@ pub async fn serve<R: Runtime, H: Handler>(
     serve_io(rt, input, output, options, handler).await
 }
 
-/// A handler's notification: its method and params.
-type HandlerNote = (String, Option<Box<RawValue>>);
+/// A handler's notification: the request it is about (if any), its method
+/// and params.
+type HandlerNote = (Option<Id>, String, Option<Box<RawValue>>);
 
 /// How a handler's task ended.
 enum Done {
@@ -441,7 +467,8 @@ impl<R: Runtime, H: Handler> Dispatch for Handlers<R, H> {
             cancel: cancel.clone(),
             notify: self.notify_tx.clone(),
             max_frame: life.max_frame(),
-            client: life.client().cloned(),
+            protocol_version: life.request_protocol_version(&id),
+            client: life.request_client(&id).cloned(),
         };
         let handler = self.handler.clone();
         let done = self.done_tx.clone();
@@ -474,10 +501,13 @@ impl<R: Runtime, H: Handler> Dispatch for Handlers<R, H> {
         life: &mut ServeLifecycle,
         now: Instant,
     ) -> bool {
-        let mut busy = false;
+        let mut busy = self.poll_notes(cx, life, now);
         // The loop holds a sender: the channel never closes while it runs.
         while let Poll::Ready(Some(done)) = self.done_rx.as_mut().poll_next(cx) {
             busy = true;
+            // What a handler notified before it ended goes first: it was
+            // queued before its end (G7 then drops only what came late).
+            self.poll_notes(cx, life, now);
             match done {
                 Done::Finished(id, result) => {
                     self.tasks.remove(&id);
@@ -490,17 +520,36 @@ impl<R: Runtime, H: Handler> Dispatch for Handlers<R, H> {
                 }
             }
         }
-        while let Poll::Ready(Some((method, params))) = self.notify_rx.as_mut().poll_next(cx) {
+        busy | self.poll_notes(cx, life, now)
+    }
+}
+
+impl<R: Runtime, H: Handler> Handlers<R, H> {
+    /// Feeds `life` the handlers' notifications queued now.
+    fn poll_notes(
+        &mut self,
+        cx: &mut Context<'_>,
+        life: &mut ServeLifecycle,
+        now: Instant,
+    ) -> bool {
+        let mut busy = false;
+        while let Poll::Ready(Some((id, method, params))) = self.notify_rx.as_mut().poll_next(cx) {
             busy = true;
-            // Refused past the wire limit or the outgoing limit: counted and noted (G9, G1).
+            // Refused past the wire limit or the outgoing limit: counted and
+            // noted (G9, G1); about a cancelled or answered request: dropped (G7).
             let params = params.as_deref();
-            life.handle_input(
-                now,
-                ServeInput::Notify {
+            let input = match &id {
+                Some(id) => ServeInput::NotifyRelated {
+                    id,
                     method: &method,
                     params,
                 },
-            );
+                None => ServeInput::Notify {
+                    method: &method,
+                    params,
+                },
+            };
+            life.handle_input(now, input);
         }
         busy
     }

@@ -133,6 +133,7 @@ pub struct RequestContext {
     cancel: CancelToken,
     inputs: SyncSender<Input>,
     max_frame: usize,
+    protocol_version: Option<&'static str>,
     client: Option<Arc<ClientHello>>,
 }
 
@@ -142,9 +143,21 @@ impl RequestContext {
         &self.id
     }
 
-    /// What the client said about itself (`clientInfo`, `capabilities`) in
-    /// `initialize`, when `serve` answered it before this request (`None`
-    /// with the basics off: the handler saw `initialize` itself).
+    /// The protocol revision this request is handled under: the version
+    /// its `params._meta` named (2026-07-28: the result then gets the
+    /// fields that revision requires, e.g. `resultType`, added by `serve`
+    /// when the handler leaves them out), else the one `initialize`
+    /// negotiated; `None` before `initialize` (or, with the basics off,
+    /// for a request that names none).
+    pub fn protocol_version(&self) -> Option<&'static str> {
+        self.protocol_version
+    }
+
+    /// What the client said about itself (`clientInfo`, `capabilities`)
+    /// for this request: in its `_meta` for a 2026-07-28 request, else in
+    /// `initialize` when `serve` answered it before this request (`None`
+    /// with the basics off and no version in `_meta`: the handler saw
+    /// `initialize` itself).
     pub fn client(&self) -> Option<&ClientHello> {
         self.client.as_deref()
     }
@@ -156,12 +169,27 @@ impl RequestContext {
         &self.cancel
     }
 
-    /// Sends a notification to the client (progress, logging), blocking
-    /// while the coordinator's input queue is full. Past the session's
-    /// outgoing limit (the client is not reading stdout) it is refused and
-    /// counted in [`ServeReport::notifications_refused`].
+    /// Sends a notification about this request to the client (progress,
+    /// logging), blocking while the coordinator's input queue is full. Past
+    /// the session's outgoing limit (the client is not reading stdout) it
+    /// is refused and counted in [`ServeReport::notifications_refused`].
+    /// Once the client cancelled the request (or it was answered) it is
+    /// dropped and counted
+    /// ([`ServeReport::notifications_after_cancel_dropped`]): nothing about
+    /// a cancelled request leaves `serve` after the cancel arrived (G7),
+    /// even from a handler thread that has not yet looked at its token.
     pub fn notify(&self, method: &str, params: Option<Box<RawValue>>) {
-        let _ = self.inputs.send(Input::Notify(method.to_owned(), params));
+        let note = Input::Notify(Some(self.id.clone()), method.to_owned(), params);
+        let _ = self.inputs.send(note);
+    }
+
+    /// Sends a notification not about this request (a list change), as
+    /// [`notify`](Self::notify) but never dropped for this request's
+    /// cancel or end.
+    pub fn notify_server_wide(&self, method: &str, params: Option<Box<RawValue>>) {
+        let _ = self
+            .inputs
+            .send(Input::Notify(None, method.to_owned(), params));
     }
 
     /// A content budget for this request's result: its size leaves room for
@@ -216,7 +244,9 @@ enum Input {
     /// A read of stdin returned this, into these bytes.
     Read(io::Result<usize>, Vec<u8>),
     Done(Id, HandlerResult),
-    Notify(String, Option<Box<RawValue>>),
+    /// A handler's notification: the request it is about (if any), its
+    /// method and params.
+    Notify(Option<Id>, String, Option<Box<RawValue>>),
     /// The writer wrote and flushed this many bytes, or failed.
     Written(io::Result<usize>),
 }
@@ -384,12 +414,20 @@ impl<H: Handler> Coordinator<H> {
                     self.life
                         .handle_input(now, ServeInput::HandlerFinished { id: &id, result });
                 }
-                Input::Notify(method, params) => {
-                    // Refused past the wire limit or the outgoing limit: counted and noted.
+                Input::Notify(id, method, params) => {
+                    // Refused past the wire limit or the outgoing limit: counted and
+                    // noted; about a cancelled or answered request: dropped (G7).
                     let params = params.as_deref();
-                    let notify = ServeInput::Notify {
-                        method: &method,
-                        params,
+                    let notify = match &id {
+                        Some(id) => ServeInput::NotifyRelated {
+                            id,
+                            method: &method,
+                            params,
+                        },
+                        None => ServeInput::Notify {
+                            method: &method,
+                            params,
+                        },
                     };
                     self.life.handle_input(now, notify);
                 }
@@ -439,7 +477,8 @@ impl<H: Handler> Coordinator<H> {
             cancel: cancel.clone(),
             inputs: self.inputs_tx.clone(),
             max_frame: self.max_frame,
-            client: self.life.client().cloned(),
+            protocol_version: self.life.request_protocol_version(&id),
+            client: self.life.request_client(&id).cloned(),
         };
         match self.pool.run(Job { request, ctx }) {
             Ok(()) => {

@@ -176,9 +176,10 @@ pub use wire::object::{insert_missing, member, merge_meta};
 
 // Sessions.
 pub use session::basics::{
-    BasicsError, BasicsMetrics, ClientHello, ServerBasics, MAX_CAPABILITIES_BYTES,
-    MAX_EXTRA_METHODS, MAX_INSTRUCTIONS_BYTES, MAX_METHOD_NAME_BYTES, MAX_SERVER_INFO_BYTES,
-    MAX_TOOLS, MAX_TOOL_LIST_BYTES, MAX_TOOL_NAME_BYTES,
+    BasicsError, BasicsMetrics, ClientHello, ServerBasics, CACHEABLE_METHODS,
+    MAX_CAPABILITIES_BYTES, MAX_ECHOED_VERSION_BYTES, MAX_EXTRA_METHODS, MAX_INSTRUCTIONS_BYTES,
+    MAX_METHOD_NAME_BYTES, MAX_SERVER_INFO_BYTES, MAX_TOOLS, MAX_TOOL_LIST_BYTES,
+    MAX_TOOL_NAME_BYTES,
 };
 pub use session::budget::{
     BudgetConfig, BudgetError, BudgetedResult, FinishError, PushError, ResultBudget,

@@ -28,6 +28,18 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 
+def proposed_version() -> str:
+    """The version `ClientSession.initialize()` proposes: the newest handshake
+    version (mcp 2.x, whose LATEST_PROTOCOL_VERSION, 2026-07-28, has no
+    handshake), else the latest (mcp 1.x)."""
+    try:
+        from mcp_types.version import LATEST_HANDSHAKE_VERSION
+
+        return LATEST_HANDSHAKE_VERSION
+    except ImportError:
+        return mcp.types.LATEST_PROTOCOL_VERSION
+
+
 def log(msg: str) -> None:
     print(f"py_client: {msg}", file=sys.stderr, flush=True)
 
@@ -52,7 +64,9 @@ async def drive(args: argparse.Namespace, summary: dict, failures: list) -> None
                 t = time.monotonic()
                 init = await session.initialize()
                 summary["initialize_ms"] = round((time.monotonic() - t) * 1000, 1)
-                summary["requested_version"] = mcp.types.LATEST_PROTOCOL_VERSION
+                # What `initialize` proposed: the newest handshake version (mcp 2.x,
+                # where LATEST_PROTOCOL_VERSION is 2026-07-28, which has no handshake).
+                summary["requested_version"] = proposed_version()
                 summary["protocol_version"] = init.protocol_version
                 summary["server_name"] = init.server_info.name
                 summary["instructions"] = init.instructions

@@ -111,8 +111,9 @@ pub fn options(server_name: &str) -> ServeOptions {
     options
 }
 
-/// The tool definitions: `echo`, `slow`, `helper` and `whoami`.
-pub fn tools() -> [Value; 4] {
+/// The tool definitions: `echo`, `slow`, `helper`, `whoami`, `ticker` and
+/// `revision`.
+pub fn tools() -> [Value; 6] {
     [
         json!({
             "name": "echo",
@@ -146,7 +147,36 @@ pub fn tools() -> [Value; 4] {
             "description": "Returns what the client said about itself in `initialize`, as JSON text.",
             "inputSchema": { "type": "object" },
         }),
+        json!({
+            "name": "ticker",
+            "description": "Sends notifications/progress every millisecond until cancelled, looking at the cancel only every `check_every` ticks; one last one after it saw the cancel.",
+            "inputSchema": {
+                "type": "object",
+                "properties": { "check_every": { "type": "number" } },
+            },
+        }),
+        json!({
+            "name": "revision",
+            "description": "Returns the protocol version the request is handled under (`RequestContext::protocol_version`), or `null`.",
+            "inputSchema": { "type": "object" },
+        }),
     ]
+}
+
+/// How often `ticker` notifies.
+pub const TICK_INTERVAL: Duration = Duration::from_millis(1);
+/// At most this many ticks (a minute): a `ticker` nobody cancels still ends.
+pub const MAX_TICKS: u64 = 60_000;
+
+/// The params of `ticker`'s `n`th `notifications/progress`.
+pub fn tick(token: &Value, n: u64) -> Box<mcp_stdio_core::RawValue> {
+    mcp_stdio_core::to_raw(&json!({"progressToken": token, "progress": n}))
+        .expect("a serde_json::Value always serializes")
+}
+
+/// The `revision` tool's text: the handler's protocol version, as JSON.
+pub fn revision(version: Option<&str>) -> String {
+    serde_json::to_string(&version).unwrap_or_else(|e| e.to_string())
 }
 
 /// The `whoami` tool's text: the handler's view of the client's
@@ -177,6 +207,17 @@ pub enum ToolCall {
     Helper(f64, bool),
     /// `whoami {}`: what the client said in `initialize`.
     WhoAmI,
+    /// `ticker {check_every?}`: progress with this token (the request's
+    /// `_meta.progressToken`, else its id) every [`TICK_INTERVAL`] until
+    /// cancelled, looking at the cancel every `check_every` ticks (default 1).
+    Ticker {
+        /// The `progressToken` of the notifications.
+        token: Value,
+        /// Ticks between two looks at the cancel token.
+        check_every: u64,
+    },
+    /// `revision {}`: the protocol version the request is handled under.
+    Revision,
 }
 
 fn bad_arguments(what: &str) -> ErrorObject {
@@ -219,6 +260,20 @@ pub fn parse_tool_call(request: &Request) -> Result<ToolCall, ErrorObject> {
             .map(|s| ToolCall::Helper(s, args["ignore_term"].as_bool().unwrap_or(false)))
             .ok_or_else(|| bad_arguments("seconds (0..=3600)")),
         Some("whoami") => Ok(ToolCall::WhoAmI),
+        Some("revision") => Ok(ToolCall::Revision),
+        Some("ticker") => {
+            let token = match &params["_meta"]["progressToken"] {
+                Value::Null => serde_json::to_value(&request.id).unwrap_or_default(),
+                t => t.clone(),
+            };
+            let check_every = match &args["check_every"] {
+                Value::Null => Some(1),
+                v => v.as_u64().filter(|n| (1..=10_000).contains(n)),
+            };
+            check_every
+                .map(|check_every| ToolCall::Ticker { token, check_every })
+                .ok_or_else(|| bad_arguments("check_every (1..=10000)"))
+        }
         Some(other) => Err(ErrorObject::new(
             INVALID_PARAMS,
             format!("unknown tool: {other}"),

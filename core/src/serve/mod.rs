@@ -41,7 +41,7 @@
 //! queue, so it is not counted twice), plus one id per running handler (at
 //! most `max_concurrent`).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,11 +49,14 @@ use serde::Serialize;
 
 use crate::io_result::{Note, NoteLevel, ReadResult, WriteResult};
 use crate::outbox::Outgoing;
-use crate::session::basics::{BasicsMetrics, BasicsRouter, ClientHello, Route, ServerBasics};
+use crate::session::basics::{
+    modern_result, BasicsMetrics, BasicsRouter, ClientHello, Revision, Route, ServerBasics,
+    CACHEABLE_METHODS,
+};
 use crate::session::budget::ResultBudget;
 use crate::session::handshake::Implementation;
 use crate::session::server::{
-    NotifyError, ServerConfig, ServerEvent, ServerMetrics, ServerSession,
+    NotifyError, RequestState, ServerConfig, ServerEvent, ServerMetrics, ServerSession,
 };
 use crate::wire::frame::FramerConfig;
 use crate::wire::message::{ErrorObject, Id, Notification, RawValue, Request};
@@ -239,10 +242,23 @@ pub struct ServeReport {
     /// returned, after waiting [`ServeOptions::helper_grace`] for them (set
     /// by the adapter; 0 from the core).
     pub helpers_unfinished_at_exit: u64,
+    /// Handlers' notifications tied to a request the client had cancelled
+    /// (G7): dropped, so nothing for that request leaves `serve` after the
+    /// cancel arrived. Notifications of it still queued when the cancel
+    /// came are withdrawn too (counted in the session's
+    /// [`ServerMetrics::notifications_withdrawn`]).
+    pub notifications_after_cancel_dropped: u64,
+    /// Handlers' notifications tied to a request already answered (or
+    /// abandoned, or unknown): dropped.
+    pub notifications_after_response_dropped: u64,
     /// The protocol version `initialize` was answered with by `serve`
     /// (`None` before, or with the basics off).
     pub protocol_version: Option<&'static str>,
-    /// Who the client said it was in that `initialize`.
+    /// Whether the session began the 2026-07-28 way (`server/discover` or a
+    /// modern request before any `initialize`).
+    pub began_modern: bool,
+    /// Who the client said it was in that `initialize`, else in the
+    /// `_meta` of the last modern request.
     pub client_info: Option<Implementation>,
     /// What `serve` answered by itself (all 0 with the basics off).
     pub basics: BasicsMetrics,
@@ -313,12 +329,25 @@ pub enum ServeInput<'a> {
     /// panicked, or could not start): a running request is answered with an
     /// error so the client is not left waiting.
     HandlerAborted(&'a Id),
-    /// A handler's notification for the client (progress, logging). Refused
-    /// and counted (with a [`ServeAction::Note`]) when the outgoing queue is
-    /// full — the client is not reading stdout — or when it would pass the
-    /// wire limit; [`ServeLifecycle::notify`] says which to a caller that
-    /// wants to know.
+    /// A handler's notification for the client not tied to a request (a
+    /// list change). Refused and counted (with a [`ServeAction::Note`]) when
+    /// the outgoing queue is full — the client is not reading stdout — or
+    /// when it would pass the wire limit; [`ServeLifecycle::notify`] says
+    /// which to a caller that wants to know.
     Notify {
+        /// The method.
+        method: &'a str,
+        /// Its params.
+        params: Option<&'a RawValue>,
+    },
+    /// A handler's notification tied to its request `id` (progress,
+    /// logging): as [`Notify`](Self::Notify), and dropped (counted in
+    /// [`ServeReport::notifications_after_cancel_dropped`] or
+    /// [`ServeReport::notifications_after_response_dropped`]) once that
+    /// request was cancelled or answered ([`ServeLifecycle::notify_related`]).
+    NotifyRelated {
+        /// The request it belongs to.
+        id: &'a Id,
         /// The method.
         method: &'a str,
         /// Its params.
@@ -346,6 +375,11 @@ impl std::fmt::Debug for ServeInput<'_> {
             Self::HandlerAborted(id) => f.debug_tuple("HandlerAborted").field(id).finish(),
             Self::Notify { method, .. } => f
                 .debug_struct("Notify")
+                .field("method", method)
+                .finish_non_exhaustive(),
+            Self::NotifyRelated { id, method, .. } => f
+                .debug_struct("NotifyRelated")
+                .field("id", id)
                 .field("method", method)
                 .finish_non_exhaustive(),
             Self::StopReading => f.write_str("StopReading"),
@@ -376,6 +410,14 @@ pub enum ServeOutput<'a> {
     Timeout(Option<Instant>),
 }
 
+/// A handler running: the revision its request is handled under.
+#[derive(Debug)]
+struct Running {
+    revision: Revision,
+    /// Its method is one of [`CACHEABLE_METHODS`].
+    cacheable: bool,
+}
+
 /// The serve loop's decisions, without I/O (see the module docs).
 #[derive(Debug)]
 pub struct ServeLifecycle {
@@ -384,8 +426,9 @@ pub struct ServeLifecycle {
     router: BasicsRouter,
     drain_timeout: Duration,
     /// Handlers started whose end was not reported and that were not
-    /// abandoned. At most `max_concurrent`: the session admits no more.
-    running: HashSet<Id>,
+    /// abandoned, with the revision each request is handled under. At most
+    /// `max_concurrent`: the session admits no more.
+    running: HashMap<Id, Running>,
     actions: VecDeque<ServeAction>,
     /// The message being written.
     /// Stdout said `WouldBlock`; nothing is offered until it is writable.
@@ -399,6 +442,8 @@ pub struct ServeLifecycle {
     end: ServeEnd,
     aborted_at_exit: u64,
     notifications_refused: u64,
+    notifications_after_cancel_dropped: u64,
+    notifications_after_response_dropped: u64,
     unwritten_at_exit: u64,
     outgoing_peak: u64,
     /// What failed the write, for the loop to return.
@@ -424,7 +469,7 @@ impl ServeLifecycle {
             session: ServerSession::new(options.session.clone(), options.framer.clone()),
             router: BasicsRouter::new(options.basics.clone()),
             drain_timeout: options.drain_timeout,
-            running: HashSet::new(),
+            running: HashMap::new(),
             actions: VecDeque::new(),
             parked: false,
             input_closed: false,
@@ -435,6 +480,8 @@ impl ServeLifecycle {
             end: ServeEnd::Running,
             aborted_at_exit: 0,
             notifications_refused: 0,
+            notifications_after_cancel_dropped: 0,
+            notifications_after_response_dropped: 0,
             unwritten_at_exit: 0,
             outgoing_peak: 0,
             write_error: None,
@@ -455,10 +502,26 @@ impl ServeLifecycle {
     }
 
     /// What the client said about itself (info, capabilities) in the
-    /// `initialize` the lifecycle answered; adapters hand it to each handler
-    /// started after it.
+    /// `initialize` the lifecycle answered.
     pub fn client(&self) -> Option<&Arc<ClientHello>> {
         self.router.client()
+    }
+
+    /// The protocol version the running request `id` is handled under:
+    /// the one its `_meta` named, else the one `initialize` negotiated;
+    /// `None` before `initialize` (or for an id not running). Adapters hand
+    /// it to the handler they start for `id`.
+    pub fn request_protocol_version(&self, id: &Id) -> Option<&'static str> {
+        self.running.get(id).and_then(|r| r.revision.version)
+    }
+
+    /// What the client said about itself for the running request `id`: in
+    /// its `_meta` (a modern request), else in `initialize`. Adapters hand
+    /// it to the handler they start for `id`.
+    pub fn request_client(&self, id: &Id) -> Option<&Arc<ClientHello>> {
+        self.running
+            .get(id)
+            .and_then(|r| r.revision.client.as_ref())
     }
 
     /// The wire limit, both directions.
@@ -516,11 +579,18 @@ impl ServeLifecycle {
             end: self.end,
             aborted_at_exit: self.aborted_at_exit,
             notifications_refused: self.notifications_refused,
+            notifications_after_cancel_dropped: self.notifications_after_cancel_dropped,
+            notifications_after_response_dropped: self.notifications_after_response_dropped,
             unwritten_at_exit: self.unwritten_at_exit,
             outgoing_peak: self.outgoing_peak,
             helpers_unfinished_at_exit: 0,
             protocol_version: self.router.protocol_version(),
-            client_info: self.router.client().and_then(|c| c.client_info.clone()),
+            began_modern: self.router.began_modern(),
+            client_info: self
+                .router
+                .client()
+                .or(self.router.last_modern_client())
+                .and_then(|c| c.client_info.clone()),
             basics: self.router.metrics().clone(),
         }
     }
@@ -542,11 +612,14 @@ impl ServeLifecycle {
             ServeInput::HandlerAborted(id) => self.handler_aborted(now, id),
             ServeInput::Notify { method, params } => {
                 if let Err(e) = self.notify(now, method, params) {
-                    self.actions.push_back(ServeAction::Note(Note::new(
-                        NoteLevel::Debug,
-                        "notification from a handler refused",
-                        Some(format!("{method}: {e}")),
-                    )));
+                    self.note_refused(method, &e);
+                }
+            }
+            ServeInput::NotifyRelated { id, method, params } => {
+                match self.notify_related(now, id, method, params) {
+                    // Dropped by design (G7), counted: not worth a note each.
+                    Ok(()) | Err(NotifyError::RequestOver) => {}
+                    Err(e) => self.note_refused(method, &e),
                 }
             }
             ServeInput::StopReading => self.handle_input_eof(now),
@@ -702,13 +775,27 @@ impl ServeLifecycle {
     /// The handler of `id` returned `result`. A cancelled request's response
     /// is suppressed (G7); a result above the wire limit becomes an error
     /// (G9); an end for a handler already abandoned is ignored.
+    ///
+    /// A modern request's result gets the fields 2026-07-28 requires when
+    /// it lacks them (`resultType`, and `ttlMs`/`cacheScope` for the
+    /// cacheable methods): about 60 bytes, well inside
+    /// [`RESULT_ENVELOPE_HEADROOM`]; a result that still passes the wire
+    /// limit with them becomes the wire-limit error like any other (G9).
     pub(crate) fn handler_finished(
         &mut self,
         now: Instant,
         id: &Id,
         result: Result<&RawValue, &ErrorObject>,
     ) {
-        if self.running.remove(id) {
+        if let Some(run) = self.running.remove(id) {
+            let shaped = match result {
+                Ok(v) if run.revision.is_modern() => modern_result(v, run.cacheable),
+                _ => None,
+            };
+            let result = match &shaped {
+                Some(v) => Ok(&**v),
+                None => result,
+            };
             // Cannot fail for a running id: the session registered it.
             let _ = self.session.respond(id, result);
         }
@@ -719,7 +806,7 @@ impl ServeLifecycle {
     /// panicked, or could not start): a running request is answered with an
     /// error so the client is not left waiting.
     pub(crate) fn handler_aborted(&mut self, now: Instant, id: &Id) {
-        if self.running.remove(id) {
+        if self.running.remove(id).is_some() {
             self.session.handler_ended(id);
         }
         self.advance(now);
@@ -744,6 +831,47 @@ impl ServeLifecycle {
         }
         self.advance(now);
         r
+    }
+
+    /// A handler's notification tied to its request `id` (progress,
+    /// logging): as [`notify`](Self::notify) while the request runs; once
+    /// the client cancelled it, or it was answered (or abandoned), dropped
+    /// with [`NotifyError::RequestOver`] and counted — nothing for a
+    /// request leaves `serve` after its cancel arrived (G7) or after its
+    /// response.
+    pub fn notify_related(
+        &mut self,
+        now: Instant,
+        id: &Id,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(), NotifyError> {
+        if self.end == ServeEnd::Running && !self.running.contains_key(id) {
+            self.notifications_after_response_dropped += 1;
+            return Err(NotifyError::RequestOver);
+        }
+        if self.session.state_of(id) == Some(RequestState::Cancelled) {
+            self.notifications_after_cancel_dropped += 1;
+            return Err(NotifyError::RequestOver);
+        }
+        if self.end != ServeEnd::Running {
+            self.notifications_refused += 1;
+            return Err(NotifyError::Closed);
+        }
+        let r = self.session.notify_related(id, method, params);
+        if r.is_err() {
+            self.notifications_refused += 1;
+        }
+        self.advance(now);
+        r
+    }
+
+    fn note_refused(&mut self, method: &str, e: &NotifyError) {
+        self.actions.push_back(ServeAction::Note(Note::new(
+            NoteLevel::Debug,
+            "notification from a handler refused",
+            Some(format!("{method}: {e}")),
+        )));
     }
 
     // ---- outputs ----
@@ -782,14 +910,28 @@ impl ServeLifecycle {
             match ev {
                 ServerEvent::Request(r) => {
                     if self.end == ServeEnd::Running {
-                        match self.router.route(&r) {
+                        let (route, revision) = self.router.route(&r);
+                        let cacheable = CACHEABLE_METHODS.contains(&r.method.as_str());
+                        match route {
                             Route::Handler => {
-                                self.running.insert(r.id.clone());
+                                let run = Running {
+                                    revision,
+                                    cacheable,
+                                };
+                                self.running.insert(r.id.clone(), run);
                                 self.actions.push_back(ServeAction::Start(r));
                             }
                             Route::Answer(answer) => {
+                                let shaped = match &answer {
+                                    Ok(v) if revision.is_modern() => modern_result(v, cacheable),
+                                    _ => None,
+                                };
+                                let answer = match &shaped {
+                                    Some(v) => Ok(&**v),
+                                    None => answer.as_ref().map(|v| &**v),
+                                };
                                 // Cannot fail: the session registered this id just now.
-                                let _ = self.session.respond(&r.id, answer.as_ref().map(|v| &**v));
+                                let _ = self.session.respond(&r.id, answer);
                             }
                         }
                     } else {
@@ -797,7 +939,7 @@ impl ServeLifecycle {
                     }
                 }
                 ServerEvent::Cancelled { id, reason } => {
-                    if self.running.contains(&id) {
+                    if self.running.contains_key(&id) {
                         self.actions.push_back(ServeAction::Cancel { id, reason });
                     }
                 }
@@ -846,7 +988,7 @@ impl ServeLifecycle {
 
     /// Aborts every running handler; their requests get an error answer.
     fn abandon_all(&mut self) {
-        let mut ids: Vec<Id> = self.running.drain().collect();
+        let mut ids: Vec<Id> = self.running.drain().map(|(id, _)| id).collect();
         ids.sort_by_key(ToString::to_string);
         for id in ids {
             self.session.handler_ended(&id);
@@ -1238,5 +1380,197 @@ mod tests {
         assert!(a.iter().all(|a| matches!(a, ServeAction::Start(_))));
         assert!(drain_output(&mut s, t).is_empty());
         assert_eq!(s.report().protocol_version, None);
+    }
+    // ---- the 2026-07-28 revision, and nothing after a cancel ----
+
+    const META26: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"m","version":"1"}}"#;
+
+    fn outputs(s: &mut ServeLifecycle, t: Instant) -> Vec<serde_json::Value> {
+        drain_output(s, t)
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn modern_results_take_the_2026_shape_and_legacy_ones_stay_as_they_are() {
+        let t = Instant::now();
+        let mut s = ServeLifecycle::new(&one_tool_options());
+        s.handle_stdin(t, &line(1, "server/discover", &format!("{{{META26}}}")));
+        s.handle_stdin(t, &line(2, "tools/list", &format!("{{{META26}}}")));
+        let call = format!(r#"{{"name":"echo",{META26}}}"#);
+        s.handle_stdin(t, &line(3, "tools/call", &call));
+        s.handle_stdin(t, &line(4, "tools/call", r#"{"name":"echo"}"#));
+        let a = actions(&mut s);
+        assert_eq!(a.len(), 1, "{a:?}");
+        assert_eq!(
+            s.request_protocol_version(&Id::Number(3)),
+            Some("2026-07-28")
+        );
+        let hello = s
+            .request_client(&Id::Number(3))
+            .expect("the request's context");
+        assert_eq!(hello.client_info, Some(Implementation::new("m", "1")));
+        let result = to_raw(&serde_json::json!({"content": []})).unwrap();
+        s.handler_finished(t, &Id::Number(3), Ok(&result));
+        let out = outputs(&mut s, t);
+        assert_eq!(out[0]["result"]["resultType"], "complete");
+        assert_eq!(out[0]["result"]["supportedVersions"][0], "2026-07-28");
+        assert_eq!(out[1]["result"]["resultType"], "complete");
+        assert_eq!(out[1]["result"]["ttlMs"], 0);
+        assert_eq!(out[1]["result"]["cacheScope"], "private");
+        // Request 4 has no `_meta`, in a session that began modern: refused at once.
+        assert_eq!(out[2]["id"], 4);
+        assert_eq!(
+            out[2]["error"]["code"],
+            crate::wire::message::INVALID_PARAMS
+        );
+        assert_eq!(
+            out[3]["result"],
+            serde_json::json!({"resultType": "complete", "content": []})
+        );
+        let r = s.report();
+        assert!(r.began_modern);
+        assert_eq!(r.client_info, Some(Implementation::new("m", "1")));
+        assert_eq!(r.basics.modern_requests, 3);
+        assert_eq!(r.basics.missing_meta_refused, 1);
+
+        // A legacy session: the handler's result goes out byte for byte.
+        let mut s = ServeLifecycle::new(&one_tool_options());
+        s.handle_stdin(
+            t,
+            &line(1, "initialize", r#"{"protocolVersion":"2025-11-25"}"#),
+        );
+        s.handle_stdin(t, &line(2, "tools/call", r#"{"name":"echo"}"#));
+        let _ = actions(&mut s);
+        assert_eq!(
+            s.request_protocol_version(&Id::Number(2)),
+            Some("2025-11-25")
+        );
+        s.handler_finished(t, &Id::Number(2), Ok(&result));
+        let out = drain_output(&mut s, t);
+        assert_eq!(
+            out[1],
+            "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"content\":[]}}\n"
+        );
+        assert!(!s.report().began_modern);
+    }
+
+    /// G9: the fields a modern result gains count against the wire limit.
+    #[test]
+    fn g9_a_modern_result_pushed_past_the_limit_by_its_new_fields_becomes_an_error() {
+        let t = Instant::now();
+        let mut o = one_tool_options();
+        o.framer_mut().max_frame(4096);
+        let call = format!(r#"{{"name":"echo",{META26}}}"#);
+        for (modern, text_len) in [(false, 0), (true, 0)] {
+            let mut s = ServeLifecycle::new(&o);
+            let params = if modern {
+                call.clone()
+            } else {
+                r#"{"name":"echo"}"#.to_owned()
+            };
+            s.handle_stdin(t, &line(1, "tools/call", &params));
+            let _ = actions(&mut s);
+            // A result that fits exactly as given: envelope `{"jsonrpc":"2.0","id":1,"result":}` + `\n`.
+            let envelope = r#"{"jsonrpc":"2.0","id":1,"result":}"#.len() + 1;
+            let fill = 4096 - envelope - r#"{"text":""}"#.len() - text_len;
+            let result = format!(r#"{{"text":"{}"}}"#, "x".repeat(fill));
+            let result = RawValue::from_string(result).unwrap();
+            s.handler_finished(t, &Id::Number(1), Ok(&result));
+            let out = outputs(&mut s, t);
+            if modern {
+                assert_eq!(
+                    out[0]["error"]["code"],
+                    crate::wire::message::SERVER_ERROR,
+                    "{}",
+                    out[0]
+                );
+                assert_eq!(s.report().metrics.responses_too_large, 1);
+            } else {
+                assert_eq!(out[0]["result"]["text"].as_str().unwrap().len(), fill);
+            }
+        }
+    }
+
+    /// G7: after the cancel arrived, nothing more for that request leaves:
+    /// not its response, not its notifications (queued ones are withdrawn),
+    /// while a server-wide notification still goes out.
+    #[test]
+    fn g7_no_notification_or_response_for_a_cancelled_request_leaves() {
+        let t = Instant::now();
+        for modern in [false, true] {
+            let mut s = ServeLifecycle::new(&handler_sees_all());
+            let params = if modern {
+                format!("{{{META26}}}")
+            } else {
+                "{}".to_owned()
+            };
+            s.handle_stdin(t, &line(1, "slow", &params));
+            s.handle_stdin(t, &line(2, "other", &params));
+            let _ = actions(&mut s);
+            let progress = to_raw(&serde_json::json!({"progressToken": 1, "progress": 1})).unwrap();
+            // Three queued (the first one is taken for writing at once).
+            for _ in 0..3 {
+                s.notify_related(t, &Id::Number(1), "notifications/progress", Some(&progress))
+                    .unwrap();
+            }
+            s.handle_stdin(t, &cancel(1));
+            let _ = actions(&mut s);
+            assert_eq!(s.session().metrics().notifications_withdrawn, 2);
+            assert_eq!(
+                s.notify_related(t, &Id::Number(1), "notifications/progress", Some(&progress)),
+                Err(NotifyError::RequestOver)
+            );
+            s.handle_input(
+                t,
+                ServeInput::NotifyRelated {
+                    id: &Id::Number(1),
+                    method: "notifications/progress",
+                    params: Some(&progress),
+                },
+            );
+            // Its late result is suppressed.
+            s.handler_finished(t, &Id::Number(1), Ok(&to_raw(&"late").unwrap()));
+            // Request 2 still notifies; a server-wide notification still goes out.
+            s.notify_related(t, &Id::Number(2), "notifications/message", None)
+                .unwrap();
+            s.notify(t, "notifications/tools/list_changed", None)
+                .unwrap();
+            s.handler_finished(
+                t,
+                &Id::Number(2),
+                Ok(&to_raw(&serde_json::json!({})).unwrap()),
+            );
+            // After its answer, request 2 gets nothing more out either.
+            assert_eq!(
+                s.notify_related(t, &Id::Number(2), "notifications/message", None),
+                Err(NotifyError::RequestOver)
+            );
+            let out = outputs(&mut s, t);
+            let kinds: Vec<String> = out
+                .iter()
+                .map(|v| {
+                    v["method"]
+                        .as_str()
+                        .map_or_else(|| format!("response {}", v["id"]), str::to_owned)
+                })
+                .collect();
+            assert_eq!(
+                kinds,
+                [
+                    "notifications/progress",
+                    "notifications/message",
+                    "notifications/tools/list_changed",
+                    "response 2",
+                ],
+                "modern {modern}"
+            );
+            let r = s.report();
+            assert_eq!(r.notifications_after_cancel_dropped, 2, "modern {modern}");
+            assert_eq!(r.notifications_after_response_dropped, 1, "modern {modern}");
+            assert_eq!(r.metrics.responses_suppressed, 1);
+            assert_eq!(r.notifications_refused, 0);
+        }
     }
 }

@@ -4,21 +4,44 @@
 //! The whole story is on [`ServerBasics`].
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::session::client::INITIALIZE;
-use crate::session::handshake::{negotiate_version, Implementation, InitializeResult};
+use crate::session::handshake::{
+    is_modern, negotiate_version, Implementation, InitializeResult, DISCOVER,
+    META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SERVER_INFO, SUPPORTED_PROTOCOL_VERSIONS,
+    UNSUPPORTED_PROTOCOL_VERSION,
+};
 use crate::wire::message::{
     to_raw, ErrorObject, RawValue, Request, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
     METHOD_NOT_FOUND,
 };
+use crate::wire::object::insert_missing;
 
-/// The method of a ping.
+/// The method of a ping (removed in 2026-07-28).
 pub(crate) const PING: &str = "ping";
+/// The method that sets the log level (removed in 2026-07-28: a modern
+/// request asks for log messages in its own `_meta`).
+pub(crate) const SET_LEVEL: &str = "logging/setLevel";
+/// The methods whose 2026-07-28 results are cacheable: they carry `ttlMs`
+/// and `cacheScope` beside `resultType`.
+pub const CACHEABLE_METHODS: &[&str] = &[
+    DISCOVER,
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+/// Bound of the `requested` version a -32022 error echoes in its `data`, in
+/// bytes: a longer one is cut (at a character boundary), so the refusal of
+/// a request whose version string is as long as a frame still fits the
+/// wire limit.
+pub const MAX_ECHOED_VERSION_BYTES: usize = 64;
 /// Bound of the server info: name and version together, in bytes.
 pub const MAX_SERVER_INFO_BYTES: usize = 1024;
 /// Bound of the capabilities object, encoded, in bytes.
@@ -86,15 +109,42 @@ pub enum BasicsError {
 /// [`ServeLifecycle`](crate::serve::ServeLifecycle), identically for every
 /// adapter:
 ///
+/// # The revisions spoken
+///
+/// Every revision in [`SUPPORTED_PROTOCOL_VERSIONS`]: the handshake ones
+/// (2025-11-25 and before: `initialize` first) and the modern one
+/// (2026-07-28: no handshake, each request names its version and carries
+/// the client's context in `params._meta`). Each request is handled under
+/// one revision, decided in this order:
+///
+/// 1. its `_meta` names a version ([`META_PROTOCOL_VERSION`]): that one;
+///    a version not spoken gets -32022 ([`UNSUPPORTED_PROTOCOL_VERSION`],
+///    `data: {"requested", "supported"}`), a `_meta` that is not an object
+///    or a version that is not a string -32602; a modern version without a
+///    [`META_CLIENT_CAPABILITIES`] object -32602 (except `server/discover`);
+/// 2. else the version `initialize` negotiated, once it did (an
+///    `initialize` asking for 2026-07-28 gets it: the session is modern);
+/// 3. else, in a session that began with `server/discover` or a modern
+///    request (before any `initialize`): -32602, the required `_meta` keys
+///    are missing (`server/discover` itself is answered anyway);
+/// 4. else none: a request before `initialize`, served as always.
+///
+/// A modern request's result carries what 2026-07-28 requires: the
+/// lifecycle adds `"resultType":"complete"` to a result that lacks it (a
+/// handler's or these basics'), and `"ttlMs":0, "cacheScope":"private"` to
+/// the [`CACHEABLE_METHODS`]'; a legacy request's result is untouched.
+///
 /// | request | answer |
 /// | --- | --- |
-/// | `initialize` | the client's `protocolVersion` when this crate speaks it, else the latest ([`negotiate_version`]); the capabilities, server info and instructions given. Params without a string `protocolVersion`: -32602 |
+/// | `initialize` | the client's `protocolVersion` when this crate speaks it (2026-07-28 included), else the latest handshake version ([`negotiate_version`]); the capabilities, server info and instructions given. Params without a string `protocolVersion`: -32602. Its `_meta` is not read |
 /// | a second `initialize` (after one was answered) | -32600; the session keeps the version first negotiated |
-/// | `ping` | `{}`, at any time |
+/// | `server/discover`, any revision | `{"resultType":"complete","supportedVersions":[…],"capabilities",…,"instructions"?,"ttlMs":0,"cacheScope":"private","_meta":{"io.modelcontextprotocol/serverInfo":…}}` |
+/// | `ping` | legacy: `{}`, at any time; modern: -32601 |
+/// | `logging/setLevel` | modern: -32601; legacy: as any method (the handler, if `logging` is declared) |
 /// | `tools/list`, when tools were given | `{"tools":[…]}`, all of them, in the order given (one page, no cursor) |
 /// | `tools/call`, when tools were given | a name not given: -32602 `unknown tool`; else the handler |
 /// | a method the server does not serve | -32601 |
-/// | anything else | the handler, with its cancel token |
+/// | anything else | the handler, with its cancel token, its revision and the client's context ([`ClientHello`]: from the request's `_meta`, else from `initialize`) |
 ///
 /// The methods served are derived from the declared capabilities — `tools`
 /// → `tools/list`, `tools/call`; `resources` → `resources/*`; `prompts` →
@@ -107,10 +157,13 @@ pub enum BasicsError {
 /// - **Requests before `initialize`** are served as after it (and counted in
 ///   [`BasicsMetrics::requests_before_initialize`]): the MCP lifecycle asks
 ///   the *client* not to send them; refusing them would only break clients
-///   that probe with `tools/list` or `ping` first.
+///   that probe with `tools/list` or `ping` first. Modern requests need no
+///   `initialize` and are not counted there.
 /// - **The client's `clientInfo` and `capabilities`** are kept, bounded
 ///   ([`ClientHello`]): a malformed or oversized one is dropped, never a
-///   reason to refuse the handshake.
+///   reason to refuse the handshake. The same holds for the
+///   [`META_CLIENT_INFO`](crate::META_CLIENT_INFO) and [`META_CLIENT_CAPABILITIES`] of each modern
+///   request (a `ClientHello` per request, shared by its handler).
 /// - **`notifications/initialized`** goes to the handler's notification
 ///   callback like every notification; nothing waits for it.
 /// - **Cancels of `initialize`** are ignored, as the spec requires (the
@@ -124,8 +177,11 @@ pub enum BasicsError {
 /// # The way out
 ///
 /// [`ServerBasics::passthrough`] (or [`answer_basics(false)`](ServerBasics::answer_basics))
-/// turns all of this off: the handler sees every request, `initialize` and
-/// `ping` included, and answers them itself.
+/// turns all of this off: the handler sees every request, `initialize`,
+/// `server/discover` and `ping` included, and answers them itself; nothing
+/// is refused. A request whose `_meta` names a version spoken is still
+/// handled under it (the handler is told, and a modern result lacking
+/// `resultType` still gets it); any other is handled under none.
 ///
 /// # Worst-case memory
 ///
@@ -135,8 +191,10 @@ pub enum BasicsError {
 /// [`MAX_EXTRA_METHODS`] × [`MAX_METHOD_NAME_BYTES`]: about 1.3 MiB, fixed
 /// when `serve` starts; plus the client's [`ClientHello`] once it said it
 /// (at most [`MAX_SERVER_INFO_BYTES`] + [`MAX_CAPABILITIES_BYTES`], shared
-/// by every handler). An answer is built per request and queued like a
-/// handler's response (one per request in flight, under `max_concurrent`).
+/// by every handler), and one more per modern request in flight (under
+/// `max_concurrent`), plus the last modern one kept for the report. An
+/// answer is built per request and queued like a handler's response (one
+/// per request in flight, under `max_concurrent`).
 ///
 /// What a server says about itself, and whether `serve` answers the
 /// protocol basics from it (see [`ServerBasics`]).
@@ -355,11 +413,14 @@ impl ServerBasics {
     }
 
     /// An upper bound of the largest answer built from these basics (the
-    /// `initialize` or the `tools/list` result, without the JSON-RPC
-    /// envelope), in bytes: compare it with the wire limit.
+    /// `initialize`, `server/discover` or `tools/list` result, in either
+    /// revision's shape, without the JSON-RPC envelope), in bytes: compare
+    /// it with the wire limit.
     pub fn largest_answer(&self) -> usize {
-        // Per-key JSON overhead and the longest protocol version, rounded up.
-        const SLACK: usize = 256;
+        // Per-key JSON overhead, the versions spoken, and the 2026-07-28
+        // fields (`resultType`, `ttlMs`, `cacheScope`, the server info's
+        // `_meta` key), rounded up.
+        const SLACK: usize = 512;
         // A JSON string escape is at most 6 bytes per byte (`\u0001`).
         const ESCAPE: usize = 6;
         let info = self.server_info.name.len() + self.server_info.version.len();
@@ -374,7 +435,12 @@ impl ServerBasics {
     /// passed to the handler) rather than answered -32601. Always `true`
     /// with the basics off.
     pub fn serves(&self, method: &str) -> bool {
-        if !self.answer || method == INITIALIZE || method == PING || self.methods.contains(method) {
+        if !self.answer
+            || method == INITIALIZE
+            || method == DISCOVER
+            || method == PING
+            || self.methods.contains(method)
+        {
             return true;
         }
         let declared = |key: &str| self.capabilities.contains_key(key);
@@ -421,17 +487,30 @@ pub struct BasicsMetrics {
     /// `initialize` requests refused: bad params, or after one was answered.
     pub initialize_refused: u64,
     /// Requests other than `initialize` and `ping` that came before
-    /// `initialize` was answered (served anyway).
+    /// `initialize` was answered (served anyway), modern ones not counted.
     pub requests_before_initialize: u64,
+    /// `server/discover` requests answered.
+    pub discovers_answered: u64,
+    /// Requests handled under a modern revision (2026-07-28), whether
+    /// answered here or by the handler (`server/discover` included).
+    pub modern_requests: u64,
+    /// Requests refused -32022: their `_meta` named a version not spoken.
+    pub unsupported_version_refused: u64,
+    /// Requests refused -32602 for their `_meta`: not an object, a version
+    /// that is not a string, or a modern request (or one in a session that
+    /// began modern) without the required keys.
+    pub missing_meta_refused: u64,
 }
 
 /// What the client said about itself in the `initialize` that was answered,
-/// kept within the same bounds as the server's own (at most
-/// [`MAX_SERVER_INFO_BYTES`] + [`MAX_CAPABILITIES_BYTES`]).
+/// or in the `_meta` of a modern request, kept within the same bounds as
+/// the server's own (at most [`MAX_SERVER_INFO_BYTES`] +
+/// [`MAX_CAPABILITIES_BYTES`]).
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct ClientHello {
-    /// The protocol version answered.
+    /// The protocol version answered (`initialize`), or the one the modern
+    /// request named.
     pub protocol_version: &'static str,
     /// The client's `clientInfo`; `None` when absent, malformed or above
     /// [`MAX_SERVER_INFO_BYTES`].
@@ -452,6 +531,141 @@ pub(crate) enum Route {
     Handler,
 }
 
+/// The revision one request is handled under, and the client's context
+/// that goes with it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Revision {
+    /// The protocol version; `None`: a request before `initialize` (or one
+    /// without a version under the way out), served as always.
+    pub(crate) version: Option<&'static str>,
+    /// What the client said about itself: in the request's `_meta`, else
+    /// in `initialize`.
+    pub(crate) client: Option<Arc<ClientHello>>,
+}
+
+impl Revision {
+    /// Whether results must take the 2026-07-28 shape.
+    pub(crate) fn is_modern(&self) -> bool {
+        self.version.is_some_and(is_modern)
+    }
+}
+
+/// What a request's `params._meta` says of its revision.
+enum Meta<'a> {
+    /// No `_meta`, or one without a protocol version.
+    Absent,
+    /// A `_meta` naming a version (as sent, maybe not one spoken).
+    Named {
+        version: Cow<'a, str>,
+        capabilities: Option<&'a RawValue>,
+        info: Option<&'a RawValue>,
+    },
+    /// A `_meta` that is not an object, or a version that is not a string.
+    Malformed(String),
+}
+
+fn read_meta(params: Option<&RawValue>) -> Meta<'_> {
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(rename = "_meta", default, borrow)]
+        meta: Option<&'a RawValue>,
+    }
+    // The names are those of `META_*` (a test checks they agree).
+    #[derive(Deserialize)]
+    struct Context<'a> {
+        #[serde(rename = "io.modelcontextprotocol/protocolVersion", default, borrow)]
+        version: Option<Cow<'a, str>>,
+        #[serde(rename = "io.modelcontextprotocol/clientCapabilities", default, borrow)]
+        capabilities: Option<&'a RawValue>,
+        #[serde(rename = "io.modelcontextprotocol/clientInfo", default, borrow)]
+        info: Option<&'a RawValue>,
+    }
+    // Params that are not an object carry no `_meta` (the method's own
+    // checks refuse them).
+    let Some(meta) = params
+        .filter(|p| p.get().trim_start().starts_with('{'))
+        .and_then(|p| serde_json::from_str::<Params<'_>>(p.get()).ok())
+        .and_then(|p| p.meta)
+    else {
+        return Meta::Absent;
+    };
+    if !meta.get().starts_with('{') {
+        return Meta::Malformed("_meta is not an object".to_owned());
+    }
+    match serde_json::from_str::<Context<'_>>(meta.get()) {
+        Ok(Context {
+            version: Some(version),
+            capabilities,
+            info,
+        }) => Meta::Named {
+            version,
+            capabilities,
+            info,
+        },
+        Ok(_) => Meta::Absent,
+        Err(e) => Meta::Malformed(format!("_meta: {e}")),
+    }
+}
+
+/// The client's context, bounded: a malformed or oversized part is dropped.
+fn client_hello(
+    version: &'static str,
+    info: Option<&RawValue>,
+    capabilities: Option<&RawValue>,
+) -> ClientHello {
+    ClientHello {
+        protocol_version: version,
+        client_info: info
+            .and_then(|i| serde_json::from_str::<Implementation>(i.get()).ok())
+            .filter(|i| i.name.len() + i.version.len() <= MAX_SERVER_INFO_BYTES),
+        capabilities: capabilities
+            .filter(|c| c.get().len() <= MAX_CAPABILITIES_BYTES && c.get().starts_with('{'))
+            .map(ToOwned::to_owned),
+    }
+}
+
+/// Error -32022 for a request naming `requested`, with the versions spoken.
+fn unsupported_version(requested: &str) -> ErrorObject {
+    #[derive(Serialize)]
+    struct Data<'a> {
+        requested: &'a str,
+        supported: &'static [&'static str],
+    }
+    let mut cut = requested.len().min(MAX_ECHOED_VERSION_BYTES);
+    while !requested.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut e = ErrorObject::new(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version");
+    e.data = to_raw(&Data {
+        requested: &requested[..cut],
+        supported: SUPPORTED_PROTOCOL_VERSIONS,
+    })
+    .ok();
+    e
+}
+
+fn missing_meta(what: &str) -> ErrorObject {
+    ErrorObject::new(
+        INVALID_PARAMS,
+        format!("request _meta is missing or has malformed required fields: {what}"),
+    )
+}
+
+/// `result` in the shape a modern request's result must have: with
+/// `"resultType":"complete"` when it has no `resultType`, and for a
+/// `cacheable` method `"ttlMs":0` and `"cacheScope":"private"` when absent.
+/// `None`: keep `result` as it is (complete already, or not an object).
+pub(crate) fn modern_result(result: &RawValue, cacheable: bool) -> Option<Box<RawValue>> {
+    const COMPLETE: (&str, &str) = ("resultType", r#""complete""#);
+    let fields: &[(&str, &str)] = if cacheable {
+        &[COMPLETE, ("ttlMs", "0"), ("cacheScope", r#""private""#)]
+    } else {
+        &[COMPLETE]
+    };
+    // `insert_missing` only adds valid members to a valid object.
+    RawValue::from_string(insert_missing(result.get(), fields)?).ok()
+}
+
 /// Answers the protocol basics of one session from a [`ServerBasics`]
 /// (see [`ServerBasics`]). Sans-IO; the serve lifecycle calls it for
 /// each admitted request.
@@ -461,6 +675,11 @@ pub(crate) struct BasicsRouter {
     protocol_version: Option<&'static str>,
     /// Shared with every handler started after `initialize`.
     client: Option<Arc<ClientHello>>,
+    /// The session began with `server/discover` or a modern request,
+    /// before any `initialize`: a request must then say its revision.
+    began_modern: bool,
+    /// The context of the last modern request, for the report.
+    last_modern: Option<Arc<ClientHello>>,
     metrics: BasicsMetrics,
 }
 
@@ -471,6 +690,8 @@ impl BasicsRouter {
             basics,
             protocol_version: None,
             client: None,
+            began_modern: false,
+            last_modern: None,
             metrics: BasicsMetrics::default(),
         }
     }
@@ -486,23 +707,76 @@ impl BasicsRouter {
         self.client.as_ref()
     }
 
+    /// What the client said in the `_meta` of the last modern request.
+    pub(crate) fn last_modern_client(&self) -> Option<&Arc<ClientHello>> {
+        self.last_modern.as_ref()
+    }
+
+    /// Whether the session began with `server/discover` or a modern request.
+    pub(crate) fn began_modern(&self) -> bool {
+        self.began_modern
+    }
+
     /// The counters so far.
     pub(crate) fn metrics(&self) -> &BasicsMetrics {
         &self.metrics
     }
 
-    /// Where `request` goes: answered here, or to the handler.
+    /// Where `request` goes — answered here, or to the handler — and the
+    /// revision it is handled under (an answer here is in the legacy
+    /// shape; the lifecycle gives a modern one its 2026-07-28 fields).
     #[must_use]
-    pub(crate) fn route(&mut self, request: &Request) -> Route {
-        if !self.basics.answer {
-            return Route::Handler;
-        }
+    pub(crate) fn route(&mut self, request: &Request) -> (Route, Revision) {
         let method = request.method.as_str();
-        if self.protocol_version.is_none() && method != INITIALIZE && method != PING {
+        let meta = read_meta(request.params.as_deref());
+        if !self.basics.answer {
+            let revision = match meta {
+                Meta::Named {
+                    version,
+                    capabilities,
+                    info,
+                } => match spoken(&version) {
+                    Some(v) => Revision {
+                        version: Some(v),
+                        client: Some(Arc::new(client_hello(v, info, capabilities))),
+                    },
+                    None => Revision::default(),
+                },
+                _ => Revision::default(),
+            };
+            return (Route::Handler, revision);
+        }
+        if method == INITIALIZE {
+            let answer = self.initialize(request.params.as_deref());
+            self.metrics.answered += 1;
+            return (Route::Answer(answer), Revision::default());
+        }
+        let revision = match self.revision_of(method, meta) {
+            Ok(r) => r,
+            Err(e) => {
+                self.metrics.answered += 1;
+                return (Route::Answer(Err(e)), Revision::default());
+            }
+        };
+        let modern = revision.is_modern();
+        if modern {
+            self.metrics.modern_requests += 1;
+        }
+        if revision.version.is_none() && method != PING {
             self.metrics.requests_before_initialize += 1;
         }
         let answer = match method {
-            INITIALIZE => self.initialize(request.params.as_deref()),
+            DISCOVER => {
+                self.metrics.discovers_answered += 1;
+                self.discover()
+            }
+            PING | SET_LEVEL if modern => {
+                self.metrics.method_not_found += 1;
+                Err(ErrorObject::new(
+                    METHOD_NOT_FOUND,
+                    format!("Method not found: {method} (removed in 2026-07-28)"),
+                ))
+            }
             PING => Ok(empty_object()),
             _ if !self.basics.serves(method) => {
                 self.metrics.method_not_found += 1;
@@ -514,17 +788,102 @@ impl BasicsRouter {
             "tools/list" if !self.basics.tools.is_empty() => self.tools_list(),
             "tools/call" if !self.basics.tools.is_empty() => {
                 match self.check_tool_call(request.params.as_deref()) {
-                    Ok(()) => return Route::Handler,
+                    Ok(()) => return (Route::Handler, revision),
                     Err(e) => {
                         self.metrics.unknown_tools += 1;
                         Err(e)
                     }
                 }
             }
-            _ => return Route::Handler,
+            _ => return (Route::Handler, revision),
         };
         self.metrics.answered += 1;
-        Route::Answer(answer)
+        (Route::Answer(answer), revision)
+    }
+
+    /// The revision of a request other than `initialize` (see
+    /// [`ServerBasics`], "The revisions spoken"), or the error refusing it.
+    fn revision_of(&mut self, method: &str, meta: Meta<'_>) -> Result<Revision, ErrorObject> {
+        let discover = method == DISCOVER;
+        let revision = match meta {
+            Meta::Malformed(why) => {
+                self.metrics.missing_meta_refused += 1;
+                return Err(missing_meta(&why));
+            }
+            Meta::Named {
+                version,
+                capabilities,
+                info,
+            } => {
+                let Some(v) = spoken(&version) else {
+                    self.metrics.unsupported_version_refused += 1;
+                    return Err(unsupported_version(&version));
+                };
+                if is_modern(v)
+                    && !discover
+                    && !capabilities.is_some_and(|c| c.get().starts_with('{'))
+                {
+                    self.metrics.missing_meta_refused += 1;
+                    return Err(missing_meta(META_CLIENT_CAPABILITIES));
+                }
+                let hello = Arc::new(client_hello(v, info, capabilities));
+                if is_modern(v) {
+                    self.last_modern = Some(hello.clone());
+                }
+                Revision {
+                    version: Some(v),
+                    client: Some(hello),
+                }
+            }
+            Meta::Absent => match self.protocol_version {
+                Some(v) => Revision {
+                    version: Some(v),
+                    client: self.client.clone(),
+                },
+                // Lenient: a discover without `_meta` is answered in the newest revision.
+                None if discover => Revision {
+                    version: Some(MODERN_DEFAULT),
+                    client: None,
+                },
+                None if self.began_modern => {
+                    self.metrics.missing_meta_refused += 1;
+                    return Err(missing_meta(&format!(
+                        "{META_PROTOCOL_VERSION}, {META_CLIENT_CAPABILITIES}"
+                    )));
+                }
+                None => Revision::default(),
+            },
+        };
+        if self.protocol_version.is_none() && (discover || revision.is_modern()) {
+            self.began_modern = true;
+        }
+        Ok(revision)
+    }
+
+    fn discover(&self) -> Result<Box<RawValue>, ErrorObject> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct DiscoverResult<'a> {
+            result_type: &'static str,
+            supported_versions: &'static [&'static str],
+            capabilities: &'a Map<String, Value>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            instructions: Option<&'a str>,
+            ttl_ms: u64,
+            cache_scope: &'static str,
+            #[serde(rename = "_meta")]
+            meta: BTreeMap<&'static str, &'a Implementation>,
+        }
+        to_raw(&DiscoverResult {
+            result_type: "complete",
+            supported_versions: SUPPORTED_PROTOCOL_VERSIONS,
+            capabilities: &self.basics.answered_capabilities(),
+            instructions: self.basics.instructions.as_deref(),
+            ttl_ms: 0,
+            cache_scope: "private",
+            meta: BTreeMap::from([(META_SERVER_INFO, &self.basics.server_info)]),
+        })
+        .map_err(internal)
     }
 
     fn initialize(&mut self, params: Option<&RawValue>) -> Result<Box<RawValue>, ErrorObject> {
@@ -568,17 +927,7 @@ impl BasicsRouter {
             instructions: self.basics.instructions.clone(),
         };
         let raw = to_raw(&result).map_err(internal)?;
-        let client = ClientHello {
-            protocol_version: version,
-            client_info: params
-                .client_info
-                .and_then(|i| serde_json::from_str::<Implementation>(i.get()).ok())
-                .filter(|i| i.name.len() + i.version.len() <= MAX_SERVER_INFO_BYTES),
-            capabilities: params
-                .capabilities
-                .filter(|c| c.get().len() <= MAX_CAPABILITIES_BYTES && c.get().starts_with('{'))
-                .map(ToOwned::to_owned),
-        };
+        let client = client_hello(version, params.client_info, params.capabilities);
         tracing::debug!(
             // Bounded: a client's version string can be as long as a frame.
             asked_len = params.protocol_version.len(),
@@ -625,6 +974,17 @@ impl BasicsRouter {
     }
 }
 
+/// The revision a discover without `_meta` is answered in: the newest.
+const MODERN_DEFAULT: &str = SUPPORTED_PROTOCOL_VERSIONS[0];
+
+/// `version` as one of [`SUPPORTED_PROTOCOL_VERSIONS`], if it is one.
+fn spoken(version: &str) -> Option<&'static str> {
+    SUPPORTED_PROTOCOL_VERSIONS
+        .iter()
+        .find(|v| **v == version)
+        .copied()
+}
+
 fn empty_object() -> Box<RawValue> {
     // `{}` is valid JSON.
     RawValue::from_string("{}".to_owned()).expect("`{}` is valid JSON")
@@ -639,7 +999,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::session::handshake::{LATEST_HANDSHAKE_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
+    use crate::session::handshake::{LATEST_HANDSHAKE_VERSION, META_CLIENT_INFO};
     use crate::wire::message::Id;
 
     fn request(method: &str, params: Option<Value>) -> Request {
@@ -651,7 +1011,7 @@ mod tests {
     }
 
     fn answer(router: &mut BasicsRouter, method: &str, params: Option<Value>) -> Value {
-        match router.route(&request(method, params)) {
+        match router.route(&request(method, params)).0 {
             Route::Answer(Ok(v)) => serde_json::from_str(v.get()).unwrap(),
             Route::Answer(Err(e)) => json!({"error": e.code, "message": e.message}),
             Route::Handler => json!("handler"),
@@ -980,11 +1340,306 @@ mod tests {
         }
         let bound = b.largest_answer();
         let mut r = BasicsRouter::new(b);
-        for (m, p) in [("initialize", init("2025-06-18")), ("tools/list", None)] {
-            let Route::Answer(Ok(v)) = r.route(&request(m, p)) else {
+        for (m, p) in [
+            ("initialize", init("2025-06-18")),
+            ("tools/list", None),
+            ("server/discover", modern(json!({}))),
+            ("tools/list", modern(json!({}))),
+        ] {
+            let (Route::Answer(Ok(v)), rev) = r.route(&request(m, p)) else {
                 panic!("{m} not answered")
+            };
+            let v = if rev.is_modern() {
+                modern_result(&v, CACHEABLE_METHODS.contains(&m)).unwrap_or(v)
+            } else {
+                v
             };
             assert!(v.get().len() <= bound, "{m}: {} > {bound}", v.get().len());
         }
+    }
+
+    // ---- the 2026-07-28 revision ----
+
+    /// `params` with a modern `_meta` (version, capabilities, info) added.
+    fn modern(mut params: Value) -> Option<Value> {
+        params["_meta"] = json!({
+            META_PROTOCOL_VERSION: "2026-07-28",
+            META_CLIENT_CAPABILITIES: {"elicitation": {}},
+            META_CLIENT_INFO: {"name": "modern-client", "version": "9"},
+            "progressToken": 7,
+        });
+        Some(params)
+    }
+
+    fn with_meta(meta: Value) -> Option<Value> {
+        Some(json!({"_meta": meta}))
+    }
+
+    /// What a request came to: `handler@VERSION`, `answer@VERSION` or the error code.
+    fn outcome(r: &mut BasicsRouter, method: &str, params: Option<Value>) -> String {
+        let (route, rev) = r.route(&request(method, params));
+        let v = rev.version.unwrap_or("none");
+        match route {
+            Route::Handler => format!("handler@{v}"),
+            Route::Answer(Ok(_)) => format!("answer@{v}"),
+            Route::Answer(Err(e)) => e.code.to_string(),
+        }
+    }
+
+    #[test]
+    fn revision_table_per_session_and_per_request() {
+        let m26 = |method_params: Value| modern(method_params);
+        let no_caps = with_meta(json!({META_PROTOCOL_VERSION: "2026-07-28"}));
+        let old_meta = with_meta(json!({META_PROTOCOL_VERSION: "2025-06-18"}));
+        let unknown =
+            with_meta(json!({META_PROTOCOL_VERSION: "2099-01-01", META_CLIENT_CAPABILITIES: {}}));
+        let echo = json!({"name": "echo", "arguments": {}});
+        // (session name, steps: (method, params, expected outcome))
+        type Step = (&'static str, Option<Value>, &'static str);
+        let sessions: Vec<(&str, Vec<Step>)> = vec![
+            (
+                "legacy: initialize 2025-11-25, then as today",
+                vec![
+                    ("tools/list", None, "answer@none"),
+                    ("ping", None, "answer@none"),
+                    ("initialize", init("2025-11-25"), "answer@none"),
+                    ("tools/list", None, "answer@2025-11-25"),
+                    ("tools/call", Some(echo.clone()), "handler@2025-11-25"),
+                    ("ping", None, "answer@2025-11-25"),
+                    // A request of a legacy session may still name its own revision.
+                    ("tools/list", m26(json!({})), "answer@2026-07-28"),
+                    ("ping", m26(json!({})), "-32601"),
+                    ("tools/list", unknown.clone(), "-32022"),
+                    ("server/discover", None, "answer@2025-11-25"),
+                ],
+            ),
+            (
+                "initialize asking 2026-07-28: the session is modern",
+                vec![
+                    ("initialize", init("2026-07-28"), "answer@none"),
+                    // No `_meta` needed: the session carries the context.
+                    ("tools/list", None, "answer@2026-07-28"),
+                    ("tools/call", Some(echo.clone()), "handler@2026-07-28"),
+                    ("ping", None, "-32601"),
+                    ("logging/setLevel", Some(json!({"level": "info"})), "-32601"),
+                ],
+            ),
+            (
+                "discover first: every request must say its revision",
+                vec![
+                    ("server/discover", None, "answer@2026-07-28"),
+                    ("tools/list", None, "-32602"),
+                    ("tools/list", no_caps.clone(), "-32602"),
+                    ("tools/list", m26(json!({})), "answer@2026-07-28"),
+                    ("tools/call", m26(echo.clone()), "handler@2026-07-28"),
+                    (
+                        "tools/call",
+                        old_meta.clone().map(|mut p| {
+                            p["name"] = json!("echo");
+                            p
+                        }),
+                        "handler@2025-06-18",
+                    ),
+                    ("ping", m26(json!({})), "-32601"),
+                    ("ping", None, "-32602"),
+                    ("tools/list", unknown.clone(), "-32022"),
+                    // A late initialize (a client falling back) is still answered.
+                    ("initialize", init("2025-11-25"), "answer@none"),
+                    ("tools/list", None, "answer@2025-11-25"),
+                ],
+            ),
+            (
+                "a modern request first: the same",
+                vec![
+                    ("tools/call", m26(echo.clone()), "handler@2026-07-28"),
+                    ("tools/list", None, "-32602"),
+                    ("server/discover", m26(json!({})), "answer@2026-07-28"),
+                ],
+            ),
+            (
+                "refusals before anything: the session stays legacy",
+                vec![
+                    ("tools/list", unknown.clone(), "-32022"),
+                    ("tools/list", no_caps.clone(), "-32602"),
+                    ("tools/list", with_meta(json!(5)), "-32602"),
+                    (
+                        "tools/list",
+                        with_meta(json!({META_PROTOCOL_VERSION: 2026})),
+                        "-32602",
+                    ),
+                    ("server/discover", unknown.clone(), "-32022"),
+                    // A handshake version in `_meta` needs no other key.
+                    ("tools/list", old_meta.clone(), "answer@2025-06-18"),
+                    // `_meta` without a version says nothing of the revision.
+                    (
+                        "tools/list",
+                        with_meta(json!({"progressToken": 1})),
+                        "answer@none",
+                    ),
+                    ("tools/list", None, "answer@none"),
+                ],
+            ),
+        ];
+        for (name, steps) in sessions {
+            let mut r = BasicsRouter::new(one_tool());
+            for (i, (method, params, want)) in steps.into_iter().enumerate() {
+                let got = outcome(&mut r, method, params.clone());
+                assert_eq!(got, want, "{name}: step {i}: {method} {params:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn discover_is_answered_in_the_2026_shape_even_with_basics_only() {
+        let mut r = BasicsRouter::new(one_tool());
+        let v = answer(&mut r, "server/discover", modern(json!({})));
+        assert_eq!(
+            v,
+            json!({
+                "resultType": "complete",
+                "supportedVersions": SUPPORTED_PROTOCOL_VERSIONS,
+                "capabilities": {"tools": {}},
+                "instructions": "say hi",
+                "ttlMs": 0,
+                "cacheScope": "private",
+                "_meta": {META_SERVER_INFO: {"name": "echo-server", "version": "1.2.3"}},
+            })
+        );
+        // A server that declares nothing still answers it; no instructions, no key.
+        let mut r = BasicsRouter::new(ServerBasics::default());
+        let v = answer(&mut r, "server/discover", None);
+        assert_eq!(v["capabilities"], json!({}));
+        assert!(v.get("instructions").is_none(), "{v}");
+        assert_eq!(v["_meta"][META_SERVER_INFO]["name"], "mcp-stdio");
+        assert_eq!(r.metrics().discovers_answered, 1);
+        assert_eq!(r.metrics().requests_before_initialize, 0);
+        assert!(r.began_modern());
+    }
+
+    #[test]
+    fn unsupported_version_names_the_versions_spoken_and_bounds_the_echo() {
+        let mut r = BasicsRouter::new(one_tool());
+        let long = "é".repeat(MAX_ECHOED_VERSION_BYTES);
+        for (asked, echoed) in [
+            ("2099-01-01".to_owned(), "2099-01-01".to_owned()),
+            (long.clone(), "é".repeat(MAX_ECHOED_VERSION_BYTES / 2)),
+        ] {
+            let (route, _) = r.route(&request(
+                "tools/list",
+                with_meta(json!({META_PROTOCOL_VERSION: asked, META_CLIENT_CAPABILITIES: {}})),
+            ));
+            let Route::Answer(Err(e)) = route else {
+                panic!("not refused")
+            };
+            assert_eq!(e.code, UNSUPPORTED_PROTOCOL_VERSION);
+            assert_eq!(e.message, "Unsupported protocol version");
+            let data: Value = serde_json::from_str(e.data.unwrap().get()).unwrap();
+            assert_eq!(
+                data,
+                json!({"requested": echoed, "supported": SUPPORTED_PROTOCOL_VERSIONS})
+            );
+        }
+        assert_eq!(r.metrics().unsupported_version_refused, 2);
+        assert!(!r.began_modern());
+    }
+
+    #[test]
+    fn modern_requests_lose_ping_and_set_level_and_are_counted() {
+        let mut b = one_tool();
+        b.capabilities(&json!({"logging": {}})).unwrap();
+        let mut r = BasicsRouter::new(b);
+        assert_eq!(
+            answer(&mut r, "ping", modern(json!({})))["error"],
+            METHOD_NOT_FOUND
+        );
+        let set = modern(json!({"level": "info"}));
+        assert_eq!(
+            answer(&mut r, "logging/setLevel", set)["error"],
+            METHOD_NOT_FOUND
+        );
+        assert_eq!(
+            answer(&mut r, "tools/list", modern(json!({})))["tools"][0]["name"],
+            "echo"
+        );
+        let m = r.metrics();
+        assert_eq!(m.modern_requests, 3);
+        assert_eq!(m.method_not_found, 2);
+        assert_eq!(m.requests_before_initialize, 0);
+        // A legacy client in another session keeps both.
+        let mut b = one_tool();
+        b.capabilities(&json!({"logging": {}})).unwrap();
+        let mut r = BasicsRouter::new(b);
+        assert_eq!(answer(&mut r, "ping", None), json!({}));
+        assert_eq!(answer(&mut r, "logging/setLevel", None), json!("handler"));
+    }
+
+    #[test]
+    fn the_context_of_a_modern_request_is_kept_bounded_for_its_handler() {
+        let mut r = BasicsRouter::new(one_tool());
+        let (_, rev) = r.route(&request("tools/call", modern(json!({"name": "echo"}))));
+        let hello = rev.client.expect("the request's context");
+        assert_eq!(hello.protocol_version, "2026-07-28");
+        assert_eq!(
+            hello.client_info,
+            Some(Implementation::new("modern-client", "9"))
+        );
+        assert_eq!(
+            hello.capabilities.as_ref().unwrap().get(),
+            r#"{"elicitation":{}}"#
+        );
+        assert_eq!(
+            r.last_modern_client().unwrap().client_info,
+            Some(Implementation::new("modern-client", "9"))
+        );
+        // Oversized or malformed parts are dropped, the request still served.
+        let big = with_meta(json!({
+            META_PROTOCOL_VERSION: "2026-07-28",
+            META_CLIENT_CAPABILITIES: {"x": "y".repeat(MAX_CAPABILITIES_BYTES)},
+            META_CLIENT_INFO: {"name": "n".repeat(MAX_SERVER_INFO_BYTES), "version": "1"},
+        }))
+        .map(|mut p| {
+            p["name"] = json!("echo");
+            p
+        });
+        let (route, rev) = r.route(&request("tools/call", big));
+        assert!(matches!(route, Route::Handler));
+        let hello = rev.client.unwrap();
+        assert!(hello.client_info.is_none() && hello.capabilities.is_none());
+    }
+
+    #[test]
+    fn modern_results_get_result_type_and_cacheable_ones_ttl_and_scope() {
+        let raw = |s: &str| RawValue::from_string(s.to_owned()).unwrap();
+        let shaped = modern_result(&raw(r#"{"content":[]}"#), false).unwrap();
+        assert_eq!(shaped.get(), r#"{"resultType":"complete","content":[]}"#);
+        let shaped = modern_result(&raw(r#"{"tools":[]}"#), true).unwrap();
+        assert_eq!(
+            shaped.get(),
+            r#"{"resultType":"complete","ttlMs":0,"cacheScope":"private","tools":[]}"#
+        );
+        // What the handler set stays; a complete result is kept as it is.
+        let shaped = modern_result(&raw(r#"{"ttlMs":5000,"tools":[]}"#), true).unwrap();
+        let v: Value = serde_json::from_str(shaped.get()).unwrap();
+        assert_eq!(v["ttlMs"], 5000);
+        assert!(modern_result(&raw(r#"{"resultType":"task","task":{}}"#), false).is_none());
+        assert!(modern_result(&raw("[1]"), false).is_none());
+    }
+
+    #[test]
+    fn the_way_out_still_tells_the_handler_the_named_revision() {
+        let mut r = BasicsRouter::new(ServerBasics::passthrough());
+        for (method, params, want) in [
+            ("server/discover", modern(json!({})), "handler@2026-07-28"),
+            ("ping", modern(json!({})), "handler@2026-07-28"),
+            (
+                "tools/list",
+                with_meta(json!({META_PROTOCOL_VERSION: "2099-01-01"})),
+                "handler@none",
+            ),
+            ("tools/list", None, "handler@none"),
+        ] {
+            assert_eq!(outcome(&mut r, method, params), want, "{method}");
+        }
+        assert_eq!(r.metrics(), &BasicsMetrics::default());
     }
 }

@@ -166,6 +166,21 @@ pub enum NotifyError {
     /// The session is over: nothing more is written.
     #[error("the session is closed")]
     Closed,
+    /// The request the notification belongs to was cancelled, or was
+    /// answered: nothing more is sent for it (G7).
+    #[error("its request was cancelled or answered")]
+    RequestOver,
+}
+
+/// What a message queued for stdout is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// The response to this request.
+    Response(Id),
+    /// A notification, tied to its request when it has one.
+    Notification(Option<Id>),
+    /// An error reply the session wrote by itself.
+    Reply,
 }
 
 /// What became of a response handed to [`ServerSession::respond`].
@@ -236,6 +251,9 @@ pub struct ServerMetrics {
     pub cancels_malformed: u64,
     /// Responses dropped because their request was cancelled.
     pub responses_suppressed: u64,
+    /// Notifications tied to a request, still queued when the client
+    /// cancelled it: withdrawn, never written (G7).
+    pub notifications_withdrawn: u64,
     /// Results replaced by an error because they passed the wire limit.
     pub responses_too_large: u64,
     /// Session-written error replies dropped because the queue was full.
@@ -288,10 +306,9 @@ struct ServerState {
     finished: RecentIds,
     events: VecDeque<ServerEvent>,
     queued_notifications: usize,
-    /// Messages for stdout, each tagged with the request it answers (for
-    /// registry bookkeeping); `None` for notifications and session-written
-    /// replies.
-    outgoing: Outbox<Option<Id>>,
+    /// Messages for stdout, each tagged with what it is (for registry
+    /// bookkeeping, and so a cancel withdraws what belongs to its request).
+    outgoing: Outbox<Sent>,
     /// Bytes of notifications and session-written replies in `outgoing`.
     control_bytes: usize,
     input_closed: bool,
@@ -439,7 +456,7 @@ impl ServerSession {
                 }
             }
         };
-        s.outgoing.push(Some(id.clone()), bytes);
+        s.outgoing.push(Sent::Response(id.clone()), bytes);
         Ok(how)
     }
 
@@ -461,19 +478,31 @@ impl ServerSession {
         }
     }
 
-    /// Queues a server→client notification (progress, logging, list changes).
+    /// Queues a server→client notification not tied to a request (list
+    /// changes).
     pub fn notify(&mut self, method: &str, params: Option<&RawValue>) -> Result<(), NotifyError> {
-        let s = &mut self.state;
-        let bytes = encode_notification(method, params, s.framing.get_max_frame())?;
-        if s.control_bytes > 0 && s.control_bytes + bytes.len() > s.config.max_outgoing_bytes {
-            return Err(NotifyError::Backpressure {
-                queued: s.control_bytes,
-                limit: s.config.max_outgoing_bytes,
-            });
+        self.state
+            .queue_notification(Sent::Notification(None), method, params)
+    }
+
+    /// Queues a notification tied to the in-flight request `id` (progress,
+    /// logging). A cancel of `id` withdraws it while it is still queued
+    /// (counted in [`ServerMetrics::notifications_withdrawn`]); once `id`
+    /// was cancelled or left the registry it is refused with
+    /// [`NotifyError::RequestOver`] (G7: nothing for a cancelled request
+    /// leaves after the cancel).
+    pub fn notify_related(
+        &mut self,
+        id: &Id,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(), NotifyError> {
+        match self.state.registry.get(id).map(|e| e.state) {
+            Some(RequestState::Running) => {}
+            _ => return Err(NotifyError::RequestOver),
         }
-        s.control_bytes += bytes.len();
-        s.outgoing.push(None, bytes);
-        Ok(())
+        let tag = Sent::Notification(Some(id.clone()));
+        self.state.queue_notification(tag, method, params)
     }
 
     // ---- outputs ----
@@ -484,15 +513,15 @@ impl ServerSession {
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         let s = &mut self.state;
-        let (answers, bytes) = s.outgoing.pop()?;
+        let (sent, bytes) = s.outgoing.pop()?;
         s.metrics.stdout_bytes += bytes.len() as u64;
-        match answers {
-            Some(id) => {
+        match sent {
+            Sent::Response(id) => {
                 s.registry.remove(&id);
                 s.metrics.responses += 1;
                 s.remember_finished(id);
             }
-            None => s.control_bytes -= bytes.len(),
+            Sent::Notification(_) | Sent::Reply => s.control_bytes -= bytes.len(),
         }
         Some(bytes)
     }
@@ -500,12 +529,12 @@ impl ServerSession {
     /// The outgoing queue, and the message a loop is writing from it: the
     /// serve lifecycle fills its write slot here with
     /// [`poll_transmit`](Self::poll_transmit).
-    pub(crate) fn outbox_mut(&mut self) -> &mut Outbox<Option<Id>> {
+    pub(crate) fn outbox_mut(&mut self) -> &mut Outbox<Sent> {
         &mut self.state.outgoing
     }
 
     /// The outgoing queue, read only.
-    pub(crate) fn outbox(&self) -> &Outbox<Option<Id>> {
+    pub(crate) fn outbox(&self) -> &Outbox<Sent> {
         &self.state.outgoing
     }
 
@@ -529,6 +558,27 @@ struct CancelParams {
 }
 
 impl ServerState {
+    /// Queues a notification, within `max_outgoing_bytes`.
+    fn queue_notification(
+        &mut self,
+        tag: Sent,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(), NotifyError> {
+        let bytes = encode_notification(method, params, self.framing.get_max_frame())?;
+        if self.control_bytes > 0
+            && self.control_bytes + bytes.len() > self.config.max_outgoing_bytes
+        {
+            return Err(NotifyError::Backpressure {
+                queued: self.control_bytes,
+                limit: self.config.max_outgoing_bytes,
+            });
+        }
+        self.control_bytes += bytes.len();
+        self.outgoing.push(tag, bytes);
+        Ok(())
+    }
+
     fn on_frame_event(&mut self, now: Instant, ev: FrameEvent<'_>) {
         match ev {
             FrameEvent::Frame(text) => self.on_frame(now, &text),
@@ -673,6 +723,11 @@ impl ServerState {
             RequestState::Running => {
                 entry.state = RequestState::Cancelled;
                 self.metrics.cancels_running += 1;
+                // Its notifications still queued must not leave after the cancel (G7).
+                let related = Sent::Notification(Some(request_id.clone()));
+                let (n, freed) = self.outgoing.retain(|sent| *sent != related);
+                self.control_bytes -= freed;
+                self.metrics.notifications_withdrawn += n as u64;
                 self.events.push_back(ServerEvent::Cancelled {
                     id: request_id,
                     reason,
@@ -681,8 +736,8 @@ impl ServerState {
             RequestState::Queued => {
                 // The handler is done but no byte has left: drop the response.
                 self.registry.remove(&request_id);
-                self.outgoing
-                    .retain(|answers| answers.as_ref() != Some(&request_id));
+                let response = Sent::Response(request_id.clone());
+                self.outgoing.retain(|sent| *sent != response);
                 self.metrics.cancels_before_response += 1;
                 self.metrics.responses_suppressed += 1;
             }
@@ -702,7 +757,7 @@ impl ServerState {
             return;
         }
         self.control_bytes += bytes.len();
-        self.outgoing.push(None, bytes);
+        self.outgoing.push(Sent::Reply, bytes);
     }
 
     fn remember_finished(&mut self, id: Id) {

@@ -8,12 +8,17 @@
 //!   initialize, ping,  answered by `serve` itself from the options (`serve_tools::options`):
 //!   tools/list         the client's protocolVersion when supported (else the latest), capabilities
 //!                      {tools:{}}, serverInfo {name:"mcp-stdio-serve-tokio", version}, instructions;
-//!                      tools echo, slow, helper, whoami; -32601 for other methods, -32602 for other tools
+//!                      tools echo, slow, helper, whoami, ticker, revision; -32601 for other methods,
+//!                      -32602 for other tools; server/discover and 2026-07-28 requests too
 //!   tools/call         the handler:
 //!     echo {text}      content [{type:"text", text}]
 //!     slow {seconds}   waits `seconds` or until its cancel token fires, whichever is first
 //!     helper {seconds} runs `fixture-helper sleep seconds` under `run_helper`
-//!     whoami {}        the client's initialize as the handler sees it (`RequestContext::client`)
+//!     whoami {}        the client's initialize (or the request's 2026 `_meta`) as the handler sees it
+//!                      (`RequestContext::client`)
+//!     ticker {check_every?}  notifications/progress every ms until cancelled (the cancel looked at
+//!                      every `check_every` ticks), one more after it saw the cancel: `serve` drops it
+//!     revision {}      the request's protocol version as the handler sees it (`RequestContext::protocol_version`)
 //!                      bad arguments: -32602
 //! ```
 //!
@@ -32,8 +37,8 @@ use std::time::Duration;
 
 use mcp_stdio_core::{to_raw, ErrorObject, Notification, Request};
 use mcp_stdio_tests::serve_tools::{
-    cancelled, helper_command, helper_options, options, parse_tool_call, text_result, whoami,
-    CancelWatch, ToolCall,
+    cancelled, helper_command, helper_options, options, parse_tool_call, revision, text_result,
+    tick, whoami, CancelWatch, ToolCall, MAX_TICKS, TICK_INTERVAL,
 };
 use mcp_stdio_tokio::{serve, Handler, HandlerResult, RequestContext};
 use serde_json::Value;
@@ -61,6 +66,22 @@ async fn tools_call(call: ToolCall, ctx: &RequestContext) -> Result<Value, Error
     match call {
         ToolCall::Echo(text) => Ok(text_result(&text)),
         ToolCall::WhoAmI => Ok(text_result(&whoami(ctx.client()))),
+        ToolCall::Revision => Ok(text_result(&revision(ctx.protocol_version()))),
+        ToolCall::Ticker { token, check_every } => {
+            for n in 1..=MAX_TICKS {
+                ctx.notify("notifications/progress", Some(tick(&token, n)))
+                    .await;
+                // Work that does not yield: only the token stops it.
+                std::thread::sleep(TICK_INTERVAL);
+                if n % check_every == 0 && ctx.cancel_token().is_cancelled() {
+                    // One more after the cancel was seen: `serve` must drop it (G7).
+                    ctx.notify("notifications/progress", Some(tick(&token, n + 1)))
+                        .await;
+                    return Err(cancelled());
+                }
+            }
+            Ok(text_result("ticked"))
+        }
         ToolCall::Slow(seconds) => {
             let token = ctx.cancel_token().clone();
             let watch = CancelWatch::start(LOG, ctx.id().clone(), move || token.is_cancelled());
