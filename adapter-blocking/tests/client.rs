@@ -19,7 +19,10 @@ use serde_json::json;
 fn start(flags: &[&str], options: ClientOptions) -> Client {
     let client = Client::spawn(&fixture(flags), options).expect("spawning the fixture server");
     let init = client.initialize().expect("initialize");
-    assert_eq!(init.server_info.name, "fixture-server");
+    assert_eq!(
+        init.server_info.as_ref().expect("serverInfo").name,
+        "fixture-server"
+    );
     client
 }
 
