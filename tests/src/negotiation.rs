@@ -358,6 +358,43 @@ pub fn modern_session_stamps_requests_and_refuses_server_requests<A: Adapter>() 
     leaks.assert_none_left();
 }
 
+/// A server that never answers unknown methods still connects: the probe
+/// times out (bounded by `discover_timeout`), is not cancelled (the spec
+/// forbids cancelling the handshake), and `initialize` follows.
+pub fn probe_timeout_falls_back_to_initialize_without_a_cancel<A: Adapter>() {
+    let mut leaks = LeakCheck::new::<A>("probe_timeout");
+    let mut o = options(1 << 20);
+    let probe = Duration::from_secs(1);
+    o.discover_timeout(probe);
+    let client = spawn::<A>(&mut leaks, fixture_server(&["--ignore-unknown"]), o);
+    let t = Instant::now();
+    let n = client
+        .initialize()
+        .unwrap_or_else(|e| panic!("{}: initialize: {e}", A::NAME));
+    let took = t.elapsed();
+    assert_eq!(n.via, NegotiatedVia::Initialize, "{n:?}");
+    assert_eq!(n.fallback, Some(FallbackReason::ProbeTimedOut(probe)));
+    assert!(took >= probe && took < Duration::from_secs(6), "{took:?}");
+    crate::suite::ping_within(&*client, PROMPT);
+    let m = metrics(&*client);
+    assert_eq!(
+        (m.timeouts, m.cancels_sent),
+        (1, 0),
+        "server/discover was cancelled"
+    );
+    let (record, _) = crate::suite::shutdown_within::<A>(client, crate::suite::LONG);
+    assert!(
+        !record.stderr_tail.contains("cancel"),
+        "{}",
+        record.stderr_tail
+    );
+    eprintln!(
+        "{}: connected after a {probe:?} probe timeout in {took:?}",
+        A::NAME
+    );
+    leaks.assert_none_left();
+}
+
 /// A request's timeout is a hard maximum: progress notifications for it
 /// (every 50 ms) do not extend it. The request times out at its deadline,
 /// and the notifications did arrive meanwhile.
@@ -417,6 +454,7 @@ macro_rules! negotiation_suite {
             pinned_handshake_client_against_each_server,
             modern_session_stamps_requests_and_refuses_server_requests,
             timeout_is_a_hard_maximum_while_progress_arrives,
+            probe_timeout_falls_back_to_initialize_without_a_cancel,
         );
     };
     (@each $adapter:ty; $($name:ident),* $(,)?) => {

@@ -102,6 +102,8 @@
 //!   --ignore-sigterm             SIGTERM is blocked and consumed by a sigwait thread, which logs
 //!                                `fixture: SIGTERM received and ignored`; SIGKILL still works
 //!   --exit-code N                exit status on stdin EOF (default 0)
+//!   --ignore-unknown             unknown methods (`server/discover` included) get no answer at
+//!                                all (logged as `request N ignored`), as some servers do
 //!
 //! Revision flag
 //!   --modern                     speaks protocol 2026-07-28 only: `server/discover` lists it,
@@ -172,6 +174,7 @@ USAGE: fixture-server [FLAGS]   (an MCP server over stdio that misbehaves on dem
   --exit-code N                exit status on stdin EOF (default 0)
   --eof-grace-ms MS            bound on in-flight work at stdin EOF (default 5000)
   --modern                     speak protocol 2026-07-28 only (server/discover; _meta required)
+  --ignore-unknown             never answer unknown methods
 Tools: echo big big_exact big_id_last big_no_id huge_field many_blocks slow slow_io subprocess stop_reading
        stream_then_result stderr_flood notify_then_result progress server_request
        result_then_flood stdout_noise stdout_invalid_utf8 bad_utf8_result escape_grandchild
@@ -201,6 +204,7 @@ struct Opts {
     exit_code: i32,
     eof_grace: Duration,
     modern: bool,
+    ignore_unknown: bool,
 }
 
 fn parse_opts() -> Opts {
@@ -222,6 +226,7 @@ fn parse_opts() -> Opts {
             "--stdout-log-between" => opts.stdout_log_between = true,
             "--malformed-after-init" => opts.malformed_after_init = true,
             "--modern" => opts.modern = true,
+            "--ignore-unknown" => opts.ignore_unknown = true,
             "--oversized-on-init" => opts.oversized_on_init = Some(to_usize(value(&arg))),
             "--respond-unknown-id" => opts.respond_unknown_id = true,
             "--late-response-after-cancel" => opts.late_response_after_cancel = true,
@@ -607,6 +612,11 @@ fn handle_request(server: &Arc<Server>, method: String, id: Value, msg: Value) {
             "server/discover" if server.opts.modern => Outcome::Result(discover_result()),
             "tools/list" => Outcome::Result(tools_list()),
             "tools/call" => call_tool(&server, &id, &key, &entry, &msg),
+            _ if server.opts.ignore_unknown => {
+                log(&format!("request {key} ignored"));
+                lock(&server.inflight).remove(&key);
+                return;
+            }
             other => Outcome::Error(-32601, format!("method not found: {other}")),
         };
         finish(&server, &id, &key, &entry, outcome);
