@@ -50,7 +50,10 @@ fn options(max_frame: usize) -> ClientOptions {
 async fn start(flags: &[&str], options: ClientOptions) -> Client {
     let client = Client::spawn(&spec(flags), options).expect("spawn the fixture server");
     let init = client.initialize().await.expect("initialize");
-    assert_eq!(init.server_info.name, "fixture-server");
+    assert_eq!(
+        init.server_info.as_ref().expect("serverInfo").name,
+        "fixture-server"
+    );
     client
 }
 

@@ -36,7 +36,10 @@ fn client_and_serve_end_to_end_with_cancel_and_stdin_eof() {
         )
         .expect("spawn");
         let init = client.initialize().await.expect("initialize");
-        assert_eq!(init.server_info.name, "async-std-example");
+        assert_eq!(
+            init.server_info.as_ref().expect("serverInfo").name,
+            "async-std-example"
+        );
         let echo = |text: &str| {
             Some(to_raw(&json!({"name": "echo", "arguments": {"text": text}})).expect("JSON"))
         };

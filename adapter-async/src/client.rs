@@ -17,7 +17,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,6 @@ use futures_lite::Stream;
 pub use mcp_stdio_core::CancelHandle;
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_core::Signal;
-use mcp_stdio_core::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::{
     CallCancel, CancelRegistry, ClientDriver, DriverAction, DriverInput, DriverOutput,
     ReplyChannel, ABANDONED,
@@ -36,6 +35,7 @@ use mcp_stdio_core::{ChildStream, Note, NoteLevel};
 use mcp_stdio_core::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
 use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
+use mcp_stdio_core::{Negotiated, Negotiation, NegotiationStep};
 use mcp_stdio_sys::log_relay::{self, forward_server_stderr, Level};
 use mcp_stdio_sys::{ProcessGroup, Signalled};
 
@@ -220,8 +220,9 @@ pub struct Client<R: Runtime> {
     pid: u32,
     group: ProcessGroup,
     finished: Arc<AtomicBool>,
-    client_info: mcp_stdio_core::Implementation,
-    client_capabilities: Option<Box<RawValue>>,
+    /// A fresh negotiation under the options' policy, for `initialize`.
+    negotiation: Negotiation,
+    negotiated: OnceLock<Negotiated>,
     request_timeout: Option<Duration>,
     runtime: PhantomData<fn() -> R>,
 }
@@ -281,8 +282,7 @@ impl<R: Runtime> Client<R> {
         });
 
         let request_timeout = options.get_session().get_default_timeout();
-        let client_info = options.get_client_info().clone();
-        let client_capabilities = options.get_client_capabilities().map(ToOwned::to_owned);
+        let negotiation = options.negotiation();
         let now = Instant::now();
         let mut core = ClientDriver::new(options, pid, now, cancels.clone());
         // A pipe that could not be set up is at its end from the start.
@@ -341,8 +341,8 @@ impl<R: Runtime> Client<R> {
             pid,
             group,
             finished,
-            client_info,
-            client_capabilities,
+            negotiation,
+            negotiated: OnceLock::new(),
             request_timeout,
             runtime: PhantomData,
         };
@@ -361,18 +361,50 @@ impl<R: Runtime> Client<R> {
         self.group.signal(signal)
     }
 
-    /// The MCP handshake: `initialize` with the latest protocol version, the
-    /// server's answer checked (version negotiation), then
-    /// `notifications/initialized`. Notifications the server sends before its
-    /// answer are kept for [`next_incoming`](Self::next_incoming).
-    pub async fn initialize(&self) -> Result<InitializeResult, InitializeError> {
-        let params = initialize_params(&self.client_info, self.client_capabilities.as_deref());
-        let result = self
-            .request_with_timeout("initialize", Some(params), self.request_timeout)
-            .await?;
-        let init = check_initialize_result(result.get())?;
-        self.notify("notifications/initialized", None).await?;
-        Ok(init)
+    /// Agrees on a protocol revision with the server, under the options'
+    /// [`VersionPolicy`](mcp_stdio_core::VersionPolicy): by default a
+    /// `server/discover` probe (2026-07-28) and, when it does not settle a
+    /// modern version, the `initialize` handshake (then
+    /// `notifications/initialized`); see [`Negotiation`]. Once a modern
+    /// version is agreed, every request this client sends carries it and the
+    /// client's context in `_meta`, and requests from the server are
+    /// refused. Neither handshake request is ever cancelled. Notifications
+    /// the server sends meanwhile are kept for
+    /// [`next_incoming`](Self::next_incoming).
+    pub async fn initialize(&self) -> Result<Negotiated, InitializeError> {
+        let mut negotiation = self.negotiation.clone();
+        let mut step = negotiation.start();
+        let result = loop {
+            step = match step {
+                NegotiationStep::Request {
+                    method,
+                    params,
+                    timeout,
+                } => {
+                    let timeout = timeout.or(self.request_timeout);
+                    let outcome = self
+                        .request_with_timeout(method, Some(params), timeout)
+                        .await;
+                    negotiation.handle_response(outcome)
+                }
+                NegotiationStep::Notify { method } => {
+                    negotiation.handle_notified(self.notify(method, None).await)
+                }
+                NegotiationStep::Done(result) => break result?,
+            };
+        };
+        self.commands
+            .send(Command::Negotiated(Box::new(result.clone())))
+            .await
+            .map_err(|_| RequestError::from(SendError::Closed))?;
+        let _ = self.negotiated.set(result.clone());
+        Ok(result)
+    }
+
+    /// What [`initialize`](Self::initialize) agreed (its first success), if
+    /// it has run.
+    pub fn negotiated(&self) -> Option<&Negotiated> {
+        self.negotiated.get()
     }
 
     /// Sends a request with the configured default timeout and waits for its result.

@@ -12,7 +12,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let command = CommandSpec::from_argv(&argv).ok_or("usage: client SERVER_COMMAND [ARGS…]")?;
     let client = Client::spawn(&command, ClientOptions::default())?;
     let init = client.initialize()?;
-    eprintln!("connected to {}", init.server_info.name);
+    let name = init.server_info.as_ref().map_or("?", |i| i.name.as_str());
+    eprintln!("connected to {name} (protocol {})", init.protocol_version);
     let params = to_raw(&serde_json::json!({"name": "echo", "arguments": {"text": "hi"}}))?;
     match client.request_with_timeout("tools/call", Some(params), Some(Duration::from_secs(5))) {
         Ok(result) => eprintln!("echo: {}", result.get()),

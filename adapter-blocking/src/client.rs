@@ -36,7 +36,7 @@ use std::os::fd::OwnedFd;
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -44,13 +44,13 @@ pub use mcp_stdio_core::CancelHandle;
 use mcp_stdio_core::ChildStream;
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_core::Signal;
-use mcp_stdio_core::{check_initialize_result, initialize_params, InitializeResult};
 use mcp_stdio_core::{
     CancelRegistry, ClientDriver, DriverAction, DriverInput, DriverOutput, ReplyChannel, ABANDONED,
 };
 use mcp_stdio_core::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
 use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
+use mcp_stdio_core::{Negotiated, Negotiation, NegotiationStep};
 use mio::unix::pipe;
 use mio::{Events, Interest, Poll, Token, Waker};
 
@@ -277,8 +277,9 @@ pub struct Client {
     io_thread: Option<JoinHandle<Option<SessionRecord>>>,
     pid: u32,
     group: ProcessGroup,
-    client_info: mcp_stdio_core::Implementation,
-    client_capabilities: Option<Box<RawValue>>,
+    /// A fresh negotiation under the options' policy, for `initialize`.
+    negotiation: Negotiation,
+    negotiated: OnceLock<Negotiated>,
     request_timeout: Option<Duration>,
 }
 
@@ -292,8 +293,7 @@ impl Client {
     /// the thread that called `spawn` may exit). Elsewhere the server sees
     /// its stdin close.
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> io::Result<Self> {
-        let client_info = options.get_client_info().clone();
-        let client_capabilities = options.get_client_capabilities().map(ToOwned::to_owned);
+        let negotiation = options.negotiation();
         let request_timeout = options.get_session().get_default_timeout();
         let (driver, commands, shared) = Driver::spawn(command, options)?;
         let pid = driver.pid;
@@ -325,8 +325,8 @@ impl Client {
             io_thread: Some(io_thread),
             pid,
             group,
-            client_info,
-            client_capabilities,
+            negotiation,
+            negotiated: OnceLock::new(),
             request_timeout,
         })
     }
@@ -343,16 +343,46 @@ impl Client {
         self.group.signal(signal)
     }
 
-    /// The MCP handshake: `initialize` with the latest protocol version, the
-    /// server's answer checked (version negotiation), then
-    /// `notifications/initialized`. Notifications the server sends before its
-    /// answer are kept for [`next_incoming`](Self::next_incoming).
-    pub fn initialize(&self) -> Result<InitializeResult, InitializeError> {
-        let params = initialize_params(&self.client_info, self.client_capabilities.as_deref());
-        let result = self.request_with_timeout("initialize", Some(params), self.request_timeout)?;
-        let init = check_initialize_result(result.get())?;
-        self.notify("notifications/initialized", None)?;
-        Ok(init)
+    /// Agrees on a protocol revision with the server, under the options'
+    /// [`VersionPolicy`](mcp_stdio_core::VersionPolicy): by default a
+    /// `server/discover` probe (2026-07-28) and, when it does not settle a
+    /// modern version, the `initialize` handshake (then
+    /// `notifications/initialized`); see [`Negotiation`]. Once a modern
+    /// version is agreed, every request this client sends carries it and the
+    /// client's context in `_meta`, and requests from the server are
+    /// refused. Neither handshake request is ever cancelled. Notifications
+    /// the server sends meanwhile are kept for
+    /// [`next_incoming`](Self::next_incoming).
+    pub fn initialize(&self) -> Result<Negotiated, InitializeError> {
+        let mut negotiation = self.negotiation.clone();
+        let mut step = negotiation.start();
+        let result = loop {
+            step = match step {
+                NegotiationStep::Request {
+                    method,
+                    params,
+                    timeout,
+                } => {
+                    let timeout = timeout.or(self.request_timeout);
+                    let outcome = self.request_with_timeout(method, Some(params), timeout);
+                    negotiation.handle_response(outcome)
+                }
+                NegotiationStep::Notify { method } => {
+                    negotiation.handle_notified(self.notify(method, None))
+                }
+                NegotiationStep::Done(result) => break result?,
+            };
+        };
+        self.commands
+            .send(Command::Negotiated(Box::new(result.clone())))?;
+        let _ = self.negotiated.set(result.clone());
+        Ok(result)
+    }
+
+    /// What [`initialize`](Self::initialize) agreed (its first success), if
+    /// it has run.
+    pub fn negotiated(&self) -> Option<&Negotiated> {
+        self.negotiated.get()
     }
 
     /// Sends a request with the configured default timeout and blocks until

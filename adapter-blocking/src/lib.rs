@@ -75,5 +75,6 @@ pub use mcp_stdio_core::Deadline;
 pub use mcp_stdio_core::{BasicsError, ServerBasics};
 pub use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
 pub use mcp_stdio_core::{HelperOptions, HelperOutcome};
+pub use mcp_stdio_core::{Negotiated, NegotiatedVia, VersionPolicy};
 /// What [`Client::signal_group`] did.
 pub use mcp_stdio_sys::Signalled;

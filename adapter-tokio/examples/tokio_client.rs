@@ -15,9 +15,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     options.framer_mut().max_frame(4 << 20); // the wire limit, both ways
     let client = Client::spawn(&command, options)?;
     let init = client.initialize().await?;
+    // A 2026-07-28 server may leave its name out of `server/discover`.
+    let (name, version) = init
+        .server_info
+        .as_ref()
+        .map_or(("?", "?"), |i| (i.name.as_str(), i.version.as_str()));
     eprintln!(
-        "connected to {} {}",
-        init.server_info.name, init.server_info.version
+        "connected to {name} {version}: protocol {} via {:?}",
+        init.protocol_version, init.via
     );
 
     let tools = client.request("tools/list", None).await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mcp_stdio_core::ClientMetrics;
 use mcp_stdio_core::CommandSpec;
-use mcp_stdio_core::InitializeResult;
+use mcp_stdio_core::Negotiated;
 use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
 
@@ -52,7 +52,7 @@ pub trait SuiteClient: Send {
     /// The server's pid (= its process group id).
     fn pid(&self) -> u32;
     /// The MCP handshake.
-    fn initialize(&self) -> Result<InitializeResult, InitializeError>;
+    fn initialize(&self) -> Result<Negotiated, InitializeError>;
     /// A request with a timeout, waited for.
     fn request(
         &self,

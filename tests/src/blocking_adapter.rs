@@ -15,7 +15,7 @@ use mcp_stdio_blocking::{
 };
 use mcp_stdio_core::ClientMetrics;
 use mcp_stdio_core::CommandSpec;
-use mcp_stdio_core::InitializeResult;
+use mcp_stdio_core::Negotiated;
 use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::{Id, RawValue};
 
@@ -68,7 +68,7 @@ impl SuiteClient for BlockingClient {
         self.client().pid()
     }
 
-    fn initialize(&self) -> Result<InitializeResult, InitializeError> {
+    fn initialize(&self) -> Result<Negotiated, InitializeError> {
         self.client().initialize()
     }
 

@@ -182,7 +182,7 @@ pub fn require<T>(test: &str, found: Result<T, String>) -> Option<T> {
 }
 
 /// The server-everything command (`node <entry> stdio`), or `None` when skipped.
-fn server_everything(test: &str) -> Option<CommandSpec> {
+pub(crate) fn server_everything(test: &str) -> Option<CommandSpec> {
     let (node, node_version) = require(test, node())?;
     let entry = require(test, server_everything_entry())?;
     eprintln!("{test}: node {node_version}, {}", entry.display());
@@ -300,8 +300,8 @@ fn start_peer<A: Adapter>(
     eprintln!(
         "{test} [{}]: {} {} (protocol {}) pid {pid}: initialize in {init_took:?}, {} tools, echo({echo_arg}) prefix {echo_prefix:?}",
         A::NAME,
-        init.server_info.name,
-        init.server_info.version,
+        init.server_info.as_ref().map_or("?", |i| i.name.as_str()),
+        init.server_info.as_ref().map_or("?", |i| i.version.as_str()),
         init.protocol_version,
         tools.len()
     );

@@ -38,6 +38,7 @@ pub mod blocking_adapter;
 pub mod descriptors;
 pub mod helper_adapter;
 pub mod interop;
+pub mod negotiation;
 pub mod serve_tools;
 pub mod suite;
 pub mod tokio_adapter;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use mcp_stdio_core::ClientMetrics;
 use mcp_stdio_core::CommandSpec;
-use mcp_stdio_core::InitializeResult;
+use mcp_stdio_core::Negotiated;
 use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::{Id, RawValue};
 use mcp_stdio_tokio::{Client, IncomingMessage, PendingRequest};
@@ -80,7 +80,7 @@ impl SuiteClient for TokioClient {
         self.client().pid()
     }
 
-    fn initialize(&self) -> Result<InitializeResult, InitializeError> {
+    fn initialize(&self) -> Result<Negotiated, InitializeError> {
         self.rt.block_on(self.client().initialize())
     }
 

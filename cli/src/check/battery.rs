@@ -13,7 +13,7 @@ use mcp_stdio_core::{ClientMetrics, RequestFailure};
 use mcp_stdio_core::{ClientOptions, InitializeError, RequestError};
 use mcp_stdio_core::{CommandSpec, ExitStatus, SessionRecord};
 use mcp_stdio_core::{EndedBy, Signal};
-use mcp_stdio_core::{Implementation, InitializeResult, LATEST_HANDSHAKE_VERSION};
+use mcp_stdio_core::{Implementation, Negotiated, VersionPolicy, LATEST_HANDSHAKE_VERSION};
 use mcp_stdio_tokio::Client;
 use serde_json::{json, Value};
 
@@ -200,6 +200,9 @@ impl Battery<'_> {
         let mut options = ClientOptions::default();
         options.framer_mut().max_frame(self.s.max_frame);
         options.session_mut().default_timeout(Some(self.s.timeout));
+        // The battery checks the `initialize` handshake at one version (its
+        // rows say which); a check per revision is its own change.
+        options.version_policy(VersionPolicy::Pin(LATEST_HANDSHAKE_VERSION.to_owned()));
         options
             .stderr_pool(None)
             .client_info(Implementation::new(
@@ -236,7 +239,7 @@ impl Battery<'_> {
         })
     }
 
-    async fn initialize(&self, client: &Client) -> Result<(InitializeResult, Duration), String> {
+    async fn initialize(&self, client: &Client) -> Result<(Negotiated, Duration), String> {
         let t = Instant::now();
         match tokio::time::timeout(self.s.timeout + SLACK, client.initialize()).await {
             Ok(Ok(r)) => Ok((r, t.elapsed())),
@@ -336,7 +339,9 @@ impl Battery<'_> {
         let row1 = match self.initialize(&client).await {
             Ok((init, took)) => {
                 self.init_ok = true;
-                let info = &init.server_info;
+                // A handshake always names the server.
+                let unnamed = Implementation::new("", "");
+                let info = init.server_info.as_ref().unwrap_or(&unnamed);
                 Row::new(
                     INITIALIZE,
                     Status::Pass,

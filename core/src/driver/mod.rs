@@ -60,6 +60,7 @@ use crate::io_result::{ChildStream, Note, NoteLevel, ReadResult, WriteResult};
 use crate::outbox::Outgoing;
 use crate::process::supervisor::{ExitStatus, Signal};
 use crate::session::client::{ClientEvent, ClientMetrics, Incoming, RequestFailure};
+use crate::session::negotiate::Negotiated;
 use crate::wire::frame::ReadRoom;
 use crate::wire::message::{ErrorObject, Id, RawResult, RawValue};
 
@@ -149,6 +150,11 @@ pub enum Command<C: ReplyChannel> {
         /// Where the answer goes.
         reply: C::Sender<Result<(), RequestError>>,
     },
+    /// What `initialize` negotiated: from now on a modern session stamps
+    /// every request with its `_meta` and refuses the server's requests
+    /// (see [`ClientSession::stamp_requests`](crate::ClientSession::stamp_requests)).
+    /// Not answered: the queue's order puts it before any later command.
+    Negotiated(Box<Negotiated>),
     /// The session's counters.
     Metrics {
         /// Where they go.
@@ -167,6 +173,7 @@ impl<C: ReplyChannel> fmt::Debug for Command<C> {
             Self::Call { .. } => "Call",
             Self::Notify { .. } => "Notify",
             Self::Respond { .. } => "Respond",
+            Self::Negotiated(_) => "Negotiated",
             Self::Metrics { .. } => "Metrics",
             Self::Shutdown => "Shutdown",
             Self::Kill => "Kill",
@@ -881,6 +888,7 @@ impl<C: ReplyChannel> ClientDriver<C> {
                 let r = self.server.respond(&id, result.as_deref());
                 let _ = C::send(reply, r.map_err(Into::into));
             }
+            Command::Negotiated(n) => self.server.set_negotiated(&n, &self.options),
             Command::Metrics { reply } => {
                 let _ = C::send(reply, self.server.metrics());
             }

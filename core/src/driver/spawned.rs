@@ -26,6 +26,9 @@ use crate::session::client::{
     RequestFailure, SendError,
 };
 use crate::session::handshake::{HandshakeError, Implementation};
+use crate::session::negotiate::{
+    Negotiated, Negotiation, RequestStamp, VersionPolicy, DEFAULT_DISCOVER_TIMEOUT,
+};
 use crate::wire::frame::{FramerConfig, ReadRoom};
 use crate::wire::message::{ErrorObject, Id, RawValue};
 
@@ -154,6 +157,8 @@ pub struct ClientOptions {
     stderr_pool: Option<SharedRetentionPool>,
     client_info: Implementation,
     client_capabilities: Option<Box<RawValue>>,
+    version_policy: VersionPolicy,
+    discover_timeout: Duration,
 }
 
 impl Default for ClientOptions {
@@ -168,6 +173,8 @@ impl Default for ClientOptions {
             stderr_pool: Some(SharedRetentionPool::process()),
             client_info: Implementation::default(),
             client_capabilities: None,
+            version_policy: VersionPolicy::Auto,
+            discover_timeout: DEFAULT_DISCOVER_TIMEOUT,
         }
     }
 }
@@ -228,19 +235,61 @@ impl ClientOptions {
         self
     }
 
-    /// Sets who the client says it is in `initialize` (default `mcp-stdio`
-    /// and this crate's version).
+    /// Sets who the client says it is in `initialize`, `server/discover`
+    /// and the `_meta` of every modern request (default `mcp-stdio` and this
+    /// crate's version).
     pub fn client_info(&mut self, info: Implementation) -> &mut Self {
         self.client_info = info;
         self
     }
 
-    /// Sets the capabilities the client declares in `initialize`: a raw JSON
+    /// Sets the capabilities the client declares in `initialize` (and in
+    /// the `_meta` of every modern request): a raw JSON
     /// object, e.g. `{"roots":{"listChanged":true},"sampling":{}}` (default
     /// `None`, which sends `{}`).
     pub fn client_capabilities(&mut self, capabilities: Option<Box<RawValue>>) -> &mut Self {
         self.client_capabilities = capabilities;
         self
+    }
+
+    /// Sets which protocol revision `initialize` asks for (default
+    /// [`VersionPolicy::Auto`]: probe with `server/discover`, fall back to
+    /// the `initialize` handshake; a pin asks for one version only). See
+    /// [`Negotiation`](crate::Negotiation).
+    pub fn version_policy(&mut self, policy: VersionPolicy) -> &mut Self {
+        self.version_policy = policy;
+        self
+    }
+
+    /// Sets how long the automatic `server/discover` probe waits before
+    /// falling back to `initialize` (default
+    /// [`DEFAULT_DISCOVER_TIMEOUT`], 10 s). A pinned modern version waits
+    /// the session's default timeout instead.
+    pub fn discover_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.discover_timeout = timeout;
+        self
+    }
+
+    /// Which protocol revision `initialize` asks for.
+    pub fn get_version_policy(&self) -> &VersionPolicy {
+        &self.version_policy
+    }
+
+    /// How long the automatic probe waits.
+    pub fn get_discover_timeout(&self) -> Duration {
+        self.discover_timeout
+    }
+
+    /// A new negotiation of the protocol version with these options' policy,
+    /// client info, capabilities and probe timeout: what every adapter's
+    /// `Client::initialize` runs.
+    pub fn negotiation(&self) -> Negotiation {
+        Negotiation::new(
+            self.version_policy.clone(),
+            self.client_info.clone(),
+            self.client_capabilities.clone(),
+            self.discover_timeout,
+        )
     }
 
     /// The protocol session's limits.
@@ -307,7 +356,8 @@ impl ClientOptions {
     }
 }
 
-/// Why `initialize` failed.
+/// Why `initialize` (the negotiation of a protocol version, see
+/// [`Negotiation`](crate::Negotiation)) failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum InitializeError {
@@ -317,6 +367,14 @@ pub enum InitializeError {
     /// The server's answer cannot start a session.
     #[error(transparent)]
     Handshake(#[from] HandshakeError),
+    /// The server offers no protocol version this client speaks, or not the
+    /// pinned one: the versions it offers (a discover result's list, a
+    /// -32022 error's `supported`, or the one `initialize` answered).
+    #[error("no mutual protocol version: the server offers {offered:?}")]
+    NoMutualVersion {
+        /// The versions the server offers.
+        offered: Vec<String>,
+    },
 }
 
 /// Why a command failed: everything a request can end with, in one type.
@@ -603,6 +661,20 @@ impl SpawnedServer {
             return Err(SendError::Closed);
         }
         self.session.request(now, method, params, timeout)
+    }
+
+    /// What a negotiation agreed: a modern version stamps every request
+    /// from now on and refuses the server's requests; a handshake version
+    /// stamps nothing.
+    pub(crate) fn set_negotiated(&mut self, negotiated: &Negotiated, options: &ClientOptions) {
+        let stamp = negotiated.is_modern().then(|| {
+            RequestStamp::new(
+                &negotiated.protocol_version,
+                &options.client_info,
+                options.client_capabilities.as_deref(),
+            )
+        });
+        self.session.stamp_requests(stamp);
     }
 
     /// Sends a notification.

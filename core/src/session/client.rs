@@ -16,8 +16,14 @@
 //!   responses to our own requests are always admitted (they are bounded by
 //!   `max_in_flight`).
 //! - **G6**: a cancel and a timeout both send `notifications/cancelled`
-//!   (never for `initialize`), and a late response to a cancelled id is
-//!   ignored and counted.
+//!   (never for `initialize` or `server/discover`), and a late response to a
+//!   cancelled or timed-out id is ignored and counted.
+//! - **Modern sessions** (2026-07-28, once
+//!   [`stamp_requests`](ClientSession::stamp_requests) is set): every
+//!   request carries the protocol version and the client's context in
+//!   `params._meta`, merged with the caller's own `_meta`; a request from the
+//!   server is a protocol violation, answered -32601 and counted
+//!   ([`ClientMetrics::server_requests_refused`]), never delivered.
 //!
 //! # Worst-case memory
 //!
@@ -36,6 +42,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::outbox::Outbox;
+use crate::session::handshake::DISCOVER;
+use crate::session::negotiate::RequestStamp;
 use crate::session::violation_log::{warn_violation, ViolationLog, CLIENT_VIOLATION_TARGET};
 use crate::wire::frame::{
     refused_line_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery,
@@ -45,11 +53,18 @@ use crate::wire::idset::RecentIds;
 use crate::wire::message::{
     encode_error, encode_notification, encode_request, encode_result, wire_limit_error,
     wire_limit_message, DecodeError, EncodeError, ErrorObject, Id, Message, Notification,
-    Oversized, RawResult, RawValue, Request, INTERNAL_ERROR, MAX_FRAME_KNOB, SERVER_ERROR,
+    Oversized, RawResult, RawValue, Request, INTERNAL_ERROR, MAX_FRAME_KNOB, METHOD_NOT_FOUND,
+    SERVER_ERROR,
 };
 
 /// The method name of the MCP handshake request, which must never be cancelled.
 pub(crate) const INITIALIZE: &str = "initialize";
+
+/// Whether `method` opens a session (`initialize`, `server/discover`): such
+/// a request is never cancelled, on timeout or otherwise (G6).
+fn is_handshake(method: &str) -> bool {
+    method == INITIALIZE || method == DISCOVER
+}
 /// The method name of the MCP cancel notification.
 pub const CANCELLED: &str = "notifications/cancelled";
 
@@ -252,6 +267,10 @@ pub enum SendError {
     /// The message would pass the wire limit.
     #[error(transparent)]
     Encode(#[from] EncodeError),
+    /// In a modern session a request's params must be a JSON object, to
+    /// carry its `_meta`; these were not.
+    #[error("params must be a JSON object to carry the session's _meta")]
+    ParamsNotAnObject,
     /// The session is closed.
     #[error("session closed")]
     Closed,
@@ -421,6 +440,10 @@ pub struct ClientMetrics {
     pub unknown_id_responses: u64,
     /// Server→client requests received.
     pub server_requests: u64,
+    /// Server→client requests refused with -32601 because the session is
+    /// modern (2026-07-28: a server sends no requests; each is a protocol
+    /// violation), never delivered.
+    pub server_requests_refused: u64,
     /// Server→client notifications received.
     pub server_notifications: u64,
     /// Bytes handed to the adapter for the server's stdin.
@@ -431,7 +454,8 @@ pub struct ClientMetrics {
 
 #[derive(Debug)]
 struct Pending {
-    is_initialize: bool,
+    /// `initialize` or `server/discover`: never cancelled (G6).
+    is_handshake: bool,
     sent_at: Instant,
     deadline: Option<Instant>,
 }
@@ -488,6 +512,9 @@ struct SessionState {
     oversized_seen: u64,
     /// Rate limit of the warnings about the server's protocol violations.
     violations: ViolationLog,
+    /// A modern session's `_meta` for every request (`None`: a handshake
+    /// session, or not negotiated yet).
+    stamp: Option<RequestStamp>,
 }
 
 impl ClientSession {
@@ -510,6 +537,7 @@ impl ClientSession {
                 metrics: ClientMetrics::default(),
                 oversized_seen: 0,
                 violations: ViolationLog::default(),
+                stamp: None,
             },
             config,
         }
@@ -626,7 +654,13 @@ impl ClientSession {
                 continue;
             };
             self.state.metrics.timeouts += 1;
-            let cancel_sent = !p.is_initialize && self.state.queue_cancel(&id, "timeout");
+            let cancel_sent = if p.is_handshake {
+                // Not cancelled, but a late answer is still recognised.
+                self.state.remember_cancelled(id.clone());
+                false
+            } else {
+                self.state.queue_cancel(&id, "timeout")
+            };
             let after = p
                 .deadline
                 .unwrap_or(now)
@@ -664,6 +698,15 @@ impl ClientSession {
             });
         }
         let id = Id::Number(s.next_id);
+        let stamped = match &s.stamp {
+            Some(stamp) => Some(
+                stamp
+                    .apply(params.map(RawValue::get))
+                    .ok_or(SendError::ParamsNotAnObject)?,
+            ),
+            None => None,
+        };
+        let params = stamped.as_deref().or(params);
         let bytes = encode_request(&id, method, params, s.framing.get_max_frame())?;
         s.check_room(bytes.len())?;
         s.next_id += 1;
@@ -673,7 +716,7 @@ impl ClientSession {
         s.pending.insert(
             id.clone(),
             Pending {
-                is_initialize: method == INITIALIZE,
+                is_handshake: is_handshake(method),
                 sent_at: now,
                 deadline: timeout
                     .filter(|t| *t != Duration::MAX)
@@ -681,6 +724,20 @@ impl ClientSession {
             },
         );
         Ok(id)
+    }
+
+    /// Stamps every request sent from now on with `stamp`'s `_meta` keys (a
+    /// modern session: 2026-07-28), merged into the caller's params (their
+    /// own `_meta` keys, such as a `progressToken`, kept), and refuses
+    /// requests from the server (-32601, counted). `None`: neither (a
+    /// handshake session, the default).
+    pub fn stamp_requests(&mut self, stamp: Option<RequestStamp>) {
+        self.state.stamp = stamp;
+    }
+
+    /// Whether requests are stamped (a modern session).
+    pub fn is_stamped(&self) -> bool {
+        self.state.stamp.is_some()
     }
 
     /// Sends a notification.
@@ -698,13 +755,14 @@ impl ClientSession {
 
     /// Cancels a pending request: it completes at once with
     /// [`RequestFailure::Cancelled`], `notifications/cancelled` is queued for
-    /// the server (never for `initialize`, which the spec forbids cancelling),
+    /// the server (never for `initialize` or `server/discover`, which the
+    /// spec forbids cancelling),
     /// and a response arriving later is ignored and counted (G6).
     pub fn cancel(&mut self, id: &Id, reason: Option<&str>) -> Result<(), CancelError> {
         let Some(p) = self.state.pending.remove(id) else {
             return Err(CancelError::NotPending(id.clone()));
         };
-        let cancel_sent = !p.is_initialize
+        let cancel_sent = !p.is_handshake
             && self.state.closed.is_none()
             && self
                 .state
@@ -929,7 +987,9 @@ impl SessionState {
             }
             Message::Request(r) => {
                 self.metrics.server_requests += 1;
-                if self.inbox.len() < self.config.inbox_capacity {
+                if self.stamp.is_some() {
+                    self.refuse_server_request(now, &r);
+                } else if self.inbox.len() < self.config.inbox_capacity {
                     self.admit(now, Incoming::Request(r));
                 } else {
                     match self.config.overload_policy {
@@ -963,6 +1023,29 @@ impl SessionState {
                     }
                 }
             }
+        }
+    }
+
+    /// A modern server sends no requests: answer -32601 so it does not
+    /// wait, count it, never deliver it.
+    fn refuse_server_request(&mut self, now: Instant, r: &Request) {
+        self.metrics.server_requests_refused += 1;
+        warn_violation!(
+            CLIENT_VIOLATION_TARGET,
+            self.violations,
+            now,
+            method = %r.method,
+            "request from a server in a modern session (2026-07-28 servers send none); refused"
+        );
+        let err = ErrorObject::new(
+            METHOD_NOT_FOUND,
+            format!(
+                "method not found: {} (a client of protocol 2026-07-28 answers no server requests)",
+                r.method
+            ),
+        );
+        if let Ok(bytes) = encode_error(Some(&r.id), &err, self.framing.get_max_frame()) {
+            self.push_control(bytes);
         }
     }
 

@@ -119,6 +119,16 @@ pub fn initialize_params(
     client: &Implementation,
     capabilities: Option<&RawValue>,
 ) -> Box<RawValue> {
+    initialize_params_at(LATEST_HANDSHAKE_VERSION, client, capabilities)
+}
+
+/// Builds the `initialize` params proposing `version` (a pinned handshake
+/// version), with the client capabilities (`{}` when `None`) and info.
+pub fn initialize_params_at(
+    version: &str,
+    client: &Implementation,
+    capabilities: Option<&RawValue>,
+) -> Box<RawValue> {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct Params<'a> {
@@ -128,7 +138,7 @@ pub fn initialize_params(
     }
     let empty = RawValue::from_string("{}".to_owned()).expect("`{}` is valid JSON");
     to_raw(&Params {
-        protocol_version: LATEST_HANDSHAKE_VERSION,
+        protocol_version: version,
         capabilities: capabilities.unwrap_or(&empty),
         client_info: client,
     })
@@ -158,9 +168,13 @@ pub enum HandshakeError {
     /// The result is not a valid `InitializeResult`.
     #[error("invalid initialize result: {0}")]
     InvalidResult(String),
-    /// The server chose a protocol version this crate does not speak.
+    /// The server chose a protocol version this crate does not speak (or a
+    /// pinned one this crate does not speak was asked for).
     #[error("server chose unsupported protocol version {0:?}")]
     UnsupportedVersion(String),
+    /// The result of `server/discover` is not a valid discover result.
+    #[error("invalid server/discover result: {0}")]
+    InvalidDiscoverResult(String),
 }
 
 /// Parses and checks the server's `initialize` result (its JSON text).

@@ -6,5 +6,6 @@ pub(crate) mod basics;
 pub(crate) mod budget;
 pub(crate) mod client;
 pub(crate) mod handshake;
+pub(crate) mod negotiate;
 pub(crate) mod server;
 pub(crate) mod violation_log;

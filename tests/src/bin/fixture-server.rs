@@ -45,6 +45,9 @@
 //!                                          request's `_meta.progressToken`, one per delay_ms,
 //!                                          NOT stopping at a cancel (a server that breaks the
 //!                                          2026-07-28 rule), then the result
+//!     progress {chunks, delay_ms}          like `slow` (honours cancel), with a
+//!                                          notifications/progress for the request's
+//!                                          `_meta.progressToken` before each chunk
 //!     server_request {}                    sends a `ping` request to the client (id
 //!                                          "fixture-srv-N") and returns once the client answers
 //!     stop_reading {ms, every_ms}          answered at once from the READ LOOP, which then stops
@@ -84,7 +87,8 @@
 //!                              sets the cancel flag of that in-flight request; the request then
 //!                              gets NO response. A cancel after the response began writing is
 //!                              logged and otherwise ignored. Unknown ids are logged and ignored.
-//!   unknown method             JSON-RPC error -32601; bad params / unknown tool: -32602
+//!   unknown method             JSON-RPC error -32601 (`server/discover` included, unless
+//!                              --modern); bad params / unknown tool: -32602
 //!   stdin EOF                  waits for in-flight requests (at most --eof-grace-ms), exits 0
 //!
 //! Misbehaviour flags
@@ -103,6 +107,16 @@
 //!   --ignore-sigterm             SIGTERM is blocked and consumed by a sigwait thread, which logs
 //!                                `fixture: SIGTERM received and ignored`; SIGKILL still works
 //!   --exit-code N                exit status on stdin EOF (default 0)
+//!   --ignore-unknown             unknown methods (`server/discover` included) get no answer at
+//!                                all (logged as `request N ignored`), as some servers do
+//!
+//! Revision flag
+//!   --modern                     speaks protocol 2026-07-28 only: `server/discover` lists it,
+//!                                `initialize` is refused -32022, and any other request whose
+//!                                `params._meta` lacks the protocol version 2026-07-28, the client
+//!                                capabilities (an object) or the client info (an object) is
+//!                                refused -32602 ("missing _meta: …", logged as
+//!                                `request N missing _meta`)
 //!   --eof-grace-ms MS            bound on waiting for in-flight work at stdin EOF (default 5000)
 //!   --help                       this text (on stdout)
 //!
@@ -164,8 +178,10 @@ USAGE: fixture-server [FLAGS]   (an MCP server over stdio that misbehaves on dem
   --ignore-sigterm             SIGTERM is blocked and consumed (logged), SIGKILL still works
   --exit-code N                exit status on stdin EOF (default 0)
   --eof-grace-ms MS            bound on in-flight work at stdin EOF (default 5000)
+  --modern                     speak protocol 2026-07-28 only (server/discover; _meta required)
+  --ignore-unknown             never answer unknown methods
 Tools: echo big big_exact big_id_last big_no_id huge_field many_blocks slow slow_io subprocess stop_reading
-       stream_then_result stderr_flood notify_then_result server_request
+       stream_then_result stderr_flood notify_then_result progress server_request
        result_then_flood stdout_noise stdout_invalid_utf8 bad_utf8_result escape_grandchild
        crash_mid_response exit respond_then_exit
 See the doc comment of tests/src/bin/fixture-server.rs for details.
@@ -192,6 +208,8 @@ struct Opts {
     ignore_sigterm: bool,
     exit_code: i32,
     eof_grace: Duration,
+    modern: bool,
+    ignore_unknown: bool,
 }
 
 fn parse_opts() -> Opts {
@@ -212,6 +230,8 @@ fn parse_opts() -> Opts {
             "--stdout-log-before" => opts.stdout_log_before = true,
             "--stdout-log-between" => opts.stdout_log_between = true,
             "--malformed-after-init" => opts.malformed_after_init = true,
+            "--modern" => opts.modern = true,
+            "--ignore-unknown" => opts.ignore_unknown = true,
             "--oversized-on-init" => opts.oversized_on_init = Some(to_usize(value(&arg))),
             "--respond-unknown-id" => opts.respond_unknown_id = true,
             "--late-response-after-cancel" => opts.late_response_after_cancel = true,
@@ -562,6 +582,14 @@ fn handle_request(server: &Arc<Server>, method: String, id: Value, msg: Value) {
         }
         _ => log(&format!("request {key} received {method}")),
     }
+    if server.opts.modern {
+        if let Some(error) = modern_refusal(&method, &msg) {
+            log(&format!("request {key} {}", error.1));
+            let line = to_line(&json!({"jsonrpc":"2.0","id":id,"error":error.0}));
+            lock(&server.out).write_line(&line);
+            return;
+        }
+    }
     if method == "initialize" {
         // Inline: the initialize response must precede the init misbehaviours and everything else.
         initialize(server, &id, &msg);
@@ -586,12 +614,56 @@ fn handle_request(server: &Arc<Server>, method: String, id: Value, msg: Value) {
     thread::spawn(move || {
         let outcome = match method.as_str() {
             "ping" => Outcome::Result(json!({})),
+            "server/discover" if server.opts.modern => Outcome::Result(discover_result()),
             "tools/list" => Outcome::Result(tools_list()),
             "tools/call" => call_tool(&server, &id, &key, &entry, &msg),
+            _ if server.opts.ignore_unknown => {
+                log(&format!("request {key} ignored"));
+                lock(&server.inflight).remove(&key);
+                return;
+            }
             other => Outcome::Error(-32601, format!("method not found: {other}")),
         };
         finish(&server, &id, &key, &entry, outcome);
     });
+}
+
+/// The only version `--modern` speaks.
+const MODERN: &str = "2026-07-28";
+
+/// Under `--modern`: the error (and a log line) for `initialize`, and for a
+/// request without the `_meta` every 2026-07-28 request carries; `None`: go on.
+fn modern_refusal(method: &str, msg: &Value) -> Option<(Value, String)> {
+    if method == "initialize" {
+        let error = json!({"code": -32022, "message": "unsupported protocol version",
+            "data": {"requested": msg.pointer("/params/protocolVersion"), "supported": [MODERN]}});
+        return Some((error, "initialize refused: modern only".to_owned()));
+    }
+    let meta = msg.pointer("/params/_meta");
+    let field = |k: &str| meta.and_then(|m| m.get(k));
+    let missing = if field("io.modelcontextprotocol/protocolVersion") != Some(&json!(MODERN)) {
+        "io.modelcontextprotocol/protocolVersion"
+    } else if !field("io.modelcontextprotocol/clientCapabilities").is_some_and(Value::is_object) {
+        "io.modelcontextprotocol/clientCapabilities"
+    } else if !field("io.modelcontextprotocol/clientInfo").is_some_and(Value::is_object) {
+        "io.modelcontextprotocol/clientInfo"
+    } else {
+        return None;
+    };
+    let error = json!({"code": -32602, "message": format!("missing _meta: {missing}")});
+    Some((error, "missing _meta".to_owned()))
+}
+
+fn discover_result() -> Value {
+    json!({
+        "resultType": "complete",
+        "supportedVersions": [MODERN],
+        "capabilities": { "tools": {} },
+        "ttlMs": 0,
+        "cacheScope": "private",
+        "_meta": {"io.modelcontextprotocol/serverInfo":
+            { "name": "fixture-server", "version": env!("CARGO_PKG_VERSION") }},
+    })
 }
 
 fn initialize(server: &Server, id: &Value, msg: &Value) {
@@ -772,6 +844,8 @@ fn tools_list() -> Value {
         tool("notify_then_result", "notifications then a result", json!({"count":int})),
         tool("progress_past_cancel", "progress notifications that go on after a cancel",
             json!({"count":int,"delay_ms":int})),
+        tool("progress", "like slow, a progress notification before each chunk",
+            json!({"chunks":int,"delay_ms":int})),
         tool("server_request", "pings the client and waits for its answer", json!({})),
         tool("stop_reading", "stops reading stdin for ms while writing stdout and stderr",
             json!({"ms":int,"every_ms":int})),
@@ -838,6 +912,14 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
                     .unwrap_or(true),
             ),
             "slow_io" => slow_io(key, entry, arg_u64(args, "ms")?),
+            "progress" => progress(
+                server,
+                key,
+                entry,
+                msg.pointer("/params/_meta/progressToken"),
+                arg_u64(args, "chunks")?,
+                arg_u64(args, "delay_ms")?,
+            ),
             "subprocess" => {
                 let seconds = args.get("seconds").and_then(Value::as_f64).ok_or_else(|| {
                     Outcome::Error(-32602, "argument \"seconds\": number".to_owned())
@@ -1011,6 +1093,32 @@ fn slow(key: &str, entry: &Inflight, chunks: u64, delay_ms: u64, honour_cancel: 
         return Outcome::Cancelled;
     }
     Outcome::Result(text_result(format!("slow done after {chunks} chunks")))
+}
+
+fn progress(
+    server: &Server,
+    key: &str,
+    entry: &Inflight,
+    token: Option<&Value>,
+    chunks: u64,
+    delay_ms: u64,
+) -> Outcome {
+    for done in 0..chunks {
+        if entry.is_cancelled() {
+            log_cancel_latency(key, entry);
+            log(&format!(
+                "request {key} cancelled after {done} progress chunks"
+            ));
+            return Outcome::Cancelled;
+        }
+        if let Some(token) = token {
+            let note = json!({"jsonrpc":"2.0","method":"notifications/progress",
+                "params":{"progressToken":token,"progress":done,"total":chunks}});
+            lock(&server.out).write_line(&to_line(&note));
+        }
+        thread::sleep(Duration::from_millis(delay_ms));
+    }
+    Outcome::Result(text_result(format!("progress done after {chunks} chunks")))
 }
 
 fn slow_io(key: &str, entry: &Inflight, ms: u64) -> Outcome {

@@ -120,7 +120,17 @@ pub fn start<A: Adapter>(
     let init = client
         .initialize()
         .unwrap_or_else(|e| panic!("{}: initialize: {e}", A::NAME));
-    assert_eq!(init.server_info.name, "fixture-server");
+    assert_eq!(
+        init.server_info.as_ref().expect("serverInfo").name,
+        "fixture-server"
+    );
+    // The fixture speaks the handshake only: the probe was refused, -32601.
+    assert_eq!(init.via, mcp_stdio_core::NegotiatedVia::Initialize);
+    assert!(
+        matches!(&init.fallback, Some(mcp_stdio_core::FallbackReason::ProbeRejected(e)) if e.code == mcp_stdio_core::METHOD_NOT_FOUND),
+        "{:?}",
+        init.fallback
+    );
     client
 }
 
