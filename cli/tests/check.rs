@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-stdio");
 
@@ -91,13 +91,37 @@ fn check_json(args: &[&str]) -> (Value, i32) {
 }
 
 /// Rows by id, after checking each has a status and a value.
+/// A row's name in the run: its id, and `@revision` at 2026-07-28.
+fn key(r: &Value) -> String {
+    let id = r["id"].as_str().expect("every row has an id");
+    match r["revision"].as_str() {
+        Some(v) if v >= "2026-07-28" => format!("{id}@{v}"),
+        _ => id.to_owned(),
+    }
+}
+
+/// The rows by [`key`], checked: rows 1–8 once per revision run (in the
+/// order the revisions ran), then the two rows over every session.
 fn rows(doc: &Value) -> HashMap<String, Value> {
     let rows = doc["rows"].as_array().expect("rows is an array");
-    let ids: Vec<&str> = rows
-        .iter()
-        .map(|r| r["id"].as_str().expect("every row has an id"))
-        .collect();
-    assert_eq!(ids, ROW_IDS, "every row, in order");
+    let mut revisions: Vec<&str> = Vec::new();
+    for r in rows {
+        if let Some(v) = r["revision"].as_str() {
+            if !revisions.contains(&v) {
+                revisions.push(v);
+            }
+        }
+    }
+    assert!(!revisions.is_empty(), "at least one revision ran: {doc}");
+    let mut want: Vec<String> = Vec::new();
+    for v in &revisions {
+        for id in &ROW_IDS[..8] {
+            want.push(key(&json!({"id": id, "revision": v})));
+        }
+    }
+    want.extend(ROW_IDS[8..].iter().map(|id| (*id).to_owned()));
+    let keys: Vec<String> = rows.iter().map(key).collect();
+    assert_eq!(keys, want, "every row, in order");
     for r in rows {
         assert!(
             ["PASS", "WARN", "FAIL", "SKIP"].contains(&r["status"].as_str().unwrap_or("")),
@@ -106,14 +130,7 @@ fn rows(doc: &Value) -> HashMap<String, Value> {
         assert!(!r["value"].as_str().unwrap_or("").is_empty(), "{r}");
         assert!(r["measured"].is_object(), "{r}");
     }
-    rows.iter()
-        .map(|r| {
-            (
-                r["id"].as_str().expect("checked above").to_owned(),
-                r.clone(),
-            )
-        })
-        .collect()
+    rows.iter().map(|r| (key(r), r.clone())).collect()
 }
 
 fn status(rows: &HashMap<String, Value>, id: &str) -> String {
@@ -495,18 +512,87 @@ fn python_sdk_server_passes_the_rows_it_can() {
         &script,
     ]);
     let rows = rows(&doc);
-    for id in [
-        "initialize",
-        "stdout_hygiene",
-        "malformed_line",
-        "large_response",
-        "slow_reader",
-        "cancel",
-        "stdin_eof",
-        "leftover_processes",
-    ] {
-        assert_eq!(status(&rows, id), "PASS", "{id}: {}", rows[id]);
+    // The Python package's server offers both revisions: both are checked.
+    for at in ["", "@2026-07-28"] {
+        for id in [
+            "initialize",
+            "stdout_hygiene",
+            "malformed_line",
+            "large_response",
+            "slow_reader",
+            "cancel",
+            "stdin_eof",
+        ] {
+            let id = format!("{id}{at}");
+            assert_eq!(status(&rows, &id), "PASS", "{id}: {}", rows[&id]);
+        }
     }
+    assert_eq!(
+        rows["initialize"]["measured"]["protocol_version"],
+        "2025-11-25"
+    );
+    assert_eq!(
+        rows["initialize@2026-07-28"]["measured"]["protocol_version"],
+        "2026-07-28"
+    );
+    assert_eq!(status(&rows, "leftover_processes"), "PASS");
+    assert_eq!(code, 0, "{doc}");
+}
+
+/// A server that offers only 2026-07-28 (rmcp's, with `--modern-only`):
+/// every row runs at that revision and `check` passes it; one that offers
+/// both gets both revisions' rows.
+#[test]
+fn a_server_offering_only_2026_07_28_passes_and_one_offering_both_gets_both() {
+    use mcp_stdio_tests::interop::require;
+    use mcp_stdio_tests::negotiation::rmcp_example_server;
+    let test = "a_server_offering_only_2026_07_28_passes_and_one_offering_both_gets_both";
+    let Some(server) = require(test, rmcp_example_server()) else {
+        return;
+    };
+    let server = server.display().to_string();
+    let tools = [
+        "--slow-tool",
+        "slow",
+        "--slow-args",
+        r#"{"seconds":3}"#,
+        "--large-tool",
+        "big",
+        "--large-args",
+        r#"{"bytes":1000000}"#,
+    ];
+    let mut args: Vec<&str> = tools.to_vec();
+    args.extend(["--", &server, "--modern-only"]);
+    let (doc, code) = check_json(&args);
+    let modern = rows(&doc);
+    assert!(
+        modern
+            .keys()
+            .all(|k| !k.starts_with("initialize") || k == "initialize@2026-07-28"),
+        "2026-07-28 rows only: {doc}"
+    );
+    for (k, r) in &modern {
+        assert!(
+            r["status"] == "PASS",
+            "{k}: every row passes a well-behaved 2026-07-28 server: {r}"
+        );
+    }
+    assert_eq!(
+        modern["initialize@2026-07-28"]["measured"]["handshake"],
+        "server/discover"
+    );
+    assert_eq!(code, 0, "{doc}");
+
+    let mut args: Vec<&str> = tools.to_vec();
+    args.extend(["--", &server]);
+    let (doc, code) = check_json(&args);
+    let both = rows(&doc);
+    assert_eq!(both.len(), 18, "both revisions' rows: {doc}");
+    assert_eq!(
+        both["initialize"]["measured"]["protocol_version"],
+        "2025-11-25"
+    );
+    assert_eq!(status(&both, "cancel@2026-07-28"), "PASS", "{doc}");
     assert_eq!(code, 0, "{doc}");
 }
 

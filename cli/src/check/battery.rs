@@ -8,12 +8,16 @@
 
 use std::time::{Duration, Instant};
 
+use mcp_stdio_core::{
+    is_modern, Implementation, Negotiated, NegotiatedVia, VersionPolicy, DISCOVER,
+    LATEST_HANDSHAKE_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
+    MODERN_PROTOCOL_VERSIONS,
+};
 use mcp_stdio_core::{to_raw, Id, Message, RawResult, RawValue};
 use mcp_stdio_core::{ClientMetrics, RequestFailure};
 use mcp_stdio_core::{ClientOptions, InitializeError, RequestError};
 use mcp_stdio_core::{CommandSpec, ExitStatus, SessionRecord};
 use mcp_stdio_core::{EndedBy, Signal};
-use mcp_stdio_core::{Implementation, Negotiated, VersionPolicy, LATEST_HANDSHAKE_VERSION};
 use mcp_stdio_tokio::Client;
 use serde_json::{json, Value};
 
@@ -110,6 +114,63 @@ const SESSION_CLOSED: &str = "the session closed (the server closed its stdout o
 /// The malformed line of row 3: an object cut off after `"id":`.
 const MALFORMED_LINE: &[u8] = b"{\"jsonrpc\":\"2.0\",\"method\":\"tools/list\",\"id\":\n";
 
+/// The protocol revision one pass of rows 1–8 runs at: the `initialize`
+/// handshake at [`LATEST_HANDSHAKE_VERSION`], or a 2026-07-28 session
+/// (`server/discover`, every request carrying its `_meta`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Revision(&'static str);
+
+impl Revision {
+    /// The handshake revision (2025-11-25).
+    pub(crate) const HANDSHAKE: Self = Self(LATEST_HANDSHAKE_VERSION);
+    /// The newest modern revision (2026-07-28).
+    pub(crate) const MODERN: Self = Self(MODERN_PROTOCOL_VERSIONS[0]);
+
+    /// The version string.
+    pub(crate) fn version(self) -> &'static str {
+        self.0
+    }
+
+    fn is_modern(self) -> bool {
+        is_modern(self.0)
+    }
+
+    /// The liveness probe: `ping`, removed at 2026-07-28, where
+    /// `server/discover` (answerable at any time) takes its place.
+    fn probe(self) -> &'static str {
+        if self.is_modern() {
+            DISCOVER
+        } else {
+            "ping"
+        }
+    }
+
+    /// A raw request in this revision's shape: at 2026-07-28 its params
+    /// carry the `_meta` every request must (what our `Client` adds by
+    /// itself).
+    fn stamp(self, mut request: Value) -> Value {
+        if self.is_modern() {
+            let params = request
+                .as_object_mut()
+                .expect("raw requests are objects")
+                .entry("params")
+                .or_insert_with(|| json!({}));
+            if let Some(params) = params.as_object_mut() {
+                let meta = params.entry("_meta").or_insert_with(|| json!({}));
+                if let Some(meta) = meta.as_object_mut() {
+                    meta.insert(META_PROTOCOL_VERSION.to_owned(), json!(self.0));
+                    meta.insert(META_CLIENT_CAPABILITIES.to_owned(), json!({}));
+                    meta.insert(
+                        META_CLIENT_INFO.to_owned(),
+                        json!({"name": "mcp-stdio-check", "version": env!("CARGO_PKG_VERSION")}),
+                    );
+                }
+            }
+        }
+        request
+    }
+}
+
 /// What one session's end showed, for rows 9 and 10.
 #[derive(Debug)]
 struct SessionNote {
@@ -133,26 +194,44 @@ enum End {
 }
 
 /// Runs every row; `Err` only when the server cannot be started at all.
+///
+/// A first session asks the server which revisions it offers (our
+/// `Client`'s probe: `server/discover`, else `initialize`); rows 1–8 then run
+/// once per revision offered — the handshake one first, as a host of
+/// 2025-11-25 sees the server, then 2026-07-28 — each row saying its
+/// revision; rows 9–10 add up every session. A server that answers neither
+/// gets the handshake pass, whose row 1 says why it failed.
 pub(crate) async fn run(settings: &Settings) -> Result<Report, String> {
     let start = Instant::now();
     let mut b = Battery {
         s: settings,
         notes: Vec::new(),
         step: 0,
+        steps: ROW_COUNT,
         init_ok: false,
+        rev: Revision::HANDSHAKE,
     };
-    let mut rows = Vec::with_capacity(ROW_COUNT);
+    let revisions = b.revisions().await?;
+    b.steps = 8 * revisions.len() + 2;
+    let mut rows = Vec::with_capacity(b.steps);
+    for rev in revisions {
+        b.rev = rev;
+        b.init_ok = false;
+        let mut t = Instant::now();
+        let mut pass = Vec::with_capacity(8);
+        // Both rows come from one session: the first carries its time.
+        let [init, hygiene] = b.handshake().await?;
+        pass.push(init.timed(lap(&mut t)));
+        pass.push(hygiene);
+        pass.push(b.malformed().await.timed(lap(&mut t)));
+        pass.push(b.large().await.timed(lap(&mut t)));
+        pass.push(b.slow_reader().await.timed(lap(&mut t)));
+        pass.push(b.cancel().await.timed(lap(&mut t)));
+        pass.push(b.stdin_eof().await.timed(lap(&mut t)));
+        pass.push(b.sigterm().await.timed(lap(&mut t)));
+        rows.extend(pass.into_iter().map(|r| r.at_revision(rev.version())));
+    }
     let mut t = Instant::now();
-    // Both rows come from one session: the first carries its time.
-    let [init, hygiene] = b.handshake().await?;
-    rows.push(init.timed(lap(&mut t)));
-    rows.push(hygiene);
-    rows.push(b.malformed().await.timed(lap(&mut t)));
-    rows.push(b.large().await.timed(lap(&mut t)));
-    rows.push(b.slow_reader().await.timed(lap(&mut t)));
-    rows.push(b.cancel().await.timed(lap(&mut t)));
-    rows.push(b.stdin_eof().await.timed(lap(&mut t)));
-    rows.push(b.sigterm().await.timed(lap(&mut t)));
     b.progress(STDERR_VOLUME);
     rows.push(b.stderr_volume().timed(lap(&mut t)));
     b.progress(LEFTOVERS);
@@ -177,17 +256,26 @@ struct Battery<'a> {
     s: &'a Settings,
     notes: Vec<SessionNote>,
     step: usize,
+    /// Rows in this run (8 per revision, plus 2).
+    steps: usize,
     /// Whether row 1's handshake succeeded; rows that need a session skip otherwise.
     init_ok: bool,
+    /// The revision the rows now running are at.
+    rev: Revision,
 }
 
 impl Battery<'_> {
     fn progress(&mut self, spec: RowSpec) {
         self.step += 1;
         if !self.s.quiet {
+            let at = if self.step > self.steps - 2 {
+                String::new()
+            } else {
+                format!(" ({})", self.rev.version())
+            };
             eprintln!(
-                "mcp-stdio check: [{}/{ROW_COUNT}] {}",
-                self.step, spec.title
+                "mcp-stdio check: [{}/{}] {}{at}",
+                self.step, self.steps, spec.title
             );
         }
     }
@@ -200,9 +288,9 @@ impl Battery<'_> {
         let mut options = ClientOptions::default();
         options.framer_mut().max_frame(self.s.max_frame);
         options.session_mut().default_timeout(Some(self.s.timeout));
-        // The battery checks the `initialize` handshake at one version (its
-        // rows say which); a check per revision is its own change.
-        options.version_policy(VersionPolicy::Pin(LATEST_HANDSHAKE_VERSION.to_owned()));
+        // Each pass of rows runs at one revision (its rows say which).
+        options.version_policy(VersionPolicy::Pin(self.rev.version().to_owned()));
+        options.discover_timeout(self.s.timeout);
         options
             .stderr_pool(None)
             .client_info(Implementation::new(
@@ -255,7 +343,7 @@ impl Battery<'_> {
         let t = Instant::now();
         let r = tokio::time::timeout(
             self.s.timeout + SLACK,
-            client.request_with_timeout("ping", None, Some(self.s.timeout)),
+            client.request_with_timeout(self.rev.probe(), None, Some(self.s.timeout)),
         )
         .await;
         match r {
@@ -264,6 +352,56 @@ impl Battery<'_> {
             Ok(Err(e)) => Err(self.describe(&e)),
             Err(_) => Err(self.no_answer()),
         }
+    }
+
+    /// The revisions the server offers, in the order their rows run: a
+    /// first session with our `Client`'s probe (`server/discover`, bounded by
+    /// `--timeout`, else `initialize`). When the probe settled on 2026-07-28,
+    /// the handshake revision is offered too if the discover result lists a
+    /// handshake version or, as many servers list only their modern ones
+    /// there, if a second session's `initialize` succeeds. When the probe fell
+    /// back to `initialize`, or nothing answered, the handshake revision only
+    /// (its row 1 then says what went wrong).
+    async fn revisions(&mut self) -> Result<Vec<Revision>, String> {
+        if !self.s.quiet {
+            eprintln!("mcp-stdio check: asking which protocol revisions the server offers");
+        }
+        let Some(n) = self.probe_session(VersionPolicy::Auto).await? else {
+            return Ok(vec![Revision::HANDSHAKE]);
+        };
+        if n.via == NegotiatedVia::Initialize || !n.is_modern() {
+            return Ok(vec![Revision::HANDSHAKE]);
+        }
+        let modern = MODERN_PROTOCOL_VERSIONS
+            .iter()
+            .find(|v| **v == n.protocol_version)
+            .map_or(Revision::MODERN, |v| Revision(v));
+        let listed = n
+            .supported_versions
+            .as_ref()
+            .is_some_and(|vs| vs.iter().any(|v| !is_modern(v)));
+        let handshake_too = listed
+            || self
+                .probe_session(VersionPolicy::Pin(LATEST_HANDSHAKE_VERSION.to_owned()))
+                .await?
+                .is_some();
+        Ok(if handshake_too {
+            vec![Revision::HANDSHAKE, modern]
+        } else {
+            vec![modern]
+        })
+    }
+
+    /// One session that only negotiates under `policy`; what it settled on.
+    async fn probe_session(&mut self, policy: VersionPolicy) -> Result<Option<Negotiated>, String> {
+        let mut options = self.options();
+        options.version_policy(policy);
+        let client = Client::spawn(&self.s.spec, options)
+            .map_err(|e| crate::diagnose::spawn_failure(&self.s.spec, &e).message)?;
+        let negotiated =
+            tokio::time::timeout(self.s.timeout * 2 + SLACK, client.initialize()).await;
+        self.end("revision probe", client, End::Kill).await;
+        Ok(negotiated.ok().and_then(Result::ok))
     }
 
     fn no_answer(&self) -> String {
@@ -355,7 +493,14 @@ impl Battery<'_> {
                 )
                 .measure_ms("latency_ms", took)
                 .measure("protocol_version", init.protocol_version.as_str())
-                .measure("proposed_version", LATEST_HANDSHAKE_VERSION)
+                .measure("proposed_version", self.rev.version())
+                .measure(
+                    "handshake",
+                    match init.via {
+                        NegotiatedVia::Discover => DISCOVER,
+                        _ => "initialize",
+                    },
+                )
                 .measure("server_name", info.name.as_str())
                 .measure("server_version", info.version.as_str())
             }
@@ -517,7 +662,7 @@ impl Battery<'_> {
     }
 
     async fn malformed_on(&self, raw: &mut RawServer) -> Row {
-        if let Err(e) = raw_handshake(raw, self.deadline()).await {
+        if let Err(e) = raw_handshake(raw, self.rev, self.deadline()).await {
             return Row::new(
                 MALFORMED,
                 Status::Fail,
@@ -532,7 +677,9 @@ impl Battery<'_> {
             );
         }
         let t = Instant::now();
-        let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+        let ping = self
+            .rev
+            .stamp(json!({"jsonrpc": "2.0", "id": 2, "method": self.rev.probe()}));
         let mut reply = None;
         let mut junk = Vec::new();
         let sent = raw.send(&ping, self.deadline()).await;
@@ -761,15 +908,17 @@ impl Battery<'_> {
     }
 
     async fn slow_reader_on(&self, raw: &mut RawServer, tool: &ToolCall) -> Row {
-        if let Err(e) = raw_handshake(raw, self.deadline()).await {
+        if let Err(e) = raw_handshake(raw, self.rev, self.deadline()).await {
             return Row::new(
                 SLOW_READER,
                 Status::Fail,
                 format!("handshake on a raw pipe: {e}"),
             );
         }
-        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-            "params": {"name": tool.name, "arguments": tool.arguments}});
+        let call = self
+            .rev
+            .stamp(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": tool.name, "arguments": tool.arguments}}));
         if let Err(e) = raw.send(&call, self.deadline()).await {
             return Row::new(SLOW_READER, Status::Fail, format!("sending the call: {e}"));
         }
@@ -819,7 +968,9 @@ impl Battery<'_> {
             }
         };
         let ping_sent = Instant::now();
-        let ping = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"});
+        let ping = self
+            .rev
+            .stamp(json!({"jsonrpc": "2.0", "id": 3, "method": self.rev.probe()}));
         let ping = match raw.send(&ping, self.deadline()).await {
             Ok(()) => raw
                 .wait_for(&Id::Number(3), self.deadline(), |_| {})
@@ -1294,8 +1445,19 @@ impl Battery<'_> {
     }
 }
 
-/// `initialize` (id 1) and `notifications/initialized` on a raw pipe.
-async fn raw_handshake(raw: &mut RawServer, deadline: Instant) -> Result<(), RawError> {
+/// `initialize` (id 1) and `notifications/initialized` on a raw pipe; at
+/// 2026-07-28, `server/discover` (id 1) and its answer.
+async fn raw_handshake(
+    raw: &mut RawServer,
+    rev: Revision,
+    deadline: Instant,
+) -> Result<(), RawError> {
+    if rev.is_modern() {
+        let discover = rev.stamp(json!({"jsonrpc": "2.0", "id": 1, "method": DISCOVER}));
+        raw.send(&discover, deadline).await?;
+        raw.wait_for(&Id::Number(1), deadline, |_| {}).await?;
+        return Ok(());
+    }
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": LATEST_HANDSHAKE_VERSION,
         "capabilities": {},

@@ -62,7 +62,7 @@ fn secs(d: std::time::Duration) -> String {
 
 /// What the row measured, for `<system-out>` and failure bodies.
 fn row_text(row: &Row) -> String {
-    let mut text = format!("{} {}: {}", row.status.label(), row.title, row.value);
+    let mut text = format!("{} {}: {}", row.status.label(), row.label(), row.value);
     if let Some(detail) = &row.detail {
         let _ = write!(text, "\n{detail}");
     }
@@ -96,7 +96,7 @@ impl Report {
             let _ = writeln!(
                 out,
                 "    <testcase name=\"{}\" classname=\"{SUITE}\" time=\"{}\">",
-                xml_escape(row.id),
+                xml_escape(&row.key()),
                 secs(row.elapsed)
             );
             match row.status {
@@ -147,7 +147,7 @@ impl Report {
                 out,
                 "| {} | {} | {mark} {} | {} | {} |",
                 row.number,
-                md_cell(row.title),
+                md_cell(&row.label()),
                 row.status.label(),
                 md_cell(&row.value),
                 md_cell(row.detail.as_deref().unwrap_or(""))

@@ -51,6 +51,10 @@ pub(crate) struct Row {
     pub(crate) id: &'static str,
     /// Title.
     pub(crate) title: &'static str,
+    /// The protocol revision the row ran at (rows 1–8); `None` for the rows
+    /// that add up every session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) revision: Option<&'static str>,
     /// The verdict.
     pub(crate) status: Status,
     /// The measured value, for people (latency, bytes, exit path, or why skipped).
@@ -72,11 +76,36 @@ impl Row {
             number: 0,
             id: spec.id,
             title: spec.title,
+            revision: None,
             status,
             value: value.into(),
             detail: None,
             measured: Map::new(),
             elapsed: Duration::ZERO,
+        }
+    }
+
+    /// Marks the protocol revision the row ran at.
+    pub(crate) fn at_revision(mut self, version: &'static str) -> Self {
+        self.revision = Some(version);
+        self
+    }
+
+    /// The title with the revision, for people: `cancel + second request
+    /// (2026-07-28)`.
+    pub(crate) fn label(&self) -> String {
+        match self.revision {
+            Some(v) => format!("{} ({v})", self.title),
+            None => self.title.to_owned(),
+        }
+    }
+
+    /// A name unique in the run: the id, and at a revision other than the
+    /// handshake one, `@` and the revision (`cancel@2026-07-28`).
+    pub(crate) fn key(&self) -> String {
+        match self.revision {
+            Some(v) if mcp_stdio_core::is_modern(v) => format!("{}@{v}", self.id),
+            _ => self.id.to_owned(),
         }
     }
 
@@ -176,7 +205,7 @@ impl Report {
         let title_w = self
             .rows
             .iter()
-            .map(|r| r.title.len())
+            .map(|r| r.label().len())
             .max()
             .unwrap_or(5)
             .max(5);
@@ -186,7 +215,7 @@ impl Report {
                 out,
                 "{:>2}  {:<title_w$}  {:<6}  {}",
                 row.number,
-                row.title,
+                row.label(),
                 row.status.label(),
                 row.value
             );
@@ -258,6 +287,27 @@ mod tests {
         assert_eq!(fmt_bytes(812), "812 B");
         assert_eq!(fmt_bytes(64 * 1024), "64.0 KiB");
         assert_eq!(fmt_bytes(6 * 1024 * 1024), "6.0 MiB");
+    }
+
+    #[test]
+    fn rows_name_their_revision_and_only_2026_rows_change_their_key() {
+        let spec = RowSpec {
+            id: "cancel",
+            title: "cancel + second request",
+        };
+        let plain = Row::new(spec, Status::Pass, "ok");
+        assert_eq!(
+            (plain.key(), plain.label()),
+            ("cancel".to_owned(), spec.title.to_owned())
+        );
+        let old = Row::new(spec, Status::Pass, "ok").at_revision("2025-11-25");
+        assert_eq!(old.key(), "cancel");
+        assert_eq!(old.label(), "cancel + second request (2025-11-25)");
+        let new = Row::new(spec, Status::Pass, "ok").at_revision("2026-07-28");
+        assert_eq!(new.key(), "cancel@2026-07-28");
+        let json = serde_json::to_value(&new).unwrap();
+        assert_eq!(json["revision"], "2026-07-28");
+        assert_eq!(json["id"], "cancel");
     }
 
     #[test]
