@@ -12,7 +12,9 @@
 //! stderr); `big {bytes}` (a text result of that size); `log {bytes}` (a
 //! progress notification whose message has that size, then "sent"); `flood {count, bytes}`
 //! (that many progress notifications); `roots` (asks the client for its roots:
-//! this transport refuses server→client requests at once). At the end the
+//! this transport refuses server→client requests at once); `ask` (2026-07-28's
+//! multi-round-trip: an `InputRequiredResult` asking for the roots, then, on
+//! the retry with its `requestState`, a text result). At the end the
 //! transport's report goes to stderr as one JSON line after `report `.
 
 use std::sync::Arc;
@@ -21,9 +23,9 @@ use std::time::{Duration, Instant};
 use mcp_stdio_rmcp::{ServeOptions, ServerTransport};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-    Implementation, ListToolsResult, NumberOrString, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
-    Tool,
+    Implementation, InputRequest, InputRequests, InputRequiredResult, ListToolsResult,
+    NumberOrString, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
@@ -103,6 +105,11 @@ impl ServerHandler for Example {
                 json!({"count": n, "bytes": n}),
             ),
             tool("roots", "Asks the client for its roots", json!({})),
+            tool(
+                "ask",
+                "2026-07-28 multi-round-trip: asks for the client's roots, then answers",
+                json!({}),
+            ),
         ]))
     }
 
@@ -128,6 +135,24 @@ impl ServerHandler for Example {
                 }
             }
             "big" => text("x".repeat(number(&args, "bytes")? as usize)),
+            #[expect(
+                deprecated,
+                reason = "roots are the input request rmcp's default client handler answers"
+            )]
+            "ask" => match request.request_state.as_deref() {
+                None => {
+                    let mut asks = InputRequests::new();
+                    asks.insert(
+                        "roots".to_owned(),
+                        InputRequest::ListRoots(rmcp::model::ListRootsRequest::default()),
+                    );
+                    Ok(InputRequiredResult::new(Some(asks), Some("ask-round-1".to_owned())).into())
+                }
+                Some(state) => text(format!(
+                    "answered after {} input response(s), state {state}",
+                    request.input_responses.as_ref().map_or(0, |r| r.len())
+                )),
+            },
             "log" => {
                 let sent = context
                     .peer
