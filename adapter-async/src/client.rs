@@ -627,7 +627,17 @@ struct Driver<R: Runtime> {
 
 impl<R: Runtime> Driver<R> {
     async fn run(mut self) -> SessionRecord {
-        futures_lite::future::poll_fn(|cx| self.poll_run(cx)).await
+        let record = futures_lite::future::poll_fn(|cx| self.poll_run(cx)).await;
+        // Commands queued as the session ended would keep their reply
+        // senders alive (an async-channel keeps its buffer until the last
+        // sender is gone, and the `Client` holds one): the application would
+        // wait for a reply forever. Close the queue and drop what is in it,
+        // so every waiter sees the session's end at once.
+        self.commands.close();
+        while let Ok(cmd) = self.commands.try_recv() {
+            tracing::debug!(command = ?cmd, "command after the session ended: dropped");
+        }
+        record
     }
 
     /// Turns until nothing is ready (every input registered for a wake) or

@@ -103,3 +103,48 @@ fn g6_request_deadline_after_none_and_default() {
         let _ = client.kill().await;
     });
 }
+
+/// No hang at the session's end: a command queued just as the driver
+/// finishes gets its answer (`None`, `SessionClosed`) at once instead of
+/// waiting forever (an async-channel keeps its buffer, and the reply senders
+/// in it, until the last sender is gone — the `Client` holds one). Many
+/// short sessions (`sh -c 'exit 0'`), each asked for its metrics and a
+/// request in a tight loop across the exit, hit the race.
+#[test]
+fn g11_commands_racing_the_end_of_a_session_are_answered() {
+    let bound = Duration::from_secs(10);
+    async_io::block_on(async {
+        let t = Instant::now();
+        for round in 0..40 {
+            let client = Client::<AsyncIo>::spawn(
+                &CommandSpec::from_argv(["sh", "-c", "exit 0"]).expect("argv"),
+                ClientOptions::default(),
+            )
+            .expect("sh");
+            let asks = async {
+                let mut n = 0u32;
+                loop {
+                    n += 1;
+                    let metrics = client.metrics().await;
+                    let request = client
+                        .request_with_deadline("tools/list", None, Deadline::None)
+                        .await;
+                    if metrics.is_none() && request.is_err() {
+                        return n;
+                    }
+                }
+            };
+            let timeout = async {
+                Timer::after(bound).await;
+                panic!("round {round}: a command got no answer within {bound:?}");
+            };
+            or(asks, timeout).await;
+            let record = client.wait().await;
+            assert!(record.process.exit_status.is_some(), "round {round}");
+        }
+        eprintln!(
+            "40 sessions ended with commands racing their end: {:?}",
+            t.elapsed()
+        );
+    });
+}

@@ -515,3 +515,53 @@ fn g6_cancel_then_request_reach_the_wire_in_that_order() {
     eprintln!("blocking: cancel before the next request in 8 rounds: {order:?}");
     let _ = client.kill();
 }
+
+/// No hang at the session's end: a command sent just as the driver finishes
+/// gets its answer (`None`, an error) at once. Many short sessions
+/// (`sh -c 'exit 0'`), each asked in a tight loop across the exit, hit the
+/// race; a watchdog thread fails the test if one call never returns.
+#[test]
+fn g11_commands_racing_the_end_of_a_session_are_answered() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let done = Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            while !done.load(Ordering::Acquire) {
+                if t.elapsed() > Duration::from_secs(60) {
+                    // A hung call cannot be unwound: end the test binary.
+                    eprintln!("a command racing the session's end got no answer within 60 s");
+                    std::process::exit(101);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let t = Instant::now();
+    for round in 0..40 {
+        let spec =
+            mcp_stdio_blocking::core::CommandSpec::from_argv(["sh", "-c", "exit 0"]).expect("argv");
+        let client = Client::spawn(&spec, ClientOptions::default()).expect("sh");
+        loop {
+            let metrics = client.metrics();
+            let request = client.request_with_deadline(
+                "tools/list",
+                None,
+                mcp_stdio_blocking::core::Deadline::None,
+            );
+            if metrics.is_none() && request.is_err() {
+                break;
+            }
+        }
+        let record = client.wait();
+        assert!(record.process.exit_status.is_some(), "round {round}");
+    }
+    done.store(true, Ordering::Release);
+    watchdog.join().expect("the watchdog saw every call return");
+    eprintln!(
+        "40 sessions ended with commands racing their end: {:?}",
+        t.elapsed()
+    );
+}
