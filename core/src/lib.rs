@@ -187,19 +187,19 @@ pub use session::budget::{
 };
 pub use session::client::{
     CancelError, ClientConfig, ClientEvent, ClientMetrics, ClientSession, CloseReason, Deadline,
-    Incoming, OverloadPolicy, RequestFailure, SendError, CANCELLED,
+    Incoming, OverloadPolicy, RequestError, RequestFailure, SendError, CANCELLED,
 };
 pub use session::handshake::initialize_params_at;
 pub use session::handshake::{
-    check_initialize_result, initialize_params, is_modern, negotiate_version, HandshakeError,
-    Implementation, InitializeResult, DISCOVER, LATEST_HANDSHAKE_VERSION, LATEST_PROTOCOL_VERSION,
-    META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION,
-    META_SERVER_INFO, MISSING_REQUIRED_CLIENT_CAPABILITY, MODERN_PROTOCOL_VERSIONS,
-    SUPPORTED_PROTOCOL_VERSIONS, UNSUPPORTED_PROTOCOL_VERSION,
+    check_initialize_result, discover_params, initialize_params, is_modern, negotiate_version,
+    HandshakeError, Implementation, InitializeResult, RequestStamp, DISCOVER,
+    LATEST_HANDSHAKE_VERSION, LATEST_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO,
+    META_LOG_LEVEL, META_PROTOCOL_VERSION, META_SERVER_INFO, MISSING_REQUIRED_CLIENT_CAPABILITY,
+    MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS, UNSUPPORTED_PROTOCOL_VERSION,
 };
 pub use session::negotiate::{
-    discover_params, FallbackReason, Negotiated, NegotiatedVia, Negotiation, NegotiationStep,
-    RequestStamp, VersionPolicy, DEFAULT_DISCOVER_TIMEOUT, INITIALIZED, MAX_OFFERED_VERSIONS,
+    FallbackReason, InitializeError, Negotiated, NegotiatedVia, Negotiation, NegotiationStep,
+    VersionPolicy, DEFAULT_DISCOVER_TIMEOUT, INITIALIZED, MAX_OFFERED_VERSIONS,
 };
 pub use session::server::{
     NotifyError, RequestState, RespondError, Responded, ServerConfig, ServerEvent, ServerMetrics,
@@ -234,9 +234,7 @@ pub use records::call::{
 pub use time::Stamp;
 
 // The machines the loops drive, and the one rule for read and write results.
-pub use driver::spawned::{
-    ClientOptions, InitializeError, RequestError, SessionRecord, StderrForwardConfig,
-};
+pub use driver::spawned::{ClientOptions, SessionRecord, StderrForwardConfig};
 pub use driver::{
     CallCancel, CancelHandle, CancelRegistry, ClientDriver, Command, DriverAction, DriverInput,
     DriverOutput, LookForExit, Outcome, ReplyChannel, StartReply, Started, ABANDONED,

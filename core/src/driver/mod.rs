@@ -53,13 +53,11 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::driver::spawned::{
-    ClientOptions, RequestError, SessionRecord, SpawnedAction, SpawnedServer,
-};
+use crate::driver::spawned::{ClientOptions, SessionRecord, SpawnedAction, SpawnedServer};
 use crate::io_result::{ChildStream, Note, NoteLevel, ReadResult, WriteResult};
 use crate::outbox::Outgoing;
 use crate::process::supervisor::{ExitStatus, Signal};
-use crate::session::client::{ClientEvent, ClientMetrics, Incoming, RequestFailure};
+use crate::session::client::{ClientEvent, ClientMetrics, Incoming, RequestError, RequestFailure};
 use crate::session::negotiate::Negotiated;
 use crate::wire::frame::ReadRoom;
 use crate::wire::message::{ErrorObject, Id, RawResult, RawValue};

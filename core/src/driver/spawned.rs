@@ -23,12 +23,11 @@ use crate::process::supervisor::{
 };
 use crate::session::client::{
     CancelError, ClientConfig, ClientEvent, ClientMetrics, ClientSession, CloseReason, Incoming,
-    RequestFailure, SendError,
+    SendError,
 };
-use crate::session::handshake::{HandshakeError, Implementation};
-use crate::session::negotiate::{
-    Negotiated, Negotiation, RequestStamp, VersionPolicy, DEFAULT_DISCOVER_TIMEOUT,
-};
+use crate::session::handshake::Implementation;
+use crate::session::handshake::RequestStamp;
+use crate::session::negotiate::{Negotiated, Negotiation, VersionPolicy, DEFAULT_DISCOVER_TIMEOUT};
 use crate::wire::frame::{FramerConfig, ReadRoom};
 use crate::wire::message::{ErrorObject, Id, RawValue};
 
@@ -352,54 +351,6 @@ impl ClientOptions {
             if let Err(e) = pool.release(grant) {
                 tracing::warn!(error = %e, "stderr grant not returned to its pool");
             }
-        }
-    }
-}
-
-/// Why `initialize` (the negotiation of a protocol version, see
-/// [`Negotiation`](crate::Negotiation)) failed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InitializeError {
-    /// The request failed (timeout, server error, session closed, …).
-    #[error("initialize request failed: {0}")]
-    Request(#[from] RequestError),
-    /// The server's answer cannot start a session.
-    #[error(transparent)]
-    Handshake(#[from] HandshakeError),
-    /// The server offers no protocol version this client speaks, or not the
-    /// pinned one: the versions it offers (a discover result's list, a
-    /// -32022 error's `supported`, or the one `initialize` answered).
-    #[error("no mutual protocol version: the server offers {offered:?}")]
-    NoMutualVersion {
-        /// The versions the server offers.
-        offered: Vec<String>,
-    },
-}
-
-/// Why a command failed: everything a request can end with, in one type.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RequestError {
-    /// The request was sent but did not produce a result.
-    #[error(transparent)]
-    Failed(#[from] RequestFailure),
-    /// The request could not be sent.
-    #[error(transparent)]
-    Send(#[from] SendError),
-}
-
-impl RequestError {
-    /// True for a timeout (a cancel was sent, except for `initialize`).
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, Self::Failed(RequestFailure::TimedOut { .. }))
-    }
-
-    /// The server's error object, if the server answered with one.
-    pub fn server_error(&self) -> Option<&ErrorObject> {
-        match self {
-            Self::Failed(RequestFailure::Server(e)) => Some(e),
-            _ => None,
         }
     }
 }
@@ -847,6 +798,7 @@ mod tests {
         );
     }
     use crate::process::supervisor::{EndedBy, StreamEnd};
+    use crate::session::client::RequestFailure;
 
     fn drain_actions(h: &mut SpawnedServer) -> Vec<SpawnedAction> {
         let mut v = Vec::new();

@@ -42,8 +42,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::outbox::Outbox;
+use crate::session::handshake::RequestStamp;
 use crate::session::handshake::DISCOVER;
-use crate::session::negotiate::RequestStamp;
 use crate::session::violation_log::{warn_violation, ViolationLog, CLIENT_VIOLATION_TARGET};
 use crate::wire::frame::{
     refused_line_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery,
@@ -1133,5 +1133,32 @@ impl SessionState {
         }
         self.events.push_back(ClientEvent::Closed(reason.clone()));
         self.closed = Some(reason);
+    }
+}
+
+/// Why a command failed: everything a request can end with, in one type.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The request was sent but did not produce a result.
+    #[error(transparent)]
+    Failed(#[from] RequestFailure),
+    /// The request could not be sent.
+    #[error(transparent)]
+    Send(#[from] SendError),
+}
+
+impl RequestError {
+    /// True for a timeout (a cancel was sent, except for `initialize`).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Failed(RequestFailure::TimedOut { .. }))
+    }
+
+    /// The server's error object, if the server answered with one.
+    pub fn server_error(&self) -> Option<&ErrorObject> {
+        match self {
+            Self::Failed(RequestFailure::Server(e)) => Some(e),
+            _ => None,
+        }
     }
 }

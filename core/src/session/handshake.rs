@@ -20,6 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::wire::message::{to_raw, RawValue};
+use crate::wire::object::merge_meta;
 
 /// Protocol versions this crate speaks, newest first: the modern ones
 /// ([`MODERN_PROTOCOL_VERSIONS`]) then the handshake ones.
@@ -143,6 +144,59 @@ pub fn initialize_params_at(
         client_info: client,
     })
     .expect("strings and raw values always serialize")
+}
+
+/// The `_meta` pairs every request of a modern session carries: the
+/// protocol version, the client's capabilities (`{}` when `None`) and its
+/// name and version. Set on a session with
+/// [`ClientSession::stamp_requests`](crate::ClientSession::stamp_requests);
+/// its size is that of the capabilities plus about 150 bytes, added to
+/// every request (a request past the wire limit with it fails to send).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestStamp {
+    pairs: [(&'static str, String); 3],
+}
+
+impl RequestStamp {
+    /// The stamp of `version` for this client.
+    pub fn new(version: &str, client: &Implementation, capabilities: Option<&RawValue>) -> Self {
+        // Strings and an `Implementation` always serialize.
+        let quoted = serde_json::to_string(version).unwrap_or_else(|_| "\"\"".to_owned());
+        let info = serde_json::to_string(client).unwrap_or_else(|_| "{}".to_owned());
+        let caps = capabilities.map_or("{}", RawValue::get).to_owned();
+        Self {
+            pairs: [
+                (META_PROTOCOL_VERSION, quoted),
+                (META_CLIENT_CAPABILITIES, caps),
+                (META_CLIENT_INFO, info),
+            ],
+        }
+    }
+
+    /// `params` (a JSON object's text, or none) with the stamp's keys set in
+    /// its `_meta`, the caller's other `_meta` keys (a `progressToken`)
+    /// kept; `None` when `params` is not a JSON object.
+    pub fn apply(&self, params: Option<&str>) -> Option<Box<RawValue>> {
+        let pairs: [(&str, &str); 3] = [
+            (self.pairs[0].0, &self.pairs[0].1),
+            (self.pairs[1].0, &self.pairs[1].1),
+            (self.pairs[2].0, &self.pairs[2].1),
+        ];
+        let text = merge_meta(params, &pairs)?;
+        RawValue::from_string(text).ok()
+    }
+}
+
+/// The params of a `server/discover` probe at `version`: only `_meta`.
+pub fn discover_params(
+    version: &str,
+    client: &Implementation,
+    capabilities: Option<&RawValue>,
+) -> Box<RawValue> {
+    RequestStamp::new(version, client, capabilities)
+        .apply(None)
+        // `merge_meta(None, …)` of valid JSON members is always an object.
+        .unwrap_or_else(|| RawValue::from_string("{}".to_owned()).expect("`{}` is valid JSON"))
 }
 
 /// What the server said about itself in its `initialize` result.

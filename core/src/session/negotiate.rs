@@ -53,16 +53,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::driver::spawned::{InitializeError, RequestError};
-use crate::session::client::{RequestFailure, INITIALIZE};
+use crate::session::client::{RequestError, RequestFailure, INITIALIZE};
 use crate::session::handshake::{
-    check_initialize_result, initialize_params_at, is_modern, HandshakeError, Implementation,
-    DISCOVER, LATEST_HANDSHAKE_VERSION, LATEST_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES,
-    META_CLIENT_INFO, META_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS,
-    UNSUPPORTED_PROTOCOL_VERSION,
+    check_initialize_result, discover_params, initialize_params_at, is_modern, HandshakeError,
+    Implementation, DISCOVER, LATEST_HANDSHAKE_VERSION, LATEST_PROTOCOL_VERSION,
+    MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS, UNSUPPORTED_PROTOCOL_VERSION,
 };
 use crate::wire::message::{ErrorObject, RawResult, RawValue};
-use crate::wire::object::merge_meta;
 
 /// How long the automatic `server/discover` probe waits for an answer before
 /// falling back to `initialize`: 10 s (rmcp's choice too). A server that
@@ -476,59 +473,6 @@ impl Negotiation {
     }
 }
 
-/// The `_meta` pairs every request of a modern session carries: the
-/// protocol version, the client's capabilities (`{}` when `None`) and its
-/// name and version. Set on a session with
-/// [`ClientSession::stamp_requests`](crate::ClientSession::stamp_requests);
-/// its size is that of the capabilities plus about 150 bytes, added to
-/// every request (a request past the wire limit with it fails to send).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestStamp {
-    pairs: [(&'static str, String); 3],
-}
-
-impl RequestStamp {
-    /// The stamp of `version` for this client.
-    pub fn new(version: &str, client: &Implementation, capabilities: Option<&RawValue>) -> Self {
-        // Strings and an `Implementation` always serialize.
-        let quoted = serde_json::to_string(version).unwrap_or_else(|_| "\"\"".to_owned());
-        let info = serde_json::to_string(client).unwrap_or_else(|_| "{}".to_owned());
-        let caps = capabilities.map_or("{}", RawValue::get).to_owned();
-        Self {
-            pairs: [
-                (META_PROTOCOL_VERSION, quoted),
-                (META_CLIENT_CAPABILITIES, caps),
-                (META_CLIENT_INFO, info),
-            ],
-        }
-    }
-
-    /// `params` (a JSON object's text, or none) with the stamp's keys set in
-    /// its `_meta`, the caller's other `_meta` keys (a `progressToken`)
-    /// kept; `None` when `params` is not a JSON object.
-    pub fn apply(&self, params: Option<&str>) -> Option<Box<RawValue>> {
-        let pairs: [(&str, &str); 3] = [
-            (self.pairs[0].0, &self.pairs[0].1),
-            (self.pairs[1].0, &self.pairs[1].1),
-            (self.pairs[2].0, &self.pairs[2].1),
-        ];
-        let text = merge_meta(params, &pairs)?;
-        RawValue::from_string(text).ok()
-    }
-}
-
-/// The params of a `server/discover` probe at `version`: only `_meta`.
-pub fn discover_params(
-    version: &str,
-    client: &Implementation,
-    capabilities: Option<&RawValue>,
-) -> Box<RawValue> {
-    RequestStamp::new(version, client, capabilities)
-        .apply(None)
-        // `merge_meta(None, …)` of valid JSON members is always an object.
-        .unwrap_or_else(|| RawValue::from_string("{}".to_owned()).expect("`{}` is valid JSON"))
-}
-
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct DiscoverResult {
@@ -570,6 +514,27 @@ fn newest_modern(offered: &[String]) -> Option<&'static str> {
 /// Whether `v` is a handshake version this crate speaks.
 fn speaks_handshake(v: &str) -> bool {
     !is_modern(v) && SUPPORTED_PROTOCOL_VERSIONS.contains(&v)
+}
+
+/// Why `initialize` (the negotiation of a protocol version, see
+/// [`Negotiation`](crate::Negotiation)) failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InitializeError {
+    /// The request failed (timeout, server error, session closed, …).
+    #[error("initialize request failed: {0}")]
+    Request(#[from] RequestError),
+    /// The server's answer cannot start a session.
+    #[error(transparent)]
+    Handshake(#[from] HandshakeError),
+    /// The server offers no protocol version this client speaks, or not the
+    /// pinned one: the versions it offers (a discover result's list, a
+    /// -32022 error's `supported`, or the one `initialize` answered).
+    #[error("no mutual protocol version: the server offers {offered:?}")]
+    NoMutualVersion {
+        /// The versions the server offers.
+        offered: Vec<String>,
+    },
 }
 
 #[cfg(test)]

@@ -4,6 +4,9 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::session::client::{ClientConfig, ClientEvent, ClientSession, SendError};
+use crate::session::handshake::{
+    RequestStamp, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
+};
 use crate::wire::frame::FramerConfig;
 use crate::wire::message::METHOD_NOT_FOUND;
 
