@@ -189,9 +189,8 @@ impl RawServer {
     /// stdout meanwhile (G1): a server that reads stdin only once its own
     /// output is taken must not stall the write. What is read is framed and
     /// queued for [`next_event`](Self::next_event); past
-    /// [`MAX_QUEUED_EVENTS`] the write waits alone, still bounded by
-    /// `deadline`. Past [`MAX_QUEUED_EVENTS`] the write still reads, shedding
-    /// what no row waits for ([`shed_events`](Self::shed_events)). Rows that
+    /// [`MAX_QUEUED_EVENTS`] the write still reads, shedding what no row
+    /// waits for (counted, and logged at debug). Rows that
     /// leave stdout unread on purpose stop reading only after their small
     /// writes are done.
     pub(crate) async fn write(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), RawError> {
