@@ -115,7 +115,7 @@ const SESSION_CLOSED: &str = "the session closed (the server closed its stdout o
 const MALFORMED_LINE: &[u8] = b"{\"jsonrpc\":\"2.0\",\"method\":\"tools/list\",\"id\":\n";
 
 /// The protocol revision one pass of rows 1–8 runs at: the `initialize`
-/// handshake at [`LATEST_HANDSHAKE_VERSION`], or a 2026-07-28 session
+/// handshake at 2025-11-25 (`LATEST_HANDSHAKE_VERSION`), or a 2026-07-28 session
 /// (`server/discover`, every request carrying its `_meta`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Revision(&'static str);
