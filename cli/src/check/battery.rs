@@ -9,9 +9,8 @@
 use std::time::{Duration, Instant};
 
 use mcp_stdio_core::{
-    is_modern, Implementation, Negotiated, NegotiatedVia, VersionPolicy, DISCOVER,
-    LATEST_HANDSHAKE_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
-    MODERN_PROTOCOL_VERSIONS,
+    initialize_params, is_modern, Implementation, Negotiated, NegotiatedVia, RequestStamp,
+    VersionPolicy, DISCOVER, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS,
 };
 use mcp_stdio_core::{to_raw, Id, Message, RawResult, RawValue};
 use mcp_stdio_core::{ClientMetrics, RequestFailure};
@@ -146,29 +145,25 @@ impl Revision {
     }
 
     /// A raw request in this revision's shape: at 2026-07-28 its params
-    /// carry the `_meta` every request must (what our `Client` adds by
-    /// itself).
+    /// carry the `_meta` every request must, set by the core's
+    /// [`RequestStamp`] as our `Client` does.
     fn stamp(self, mut request: Value) -> Value {
         if self.is_modern() {
-            let params = request
-                .as_object_mut()
-                .expect("raw requests are objects")
-                .entry("params")
-                .or_insert_with(|| json!({}));
-            if let Some(params) = params.as_object_mut() {
-                let meta = params.entry("_meta").or_insert_with(|| json!({}));
-                if let Some(meta) = meta.as_object_mut() {
-                    meta.insert(META_PROTOCOL_VERSION.to_owned(), json!(self.0));
-                    meta.insert(META_CLIENT_CAPABILITIES.to_owned(), json!({}));
-                    meta.insert(
-                        META_CLIENT_INFO.to_owned(),
-                        json!({"name": "mcp-stdio-check", "version": env!("CARGO_PKG_VERSION")}),
-                    );
-                }
+            let params = request.get("params").map(Value::to_string);
+            let stamped = RequestStamp::new(self.0, &check_client(), None)
+                .apply(params.as_deref())
+                .and_then(|p| serde_json::from_str(p.get()).ok());
+            if let Some(p) = stamped {
+                request["params"] = p;
             }
         }
         request
     }
+}
+
+/// Who `check` says it is, on every session.
+fn check_client() -> Implementation {
+    Implementation::new("mcp-stdio-check", env!("CARGO_PKG_VERSION"))
 }
 
 /// What one session's end showed, for rows 9 and 10.
@@ -293,10 +288,7 @@ impl Battery<'_> {
         options.discover_timeout(self.s.timeout);
         options
             .stderr_pool(None)
-            .client_info(Implementation::new(
-                "mcp-stdio-check",
-                env!("CARGO_PKG_VERSION"),
-            ))
+            .client_info(check_client())
             .supervisor_mut()
             .stdin_close_grace(self.s.grace)
             .term_grace(self.s.grace);
@@ -1458,11 +1450,9 @@ async fn raw_handshake(
         raw.wait_for(&Id::Number(1), deadline, |_| {}).await?;
         return Ok(());
     }
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": LATEST_HANDSHAKE_VERSION,
-        "capabilities": {},
-        "clientInfo": {"name": "mcp-stdio-check", "version": env!("CARGO_PKG_VERSION")},
-    }});
+    let params: Value = serde_json::from_str(initialize_params(&check_client(), None).get())
+        .expect("the core's initialize params are JSON");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params});
     raw.send(&init, deadline).await?;
     raw.wait_for(&Id::Number(1), deadline, |_| {}).await?;
     raw.send(
