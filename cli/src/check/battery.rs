@@ -146,7 +146,7 @@ impl Revision {
 
     /// A raw request in this revision's shape: at 2026-07-28 its params
     /// carry the `_meta` every request must, set by the core's
-    /// [`RequestStamp`] as our `Client` does.
+    /// `RequestStamp` as our `Client` does.
     fn stamp(self, mut request: Value) -> Value {
         if self.is_modern() {
             let params = request.get("params").map(Value::to_string);
