@@ -1,0 +1,447 @@
+//! The guard session's unit tests.
+
+use super::*;
+use crate::records::call::CallState;
+
+struct Clock {
+    base: Instant,
+}
+
+impl Clock {
+    fn at(&self, ms: u64) -> Stamp {
+        Stamp::new(
+            self.base + Duration::from_millis(ms),
+            1_700_000_000_000 + ms,
+        )
+    }
+}
+
+fn session(max_buffered: usize) -> (GuardSession, Clock) {
+    let mut config = GuardConfig::default();
+    config.proxy_mut().max_buffered(max_buffered);
+    config
+        .supervisor_mut()
+        .stdin_close_grace(Duration::from_secs(1))
+        .term_grace(Duration::from_secs(1));
+    config.stderr_forward(10);
+    let clock = Clock {
+        base: Instant::now(),
+    };
+    let mut s = GuardSession::new(config);
+    s.handle_spawned(clock.at(0));
+    (s, clock)
+}
+
+/// G10: the stderr capture keeps at most what the process's pool
+/// grants, even when the per-call budget is larger.
+#[test]
+fn g10_stderr_capture_is_bounded_by_the_pool() {
+    let mut pool = crate::process::capture::PoolConfig::default();
+    pool.limit(4096).reserve(0);
+    let pool = SharedRetentionPool::new(&pool);
+    let mut config = GuardConfig::default();
+    config.stderr_capture_mut().tail(16 * 1024);
+    config.stderr_pool(Some(pool.clone()));
+    let clock = Clock {
+        base: Instant::now(),
+    };
+    let mut s = GuardSession::new(config);
+    s.handle_spawned(clock.at(0));
+    assert_eq!(pool.stats().in_use, 4096);
+    for i in 0..64 {
+        s.handle_server_stderr(clock.at(i), &[b'e'; 1024]);
+    }
+    let report = s.report(256);
+    assert_eq!(report.stderr.retained, 4096, "{:?}", report.stderr);
+    assert_eq!(report.stderr.seen, 64 * 1024);
+}
+
+fn actions(s: &mut GuardSession) -> Vec<GuardAction> {
+    std::iter::from_fn(|| s.poll_action()).collect()
+}
+
+/// The session's one output stream gives the host one message at a
+/// time (the next once the last was taken, so a cancel can still
+/// withdraw a response not yet started), records before the bytes for
+/// the server, and closes a server reader at its end.
+#[test]
+fn the_output_stream_orders_records_and_gives_the_host_one_message_at_a_time() {
+    let (mut s, clock) = session(1 << 20);
+    let request =
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"t\"}}\n";
+    let read = GuardInput::HostRead {
+        result: Ok(request.len()),
+        buf: request,
+    };
+    s.handle_input(clock.at(1), read);
+    assert!(matches!(s.poll_output(), GuardOutput::Record(_)));
+    let GuardOutput::ToServer(out) = s.poll_output() else {
+        panic!("the request is offered after its record");
+    };
+    let n = out.bytes().len();
+    s.handle_input(clock.at(1), GuardInput::ServerWritten(Ok(n)));
+    let two = b"{\"jsonrpc\":\"2.0\",\"method\":\"a\"}\n{\"jsonrpc\":\"2.0\",\"method\":\"b\"}\n";
+    s.handle_server_stdout(clock.at(2), two);
+    let first = loop {
+        match s.poll_output() {
+            GuardOutput::ToHost(b) => break b.bytes().to_vec(),
+            GuardOutput::Timeout(_) => panic!("the first message is offered"),
+            _ => {}
+        }
+    };
+    assert!(first.ends_with(b"\"a\"}\n"), "{first:?}");
+    // The host's writer takes nothing now: nothing is offered until it can.
+    s.handle_input(clock.at(3), GuardInput::HostFull);
+    assert!(
+        !std::iter::from_fn(|| match s.poll_output() {
+            GuardOutput::Timeout(_) => None,
+            other => Some(matches!(other, GuardOutput::ToHost(_))),
+        })
+        .any(|to_host| to_host),
+        "nothing for a full host"
+    );
+    s.handle_input(clock.at(3), GuardInput::HostWritable);
+    // Part of it taken: the rest is offered, not the second message.
+    s.handle_input(clock.at(3), GuardInput::HostTaken(3));
+    let GuardOutput::ToHost(rest) = s.poll_output() else {
+        panic!("the rest of the first message");
+    };
+    assert_eq!(rest.bytes(), &first[3..]);
+    s.handle_input(clock.at(3), GuardInput::HostTaken(first.len() - 3));
+    let GuardOutput::ToHost(second) = s.poll_output() else {
+        panic!("the second message once the first is taken");
+    };
+    assert!(second.bytes().ends_with(b"\"b\"}\n"));
+    let look = &mut || Ok(None);
+    let end = GuardInput::ServerRead {
+        stream: ChildStream::Stderr,
+        result: Ok(0),
+        buf: &[],
+        look,
+    };
+    s.handle_input(clock.at(4), end);
+    assert!(matches!(
+        s.poll_output(),
+        GuardOutput::Action(GuardAction::CloseServerReader(ChildStream::Stderr))
+    ));
+}
+
+/// G12: with the audit gate on, a request reaches the server only after
+/// the loop reports its `dispatched` record durable, and the host is not
+/// read while too many records wait for the disk.
+#[test]
+fn g12_the_audit_gate_holds_a_request_until_its_record_is_durable() {
+    let mut config = GuardConfig::default();
+    config.audit_gate(Some(2));
+    let clock = Clock {
+        base: Instant::now(),
+    };
+    let mut s = GuardSession::new(config);
+    s.handle_spawned(clock.at(0));
+    let request = |id: u32| {
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"t\"}}}}\n"
+        )
+    };
+    let one = request(1);
+    let read = GuardInput::HostRead {
+        result: Ok(one.len()),
+        buf: one.as_bytes(),
+    };
+    s.handle_input(clock.at(1), read);
+    assert!(matches!(s.poll_output(), GuardOutput::Record(_)));
+    assert!(
+        matches!(s.poll_output(), GuardOutput::Timeout(_)),
+        "the request waits for its record"
+    );
+    assert!(s.wants_host_input(), "one record waits, the bound is two");
+    let two = request(2);
+    let read = GuardInput::HostRead {
+        result: Ok(two.len()),
+        buf: two.as_bytes(),
+    };
+    s.handle_input(clock.at(2), read);
+    assert!(matches!(s.poll_output(), GuardOutput::Record(_)));
+    assert!(matches!(s.poll_output(), GuardOutput::Timeout(_)));
+    assert!(!s.wants_host_input(), "two records wait for the disk");
+    // The first record is on disk: the first request goes, not the second.
+    s.handle_input(clock.at(3), GuardInput::RecordsDurable(1));
+    assert!(s.wants_host_input());
+    let GuardOutput::ToServer(out) = s.poll_output() else {
+        panic!("the first request, its record durable");
+    };
+    assert!(out.bytes().starts_with(b"{\"jsonrpc\":\"2.0\",\"id\":1"));
+    let n = out.bytes().len();
+    s.handle_input(clock.at(3), GuardInput::ServerWritten(Ok(n)));
+    assert!(matches!(s.poll_output(), GuardOutput::Timeout(_)));
+    // A count past what was given is taken as all that was given.
+    s.handle_input(clock.at(4), GuardInput::RecordsDurable(99));
+    let GuardOutput::ToServer(out) = s.poll_output() else {
+        panic!("the second request");
+    };
+    assert!(out.bytes().starts_with(b"{\"jsonrpc\":\"2.0\",\"id\":2"));
+    // A full pipe parks it until writable.
+    s.handle_input(
+        clock.at(4),
+        GuardInput::ServerWritten(Err(std::io::ErrorKind::WouldBlock.into())),
+    );
+    assert!(matches!(s.poll_output(), GuardOutput::Timeout(_)));
+    s.handle_input(clock.at(5), GuardInput::ServerWritable);
+    assert!(matches!(s.poll_output(), GuardOutput::ToServer(_)));
+}
+
+#[test]
+fn g1_host_stops_reading_closes_host_then_shuts_the_server_down_exit_75() {
+    let (mut s, clock) = session(100);
+    let note = format!(
+        "{{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":\"{}\"}}\n",
+        "x".repeat(200)
+    );
+    s.handle_server_stdout(clock.at(1), note.as_bytes());
+    assert_eq!(
+        actions(&mut s),
+        [GuardAction::CloseHostOutput, GuardAction::CloseServerStdin]
+    );
+    assert!(s.poll_to_host().is_none());
+    assert_eq!(s.closed_by_guard(), Some("host_stopped_reading"));
+    // The server ignores stdin EOF: TERM after the grace, then it exits.
+    assert_eq!(s.poll_timeout(), Some(clock.at(1001).instant));
+    s.handle_timeout(clock.at(1001));
+    assert_eq!(
+        actions(&mut s),
+        [GuardAction::SignalServerGroup(Signal::Term)]
+    );
+    s.handle_exited(clock.at(1002), ExitStatus::Signal(15));
+    s.handle_server_stdout_eof(clock.at(1002));
+    s.handle_server_stderr_eof(clock.at(1002));
+    match actions(&mut s).as_slice() {
+        [GuardAction::Finished { exit_code, .. }] => assert_eq!(*exit_code, 75),
+        other => panic!("{other:?}"),
+    }
+    let report = s.report(100);
+    assert_eq!(report.guard_closed_session, Some("host_stopped_reading"));
+}
+
+/// A session whose framers close on an oversized line, at 128 bytes.
+fn closing_session() -> (GuardSession, Clock) {
+    let mut config = GuardConfig::default();
+    config
+        .framer_mut()
+        .max_frame(128)
+        .oversized_policy(crate::OversizedPolicy::Close);
+    config
+        .supervisor_mut()
+        .stdin_close_grace(Duration::from_secs(1))
+        .term_grace(Duration::from_secs(1));
+    let clock = Clock {
+        base: Instant::now(),
+    };
+    let mut s = GuardSession::new(config);
+    s.handle_spawned(clock.at(0));
+    (s, clock)
+}
+
+fn host_messages(s: &mut GuardSession) -> Vec<String> {
+    std::iter::from_fn(|| s.poll_to_host())
+        .map(|b| String::from_utf8(b).expect("UTF-8"))
+        .collect()
+}
+
+fn stderr_text(s: &mut GuardSession) -> String {
+    std::iter::from_fn(|| s.poll_stderr())
+        .map(|b| String::from_utf8(b).expect("UTF-8"))
+        .collect()
+}
+
+/// Oversized policy `close`, server side: the call gets the wire-limit
+/// error, the server is shut down while its stdout is still drained
+/// (and dropped), and the guard exits 75 saying why.
+#[test]
+fn g3_close_policy_a_server_line_past_the_limit_closes_the_session_exit_75() {
+    let (mut s, clock) = closing_session();
+    s.handle_host(
+        clock.at(1),
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\"}\n",
+    );
+    let _ = s.poll_record();
+    let b = s.poll_to_server(u64::MAX).expect("the request");
+    s.handle_server_written(b.len());
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"{}\"}}\n",
+        "x".repeat(500)
+    );
+    s.handle_server_stdout(clock.at(2), big.as_bytes());
+    assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+    let host = host_messages(&mut s);
+    assert_eq!(host.len(), 1, "{host:?}");
+    assert!(
+        host[0].contains("\"id\":1") && host[0].contains("exceeded the wire limit"),
+        "{host:?}"
+    );
+    assert!(stderr_text(&mut s).contains("the oversized policy is `close`: closing the session"));
+    assert_eq!(s.closed_by_guard(), Some("oversized_response"));
+    // Whatever the server writes now is drained and dropped.
+    s.handle_server_stdout(
+        clock.at(3),
+        b"{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}\n",
+    );
+    assert!(host_messages(&mut s).is_empty());
+    s.handle_exited(clock.at(4), ExitStatus::Code(0));
+    s.handle_server_stdout_eof(clock.at(4));
+    s.handle_server_stderr_eof(clock.at(4));
+    match actions(&mut s).as_slice() {
+        [GuardAction::Finished { exit_code, .. }] => assert_eq!(*exit_code, EXIT_GUARD_CLOSED),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        s.report(100).guard_closed_session,
+        Some("oversized_response")
+    );
+}
+
+/// Oversized policy `close`, host side: the request gets the wire-limit
+/// error and never reaches the server, the host's input is no longer
+/// read, what it sent before still reaches the server, then the
+/// shutdown; the guard exits 75.
+#[test]
+fn g2_close_policy_a_host_request_past_the_limit_closes_the_session_exit_75() {
+    let (mut s, clock) = closing_session();
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"method\":\"n\"}}\n{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"{}\"}}\n",
+        "m".repeat(500)
+    );
+    s.handle_host(clock.at(1), big.as_bytes());
+    assert_eq!(actions(&mut s), [GuardAction::CloseHostInput]);
+    let host = host_messages(&mut s);
+    assert!(
+        host.len() == 1
+            && host[0].contains("\"id\":7")
+            && host[0].contains("request exceeded the wire limit"),
+        "{host:?}"
+    );
+    assert_eq!(s.closed_by_guard(), Some("oversized_request"));
+    // The notification before it goes out, then the server's stdin closes.
+    let b = s.poll_to_server(u64::MAX).expect("the notification");
+    assert!(
+        s.poll_to_server(u64::MAX).is_none(),
+        "the oversized request never does"
+    );
+    s.handle_server_written(b.len());
+    assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+    s.handle_exited(clock.at(2), ExitStatus::Code(0));
+    s.handle_server_stdout_eof(clock.at(2));
+    s.handle_server_stderr_eof(clock.at(2));
+    match actions(&mut s).as_slice() {
+        [GuardAction::Finished { exit_code, .. }] => assert_eq!(*exit_code, EXIT_GUARD_CLOSED),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn g11_host_eof_runs_the_shutdown_and_exits_with_the_servers_status() {
+    let (mut s, clock) = session(1 << 20);
+    s.handle_host(
+        clock.at(1),
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"t\"}}\n",
+    );
+    assert_eq!(
+        s.poll_record().map(|r| r.state()),
+        Some(CallState::Dispatched)
+    );
+    let b = s.poll_to_server(u64::MAX).expect("the request");
+    s.handle_server_written(b.len());
+    s.handle_host_eof(clock.at(2));
+    assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+    assert!(s.poll_to_server(u64::MAX).is_none(), "stdin is closed");
+    s.handle_exited(clock.at(3), ExitStatus::Code(3));
+    s.handle_server_stdout_eof(clock.at(3));
+    s.handle_server_stderr_eof(clock.at(3));
+    match actions(&mut s).as_slice() {
+        [GuardAction::Finished {
+            exit_code, outcome, ..
+        }] => {
+            assert_eq!(*exit_code, 3);
+            assert_eq!(outcome.exit_status, Some(ExitStatus::Code(3)));
+        }
+        other => panic!("{other:?}"),
+    }
+    let r = s.poll_record().expect("the open call ends");
+    assert_eq!(r.state(), CallState::Unknown);
+    assert_eq!(r.exit_status(), Some(ExitStatus::Code(3)));
+}
+
+#[test]
+fn g11_host_eof_closes_server_stdin_only_after_the_last_request_went_out() {
+    let (mut s, clock) = session(1 << 20);
+    s.handle_host(
+        clock.at(1),
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n",
+    );
+    s.handle_host_eof(clock.at(1));
+    assert!(
+        actions(&mut s).is_empty(),
+        "stdin stays open while a message waits"
+    );
+    let b = s.poll_to_server(u64::MAX).expect("the last message");
+    assert!(actions(&mut s).is_empty(), "taken is not written");
+    s.handle_server_written(b.len());
+    assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+}
+
+#[test]
+fn g11_host_eof_with_a_server_that_never_reads_closes_after_the_grace() {
+    let (mut s, clock) = session(1 << 20);
+    s.handle_host(clock.at(1), b"{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\n");
+    s.handle_host_eof(clock.at(1));
+    let _ = s.poll_to_server(u64::MAX);
+    assert!(actions(&mut s).is_empty());
+    assert_eq!(s.poll_timeout(), Some(clock.at(1001).instant));
+    s.handle_timeout(clock.at(1001));
+    assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+}
+
+#[test]
+fn g11_terminate_signal_starts_the_same_sequence() {
+    let (mut s, clock) = session(1 << 20);
+    s.handle_terminate(clock.at(5));
+    assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+    assert_eq!(s.exit_code(), EXIT_UNKNOWN, "no exit observed yet");
+}
+
+#[test]
+fn g10_server_stderr_is_forwarded_within_budget_then_one_marker() {
+    let (mut s, clock) = session(1 << 20);
+    s.handle_server_stderr(clock.at(1), b"0123456");
+    s.handle_server_stderr(clock.at(2), b"789abcdef");
+    s.handle_server_stderr(clock.at(3), b"more");
+    let out: Vec<Vec<u8>> = std::iter::from_fn(|| s.poll_stderr()).collect();
+    assert_eq!(out[0], b"0123456");
+    assert_eq!(out[1], b"789");
+    assert!(String::from_utf8_lossy(&out[2]).contains("passed its budget of 10 bytes"));
+    assert_eq!(out.len(), 3);
+    let report = s.report(100);
+    assert_eq!(report.stderr_forwarded_bytes, 10);
+    assert_eq!(report.stderr.seen, 20);
+}
+
+#[cfg(feature = "fuzzing")]
+#[test]
+fn fuzz_guard_session_random_inputs() {
+    crate::fuzzing::run_random_inputs(
+        0x9E37_79B9_7F4A_7C15,
+        400,
+        512,
+        crate::fuzzing::fuzz_guard_session,
+    );
+}
+
+#[test]
+fn a_host_write_error_shuts_the_server_down_without_exit_75() {
+    let (mut s, clock) = session(1 << 20);
+    s.handle_host_write_error(clock.at(1));
+    assert_eq!(
+        actions(&mut s),
+        [GuardAction::CloseHostOutput, GuardAction::CloseServerStdin]
+    );
+    assert_eq!(s.closed_by_guard(), None);
+}
