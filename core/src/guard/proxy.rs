@@ -104,8 +104,12 @@ use crate::wire::frame::{
 };
 use crate::wire::idset::RecentIds;
 use crate::wire::message::{
-    encode_error, wire_limit_error, Decoded, ErrorObject, Id, Message, Oversized, RawValue,
-    MAX_FRAME_KNOB, PARSE_ERROR, SERVER_ERROR,
+    encode_error, wire_limit_error, Decoded, ErrorObject, Id, Message, Oversized, MAX_FRAME_KNOB,
+    PARSE_ERROR, SERVER_ERROR,
+};
+use fields::{
+    cancelled_id, id_json, link_hash, progress_token, request_context, special_result_type,
+    tool_name,
 };
 
 /// The method of a progress notification.
@@ -710,128 +714,6 @@ fn line(frame: FrameText<'_>) -> Vec<u8> {
     v
 }
 
-fn tool_name(params: Option<&RawValue>) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct P {
-        name: String,
-    }
-    serde_json::from_str::<P>(params?.get())
-        .ok()
-        .map(|p| p.name)
-}
-
-/// What the guard reads from a host request's params beyond its method: only
-/// looked for when the text can hold it (a substring test first), so a
-/// large request without these keys is not parsed twice.
-#[derive(Debug, Default)]
-struct RequestContext {
-    progress_token: Option<Id>,
-    protocol_version: Option<String>,
-    request_state: Option<u64>,
-    task_id: Option<String>,
-}
-
-fn request_context(params: Option<&RawValue>) -> RequestContext {
-    #[derive(serde::Deserialize)]
-    struct Meta<'a> {
-        #[serde(rename = "progressToken", default, borrow)]
-        progress_token: Option<&'a RawValue>,
-        #[serde(rename = "io.modelcontextprotocol/protocolVersion", default, borrow)]
-        protocol_version: Option<std::borrow::Cow<'a, str>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Params<'a> {
-        #[serde(rename = "_meta", default, borrow)]
-        meta: Option<Meta<'a>>,
-        #[serde(rename = "requestState", default, borrow)]
-        request_state: Option<std::borrow::Cow<'a, str>>,
-        #[serde(rename = "taskId", default, borrow)]
-        task_id: Option<std::borrow::Cow<'a, str>>,
-    }
-    let Some(text) = params.map(RawValue::get) else {
-        return RequestContext::default();
-    };
-    let has = |key: &[u8]| memchr::memmem::find(text.as_bytes(), key).is_some();
-    if !has(b"\"_meta\"") && !has(b"\"requestState\"") && !has(b"\"taskId\"") {
-        return RequestContext::default();
-    }
-    let Ok(p) = serde_json::from_str::<Params<'_>>(text) else {
-        return RequestContext::default();
-    };
-    let meta = p.meta.as_ref();
-    RequestContext {
-        progress_token: meta
-            .and_then(|m| m.progress_token)
-            .and_then(|t| serde_json::from_str::<Id>(t.get()).ok()),
-        protocol_version: meta
-            .and_then(|m| m.protocol_version.as_deref())
-            .filter(|v| v.len() <= MAX_VERSION_BYTES)
-            .map(str::to_owned),
-        request_state: p.request_state.as_deref().map(link_hash),
-        task_id: p
-            .task_id
-            .filter(|t| t.len() <= MAX_TASK_ID_BYTES)
-            .map(|t| t.into_owned()),
-    }
-}
-
-/// A short, stable digest that links the records of one multi-round-trip
-/// request (its `requestState`); FNV-1a, 64 bits: a link, not a proof.
-fn link_hash(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// The token of a `notifications/progress`.
-fn progress_token(params: Option<&RawValue>) -> Option<Id> {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct P {
-        progress_token: Id,
-    }
-    serde_json::from_str::<P>(params?.get())
-        .ok()
-        .map(|p| p.progress_token)
-}
-
-/// The `resultType` of a result when it is not `"complete"`: read at the
-/// first `"resultType"` key in the text (where every known server puts it,
-/// at the top level), confirmed on the whole top level only then, so a
-/// large ordinary result costs one substring search.
-fn special_result_type(result: &str) -> Option<String> {
-    let at = memchr::memmem::find(result.as_bytes(), b"\"resultType\"")?;
-    let rest = result[at + 12..]
-        .trim_start()
-        .strip_prefix(':')?
-        .trim_start();
-    if rest.starts_with("\"complete\"") {
-        return None;
-    }
-    let value = crate::wire::object::member(result, "resultType")?;
-    let kind: String = serde_json::from_str(value.get()).ok()?;
-    (kind != "complete" && kind.len() <= MAX_VERSION_BYTES).then_some(kind)
-}
-
-fn cancelled_id(params: Option<&RawValue>) -> Option<Id> {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct P {
-        request_id: Id,
-    }
-    serde_json::from_str::<P>(params?.get())
-        .ok()
-        .map(|p| p.request_id)
-}
-
-/// An id as JSON text: `5` or `"abc"`.
-fn id_json(id: &Id) -> String {
-    match id {
-        Id::Number(n) => n.to_string(),
-        Id::String(s) => serde_json::to_string(s).unwrap_or_default(),
-    }
-}
-
 impl State {
     /// Ends the tracking of `id`, with what tied messages to it.
     fn untrack(&mut self, id: &Id) -> Option<CallLifecycle> {
@@ -1428,5 +1310,6 @@ impl State {
     }
 }
 
+mod fields;
 #[cfg(test)]
 mod tests;
