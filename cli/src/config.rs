@@ -15,6 +15,9 @@
 //! stderr_redact = true                      # fallback redaction of kept stderr (headers, keys, tokens)
 //! shutdown_grace_seconds = 2                # stdin close → TERM, and TERM → KILL
 //! reader_drain_seconds = 1                  # after exit or KILL, wait this long for pipes
+//! restart = "on-failure"                    # or "never" (default), "always": a crashed server is started again
+//! restart_max = 5                           # restarts in a row before giving up
+//! restart_backoff_seconds = 0.25            # wait before the first restart, doubled each time (at most 8 s)
 //! ```
 //!
 //! Flags override the file; the file overrides the defaults.
@@ -29,6 +32,7 @@ use mcp_stdio_core::{
 use mcp_stdio_core::{
     FramerConfig, InvalidUtf8Policy, OversizedPolicy, DEFAULT_ID_SCAN_LIMIT, MIN_MAX_FRAME,
 };
+use mcp_stdio_core::{RestartConfig, RestartPolicy, DEFAULT_MAX_RESTARTS};
 use serde::Deserialize;
 
 use mcp_stdio_core::{ProxyConfig, DEFAULT_MAX_BUFFERED};
@@ -66,6 +70,18 @@ pub(crate) enum InvalidUtf8 {
     Refuse,
 }
 
+/// When the guard starts a crashed server again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Restart {
+    /// Never: the server's end is the session's end.
+    Never,
+    /// When it ends on its own with a failure (non-zero exit, a signal).
+    OnFailure,
+    /// Whenever it ends on its own while the host is still there.
+    Always,
+}
+
 /// The limit flags of `guard` (each also settable in `--config`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub(crate) struct SettingsArgs {
@@ -100,6 +116,16 @@ pub(crate) struct SettingsArgs {
     /// Seconds from closing the server's stdin to SIGTERM, and from SIGTERM to SIGKILL [default: 2].
     #[arg(long, value_name = "SECONDS")]
     pub(crate) shutdown_grace: Option<f64>,
+    /// Start the server again when it ends on its own while the host is still there,
+    /// keeping the host's session (its handshake is replayed) [default: never].
+    #[arg(long, value_enum, value_name = "WHEN")]
+    pub(crate) restart: Option<Restart>,
+    /// Restarts in a row before the guard gives up [default: 5].
+    #[arg(long, value_name = "N")]
+    pub(crate) restart_max: Option<u32>,
+    /// Seconds before the first restart in a row, doubled for each next one (at most 8) [default: 0.25].
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) restart_backoff: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -119,6 +145,9 @@ struct FileSettings {
     stderr_redact: Option<bool>,
     shutdown_grace_seconds: Option<f64>,
     reader_drain_seconds: Option<f64>,
+    restart: Option<Restart>,
+    restart_max: Option<u32>,
+    restart_backoff_seconds: Option<f64>,
 }
 
 /// The resolved limits of a guard run.
@@ -134,6 +163,8 @@ pub(crate) struct GuardSettings {
     pub(crate) stderr_pool: SharedRetentionPool,
     pub(crate) stderr_forward_bytes: u64,
     pub(crate) stderr_excerpt_bytes: usize,
+    /// Restart on crash.
+    pub(crate) restart: RestartConfig,
 }
 
 /// `framer` with the wire limit `bytes`, which `setting` gave. The core
@@ -229,7 +260,23 @@ impl GuardSettings {
             .tail(tail)
             .head(head)
             .redact(file.stderr_redact.unwrap_or(true));
+        let mut restart = RestartConfig::default();
+        restart
+            .policy(match args.restart.or(file.restart) {
+                Some(Restart::OnFailure) => RestartPolicy::OnFailure,
+                Some(Restart::Always) => RestartPolicy::Always,
+                Some(Restart::Never) | None => RestartPolicy::Never,
+            })
+            .max_restarts(
+                args.restart_max
+                    .or(file.restart_max)
+                    .unwrap_or(DEFAULT_MAX_RESTARTS),
+            );
+        if let Some(s) = args.restart_backoff.or(file.restart_backoff_seconds) {
+            restart.backoff(seconds("restart backoff", s)?);
+        }
         Ok(Self {
+            restart,
             framer,
             proxy,
             supervisor,
@@ -277,6 +324,21 @@ mod tests {
             .stderr_capture
             .get_redact());
         assert_eq!(s.supervisor.get_term_grace(), Duration::from_millis(500));
+        assert_eq!(s.restart.get_policy(), RestartPolicy::Never);
+        std::fs::write(
+            &path,
+            "restart = \"on-failure\"\nrestart_max = 2\nrestart_backoff_seconds = 0.5\n",
+        )
+        .unwrap();
+        let s = GuardSettings::resolve(&SettingsArgs {
+            config: Some(path.to_path_buf()),
+            restart_max: Some(3),
+            ..SettingsArgs::default()
+        })
+        .unwrap();
+        assert_eq!(s.restart.get_policy(), RestartPolicy::OnFailure);
+        assert_eq!(s.restart.get_max_restarts(), 3);
+        assert_eq!(s.restart.get_backoff(), Duration::from_millis(500));
         std::fs::write(&path, "max_frame = 1\n").unwrap();
         let err = GuardSettings::resolve(&SettingsArgs {
             config: Some(path.to_path_buf()),

@@ -25,6 +25,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use mcp_stdio_core::ChildStream;
+use mcp_stdio_core::CommandSpec;
 use mcp_stdio_core::ProcessOutcome;
 use mcp_stdio_core::Stamp;
 use mcp_stdio_core::{GuardAction, GuardInput, GuardOutput, GuardSession};
@@ -209,8 +210,12 @@ struct Ending {
 
 /// The loop's state: the session, the pipes, the queues, the timer.
 struct GuardLoop<'a> {
+    rt: &'a Tokio,
     session: &'a mut GuardSession,
-    leader: &'a mut Leader,
+    /// The server that is up (or was last).
+    leader: Leader,
+    /// The server's command, to start it again (restart on crash).
+    spec: &'a CommandSpec,
     server_in: Option<Pipe<Tokio>>,
     server_out: Option<Pipe<Tokio>>,
     server_err: Option<Pipe<Tokio>>,
@@ -238,8 +243,7 @@ struct GuardLoop<'a> {
 pub(super) async fn drive(
     rt: &Tokio,
     session: &mut GuardSession,
-    leader: &mut Leader,
-    pipes: ServerPipes,
+    (spec, leader, pipes): (&CommandSpec, Leader, ServerPipes),
     audit: Option<AuditLog>,
 ) -> u8 {
     let mut first_read = None;
@@ -255,8 +259,10 @@ pub(super) async fn drive(
         }
     };
     let mut run = GuardLoop {
+        rt,
         session,
         leader,
+        spec,
         server_in: pipes.stdin,
         server_out: pipes.stdout,
         server_err: pipes.stderr,
@@ -354,7 +360,7 @@ impl GuardLoop<'_> {
             busy = true;
             // What a read came to is the session's to decide; at the end of
             // a server stream it takes a non-reaping look at the exit.
-            let leader = &mut *self.leader;
+            let leader = &mut self.leader;
             let look = &mut || leader.try_exited();
             let read = GuardInput::ServerRead {
                 stream: ChildStream::Stdout,
@@ -380,7 +386,7 @@ impl GuardLoop<'_> {
                 break;
             };
             busy = true;
-            let leader = &mut *self.leader;
+            let leader = &mut self.leader;
             let look = &mut || leader.try_exited();
             let read = GuardInput::ServerRead {
                 stream: ChildStream::Stderr,
@@ -503,10 +509,15 @@ impl GuardLoop<'_> {
                     });
                     return moved;
                 }
-                GuardOutput::Action(action) => self.act(action),
+                GuardOutput::Action(action) => self.act(action, at),
                 GuardOutput::Record(record) => {
                     if let Some(a) = self.audit.as_mut() {
                         a.append(&record);
+                    }
+                }
+                GuardOutput::Phase(phase) => {
+                    if let Some(a) = self.audit.as_mut() {
+                        a.append(&phase);
                     }
                 }
                 GuardOutput::ToServer(out) => {
@@ -560,8 +571,24 @@ impl GuardLoop<'_> {
         }
     }
 
-    fn act(&mut self, action: GuardAction) {
+    fn act(&mut self, action: GuardAction, at: Stamp) {
         match action {
+            // Restart on crash: the old server is reaped and never signalled
+            // again; its pipes go with it.
+            GuardAction::ReapServer => {
+                self.leader.reap();
+                self.server_in = None;
+                self.server_out = None;
+                self.server_err = None;
+                self.server_parked = false;
+            }
+            GuardAction::RespawnServer => {
+                let input = match self.respawn() {
+                    Ok(()) => GuardInput::Spawned,
+                    Err(e) => GuardInput::SpawnFailed(e),
+                };
+                self.session.handle_input(at, input);
+            }
             // Dropping a pipe closes it, mid-message if need be.
             GuardAction::CloseServerStdin => self.server_in = None,
             GuardAction::CloseServerReader(ChildStream::Stdout) => self.server_out = None,
@@ -577,6 +604,22 @@ impl GuardLoop<'_> {
             GuardAction::CloseHostOutput => self.host_out = None,
             _ => {}
         }
+    }
+
+    /// Starts the server again (the same command, in a group of its own,
+    /// tied to the guard like the first).
+    fn respawn(&mut self) -> io::Result<()> {
+        let mut child = mcp_stdio_sys::spawn_piped(self.spec)?;
+        let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let leader = Leader::new(self.rt, child);
+        let pipes = ServerPipes::new(self.rt, pipes)?;
+        // The old leader was reaped at `ReapServer`.
+        self.leader = leader;
+        self.server_in = pipes.stdin;
+        self.server_out = pipes.stdout;
+        self.server_err = pipes.stderr;
+        tracing::debug!(pid = self.leader.pid(), "server started again");
+        Ok(())
     }
 
     /// Reports what reached the host's descriptor (a writer thread's flush
@@ -615,6 +658,11 @@ impl GuardLoop<'_> {
                         a.append(&record);
                     }
                 }
+                GuardOutput::Phase(phase) => {
+                    if let Some(a) = self.audit.as_mut() {
+                        a.append(&phase);
+                    }
+                }
                 GuardOutput::Stderr(bytes) => {
                     crate::stderr_sink::write(&bytes);
                 }
@@ -649,7 +697,10 @@ impl GuardLoop<'_> {
                     let n = std::task::ready!(out.poll_written(cx))?;
                     session.handle_input(at, GuardInput::HostWritten(n));
                 }
-                GuardOutput::Record(_) | GuardOutput::Action(_) | GuardOutput::ToServer(_) => {}
+                GuardOutput::Record(_)
+                | GuardOutput::Phase(_)
+                | GuardOutput::Action(_)
+                | GuardOutput::ToServer(_) => {}
             }
         });
         let _ = tokio::time::timeout(flush_for, flush).await;

@@ -136,7 +136,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         let leader = Leader::new(&rt, child);
         Ok((ServerPipes::new(&rt, pipes)?, leader, rt))
     });
-    let (pipes, mut leader, rt) = match watched {
+    let (pipes, leader, rt) = match watched {
         Ok(l) => l,
         Err(e) => {
             eprintln!(
@@ -158,12 +158,13 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         .session_id(&session_id);
     *config.supervisor_mut() = settings.supervisor;
     *config.stderr_capture_mut() = settings.stderr_capture.clone();
+    *config.restart_mut() = settings.restart.clone();
     if audit.is_some() {
         // A request reaches the server only after its record is on disk (G12).
         config.audit_gate(Some(DEFAULT_MAX_WAITING_RECORDS));
     }
     let mut session = GuardSession::new(config);
-    let code = drive::drive(&rt, &mut session, &mut leader, pipes, audit).await;
+    let code = drive::drive(&rt, &mut session, (&spec, leader, pipes), audit).await;
     let report = session.report(settings.stderr_excerpt_bytes);
     if let Some(message) = ended::end_message(&report, &spec.display()) {
         // Through the sink: a blocking write could hang an exit on an unread stderr.

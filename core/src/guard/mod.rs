@@ -6,7 +6,9 @@
 //!
 //! The whole story is on [`GuardSession`].
 
+mod crash;
 pub(crate) mod proxy;
+pub(crate) mod restart;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -14,7 +16,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::driver::{exit_before_end, LookForExit};
-use crate::guard::proxy::{HostClosed, Proxy, ProxyConfig, ProxyEvent, ProxyMetrics};
+use crate::guard::proxy::{Entry, HostClosed, Proxy, ProxyConfig, ProxyEvent, ProxyMetrics};
+use crate::guard::restart::{GuardPhase, RestartConfig};
 use crate::io_result::{ChildStream, ReadResult, WriteResult};
 use crate::outbox::Outgoing;
 use crate::process::capture::{CaptureConfig, CaptureSummary, OutputCapture, SharedRetentionPool};
@@ -75,6 +78,7 @@ pub struct GuardConfig {
     stderr_forward: u64,
     final_flush: Duration,
     audit_gate: Option<u64>,
+    restart: RestartConfig,
 }
 
 impl Default for GuardConfig {
@@ -89,6 +93,7 @@ impl Default for GuardConfig {
             stderr_forward: DEFAULT_STDERR_FORWARD,
             final_flush: DEFAULT_FINAL_FLUSH,
             audit_gate: None,
+            restart: RestartConfig::default(),
         }
     }
 }
@@ -138,6 +143,17 @@ impl GuardConfig {
     pub fn stderr_pool(&mut self, pool: Option<SharedRetentionPool>) -> &mut Self {
         self.stderr_pool = pool;
         self
+    }
+
+    /// Edits restart on crash in place (see [`RestartConfig`]; off by
+    /// default).
+    pub fn restart_mut(&mut self) -> &mut RestartConfig {
+        &mut self.restart
+    }
+
+    /// Restart on crash.
+    pub fn get_restart(&self) -> &RestartConfig {
+        &self.restart
     }
 
     /// Sets how many bytes of the server's stderr pass through to ours
@@ -208,8 +224,12 @@ impl GuardConfig {
 /// [`GuardSession::poll_output`] until it says [`GuardOutput::Timeout`].
 #[non_exhaustive]
 pub enum GuardInput<'a> {
-    /// The server was spawned with all three streams piped.
+    /// The server was spawned with all three streams piped (at the start,
+    /// and after each [`GuardAction::RespawnServer`]).
     Spawned,
+    /// A [`GuardAction::RespawnServer`] failed: restarts stop and the
+    /// session ends.
+    SpawnFailed(std::io::Error),
     /// A read of the host's input into `buf` returned `result`: bytes, or
     /// (end or error) the host's end, which starts the shutdown once what
     /// the host sent has reached the server (or after the stdin close grace).
@@ -273,6 +293,7 @@ impl std::fmt::Debug for GuardInput<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Spawned => f.write_str("Spawned"),
+            Self::SpawnFailed(e) => f.debug_tuple("SpawnFailed").field(e).finish(),
             Self::HostRead { result, .. } => f
                 .debug_struct("HostRead")
                 .field("result", result)
@@ -307,6 +328,10 @@ pub enum GuardOutput<'a> {
     /// request it names is not offered to the server until the loop reports
     /// the record durable ([`GuardInput::RecordsDurable`], G12).
     Record(CallRecord),
+    /// Append this moment of the server's life (a crash, a restart) to the
+    /// audit log; it counts as a record for
+    /// [`GuardInput::RecordsDurable`].
+    Phase(GuardPhase),
     /// Write what the server's stdin takes of these bytes now and report
     /// the result ([`GuardInput::ServerWritten`]); a `WouldBlock` (or a
     /// pending write) parks it until [`GuardInput::ServerWritable`].
@@ -342,6 +367,13 @@ pub enum GuardAction {
     /// Stop writing to the host and drop what was taken for it: the host
     /// stopped reading or its end is closed.
     CloseHostOutput,
+    /// The server ended and will be started again (restart on crash): reap
+    /// it (it is never signalled again) and drop its pipes. The session
+    /// goes on; a [`RespawnServer`](Self::RespawnServer) follows.
+    ReapServer,
+    /// Start the server again (the same command), then feed
+    /// [`GuardInput::Spawned`] or [`GuardInput::SpawnFailed`].
+    RespawnServer,
     /// The server is gone and every record is out. Give the host at most
     /// `flush_for` to take what [`GuardSession::poll_output`] still gives
     /// ([`GuardOutput::ToHost`], all of it now), then exit with `exit_code`.
@@ -380,6 +412,10 @@ pub struct GuardReport {
     /// the answer to `initialize`, or the version a 2026-07-28 request names
     /// in its `_meta` (`None` when neither was seen).
     pub protocol_version: Option<String>,
+    /// Times the server was started again after a crash.
+    pub restarts: u32,
+    /// Why restarts stopped, when they did.
+    pub restarts_stopped: Option<String>,
 }
 
 /// The guard's whole session as one machine: the `Proxy` (host ↔ server
@@ -467,6 +503,11 @@ pub struct GuardSession {
     /// under [`OversizedPolicy::Close`](crate::OversizedPolicy::Close):
     /// `oversized_request` or `oversized_response`.
     oversized_close: Option<&'static str>,
+    /// The host is gone or the session is closing: a server's end is the
+    /// session's end (no restart).
+    ending: bool,
+    /// The servers of this session: which is up, the crashes, restarts.
+    lives: crash::Lives,
 }
 
 impl GuardSession {
@@ -496,6 +537,8 @@ impl GuardSession {
             early: VecDeque::new(),
             exit_wait_failed: false,
             oversized_close: None,
+            ending: false,
+            lives: crash::Lives::default(),
             config,
         }
     }
@@ -527,6 +570,7 @@ impl GuardSession {
         (self.proxy.host_closed() == Some(HostClosed::StoppedReading))
             .then_some("host_stopped_reading")
             .or(self.oversized_close)
+            .or(self.lives.refused.then_some("restart_refused"))
     }
 
     /// The exit status: [`EXIT_GUARD_CLOSED`] (75) when the guard closed the
@@ -550,6 +594,7 @@ impl GuardSession {
     pub fn handle_input(&mut self, at: Stamp, input: GuardInput<'_>) {
         match input {
             GuardInput::Spawned => self.handle_spawned(at),
+            GuardInput::SpawnFailed(e) => self.handle_spawn_failed(at, &e),
             GuardInput::HostRead { result, buf } => {
                 if !self.handle_host_read_result(at, result, buf) {
                     self.early.push_back(GuardAction::CloseHostInput);
@@ -602,11 +647,18 @@ impl GuardSession {
             }
             return GuardOutput::Action(action);
         }
-        if let Some(record) = self.poll_record() {
+        if let Some(entry) = self.proxy.poll_entry() {
             self.records_given += 1;
-            return GuardOutput::Record(record);
+            return match entry {
+                Entry::Call(record) => GuardOutput::Record(record),
+                Entry::Phase(phase) => GuardOutput::Phase(phase),
+            };
         }
-        if !self.server_parked && self.finished.is_none() && self.refill_to_server() {
+        if !self.server_parked
+            && self.finished.is_none()
+            && self.lives.is_up()
+            && self.refill_to_server()
+        {
             return GuardOutput::ToServer(self.proxy.server_outbox_mut().lend());
         }
         if !self.host_parked && self.refill_to_host() {
@@ -650,7 +702,16 @@ impl GuardSession {
     /// The server was spawned with all three streams piped.
     pub(crate) fn handle_spawned(&mut self, at: Stamp) {
         self.see(at);
+        if self.lives.respawning() {
+            // A new server: its own supervisor, pipes and session.
+            self.supervisor = ProcessSupervisor::new(self.config.supervisor);
+            self.server_stdin_closed = false;
+            self.server_parked = false;
+            self.exit_wait_failed = false;
+        }
         self.supervisor.handle_spawned(at.instant, ChildPipes::ALL);
+        let server = self.lives.up(at.instant);
+        self.proxy.server_up(at, server);
     }
 
     /// Bytes read from the host.
@@ -675,8 +736,13 @@ impl GuardSession {
     /// close grace.
     fn end_host_input(&mut self, at: Stamp) {
         let grace = self.config.supervisor.get_stdin_close_grace();
+        self.ending = true;
         match at.instant.checked_add(grace) {
-            Some(deadline) if self.proxy.server_backlog() > 0 && !self.server_stdin_closed => {
+            Some(deadline)
+                if self.proxy.server_backlog() > 0
+                    && !self.server_stdin_closed
+                    && self.lives.is_up() =>
+            {
                 self.stdin_drain_deadline = Some(deadline);
             }
             _ => self.supervisor.shutdown(at.instant),
@@ -727,6 +793,7 @@ impl GuardSession {
     pub(crate) fn handle_server_stderr(&mut self, at: Stamp, chunk: &[u8]) {
         self.see(at);
         self.stderr.push(chunk);
+        self.lives.stderr(chunk);
         let room = self
             .config
             .stderr_forward
@@ -872,6 +939,7 @@ impl GuardSession {
     /// way the host closing stdin would.
     pub(crate) fn handle_terminate(&mut self, at: Stamp) {
         self.see(at);
+        self.ending = true;
         self.supervisor.shutdown(at.instant);
     }
 
@@ -904,7 +972,11 @@ impl GuardSession {
             // Events only follow inputs, which all carry a time.
             let Some(at) = self.latest else { continue };
             match event {
+                ProxyEvent::RestartRefused { reason } => {
+                    self.restart_refused(at, &reason);
+                }
                 ProxyEvent::OversizedClose { from_host } => {
+                    self.ending = true;
                     self.oversized_close.get_or_insert(if from_host {
                         "oversized_request"
                     } else {
@@ -920,6 +992,7 @@ impl GuardSession {
                     self.supervisor.shutdown(at.instant);
                 }
                 ProxyEvent::HostStoppedReading { .. } | ProxyEvent::HostOutputClosed => {
+                    self.ending = true;
                     // Either way the host side is gone: stop the server too.
                     if let ProxyEvent::HostOutputClosed = event {
                         tracing::debug!("host stdout closed; shutting the server down");
@@ -928,6 +1001,9 @@ impl GuardSession {
                     return Some(GuardAction::CloseHostOutput);
                 }
             }
+        }
+        if let Some(action) = self.poll_restart() {
+            return Some(action);
         }
         let action = self.supervisor.poll_action()?;
         Some(match action {
@@ -944,23 +1020,12 @@ impl GuardSession {
                 );
                 GuardAction::AbandonServerReaders
             }
-            ProcessAction::Finished(outcome) => {
-                // Finished follows a spawn, which carried a time.
-                if let Some(at) = self.latest {
-                    self.proxy.handle_server_eof(at);
-                    self.proxy.finish(at, outcome.exit_status);
-                }
-                self.finished = Some(outcome.clone());
-                GuardAction::Finished {
-                    outcome,
-                    exit_code: self.exit_code(),
-                    flush_for: self.config.final_flush,
-                }
-            }
+            ProcessAction::Finished(outcome) => self.on_server_finished(outcome),
         })
     }
 
     /// The next call record for the audit log.
+    #[cfg(any(test, feature = "fuzzing"))]
     #[must_use]
     pub(crate) fn poll_record(&mut self) -> Option<CallRecord> {
         self.proxy.poll_record()
@@ -1000,10 +1065,14 @@ impl GuardSession {
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.
     #[must_use]
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        match (self.supervisor.poll_timeout(), self.stdin_drain_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.supervisor.poll_timeout(),
+            self.stdin_drain_deadline,
+            self.lives.restart_at(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     // ---- end ----
@@ -1022,6 +1091,8 @@ impl GuardSession {
             stderr_excerpt: captured.excerpt("stderr", excerpt_bytes),
             stderr_forwarded_bytes: self.stderr_forwarded,
             guard_closed_session,
+            restarts: self.lives.restarts(),
+            restarts_stopped: self.lives.stopped().map(str::to_owned),
         }
     }
 

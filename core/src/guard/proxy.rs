@@ -92,6 +92,7 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
 
+use crate::guard::restart::{GuardPhase, Replay, REPLAY_ID_PREFIX};
 use crate::guard::GuardConfig;
 use crate::outbox::Outbox;
 use crate::records::call::{CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord};
@@ -111,6 +112,8 @@ use fields::{
     cancelled_id, id_json, link_hash, progress_token, request_context, special_result_type,
     tool_name,
 };
+pub(crate) use replay::Failure;
+use replay::{ReplayState, ServerGate};
 
 /// The method of a progress notification.
 const PROGRESS: &str = "notifications/progress";
@@ -236,6 +239,10 @@ impl ProxyConfig {
         self
     }
 
+    /// The session id written in every call record.
+    pub fn get_session_id(&self) -> &str {
+        &self.session_id
+    }
     /// The name of the setting that raises the wire limit.
     pub fn get_limit_knob(&self) -> &str {
         &self.limit_knob
@@ -287,6 +294,20 @@ pub(crate) enum ProxyEvent {
         /// The line came from the host (a request), not the server.
         from_host: bool,
     },
+    /// A restarted server cannot take over the host's session (its answer
+    /// to the replayed handshake does not fit): the session must end.
+    RestartRefused {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One line for the audit log, in the order made: a call's record, or a
+/// moment of the server's life.
+#[derive(Debug)]
+pub(crate) enum Entry {
+    Call(CallRecord),
+    Phase(GuardPhase),
 }
 
 /// Why the host side is closed.
@@ -368,6 +389,13 @@ pub struct ProxyMetrics {
     /// Requests the server sent to a host whose session is 2026-07-28 or
     /// later (a protocol violation; forwarded, the host answers).
     pub server_requests_to_modern_host: u64,
+    /// Requests the host got the crash error for (restart on crash: the
+    /// server ended before answering, or no server came back for them).
+    pub requests_failed_by_crash: u64,
+    /// Subscriptions the guard sent a restarted server again.
+    pub resubscribed: u64,
+    /// Of those, the ones the restarted server refused.
+    pub resubscribe_failed: u64,
 }
 
 /// Bound of the protocol version the guard remembers, in bytes.
@@ -413,7 +441,7 @@ struct State {
     host_closed: Option<HostClosed>,
     events: VecDeque<ProxyEvent>,
     notes: VecDeque<String>,
-    records: VecDeque<CallRecord>,
+    records: VecDeque<Entry>,
     /// Records made so far (handed out or not).
     records_made: u64,
     tracked: HashMap<Id, Tracked>,
@@ -437,6 +465,10 @@ struct State {
     next_call: u64,
     noise_shown: u64,
     metrics: ProxyMetrics,
+    /// What of the host's session a restarted server gets again.
+    replay: Replay,
+    /// The replay under way, and whether the host's messages may go out.
+    replay_state: ReplayState,
 }
 
 impl Proxy {
@@ -467,6 +499,8 @@ impl Proxy {
                 next_call: 1,
                 noise_shown: 0,
                 metrics: ProxyMetrics::default(),
+                replay: Replay::default(),
+                replay_state: ReplayState::default(),
                 config,
                 framing,
                 call: guard.get_call().clone(),
@@ -641,7 +675,20 @@ impl Proxy {
     /// The next call record for the audit log: once when a request is
     /// dispatched (before its bytes are handed out), once when it ends.
     #[must_use]
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn poll_record(&mut self) -> Option<CallRecord> {
+        loop {
+            if let Entry::Call(r) = self.state.records.pop_front()? {
+                return Some(r);
+            }
+        }
+    }
+
+    /// The next line for the audit log: a call's record (as
+    /// [`poll_record`](Self::poll_record)) or a moment of the server's
+    /// life; both count as records for the audit gate.
+    #[must_use]
+    pub(crate) fn poll_entry(&mut self) -> Option<Entry> {
         self.state.records.pop_front()
     }
 
@@ -653,6 +700,15 @@ impl Proxy {
     #[must_use]
     pub(crate) fn poll_to_server(&mut self, durable: u64) -> Option<Vec<u8>> {
         let s = &mut self.state;
+        // A restarted server gets the host's handshake first, and nothing
+        // of the host's until it answered; no server, nothing.
+        if let Some(b) = s.replay_state.out.pop_front() {
+            s.server_unwritten += b.len();
+            return Some(b);
+        }
+        if s.replay_state.gate != ServerGate::Open {
+            return None;
+        }
         if s.to_server.front_tag().is_none_or(|gate| *gate > durable) {
             return None;
         }
@@ -809,7 +865,7 @@ impl State {
     }
 
     fn push_record(&mut self, record: CallRecord) {
-        self.records.push_back(record);
+        self.records.push_back(Entry::Call(record));
         self.records_made += 1;
     }
 
@@ -961,6 +1017,8 @@ impl State {
                             );
                         }
                     }
+                    self.replay
+                        .on_host_request(&r.method, &r.id, r.params.as_deref());
                     // G12: the record is out before the request is handed out.
                     self.push_record(call.record().clone());
                     self.cancelled.remove(&r.id);
@@ -1005,6 +1063,9 @@ impl State {
                     }
                     self.cancelled.insert(id);
                 }
+            }
+            Ok(Message::Notification(n)) => {
+                self.replay.on_host_notification(&n.method, text.as_bytes());
             }
             Ok(_) => {}
             Err(_) => self.metrics.host_parse_errors += 1,
@@ -1153,6 +1214,14 @@ impl State {
             self.send_host(bytes);
             return;
         };
+        if matches!(&id, Id::String(s) if s.starts_with(REPLAY_ID_PREFIX))
+            && self.on_replay_answer(at, &id, error.as_ref(), result.as_deref())
+        {
+            return;
+        }
+        if self.tracked.contains_key(&id) {
+            self.replay.on_response(&id, result.as_deref());
+        }
         if self.cancelled.contains(&id) && !self.tracked.contains_key(&id) {
             // The spec forbids it; the guard enforces it.
             self.metrics.dropped_after_cancel += 1;
@@ -1311,5 +1380,6 @@ impl State {
 }
 
 mod fields;
+mod replay;
 #[cfg(test)]
 mod tests;
