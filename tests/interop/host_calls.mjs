@@ -1,26 +1,34 @@
 // Drives one MCP server (the fixture server, usually through `mcp-stdio
-// guard`) with the TypeScript SDK's stdio client, the one inside most hosts:
-// the server answers `bad_utf8_result` with bytes that are not UTF-8 inside a
-// string. Prints one JSON document: each call's outcome (result text or
-// error) and how long it took, then an `echo` that shows whether the session
-// goes on.
+// guard`) with the TypeScript SDK's stdio client, the one inside most hosts,
+// through a list of tool calls. Prints one JSON document: each call's outcome
+// (result text or error) and how long it took. The default calls: the server
+// answers `bad_utf8_result` with bytes that are not UTF-8 inside a string,
+// then an `echo` shows whether the session goes on.
 //
-// Usage: node bad_utf8_client.mjs SDK_DIR -- SERVER_CMD [ARGS...]
+// Usage: node host_calls.mjs SDK_DIR [--calls JSON] -- SERVER_CMD [ARGS...]
 // SDK_DIR: the @modelcontextprotocol/sdk package folder.
+// JSON: a list of [tool name, arguments] pairs.
 
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
-const [sdk, dashes, command, ...args] = process.argv.slice(2);
+const argv = process.argv.slice(2);
+const sdk = argv.shift();
+let given = null;
+if (argv[0] === "--calls") {
+  argv.shift();
+  given = JSON.parse(argv.shift());
+}
+const [dashes, command, ...args] = argv;
 if (!sdk || dashes !== "--" || !command) {
-  console.error("usage: node bad_utf8_client.mjs SDK_DIR -- SERVER_CMD [ARGS...]");
+  console.error("usage: node host_calls.mjs SDK_DIR [--calls JSON] -- SERVER_CMD [ARGS...]");
   process.exit(2);
 }
 const load = (file) => import(pathToFileURL(join(sdk, "dist", "esm", "client", file)).href);
 const { Client } = await load("index.js");
 const { StdioClientTransport } = await load("stdio.js");
 
-const CALLS = [
+const CALLS = given ?? [
   ["bad_utf8_result", { id_last: false }],
   ["bad_utf8_result", { id_last: true }],
   ["bad_utf8_result", { broken: true }],
@@ -30,7 +38,7 @@ const CALLS = [
 const TIMEOUT_MS = 3_000;
 
 const transport = new StdioClientTransport({ command, args, stderr: "ignore" });
-const client = new Client({ name: "bad-utf8-client", version: "1.0.0" });
+const client = new Client({ name: "host-calls", version: "1.0.0" });
 await client.connect(transport);
 const calls = [];
 for (const [name, a] of CALLS) {

@@ -1,10 +1,12 @@
 """Drives one MCP server (the fixture server, usually through `mcp-stdio
-guard`) with the Python `mcp` package's stdio client: the server answers
-`bad_utf8_result` with bytes that are not UTF-8 inside a string. Prints one
-JSON document: each call's outcome (result text or error) and how long it
-took, then an `echo` that shows whether the session goes on.
+guard`) with the Python `mcp` package's stdio client, through a list of tool
+calls. Prints one JSON document: each call's outcome (result text or error)
+and how long it took. The default calls: the server answers
+`bad_utf8_result` with bytes that are not UTF-8 inside a string, then an
+`echo` shows whether the session goes on.
 
-Usage: python bad_utf8_client.py -- SERVER_CMD [ARGS...]
+Usage: python host_calls.py [--calls JSON] -- SERVER_CMD [ARGS...]
+JSON: a list of [tool name, arguments] pairs.
 """
 
 import json
@@ -25,14 +27,14 @@ CALLS = [
 TIMEOUT = 3.0
 
 
-async def main(cmd: list) -> dict:
+async def main(cmd: list, given: list) -> dict:
     calls = []
     params = StdioServerParameters(command=cmd[0], args=cmd[1:])
     with open("/dev/null", "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
-                for name, args in CALLS:
+                for name, args in given or CALLS:
                     t = time.monotonic()
                     try:
                         r = await session.call_tool(name, args, read_timeout_seconds=TIMEOUT)
@@ -50,9 +52,13 @@ async def main(cmd: list) -> dict:
 
 if __name__ == "__main__":
     argv = sys.argv[1:]
+    given = None
+    if argv[:1] == ["--calls"] and len(argv) > 1:
+        given = json.loads(argv[1])
+        argv = argv[2:]
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
-        print("usage: bad_utf8_client.py -- SERVER_CMD [ARGS...]", file=sys.stderr)
+        print("usage: host_calls.py [--calls JSON] -- SERVER_CMD [ARGS...]", file=sys.stderr)
         sys.exit(2)
-    print(json.dumps(anyio.run(main, argv), sort_keys=True))
+    print(json.dumps(anyio.run(main, argv, given), sort_keys=True))

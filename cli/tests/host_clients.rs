@@ -1,0 +1,199 @@
+//! The guard with the host clients people run: the TypeScript SDK's client
+//! and the Python `mcp` client (`tests/interop/host_calls.*`), each making
+//! tool calls through `mcp-stdio guard` in front of the fixture server.
+//!
+//! - G3: a server answers with bytes that are not UTF-8 inside a string
+//!   (`\xff\xfe`), its id first, then last, then in a line that is not JSON
+//!   once repaired; each client gets a result or an error for every call
+//!   within a second, and the session goes on (an `echo` after). What each
+//!   client does with the same server directly is printed beside it.
+//! - Restart on crash (issue 23): the server crashes on a call behind
+//!   `guard --restart on-failure`; the client gets an error for that call
+//!   within a second, and its next call succeeds on the restarted server,
+//!   in the same client session.
+//!
+//! Needs the interop peers (`tests/interop/setup.sh`).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mcp_stdio_tests::fixture_server_path;
+use mcp_stdio_tests::interop::{node, python, require, scripts_dir, server_everything_entry};
+use serde_json::Value;
+
+/// Runs one client script against `server`; `None` when it did not finish
+/// within `bound` or printed no JSON (what a client that dies on the line does).
+fn run(client: &[String], server: &[String], bound: Duration) -> Result<Value, String> {
+    let t = Instant::now();
+    let mut child = Command::new(&client[0])
+        .args(&client[1..])
+        .arg("--")
+        .args(server)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawn {}: {e}", client[0]))?;
+    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if t.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("no end within {bound:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    serde_json::from_slice(&out.stdout).map_err(|_| {
+        format!(
+            "{}; stderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        )
+    })
+}
+
+fn guarded(server: &[String]) -> Vec<String> {
+    let mut cmd = vec![
+        env!("CARGO_BIN_EXE_mcp-stdio").to_owned(),
+        "guard".to_owned(),
+        "--".to_owned(),
+    ];
+    cmd.extend(server.iter().cloned());
+    cmd
+}
+
+/// Every call has its outcome within a second; the repaired ones are results.
+fn assert_outcomes(who: &str, v: &Value) {
+    let calls = v["calls"].as_array().expect("calls");
+    assert_eq!(calls.len(), 4, "{who}: {v}");
+    for (i, c) in calls.iter().enumerate() {
+        let ms = c["ms"].as_f64().expect("ms");
+        assert!(ms < 1000.0, "{who}: call {i} took {ms} ms: {c}");
+    }
+    for c in &calls[..2] {
+        assert_eq!(c["text"], "bad \u{fffd}\u{fffd} byte", "{who}: {c}");
+    }
+    assert!(
+        calls[2]["error"].is_string(),
+        "{who}: not JSON once repaired: {}",
+        calls[2]
+    );
+    assert_eq!(
+        calls[3]["text"], "after",
+        "{who}: the session goes on: {}",
+        calls[3]
+    );
+    eprintln!("{who} through the guard: {}", v["calls"]);
+}
+
+/// The Python client's command, when the interop peers are there.
+fn python_client(test: &str) -> Option<Vec<String>> {
+    let (py, _) = require(test, python())?;
+    let script = scripts_dir().join("host_calls.py");
+    Some(vec![py.display().to_string(), script.display().to_string()])
+}
+
+/// The TypeScript SDK client's command, when the interop peers are there.
+fn typescript_client(test: &str) -> Option<Vec<String>> {
+    let (node, _) = require(test, node())?;
+    let entry = require(test, server_everything_entry())?;
+    // server-everything depends on the SDK: node_modules/@modelcontextprotocol/sdk.
+    let scope = entry
+        .ancestors()
+        .find(|p| p.file_name().is_some_and(|n| n == "server-everything"))
+        .and_then(Path::parent)
+        .expect("server-everything sits in node_modules/@modelcontextprotocol");
+    let sdk = scope.join("sdk");
+    assert!(
+        sdk.join("package.json").is_file(),
+        "no SDK at {}",
+        sdk.display()
+    );
+    let script = scripts_dir().join("host_calls.mjs");
+    Some(vec![
+        node.display().to_string(),
+        script.display().to_string(),
+        sdk.display().to_string(),
+    ])
+}
+
+fn both_ways(who: &str, client: &[String]) {
+    let server = vec![fixture_server_path().display().to_string()];
+    let direct = run(client, &server, Duration::from_secs(60));
+    eprintln!("{who} directly (recorded, not asserted): {direct:?}");
+    let through = run(client, &guarded(&server), Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{who} through the guard: {e}"));
+    assert_outcomes(who, &through);
+}
+
+#[test]
+fn g3_an_invalid_utf8_response_reaches_the_python_client_through_the_guard() {
+    let test = "g3_an_invalid_utf8_response_reaches_the_python_client_through_the_guard";
+    if let Some(client) = python_client(test) {
+        both_ways("python mcp", &client);
+    }
+}
+
+#[test]
+fn g3_an_invalid_utf8_response_reaches_the_typescript_client_through_the_guard() {
+    let test = "g3_an_invalid_utf8_response_reaches_the_typescript_client_through_the_guard";
+    if let Some(client) = typescript_client(test) {
+        both_ways("typescript sdk", &client);
+    }
+}
+
+/// Restart on crash with a real client: `echo`, a call the server crashes
+/// on (`exit`), `echo` again, in one client session.
+fn crash_and_go_on(who: &str, client: &[String]) {
+    let calls = serde_json::json!([
+        ["echo", {"text": "before"}],
+        ["exit", {"code": 3}],
+        ["echo", {"text": "after"}],
+    ]);
+    let mut with_calls = client.to_vec();
+    with_calls.extend(["--calls".to_owned(), calls.to_string()]);
+    let mut server = vec![
+        env!("CARGO_BIN_EXE_mcp-stdio").to_owned(),
+        "guard".to_owned(),
+        "--restart".to_owned(),
+        "on-failure".to_owned(),
+        "--".to_owned(),
+    ];
+    server.push(fixture_server_path().display().to_string());
+    let v = run(&with_calls, &server, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{who} through the guard: {e}"));
+    eprintln!("{who} through guard --restart: {}", v["calls"]);
+    let calls = v["calls"].as_array().expect("calls");
+    assert_eq!(calls.len(), 3, "{who}: {v}");
+    assert_eq!(calls[0]["text"], "before", "{who}: {v}");
+    let error = calls[1]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("crashed") && error.contains("exit code 3"),
+        "{who}: the crashed call gets the guard's error: {v}"
+    );
+    let ms = calls[1]["ms"].as_f64().expect("ms");
+    assert!(ms < 1000.0, "{who}: the crash error took {ms} ms");
+    assert_eq!(
+        calls[2]["text"], "after",
+        "{who}: the next call succeeds on the restarted server: {v}"
+    );
+}
+
+#[test]
+fn restart_on_crash_keeps_the_python_clients_session() {
+    let test = "restart_on_crash_keeps_the_python_clients_session";
+    if let Some(client) = python_client(test) {
+        crash_and_go_on("python mcp", &client);
+    }
+}
+
+#[test]
+fn restart_on_crash_keeps_the_typescript_clients_session() {
+    let test = "restart_on_crash_keeps_the_typescript_clients_session";
+    if let Some(client) = typescript_client(test) {
+        crash_and_go_on("typescript sdk", &client);
+    }
+}
