@@ -333,3 +333,124 @@ fn a_failed_respawn_fails_what_waits_and_ends_the_session() {
         "{d:?}"
     );
 }
+
+#[test]
+fn subscriptions_and_the_log_level_are_sent_again_and_their_answers_are_the_guards() {
+    let (mut s, clock) = session(3);
+    handshaken(&mut s, &clock);
+    s.handle_server_stdout(
+        clock.at(4),
+        &line(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+    );
+    for (id, method, params) in [
+        (5, "resources/subscribe", r#"{"uri":"file:///a"}"#),
+        (6, "resources/subscribe", r#"{"uri":"file:///b"}"#),
+        (7, "resources/unsubscribe", r#"{"uri":"file:///b"}"#),
+        (8, "logging/setLevel", r#"{"level":"debug"}"#),
+    ] {
+        s.handle_host(
+            clock.at(5),
+            &line(&format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#
+            )),
+        );
+        s.handle_server_stdout(
+            clock.at(5),
+            &line(&format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#)),
+        );
+    }
+    drain(&mut s, clock.at(5));
+    crash(&mut s, clock.at(6), ExitStatus::Code(1));
+    s.handle_timeout(clock.at(200));
+    drain(&mut s, clock.at(200));
+    s.handle_spawned(clock.at(200));
+    drain(&mut s, clock.at(200));
+    s.handle_server_stdout(
+        clock.at(201),
+        &line(&INIT_ANSWER.replace(r#""id":0"#, r#""id":"mcp-stdio-guard/replay/1""#)),
+    );
+    let d = drain(&mut s, clock.at(201));
+    let sent: Vec<serde_json::Value> = d
+        .to_server
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let methods: Vec<&str> = sent.iter().map(|m| m["method"].as_str().unwrap()).collect();
+    assert_eq!(
+        methods,
+        [
+            "notifications/initialized",
+            "logging/setLevel",
+            "resources/subscribe"
+        ],
+        "{sent:?}"
+    );
+    assert_eq!(sent[2]["params"]["uri"], "file:///a");
+    assert!(matches!(
+        d.phases.as_slice(),
+        [GuardPhase::ServerRestarted {
+            resubscribed: 1,
+            ..
+        }]
+    ));
+    // Their answers are the guard's; a refused subscription is told.
+    s.handle_server_stdout(
+        clock.at(202),
+        &line(r#"{"jsonrpc":"2.0","id":"mcp-stdio-guard/replay/2","result":{}}"#),
+    );
+    s.handle_server_stdout(
+        clock.at(202),
+        &line(r#"{"jsonrpc":"2.0","id":"mcp-stdio-guard/replay/3","error":{"code":-32602,"message":"no such resource"}}"#),
+    );
+    let d = drain(&mut s, clock.at(202));
+    assert!(d.to_host.is_empty(), "{d:?}");
+    assert!(
+        d.stderr.contains("file:///a") && d.stderr.contains("no such resource"),
+        "{}",
+        d.stderr
+    );
+    let report = s.report(100);
+    assert_eq!(
+        (report.proxy.resubscribed, report.proxy.resubscribe_failed),
+        (1, 1)
+    );
+}
+
+#[test]
+fn a_2026_session_replays_its_discover_and_checks_the_version_it_uses() {
+    let (mut s, clock) = session(3);
+    s.handle_host(
+        clock.at(1),
+        &line(r#"{"jsonrpc":"2.0","id":"d","method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#),
+    );
+    s.handle_server_stdout(
+        clock.at(2),
+        &line(r#"{"jsonrpc":"2.0","id":"d","result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}}}}"#),
+    );
+    drain(&mut s, clock.at(2));
+    crash(&mut s, clock.at(3), ExitStatus::Code(1));
+    s.handle_timeout(clock.at(200));
+    drain(&mut s, clock.at(200));
+    s.handle_spawned(clock.at(200));
+    let d = drain(&mut s, clock.at(200));
+    let replay: serde_json::Value = serde_json::from_str(&d.to_server[0]).unwrap();
+    assert_eq!(replay["method"], "server/discover");
+    assert_eq!(
+        replay["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
+        "2026-07-28"
+    );
+    s.handle_server_stdout(
+        clock.at(201),
+        &line(r#"{"jsonrpc":"2.0","id":"mcp-stdio-guard/replay/1","result":{"supportedVersions":["2026-07-28","2025-11-25"],"capabilities":{"tools":{},"prompts":{}}}}"#),
+    );
+    let d = drain(&mut s, clock.at(201));
+    assert!(d.to_host.is_empty(), "{d:?}");
+    assert!(
+        matches!(
+            d.phases.as_slice(),
+            [GuardPhase::ServerRestarted { handshake, protocol_version: Some(v), .. }]
+                if handshake == "server/discover" && v == "2026-07-28"
+        ),
+        "{d:?}"
+    );
+}
