@@ -246,7 +246,8 @@ pub use guard::proxy::{
 pub use guard::restart::{
     GuardPhase, RestartConfig, RestartPolicy, CRASH_TAIL_BYTES, DEFAULT_MAX_RESTARTS,
     DEFAULT_RESTART_BACKOFF, MAX_REPLAY_BYTES, MAX_RESTART_BACKOFF, MAX_SUBSCRIPTIONS,
-    MAX_SUBSCRIPTION_URI_BYTES, REPLAY_ID_PREFIX, RESTART_RESET_AFTER, SERVER_CRASHED,
+    MAX_SUBSCRIPTION_URI_BYTES, REPLAY_ID_PREFIX, REPLAY_TIMEOUT, RESTART_RESET_AFTER,
+    SERVER_CRASHED,
 };
 pub use guard::{
     GuardAction, GuardConfig, GuardInput, GuardOutput, GuardReport, GuardSession,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::{GuardAction, GuardSession};
 use crate::guard::proxy::Failure;
-use crate::guard::restart::{GuardPhase, CRASH_TAIL_BYTES, RESTART_RESET_AFTER};
+use crate::guard::restart::{GuardPhase, CRASH_TAIL_BYTES, REPLAY_TIMEOUT, RESTART_RESET_AFTER};
 use crate::process::supervisor::{ExitStatus, ProcessOutcome};
 use crate::time::Stamp;
 
@@ -32,6 +32,8 @@ pub(super) struct Lives {
     tail: VecDeque<u8>,
     /// Why restarts stopped.
     stopped: Option<String>,
+    /// When the replayed handshake must have been answered.
+    replay_deadline: Option<Instant>,
     /// A restarted server could not take over the session: the guard
     /// closed it.
     pub(super) refused: bool,
@@ -58,15 +60,21 @@ impl Lives {
     /// A server started at `at`; returns its number.
     pub(super) fn up(&mut self, at: Instant) -> u32 {
         self.down = None;
+        self.replay_deadline = (self.server > 0)
+            .then(|| at.checked_add(REPLAY_TIMEOUT))
+            .flatten();
         self.server += 1;
         self.started = Some(at);
         self.tail.clear();
         self.server
     }
 
-    /// When the next server is due.
+    /// When the next server is due, or the replayed handshake's answer.
     pub(super) fn restart_at(&self) -> Option<Instant> {
-        self.down.as_ref().and_then(|d| d.restart_at)
+        self.down
+            .as_ref()
+            .and_then(|d| d.restart_at)
+            .or(self.replay_deadline)
     }
 
     /// Bytes of the current server's stderr.
@@ -263,6 +271,20 @@ impl GuardSession {
             return Some(GuardAction::RespawnServer);
         }
         None
+    }
+
+    /// Time passed: a restarted server that has not answered the replayed
+    /// handshake by its deadline cannot take over the session.
+    pub(super) fn check_replay_deadline(&mut self, at: Stamp) {
+        let Some(due) = self.lives.replay_deadline else {
+            return;
+        };
+        if !self.proxy.replay_in_flight() {
+            self.lives.replay_deadline = None;
+        } else if at.instant >= due {
+            self.lives.replay_deadline = None;
+            self.proxy.replay_timed_out(at, REPLAY_TIMEOUT);
+        }
     }
 
     /// Starting the server again failed: what waits gets an error and the

@@ -951,6 +951,7 @@ impl GuardSession {
             self.stdin_drain_deadline = None;
             self.supervisor.shutdown(at.instant);
         }
+        self.check_replay_deadline(at);
         self.supervisor.handle_timeout(at.instant);
     }
 

@@ -32,7 +32,8 @@
 //!   in a row (a server that ran [`RESTART_RESET_AFTER`] after its handshake
 //!   starts the count again), when a restarted server crashes before the
 //!   replayed handshake is answered (it would only crash again), when it
-//!   cannot be spawned, or when its answer is not compatible. What waited
+//!   cannot be spawned, or when its answer is not compatible or does not
+//!   come within [`REPLAY_TIMEOUT`]. What waited
 //!   gets an error, the session ends, and one line on stderr says why.
 //! - Backoff between a crash and the next start: [`RestartConfig::backoff`],
 //!   doubled for each crash in a row, at most [`MAX_RESTART_BACKOFF`].
@@ -59,6 +60,10 @@ pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(8);
 /// A server that ran this long after its handshake starts the count of
 /// restarts in a row again: 60 s.
 pub const RESTART_RESET_AFTER: Duration = Duration::from_secs(60);
+/// How long a restarted server has to answer the replayed handshake before
+/// the guard gives up on it (a server run by `npx` or `uvx` may fetch its
+/// package first): 60 s.
+pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(60);
 /// The largest `params` of a handshake request (or `logging/setLevel`) the
 /// guard keeps to replay, and the largest `capabilities` it keeps to
 /// compare: 64 KiB. A session with a larger one cannot be restarted (the

@@ -454,3 +454,27 @@ fn a_2026_session_replays_its_discover_and_checks_the_version_it_uses() {
         "{d:?}"
     );
 }
+
+#[test]
+fn a_restarted_server_that_never_answers_the_replayed_handshake_is_given_up_on() {
+    let (mut s, clock) = session(3);
+    handshaken(&mut s, &clock);
+    crash(&mut s, clock.at(5), ExitStatus::Code(1));
+    s.handle_timeout(clock.at(200));
+    drain(&mut s, clock.at(200));
+    s.handle_spawned(clock.at(200));
+    drain(&mut s, clock.at(200));
+    let due = s.poll_timeout().expect("the replay's deadline");
+    let wait = due.duration_since(clock.at(200).instant);
+    assert_eq!(wait, crate::guard::restart::REPLAY_TIMEOUT);
+    let late = 200 + u64::try_from(wait.as_millis()).unwrap();
+    s.handle_timeout(clock.at(late));
+    let d = drain(&mut s, clock.at(late));
+    assert!(
+        d.stderr.contains("did not answer the replayed handshake"),
+        "{}",
+        d.stderr
+    );
+    assert_eq!(d.actions, [GuardAction::CloseServerStdin], "{d:?}");
+    assert_eq!(s.closed_by_guard(), Some("restart_refused"));
+}

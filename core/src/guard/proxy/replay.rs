@@ -138,6 +138,20 @@ impl Proxy {
         matches!(self.state.replay_state.gate, ServerGate::Replaying(_))
     }
 
+    /// The new server did not answer the replayed handshake in time: the
+    /// session ends (as for an answer that does not fit).
+    pub(crate) fn replay_timed_out(&mut self, at: Stamp, after: std::time::Duration) {
+        if self.replay_in_flight() {
+            self.state.refuse_restart(
+                at,
+                format!(
+                    "it did not answer the replayed handshake within {} s",
+                    after.as_secs()
+                ),
+            );
+        }
+    }
+
     /// Why this session could not be replayed to a new server, if so.
     pub(crate) fn unreplayable(&self) -> Option<&str> {
         self.state.replay.unreplayable.as_deref()
