@@ -66,6 +66,14 @@ fn drain(s: &mut GuardSession, at: Stamp) -> Drained {
     }
 }
 
+/// The exit status of the session's end, the one action it took.
+fn finished(d: &Drained) -> u8 {
+    match d.actions.as_slice() {
+        [GuardAction::Finished { exit_code, .. }] => *exit_code,
+        other => panic!("not the session's end: {other:?}; {d:?}"),
+    }
+}
+
 fn crash(s: &mut GuardSession, at: Stamp, status: ExitStatus) -> Drained {
     s.handle_exited(at, status);
     s.handle_server_stdout_eof(at);
@@ -75,6 +83,19 @@ fn crash(s: &mut GuardSession, at: Stamp, status: ExitStatus) -> Drained {
     // shutdown); that is not what these tests look at.
     d.actions.retain(|a| *a != GuardAction::CloseServerStdin);
     d
+}
+
+/// The server crashes at `at`; the next is started once the backoff
+/// passed, at `then` (and given the replayed handshake, if any).
+fn crash_and_restart(s: &mut GuardSession, clock: &Clock, at: u64, then: u64) -> Drained {
+    crash(s, clock.at(at), ExitStatus::Code(1));
+    s.handle_timeout(clock.at(then));
+    assert_eq!(
+        drain(s, clock.at(then)).actions,
+        [GuardAction::RespawnServer]
+    );
+    s.handle_spawned(clock.at(then));
+    drain(s, clock.at(then))
 }
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}"#;
@@ -207,29 +228,16 @@ fn a_narrower_answer_refuses_the_restart_and_the_guard_closes_the_session() {
     ));
     assert_eq!(s.closed_by_guard(), Some("restart_refused"));
     let d = crash(&mut s, clock.at(108), ExitStatus::Code(0));
-    assert!(
-        matches!(
-            d.actions.as_slice(),
-            [GuardAction::Finished { exit_code: 75, .. }]
-        ),
-        "{d:?}"
-    );
+    assert_eq!(finished(&d), 75);
 }
 
 #[test]
 fn a_server_that_crashes_again_before_the_replayed_handshake_stops_the_restarts() {
     let (mut s, clock) = session(5);
     handshaken(&mut s, &clock);
-    crash(&mut s, clock.at(5), ExitStatus::Code(3));
-    s.handle_timeout(clock.at(105));
-    drain(&mut s, clock.at(105));
-    s.handle_spawned(clock.at(106));
-    drain(&mut s, clock.at(106));
+    crash_and_restart(&mut s, &clock, 5, 106);
     let d = crash(&mut s, clock.at(110), ExitStatus::Code(3));
-    match d.actions.as_slice() {
-        [GuardAction::Finished { exit_code, .. }] => assert_eq!(*exit_code, 3),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(finished(&d), 3);
     assert!(
         d.stderr.contains("before answering the replayed handshake"),
         "{}",
@@ -261,13 +269,7 @@ fn a_server_that_crashes_at_start_is_restarted_at_most_max_times_with_a_growing_
     }
     assert_eq!(waits, [100, 200]);
     let d = crash(&mut s, clock.at(t + 1), ExitStatus::Code(127));
-    assert!(
-        matches!(
-            d.actions.as_slice(),
-            [GuardAction::Finished { exit_code: 127, .. }]
-        ),
-        "{d:?}"
-    );
+    assert_eq!(finished(&d), 127);
     assert!(d.stderr.contains("3 times in a row"), "{}", d.stderr);
 }
 
@@ -275,19 +277,13 @@ fn a_server_that_crashes_at_start_is_restarted_at_most_max_times_with_a_growing_
 fn a_clean_exit_under_on_failure_or_a_host_that_left_ends_the_session() {
     let (mut s, clock) = session(3);
     let d = crash(&mut s, clock.at(1), ExitStatus::Code(0));
-    assert!(
-        matches!(d.actions.as_slice(), [GuardAction::Finished { .. }]),
-        "{d:?}"
-    );
+    finished(&d);
 
     let (mut s, clock) = session(3);
     s.handle_host_eof(clock.at(1));
     drain(&mut s, clock.at(1));
     let d = crash(&mut s, clock.at(2), ExitStatus::Code(1));
-    assert!(
-        matches!(d.actions.as_slice(), [GuardAction::Finished { .. }]),
-        "{d:?}"
-    );
+    finished(&d);
 
     // The host leaves while no server is up: the session ends at once.
     let (mut s, clock) = session(3);
@@ -297,13 +293,7 @@ fn a_clean_exit_under_on_failure_or_a_host_that_left_ends_the_session() {
     );
     s.handle_host_eof(clock.at(20));
     let d = drain(&mut s, clock.at(20));
-    assert!(
-        matches!(
-            d.actions.as_slice(),
-            [GuardAction::Finished { exit_code: 1, .. }]
-        ),
-        "{d:?}"
-    );
+    assert_eq!(finished(&d), 1);
 }
 
 #[test]
@@ -325,13 +315,7 @@ fn a_failed_respawn_fails_what_waits_and_ends_the_session() {
             .any(|m| m.contains(r#""id":2"#) && m.contains("gone")),
         "{d:?}"
     );
-    assert!(
-        matches!(
-            d.actions.as_slice(),
-            [GuardAction::Finished { exit_code: 1, .. }]
-        ),
-        "{d:?}"
-    );
+    assert_eq!(finished(&d), 1);
 }
 
 #[test]
@@ -360,11 +344,7 @@ fn subscriptions_and_the_log_level_are_sent_again_and_their_answers_are_the_guar
         );
     }
     drain(&mut s, clock.at(5));
-    crash(&mut s, clock.at(6), ExitStatus::Code(1));
-    s.handle_timeout(clock.at(200));
-    drain(&mut s, clock.at(200));
-    s.handle_spawned(clock.at(200));
-    drain(&mut s, clock.at(200));
+    crash_and_restart(&mut s, &clock, 6, 200);
     s.handle_server_stdout(
         clock.at(201),
         &line(&INIT_ANSWER.replace(r#""id":0"#, r#""id":"mcp-stdio-guard/replay/1""#)),
@@ -428,11 +408,7 @@ fn a_2026_session_replays_its_discover_and_checks_the_version_it_uses() {
         &line(r#"{"jsonrpc":"2.0","id":"d","result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}}}}"#),
     );
     drain(&mut s, clock.at(2));
-    crash(&mut s, clock.at(3), ExitStatus::Code(1));
-    s.handle_timeout(clock.at(200));
-    drain(&mut s, clock.at(200));
-    s.handle_spawned(clock.at(200));
-    let d = drain(&mut s, clock.at(200));
+    let d = crash_and_restart(&mut s, &clock, 3, 200);
     let replay: serde_json::Value = serde_json::from_str(&d.to_server[0]).unwrap();
     assert_eq!(replay["method"], "server/discover");
     assert_eq!(
@@ -459,11 +435,7 @@ fn a_2026_session_replays_its_discover_and_checks_the_version_it_uses() {
 fn a_restarted_server_that_never_answers_the_replayed_handshake_is_given_up_on() {
     let (mut s, clock) = session(3);
     handshaken(&mut s, &clock);
-    crash(&mut s, clock.at(5), ExitStatus::Code(1));
-    s.handle_timeout(clock.at(200));
-    drain(&mut s, clock.at(200));
-    s.handle_spawned(clock.at(200));
-    drain(&mut s, clock.at(200));
+    crash_and_restart(&mut s, &clock, 5, 200);
     let due = s.poll_timeout().expect("the replay's deadline");
     let wait = due.duration_since(clock.at(200).instant);
     assert_eq!(wait, crate::guard::restart::REPLAY_TIMEOUT);
