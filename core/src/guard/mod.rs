@@ -18,6 +18,7 @@ use crate::guard::proxy::{HostClosed, Proxy, ProxyConfig, ProxyEvent, ProxyMetri
 use crate::io_result::{ChildStream, ReadResult, WriteResult};
 use crate::outbox::Outgoing;
 use crate::process::capture::{CaptureConfig, CaptureSummary, OutputCapture, SharedRetentionPool};
+use crate::process::secrets::{Secrets, SessionSecrets};
 use crate::process::supervisor::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
     SupervisorConfig,
@@ -75,6 +76,7 @@ pub struct GuardConfig {
     stderr_forward: u64,
     final_flush: Duration,
     audit_gate: Option<u64>,
+    pub(crate) secrets: Secrets,
 }
 
 impl Default for GuardConfig {
@@ -89,6 +91,7 @@ impl Default for GuardConfig {
             stderr_forward: DEFAULT_STDERR_FORWARD,
             final_flush: DEFAULT_FINAL_FLUSH,
             audit_gate: None,
+            secrets: Secrets::default(),
         }
     }
 }
@@ -380,6 +383,8 @@ pub struct GuardReport {
     /// the answer to `initialize`, or the version a 2026-07-28 request names
     /// in its `_meta` (`None` when neither was seen).
     pub protocol_version: Option<String>,
+    /// Secrets ([`GuardConfig::secrets`]) replaced in what the guard gave out.
+    pub secrets_masked: u64,
 }
 
 /// The guard's whole session as one machine: the `Proxy` (host ↔ server
@@ -467,6 +472,7 @@ pub struct GuardSession {
     /// under [`OversizedPolicy::Close`](crate::OversizedPolicy::Close):
     /// `oversized_request` or `oversized_response`.
     oversized_close: Option<&'static str>,
+    secrets: SessionSecrets,
 }
 
 impl GuardSession {
@@ -496,6 +502,7 @@ impl GuardSession {
             early: VecDeque::new(),
             exit_wait_failed: false,
             oversized_close: None,
+            secrets: SessionSecrets::new(&config.secrets),
             config,
         }
     }
@@ -604,7 +611,7 @@ impl GuardSession {
         }
         if let Some(record) = self.poll_record() {
             self.records_given += 1;
-            return GuardOutput::Record(record);
+            return GuardOutput::Record(self.secrets.record(record));
         }
         if !self.server_parked && self.finished.is_none() && self.refill_to_server() {
             return GuardOutput::ToServer(self.proxy.server_outbox_mut().lend());
@@ -725,6 +732,7 @@ impl GuardSession {
     /// Bytes read from the server's stderr: kept within the capture, passed
     /// through within the forwarding budget (G10).
     pub(crate) fn handle_server_stderr(&mut self, at: Stamp, chunk: &[u8]) {
+        let chunk: &[u8] = &self.secrets.stderr(chunk);
         self.see(at);
         self.stderr.push(chunk);
         let room = self
@@ -750,6 +758,8 @@ impl GuardSession {
 
     /// The server's stderr ended.
     pub(crate) fn handle_server_stderr_eof(&mut self, at: Stamp) {
+        self.secrets.end_stderr();
+        self.handle_server_stderr(at, &[]); // what the masking held back
         self.see(at);
         self.supervisor.handle_stderr_eof(at.instant);
     }
@@ -991,7 +1001,8 @@ impl GuardSession {
         if let Some(b) = self.stderr_out.pop_front() {
             return Some(b);
         }
-        self.proxy.poll_note().map(|mut note| {
+        self.proxy.poll_note().map(|note| {
+            let mut note = self.secrets.note(note);
             note.push('\n');
             note.into_bytes()
         })
@@ -1009,9 +1020,10 @@ impl GuardSession {
     // ---- end ----
 
     /// The end-of-session report; `excerpt_bytes` sizes the stderr excerpt.
-    pub fn report(self, excerpt_bytes: usize) -> GuardReport {
+    pub fn report(mut self, excerpt_bytes: usize) -> GuardReport {
         let guard_closed_session = self.closed_by_guard();
-        let protocol_version = self.proxy.protocol_version().map(str::to_owned);
+        let protocol_version = self.proxy.protocol_version().map(|v| self.secrets.text(v));
+        self.secrets.flush_into(&mut self.stderr);
         let captured = self.stderr.finish();
         GuardReport {
             protocol_version,
@@ -1022,6 +1034,7 @@ impl GuardSession {
             stderr_excerpt: captured.excerpt("stderr", excerpt_bytes),
             stderr_forwarded_bytes: self.stderr_forwarded,
             guard_closed_session,
+            secrets_masked: self.secrets.masked(),
         }
     }
 
