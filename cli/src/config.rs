@@ -15,9 +15,17 @@
 //! stderr_redact = true                      # fallback redaction of kept stderr (headers, keys, tokens)
 //! shutdown_grace_seconds = 2                # stdin close → TERM, and TERM → KILL
 //! reader_drain_seconds = 1                  # after exit or KILL, wait this long for pipes
+//! env_clear = true                          # the server starts with an empty environment
+//! env_pass = ["PATH", "HOME"]               # passed from the guard's environment when set there
+//! env = { LOG_LEVEL = "info" }              # set for the server
+//! env_file = { API_TOKEN = "api_token.txt" } # set to the file's contents (a secret: masked)
 //! ```
 //!
-//! Flags override the file; the file overrides the defaults.
+//! Flags override the file; the file overrides the defaults. The server's
+//! environment (`--env-clear`, `--env-pass`, `--env`, `--env-file`): either
+//! `env_clear` or the flag turns it on; a name set by a flag overrides the
+//! file's entry for it; `env_file` paths start from the file's folder (see
+//! `crate::guard::server_env`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -32,6 +40,8 @@ use mcp_stdio_core::{
 use serde::Deserialize;
 
 use mcp_stdio_core::{ProxyConfig, DEFAULT_MAX_BUFFERED};
+
+use crate::guard::server_env::{EnvArgs, FileEnv, ServerEnv};
 
 /// What to keep of the server's stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -100,6 +110,8 @@ pub(crate) struct SettingsArgs {
     /// Seconds from closing the server's stdin to SIGTERM, and from SIGTERM to SIGKILL [default: 2].
     #[arg(long, value_name = "SECONDS")]
     pub(crate) shutdown_grace: Option<f64>,
+    #[command(flatten)]
+    pub(crate) env: EnvArgs,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -119,6 +131,10 @@ struct FileSettings {
     stderr_redact: Option<bool>,
     shutdown_grace_seconds: Option<f64>,
     reader_drain_seconds: Option<f64>,
+    env_clear: Option<bool>,
+    env_pass: Option<Vec<String>>,
+    env: Option<std::collections::BTreeMap<String, String>>,
+    env_file: Option<std::collections::BTreeMap<String, PathBuf>>,
 }
 
 /// The resolved limits of a guard run.
@@ -134,6 +150,8 @@ pub(crate) struct GuardSettings {
     pub(crate) stderr_pool: SharedRetentionPool,
     pub(crate) stderr_forward_bytes: u64,
     pub(crate) stderr_excerpt_bytes: usize,
+    /// The server's environment, and the secrets read from files.
+    pub(crate) server_env: ServerEnv,
 }
 
 /// `framer` with the wire limit `bytes`, which `setting` gave. The core
@@ -172,6 +190,17 @@ impl GuardSettings {
             }
             None => FileSettings::default(),
         };
+        let file_env = FileEnv {
+            config: args.config.as_deref(),
+            clear: file.env_clear,
+            pass: file.env_pass.clone(),
+            set: file.env.clone(),
+            files: file.env_file.clone(),
+        };
+        let server_env = ServerEnv::resolve(&args.env, file_env, |k: &std::ffi::OsStr| {
+            std::env::var_os(k)
+        })
+        .map_err(|e| e.to_string())?;
         let mut framer = FramerConfig::default();
         match (args.max_frame, file.max_frame_bytes, &args.config) {
             (Some(bytes), _, _) => wire_limit(&mut framer, "--max-frame", bytes)?,
@@ -246,6 +275,7 @@ impl GuardSettings {
                 .or(file.stderr_forward_bytes)
                 .unwrap_or(1024 * 1024),
             stderr_excerpt_bytes: file.stderr_agent_excerpt_bytes.unwrap_or(DEFAULT_EXCERPT),
+            server_env,
         })
     }
 }
