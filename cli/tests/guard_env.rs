@@ -5,7 +5,8 @@
 //!
 //! Real processes: the guard in front of `fixture-server` (its `env` and
 //! `print_env` tools). Build the fixtures first:
-//! `cargo build -p mcp-stdio-tests --bins`.
+//! `cargo build -p mcp-stdio-tests --bins`. Unix: the fixtures are Unix programs.
+#![cfg(unix)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -391,4 +392,45 @@ fn issue_23_usage_errors_name_the_variable_and_path_never_the_value() {
             "{args:?}: no server starts: {stderr}"
         );
     }
+}
+
+/// The README's host config for this feature parses, and puts `mcp-stdio
+/// guard` with flags it knows in front of the server.
+#[test]
+fn issue_23_the_readme_example_uses_flags_the_guard_knows() {
+    const HEADING: &str = "### The server's environment and secrets\n";
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("the README is readable");
+    let start = readme.find(HEADING).expect("the README has the section") + HEADING.len();
+    let body = &readme[start..];
+    let body = &body[..body.find("\n## ").unwrap_or(body.len())];
+    let json = body
+        .split("```json\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("a JSON example");
+    let config: Value = serde_json::from_str(json).expect("the example is JSON");
+    let entry = &config["mcpServers"]["github"];
+    assert_eq!(entry["command"], "mcp-stdio");
+    let args: Vec<&str> = entry["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("string args"))
+        .collect();
+    assert_eq!(args[0], "guard");
+    let help = Command::new(guard_bin())
+        .args(["guard", "--help"])
+        .output()
+        .expect("guard --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    let dashes = args.iter().position(|a| *a == "--").expect("a `--`");
+    for flag in args[1..dashes].iter().filter(|a| a.starts_with("--")) {
+        // `  --flag <VALUE>` or `  --flag` alone on its line.
+        let known = help
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some(*flag));
+        assert!(known, "{flag} is not a guard flag");
+    }
+    assert!(args[..dashes].contains(&"--env-file"));
 }
