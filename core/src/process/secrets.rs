@@ -557,7 +557,7 @@ pub(crate) struct SessionSecrets {
     /// The end of stderr was seen: the next chunk given out carries the
     /// held-back bytes.
     ending: bool,
-    /// Replacements outside the stderr stream.
+    /// Replacements outside the current stderr stream.
     masked: u64,
 }
 
@@ -577,12 +577,16 @@ impl SessionSecrets {
             return self.stderr.push(chunk);
         }
         let mut out = self.stderr.finish();
+        // Bytes after an end are a new stream (a restarted server's).
+        let ended = std::mem::replace(&mut self.stderr, self.secrets.stream());
+        self.masked += ended.masked();
         out.extend_from_slice(&self.stderr.push(chunk));
         Cow::Owned(out)
     }
 
     /// The server's stderr ended: the next [`stderr`](Self::stderr) call
-    /// (an empty chunk will do) gives out the bytes held back.
+    /// (an empty chunk will do) gives out the bytes held back; later chunks
+    /// are a new stream (a restarted server's), split secrets caught again.
     pub(crate) fn end_stderr(&mut self) {
         self.ending = true;
     }

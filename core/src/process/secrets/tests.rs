@@ -332,3 +332,19 @@ fn a_secret_in_notes_and_records_is_masked() {
     assert!(!records[0].contains("hunter"), "{}", records[0]);
     assert_eq!(s.report(256).secrets_masked, 4);
 }
+
+/// After the end of one stderr stream, the next (a restarted server's)
+/// still catches a secret split across reads; the count goes on.
+#[test]
+fn a_stream_after_an_end_still_holds_back_a_split_secret() {
+    let mut s = SessionSecrets::new(&secrets(&["hunter22-token"]));
+    assert_eq!(
+        &*s.stderr(b"one hunter22-token, then hunter"),
+        b"one [SECRET], then "
+    );
+    s.end_stderr();
+    assert_eq!(&*s.stderr(b""), b"hunter");
+    assert_eq!(&*s.stderr(b"two hunter2"), b"two ");
+    assert_eq!(&*s.stderr(b"2-token!"), b"[SECRET]!");
+    assert_eq!(s.masked(), 2);
+}
