@@ -18,9 +18,17 @@
 //! restart = "on-failure"                    # or "never" (default), "always": a crashed server is started again
 //! restart_max = 5                           # restarts in a row before giving up
 //! restart_backoff_seconds = 0.25            # wait before the first restart, doubled each time (at most 8 s)
+//! env_clear = true                          # the server starts with an empty environment
+//! env_pass = ["PATH", "HOME"]               # passed from the guard's environment when set there
+//! env = { LOG_LEVEL = "info" }              # set for the server
+//! env_file = { API_TOKEN = "api_token.txt" } # set to the file's contents (a secret: masked)
 //! ```
 //!
-//! Flags override the file; the file overrides the defaults.
+//! Flags override the file; the file overrides the defaults. The server's
+//! environment (`--env-clear`, `--env-pass`, `--env`, `--env-file`): either
+//! `env_clear` or the flag turns it on; a name set by a flag overrides the
+//! file's entry for it; `env_file` paths start from the file's folder (see
+//! `crate::guard::server_env`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -36,6 +44,8 @@ use mcp_stdio_core::{RestartConfig, RestartPolicy, DEFAULT_MAX_RESTARTS};
 use serde::Deserialize;
 
 use mcp_stdio_core::{ProxyConfig, DEFAULT_MAX_BUFFERED};
+
+use crate::guard::server_env::{EnvArgs, FileEnv, ServerEnv};
 
 /// What to keep of the server's stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -126,6 +136,8 @@ pub(crate) struct SettingsArgs {
     /// Seconds before the first restart in a row, doubled for each next one (at most 8) [default: 0.25].
     #[arg(long, value_name = "SECONDS")]
     pub(crate) restart_backoff: Option<f64>,
+    #[command(flatten)]
+    pub(crate) env: EnvArgs,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -148,6 +160,10 @@ struct FileSettings {
     restart: Option<Restart>,
     restart_max: Option<u32>,
     restart_backoff_seconds: Option<f64>,
+    env_clear: Option<bool>,
+    env_pass: Option<Vec<String>>,
+    env: Option<std::collections::BTreeMap<String, String>>,
+    env_file: Option<std::collections::BTreeMap<String, PathBuf>>,
 }
 
 /// The resolved limits of a guard run.
@@ -165,6 +181,8 @@ pub(crate) struct GuardSettings {
     pub(crate) stderr_excerpt_bytes: usize,
     /// Restart on crash.
     pub(crate) restart: RestartConfig,
+    /// The server's environment, and the secrets read from files.
+    pub(crate) server_env: ServerEnv,
 }
 
 /// `framer` with the wire limit `bytes`, which `setting` gave. The core
@@ -203,6 +221,17 @@ impl GuardSettings {
             }
             None => FileSettings::default(),
         };
+        let file_env = FileEnv {
+            config: args.config.as_deref(),
+            clear: file.env_clear,
+            pass: file.env_pass.clone(),
+            set: file.env.clone(),
+            files: file.env_file.clone(),
+        };
+        let server_env = ServerEnv::resolve(&args.env, file_env, |k: &std::ffi::OsStr| {
+            std::env::var_os(k)
+        })
+        .map_err(|e| e.to_string())?;
         let mut framer = FramerConfig::default();
         match (args.max_frame, file.max_frame_bytes, &args.config) {
             (Some(bytes), _, _) => wire_limit(&mut framer, "--max-frame", bytes)?,
@@ -293,6 +322,7 @@ impl GuardSettings {
                 .or(file.stderr_forward_bytes)
                 .unwrap_or(1024 * 1024),
             stderr_excerpt_bytes: file.stderr_agent_excerpt_bytes.unwrap_or(DEFAULT_EXCERPT),
+            server_env,
         })
     }
 }

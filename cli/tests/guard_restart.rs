@@ -227,3 +227,50 @@ fn without_restart_a_crash_ends_the_session_as_before() {
     assert_eq!(stderr.matches("fixture: started pid").count(), 1);
     assert!(!stderr.contains("restarting"), "{stderr}");
 }
+
+/// A restarted server gets the same command and environment as the first
+/// (`--env-clear`, `--env`, `--env-file`): the crash does not lose them.
+#[test]
+fn a_restarted_server_gets_the_same_environment() {
+    let dir = tmp("restart-env");
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("token");
+    std::fs::write(&secret, "tok-restart-1234\n").unwrap();
+    let env_file = format!("TOKEN={}", secret.display());
+    let mut g = Guarded::start(
+        &[
+            "--restart",
+            "on-failure",
+            "--env-clear",
+            "--env",
+            "MODE=restarted",
+            "--env-file",
+            &env_file,
+        ],
+        &[],
+    );
+    g.initialize();
+    let ask = |id: i64| call(id, "env", json!({"names": ["MODE", "TOKEN", "HOME"]}));
+    g.send(&ask(1));
+    let (first, _) = g.response(json!(1), Duration::from_secs(10));
+    g.send(&call(2, "exit", json!({"code": 2})));
+    let (r, _) = g.response(json!(2), Duration::from_secs(10));
+    assert_eq!(r["error"]["code"], -32001, "{r}");
+    g.send(&ask(3));
+    let (second, _) = g.response(json!(3), Duration::from_secs(10));
+    let text = |v: &Value| -> Value {
+        serde_json::from_str(v["result"]["content"][0]["text"].as_str().expect("text"))
+            .expect("the env tool answers JSON")
+    };
+    let (a, b) = (text(&first), text(&second));
+    assert_eq!(a, b, "the same environment before and after the restart");
+    assert_eq!(b["values"]["MODE"], "restarted", "{b}");
+    assert_eq!(b["values"]["TOKEN"], "tok-restart-1234", "{b}");
+    assert_eq!(b["values"]["HOME"], Value::Null, "{b}");
+    let (_, stderr, _) = g.finish(Duration::from_secs(10));
+    assert_eq!(
+        stderr.matches("fixture: started pid").count(),
+        2,
+        "{stderr}"
+    );
+}

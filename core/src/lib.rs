@@ -219,6 +219,10 @@ pub use process::capture::{
 };
 pub use process::command::CommandSpec;
 pub use process::redact::redact_in_place;
+pub use process::secrets::{
+    SecretStream, Secrets, SecretsError, MAX_SECRETS, MAX_SECRETS_TOTAL_BYTES, MAX_SECRET_BYTES,
+    MIN_SECRET_BYTES, SECRET_MARKER,
+};
 pub use process::supervisor::{
     ChildPipes, EndedBy, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
     StreamEnd, SupervisorConfig, DEFAULT_READER_DRAIN_DEADLINE, DEFAULT_STDIN_CLOSE_GRACE,

@@ -12,6 +12,7 @@
 mod audit_log;
 mod drive;
 mod ended;
+pub(crate) mod server_env;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,6 +46,11 @@ error (bad flag, unreadable --config or key file, an --audit log that cannot be 
 any server starts. A server that ends on its own, with a failure status, or only after a signal \
 gets one line on stderr saying so, with the end of its stderr.\n\n\
 --audit FILE: missing folders on its path are created.\n\n\
+--env-clear: the server starts with an empty environment, plus --env-pass NAME, --env NAME=VALUE \
+and --env-file NAME=PATH (the file's contents: a secret, masked in the guard's stderr, --audit \
+log and --metrics). The server program is still found through the guard's PATH; the server gets \
+a PATH only with --env-pass PATH (needed by `#!/usr/bin/env` scripts and npx). An --env-file \
+that cannot be read, is empty or larger than 64 KiB is a usage error (2).\n\n\
 Example (a desktop host's JSON config):\n  \"command\": \"mcp-stdio\",\n  \
 \"args\": [\"guard\", \"--max-frame\", \"8388608\", \"--\", \"npx\", \"-y\", \"some-mcp-server\"]"
 )]
@@ -113,9 +119,18 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         }
         None => None,
     };
+    for name in settings.server_env.missing() {
+        crate::stderr_sink::line(&format!(
+            "mcp-stdio guard: --env-pass {name}: not set in the guard's environment; the server does not get it"
+        ));
+    }
     // Tied to the guard (G11): a SIGKILLed guard leaves no server (Linux).
-    let spawned = mcp_stdio_sys::spawn_piped(&spec);
-    let mut child = match spawned {
+    // The command as the server gets it (its environment), for every start:
+    // a restart on crash runs the same.
+    let spawned = (settings.server_env)
+        .command(&spec, std::env::var_os("PATH").as_deref())
+        .and_then(|server| Ok((mcp_stdio_sys::spawn_piped(&server)?, server)));
+    let (mut child, server_spec) = match spawned {
         Ok(c) => c,
         Err(e) => {
             let failure = crate::diagnose::spawn_failure(&spec, &e);
@@ -159,12 +174,13 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     *config.supervisor_mut() = settings.supervisor;
     *config.stderr_capture_mut() = settings.stderr_capture.clone();
     *config.restart_mut() = settings.restart.clone();
+    config.secrets(settings.server_env.secrets().clone());
     if audit.is_some() {
         // A request reaches the server only after its record is on disk (G12).
         config.audit_gate(Some(DEFAULT_MAX_WAITING_RECORDS));
     }
     let mut session = GuardSession::new(config);
-    let code = drive::drive(&rt, &mut session, (&spec, leader, pipes), audit).await;
+    let code = drive::drive(&rt, &mut session, (&server_spec, leader, pipes), audit).await;
     let report = session.report(settings.stderr_excerpt_bytes);
     if let Some(message) = ended::end_message(&report, &spec.display()) {
         // Through the sink: a blocking write could hang an exit on an unread stderr.

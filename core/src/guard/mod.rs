@@ -21,6 +21,7 @@ use crate::guard::restart::{GuardPhase, RestartConfig};
 use crate::io_result::{ChildStream, ReadResult, WriteResult};
 use crate::outbox::Outgoing;
 use crate::process::capture::{CaptureConfig, CaptureSummary, OutputCapture, SharedRetentionPool};
+use crate::process::secrets::{Secrets, SessionSecrets};
 use crate::process::supervisor::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
     SupervisorConfig,
@@ -79,6 +80,7 @@ pub struct GuardConfig {
     final_flush: Duration,
     audit_gate: Option<u64>,
     restart: RestartConfig,
+    pub(crate) secrets: Secrets,
 }
 
 impl Default for GuardConfig {
@@ -94,6 +96,7 @@ impl Default for GuardConfig {
             final_flush: DEFAULT_FINAL_FLUSH,
             audit_gate: None,
             restart: RestartConfig::default(),
+            secrets: Secrets::default(),
         }
     }
 }
@@ -416,6 +419,8 @@ pub struct GuardReport {
     pub restarts: u32,
     /// Why restarts stopped, when they did.
     pub restarts_stopped: Option<String>,
+    /// Secrets ([`GuardConfig::secrets`]) replaced in what the guard gave out.
+    pub secrets_masked: u64,
 }
 
 /// The guard's whole session as one machine: the `Proxy` (host ↔ server
@@ -508,6 +513,7 @@ pub struct GuardSession {
     ending: bool,
     /// The servers of this session: which is up, the crashes, restarts.
     lives: crash::Lives,
+    secrets: SessionSecrets,
 }
 
 impl GuardSession {
@@ -539,6 +545,7 @@ impl GuardSession {
             oversized_close: None,
             ending: false,
             lives: crash::Lives::default(),
+            secrets: SessionSecrets::new(&config.secrets),
             config,
         }
     }
@@ -650,7 +657,7 @@ impl GuardSession {
         if let Some(entry) = self.proxy.poll_entry() {
             self.records_given += 1;
             return match entry {
-                Entry::Call(record) => GuardOutput::Record(record),
+                Entry::Call(record) => GuardOutput::Record(self.secrets.record(record)),
                 Entry::Phase(phase) => GuardOutput::Phase(phase),
             };
         }
@@ -708,6 +715,9 @@ impl GuardSession {
             self.server_stdin_closed = false;
             self.server_parked = false;
             self.exit_wait_failed = false;
+            // Its stderr is a stream of its own (a secret split at the
+            // old one's end is not joined to the new one's start).
+            self.secrets.end_stderr();
         }
         self.supervisor.handle_spawned(at.instant, ChildPipes::ALL);
         let server = self.lives.up(at.instant);
@@ -791,6 +801,7 @@ impl GuardSession {
     /// Bytes read from the server's stderr: kept within the capture, passed
     /// through within the forwarding budget (G10).
     pub(crate) fn handle_server_stderr(&mut self, at: Stamp, chunk: &[u8]) {
+        let chunk: &[u8] = &self.secrets.stderr(chunk);
         self.see(at);
         self.stderr.push(chunk);
         self.lives.stderr(chunk);
@@ -817,6 +828,8 @@ impl GuardSession {
 
     /// The server's stderr ended.
     pub(crate) fn handle_server_stderr_eof(&mut self, at: Stamp) {
+        self.secrets.end_stderr();
+        self.handle_server_stderr(at, &[]); // what the masking held back
         self.see(at);
         self.supervisor.handle_stderr_eof(at.instant);
     }
@@ -1057,7 +1070,8 @@ impl GuardSession {
         if let Some(b) = self.stderr_out.pop_front() {
             return Some(b);
         }
-        self.proxy.poll_note().map(|mut note| {
+        self.proxy.poll_note().map(|note| {
+            let mut note = self.secrets.note(note);
             note.push('\n');
             note.into_bytes()
         })
@@ -1079,9 +1093,10 @@ impl GuardSession {
     // ---- end ----
 
     /// The end-of-session report; `excerpt_bytes` sizes the stderr excerpt.
-    pub fn report(self, excerpt_bytes: usize) -> GuardReport {
+    pub fn report(mut self, excerpt_bytes: usize) -> GuardReport {
         let guard_closed_session = self.closed_by_guard();
-        let protocol_version = self.proxy.protocol_version().map(str::to_owned);
+        let protocol_version = self.proxy.protocol_version().map(|v| self.secrets.text(v));
+        self.secrets.flush_into(&mut self.stderr);
         let captured = self.stderr.finish();
         GuardReport {
             protocol_version,
@@ -1094,6 +1109,7 @@ impl GuardSession {
             guard_closed_session,
             restarts: self.lives.restarts(),
             restarts_stopped: self.lives.stopped().map(str::to_owned),
+            secrets_masked: self.secrets.masked(),
         }
     }
 

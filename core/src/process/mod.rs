@@ -1,7 +1,9 @@
 //! Processes: what to spawn, the shutdown supervisor of one child, bounded
-//! capture of its output and redaction of what is kept.
+//! capture of its output, redaction of what is kept and masking of
+//! configured secrets.
 
 pub(crate) mod capture;
 pub(crate) mod command;
 pub(crate) mod redact;
+pub(crate) mod secrets;
 pub(crate) mod supervisor;

@@ -940,6 +940,29 @@ impl CallLifecycle {
     }
 }
 
+impl CallRecord {
+    /// Rewrites each text of the record with `f` (the identity, then each
+    /// event's detail), telling it whether the text may have been cut at its
+    /// end (an identity cut to its limit; a detail ending in `…`): for
+    /// masking secrets.
+    pub(crate) fn rewrite_texts(&mut self, mut f: impl FnMut(&mut String, bool)) {
+        let cut = self.identity_truncated;
+        for text in [
+            &mut self.call_id,
+            &mut self.session_id,
+            &mut self.operation,
+            &mut self.target,
+        ] {
+            f(text, cut);
+        }
+        let events = self.events.head.iter_mut().chain(&mut self.events.tail);
+        for detail in events.filter_map(|e| e.detail.as_mut()) {
+            let cut = detail.ends_with('…');
+            f(detail, cut);
+        }
+    }
+}
+
 /// The longest prefix of `s` of at most `max` bytes ending on a char boundary.
 fn prefix_at_boundary(s: &str, max: usize) -> &str {
     if s.len() <= max {

@@ -83,6 +83,12 @@
 //!                                          with `code` at once: the answer is the last message
 //!                                          or comes just before a burst, and the exit follows
 //!                                          the last write with nothing in between
+//!     env {names}                          text: JSON {values: {NAME: value or null}, count}:
+//!                                          the named variables and how many the server has
+//!     print_env {name, stream, split_ms}   writes `<name>=<value>` as one line: to stderr in
+//!                                          two writes cut in the value's middle, split_ms apart
+//!                                          (stream "stderr", the default), or as a non-JSON
+//!                                          stdout line (stream "stdout")
 //!   notifications/cancelled {requestId, reason}
 //!                              sets the cancel flag of that in-flight request; the request then
 //!                              gets NO response. A cancel after the response began writing is
@@ -183,7 +189,7 @@ USAGE: fixture-server [FLAGS]   (an MCP server over stdio that misbehaves on dem
 Tools: echo big big_exact big_id_last big_no_id huge_field many_blocks slow slow_io subprocess stop_reading
        stream_then_result stderr_flood notify_then_result progress server_request
        result_then_flood stdout_noise stdout_invalid_utf8 bad_utf8_result escape_grandchild
-       crash_mid_response exit respond_then_exit
+       crash_mid_response exit respond_then_exit env print_env
 See the doc comment of tests/src/bin/fixture-server.rs for details.
 ";
 
@@ -862,6 +868,10 @@ fn tools_list() -> Value {
             json!({"code":int,"bytes":int,"notify_bytes":int})),
         tool("result_then_flood", "a result of N bytes, then M bytes of notifications",
             json!({"bytes":int,"notify_bytes":int,"each":int,"delay_ms":int})),
+        tool("env", "values of the named variables, and how many there are",
+            json!({"names":{"type":"array","items":{"type":"string"}}})),
+        tool("print_env", "a variable's value on stderr (in two writes) or as a stdout line",
+            json!({"name":{"type":"string"},"stream":{"type":"string"},"split_ms":int})),
     ]})
 }
 
@@ -1035,6 +1045,8 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
                 let result = text_result("x".repeat(arg_usize(args, "bytes")?));
                 exit_after(server, id, key, args, Some(result))?
             }
+            "env" => env_values(args),
+            "print_env" => print_env(server, args)?,
             other => Outcome::Error(-32602, format!("unknown tool: {other}")),
         })
     };
@@ -1392,4 +1404,53 @@ fn server_request(server: &Server, key: &str) -> Outcome {
             )
         }
     }
+}
+
+/// `env`: the named variables' values (null when unset) and the number of variables.
+fn env_values(args: &Value) -> Outcome {
+    let names = args
+        .get("names")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let values: serde_json::Map<String, Value> = names
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|n| {
+            (
+                n.to_owned(),
+                std::env::var_os(n).map(|v| json!(v.to_string_lossy())),
+            )
+        })
+        .map(|(n, v)| (n, v.unwrap_or(Value::Null)))
+        .collect();
+    let count = std::env::vars_os().count();
+    Outcome::Result(text_result(
+        json!({"values": values, "count": count}).to_string(),
+    ))
+}
+
+/// `print_env`: `<name>=<value>` on stderr in two writes (cut in the value's middle, `split_ms`
+/// apart), or as one non-JSON stdout line.
+fn print_env(server: &Server, args: &Value) -> Result<Outcome, Outcome> {
+    let name = args.get("name").and_then(Value::as_str).unwrap_or("");
+    let value = std::env::var(name)
+        .map_err(|_| Outcome::Error(-32602, format!("{name:?} is not set (or not UTF-8)")))?;
+    let line = format!("fixture: {name}={value} (printed)\n");
+    if args.get("stream").and_then(Value::as_str) == Some("stdout") {
+        lock(&server.out).raw(line.as_bytes());
+    } else {
+        let cut = line.len() - value.len() / 2 - " (printed)\n".len();
+        let mut err = io::stderr().lock();
+        let _ = err
+            .write_all(&line.as_bytes()[..cut])
+            .and_then(|()| err.flush());
+        thread::sleep(Duration::from_millis(
+            arg_u64(args, "split_ms").unwrap_or(0),
+        ));
+        let _ = err
+            .write_all(&line.as_bytes()[cut..])
+            .and_then(|()| err.flush());
+    }
+    Ok(Outcome::Result(text_result("printed")))
 }
