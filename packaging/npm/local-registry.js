@@ -53,8 +53,8 @@ const tarballs = new Map(); // URL path -> bytes
 const packuments = new Map(); // package name -> document, filled once the port is known
 const entries = [];
 for (const file of files) {
+  if (fs.statSync(file).size > MAX_TGZ_BYTES) throw new Error(`${file}: larger than ${MAX_TGZ_BYTES} bytes`);
   const bytes = fs.readFileSync(file);
-  if (bytes.length > MAX_TGZ_BYTES) throw new Error(`${file}: larger than ${MAX_TGZ_BYTES} bytes`);
   entries.push({ manifest: manifestOf(bytes), bytes, file: path.basename(file) });
 }
 
@@ -89,11 +89,19 @@ function fill(base) {
 }
 
 const server = http.createServer((req, res) => {
-  const url = decodeURIComponent(req.url.split("?")[0]);
+  let url = null;
+  try {
+    url = decodeURIComponent(req.url.split("?")[0]);
+  } catch {
+    // A malformed escape: answered 400 below.
+  }
   let status = 404;
   let body = JSON.stringify({ error: "not found" });
   let type = "application/json";
-  if (tarballs.has(url)) {
+  if (url === null) {
+    status = 400;
+    body = JSON.stringify({ error: "malformed URL" });
+  } else if (tarballs.has(url)) {
     status = 200;
     body = tarballs.get(url);
     type = "application/octet-stream";
