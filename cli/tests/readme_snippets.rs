@@ -1,7 +1,10 @@
 //! The README's host-config snippets and CI example: every JSON block of the
 //! "In MCP hosts and in CI" section parses, has its host's shape, and puts
-//! `mcp-stdio guard` in front of a server with flags the guard knows; the CI
-//! example uses flags `check` knows.
+//! `mcp-stdio guard` in front of a server with flags the guard knows, launched
+//! the ways the packages install it (the binary on the `PATH`, `npx -y
+//! mcp-stdio`, `uvx --from mcp-stdio-cli mcp-stdio`: names checked against
+//! `packaging/`); so does the `claude mcp add` line; the CI example uses flags
+//! `check` knows.
 
 use std::process::Command;
 
@@ -9,6 +12,12 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-stdio");
 const SECTION: &str = "## In MCP hosts and in CI";
+/// The version a snippet may pin (`mcp-stdio@V`, `mcp-stdio-cli==V`): the packages carry the crate's.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The npm package that launches the binary (`packaging/npm/mcp-stdio/package.json`).
+const NPM_PACKAGE: &str = "mcp-stdio";
+/// The PyPI distribution that carries it (`packaging/python/pyproject.toml`).
+const PYPI_PACKAGE: &str = "mcp-stdio-cli";
 
 /// The README section's text, up to the next top-level (`## `) heading.
 fn section() -> String {
@@ -47,15 +56,39 @@ fn help(sub: &str) -> String {
     String::from_utf8(out.stdout).expect("UTF-8 help")
 }
 
-/// Checks one server entry: `mcp-stdio guard [flags known to guard] -- SERVER …`.
-fn assert_guarded(host: &str, entry: &Value, guard_help: &str) {
-    assert_eq!(entry["command"], "mcp-stdio", "{host}: {entry:#}");
-    let args: Vec<&str> = entry["args"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{host}: args is an array: {entry:#}"))
-        .iter()
-        .map(|a| a.as_str().expect("every arg is a string"))
-        .collect();
+/// The arguments from `guard` on, past the launcher's own: none for `mcp-stdio`
+/// itself, `-y mcp-stdio[@VERSION]` for npx, `--from mcp-stdio-cli[==VERSION]
+/// mcp-stdio` for uvx.
+fn after_launcher<'a>(host: &str, command: &str, args: &'a [&'a str]) -> &'a [&'a str] {
+    let pkg = args.get(1).copied().unwrap_or_default();
+    let prefix: Vec<&str> = match command {
+        "mcp-stdio" => vec![],
+        "npx" => {
+            assert!(
+                pkg == NPM_PACKAGE || pkg == format!("{NPM_PACKAGE}@{VERSION}"),
+                "{host}: npx runs {NPM_PACKAGE} (or {NPM_PACKAGE}@{VERSION}): {args:?}"
+            );
+            vec!["-y", pkg]
+        }
+        "uvx" => {
+            assert!(
+                pkg == PYPI_PACKAGE || pkg == format!("{PYPI_PACKAGE}=={VERSION}"),
+                "{host}: uvx takes the command from {PYPI_PACKAGE} (or {PYPI_PACKAGE}=={VERSION}): {args:?}"
+            );
+            vec!["--from", pkg, "mcp-stdio"]
+        }
+        other => panic!("{host}: the guard is launched by mcp-stdio, npx or uvx, not `{other}`"),
+    };
+    assert!(
+        args.starts_with(&prefix),
+        "{host}: `{command}` args begin {prefix:?}: {args:?}"
+    );
+    &args[prefix.len()..]
+}
+
+/// Checks one launch: `COMMAND [launcher args] guard [flags known to guard] -- SERVER …`.
+fn assert_guarded_argv(host: &str, command: &str, args: &[&str], guard_help: &str) {
+    let args = after_launcher(host, command, args);
     assert_eq!(args.first(), Some(&"guard"), "{host}: {args:?}");
     let dashes = args
         .iter()
@@ -73,11 +106,61 @@ fn assert_guarded(host: &str, entry: &Value, guard_help: &str) {
     }
 }
 
+/// Checks one server entry of a host's JSON; returns its command.
+fn assert_guarded(host: &str, entry: &Value, guard_help: &str) -> String {
+    let command = entry["command"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{host}: command is a string: {entry:#}"));
+    let args: Vec<&str> = entry["args"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{host}: args is an array: {entry:#}"))
+        .iter()
+        .map(|a| a.as_str().expect("every arg is a string"))
+        .collect();
+    assert_guarded_argv(host, command, &args, guard_help);
+    command.to_owned()
+}
+
+/// The value of `key = "…"` in a TOML or JSON file of the repository (first match).
+fn quoted_value(path: &str, key: &str) -> String {
+    let text = std::fs::read_to_string(format!("{}/../{path}", env!("CARGO_MANIFEST_DIR")))
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.lines()
+        .map(str::trim)
+        .find_map(|l| {
+            let rest = l.strip_prefix(key)?.trim_start();
+            let rest = rest.strip_prefix('=').or_else(|| rest.strip_prefix(':'))?;
+            Some(
+                rest.trim()
+                    .trim_end_matches(',')
+                    .trim_matches('"')
+                    .to_owned(),
+            )
+        })
+        .unwrap_or_else(|| panic!("{path} has {key}"))
+}
+
+#[test]
+fn readme_launch_names_are_the_packages_names() {
+    assert_eq!(
+        quoted_value("packaging/npm/mcp-stdio/package.json", "\"name\""),
+        NPM_PACKAGE
+    );
+    assert_eq!(
+        quoted_value("packaging/python/pyproject.toml", "name"),
+        PYPI_PACKAGE
+    );
+}
+
 #[test]
 fn readme_host_snippets_are_valid_json_with_each_hosts_shape() {
     let text = section();
     let blocks = fenced(&text, "json");
-    assert_eq!(blocks.len(), 3, "Claude Desktop, VS Code, Cursor: {text}");
+    assert_eq!(
+        blocks.len(),
+        4,
+        "Claude Desktop, Claude Code, VS Code, Cursor: {text}"
+    );
     let guard_help = help("guard");
     let docs: Vec<Value> = blocks
         .iter()
@@ -85,9 +168,11 @@ fn readme_host_snippets_are_valid_json_with_each_hosts_shape() {
         .collect();
     let hosts = [
         ("claude_desktop_config.json", "mcpServers"),
+        (".mcp.json", "mcpServers"),
         (".vscode/mcp.json", "servers"),
         (".cursor/mcp.json", "mcpServers"),
     ];
+    let mut launchers = std::collections::BTreeSet::new();
     for ((host, key), doc) in hosts.iter().zip(&docs) {
         assert!(text.contains(host), "the section names {host}");
         let servers = doc[key]
@@ -95,13 +180,42 @@ fn readme_host_snippets_are_valid_json_with_each_hosts_shape() {
             .unwrap_or_else(|| panic!("{host}: `{key}` is an object: {doc:#}"));
         assert!(!servers.is_empty(), "{host}");
         for entry in servers.values() {
-            if *key == "servers" {
+            if *key == "servers" || entry.get("type").is_some() {
                 assert_eq!(entry["type"], "stdio", "{host}: {entry:#}");
             }
-            assert_guarded(host, entry, &guard_help);
+            launchers.insert(assert_guarded(host, entry, &guard_help));
         }
     }
+    assert_eq!(
+        launchers.into_iter().collect::<Vec<_>>(),
+        ["mcp-stdio", "npx", "uvx"],
+        "each way of launching the guard has a snippet"
+    );
     eprintln!("{} host snippets checked", docs.len());
+}
+
+#[test]
+fn readme_claude_code_line_adds_the_guard() {
+    let text = section();
+    let lines: Vec<String> = fenced(&text, "sh")
+        .iter()
+        .flat_map(|b| b.lines().map(str::to_owned).collect::<Vec<_>>())
+        .filter(|l| l.starts_with("claude mcp add "))
+        .collect();
+    assert!(!lines.is_empty(), "a `claude mcp add` line: {text}");
+    let guard_help = help("guard");
+    for line in &lines {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let dashes = words
+            .iter()
+            .position(|w| *w == "--")
+            .unwrap_or_else(|| panic!("the server's command follows `--`: {line}"));
+        assert!(dashes >= 4, "`claude mcp add NAME -- …`: {line}");
+        let command = words
+            .get(dashes + 1)
+            .unwrap_or_else(|| panic!("a command after `--`: {line}"));
+        assert_guarded_argv("claude mcp add", command, &words[dashes + 2..], &guard_help);
+    }
 }
 
 #[test]
