@@ -239,6 +239,12 @@ pub use driver::{
     CallCancel, CancelHandle, CancelRegistry, ClientDriver, Command, DriverAction, DriverInput,
     DriverOutput, LookForExit, Outcome, ReplyChannel, StartReply, Started, ABANDONED,
 };
+pub use guard::pin::{
+    DigestFn, PinChange, PinChangeKind, PinDigest, PinError, PinMetrics, PinPolicy, PinUpdate,
+    PinnedDefinition, ToolDefinition, ToolDigest, ToolPins, MAX_CHANGES_IN_ERROR,
+    MAX_PINNED_DEFINITION_BYTES, MAX_PINNED_TOOLS, MAX_PIN_NAME_BYTES, MAX_PIN_NOTES,
+    PINNED_FIELDS, TOOL_NOT_ACCEPTED,
+};
 pub use guard::proxy::{
     ProxyConfig, ProxyMetrics, DEFAULT_MAX_BUFFERED, DEFAULT_MAX_CANCELLED, DEFAULT_MAX_NOTES,
     DEFAULT_MAX_TRACKED, DEFAULT_NOISE_BUDGET, MAX_NOTE_LINE, MAX_TASK_ID_BYTES, MAX_VERSION_BYTES,

@@ -6,6 +6,7 @@
 //!
 //! The whole story is on [`GuardSession`].
 
+pub(crate) mod pin;
 pub(crate) mod proxy;
 
 use std::collections::VecDeque;
@@ -307,6 +308,9 @@ pub enum GuardOutput<'a> {
     /// request it names is not offered to the server until the loop reports
     /// the record durable ([`GuardInput::RecordsDurable`], G12).
     Record(CallRecord),
+    /// Keep this in the pin file now: tools pinned on first use, and what
+    /// the pins saw and did not accept (see `ProxyConfig::tool_pins`).
+    Pins(pin::PinUpdate),
     /// Write what the server's stdin takes of these bytes now and report
     /// the result ([`GuardInput::ServerWritten`]); a `WouldBlock` (or a
     /// pending write) parks it until [`GuardInput::ServerWritable`].
@@ -397,6 +401,7 @@ pub struct GuardReport {
 ///     loop match s.poll_output() {
 ///         Action(a)    => act (close stdin, signal, drop readers, close host, finish),
 ///         Record(r)    => append to the audit log (a batch per drain),
+///         Pins(u)      => keep it in the pin file (`--pin`), off the loop,
 ///         ToServer(b)  => write what the server's stdin takes of b now,
 ///                         feed ServerWritten (WouldBlock parks it),
 ///         ToHost(b)    => write what the host takes of b now (one message
@@ -605,6 +610,9 @@ impl GuardSession {
         if let Some(record) = self.poll_record() {
             self.records_given += 1;
             return GuardOutput::Record(record);
+        }
+        if let Some(update) = self.proxy.poll_pin_update() {
+            return GuardOutput::Pins(update);
         }
         if !self.server_parked && self.finished.is_none() && self.refill_to_server() {
             return GuardOutput::ToServer(self.proxy.server_outbox_mut().lend());

@@ -92,6 +92,7 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
 
+use crate::guard::pin::{ListRequest, PinCheck, PinMetrics, ToolPins};
 use crate::guard::GuardConfig;
 use crate::outbox::Outbox;
 use crate::records::call::{CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord};
@@ -147,6 +148,7 @@ pub struct ProxyConfig {
     max_notes: usize,
     session_id: String,
     target: String,
+    tool_pins: Option<ToolPins>,
 }
 
 impl Default for ProxyConfig {
@@ -160,6 +162,7 @@ impl Default for ProxyConfig {
             max_notes: DEFAULT_MAX_NOTES,
             session_id: String::new(),
             target: String::new(),
+            tool_pins: None,
         }
     }
 }
@@ -255,6 +258,18 @@ impl ProxyConfig {
     /// The note limit.
     pub fn get_max_notes(&self) -> usize {
         self.max_notes
+    }
+
+    /// Sets the pinned tool definitions the guard checks `tools/list`
+    /// answers against, with their policy (default `None`: not checked).
+    /// Worst case: the bounds of [`ToolPins`], ≈ 6 MiB.
+    pub fn tool_pins(&mut self, pins: Option<ToolPins>) -> &mut Self {
+        self.tool_pins = pins;
+        self
+    }
+    /// The pinned tool definitions, if any.
+    pub fn get_tool_pins(&self) -> Option<&ToolPins> {
+        self.tool_pins.as_ref()
     }
 }
 
@@ -364,6 +379,9 @@ pub struct ProxyMetrics {
     /// Requests the server sent to a host whose session is 2026-07-28 or
     /// later (a protocol violation; forwarded, the host answers).
     pub server_requests_to_modern_host: u64,
+    /// The pinned tool definitions' counters, when the guard checks them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pins: Option<PinMetrics>,
 }
 
 /// Bound of the protocol version the guard remembers, in bytes.
@@ -380,6 +398,8 @@ struct Tracked {
     handshake: bool,
     /// Its `_meta.progressToken`, if any.
     progress_token: Option<Id>,
+    /// A `tools/list` whose answer the pins check.
+    pin_list: Option<ListRequest>,
 }
 
 /// The proxy state machine. See the [module docs](self) for the method
@@ -433,13 +453,16 @@ struct State {
     next_call: u64,
     noise_shown: u64,
     metrics: ProxyMetrics,
+    /// The pinned tool definitions' machine, when on.
+    pins: Option<PinCheck>,
 }
 
 impl Proxy {
     /// A proxy with the guard's limits: its own, both framers' and the call
     /// records'.
     pub(crate) fn new(guard: &GuardConfig) -> Self {
-        let config = guard.get_proxy().clone();
+        let mut config = guard.get_proxy().clone();
+        let pins = config.tool_pins.take().map(PinCheck::new);
         let framing = guard.get_framer().clone();
         Self {
             host_framer: Framer::new(framing.clone()),
@@ -462,7 +485,11 @@ impl Proxy {
                 protocol_version: None,
                 next_call: 1,
                 noise_shown: 0,
-                metrics: ProxyMetrics::default(),
+                metrics: ProxyMetrics {
+                    pins: pins.as_ref().map(|p| p.metrics().clone()),
+                    ..ProxyMetrics::default()
+                },
+                pins,
                 config,
                 framing,
                 call: guard.get_call().clone(),
@@ -683,6 +710,13 @@ impl Proxy {
     #[must_use]
     pub(crate) fn poll_note(&mut self) -> Option<String> {
         self.state.notes.pop_front()
+    }
+
+    /// The next update for the pin file (what the pins saw and did not
+    /// accept, or pinned on first use).
+    #[must_use]
+    pub(crate) fn poll_pin_update(&mut self) -> Option<crate::guard::pin::PinUpdate> {
+        self.state.pins.as_mut().and_then(PinCheck::poll_update)
     }
 }
 
@@ -1018,6 +1052,9 @@ impl State {
         match Message::decode(text) {
             Ok(Message::Request(r)) => {
                 self.metrics.requests += 1;
+                if self.pin_refuses(at, &r, text) {
+                    return;
+                }
                 let handshake = r.method == INITIALIZE || r.method == DISCOVER;
                 if r.method == DISCOVER {
                     self.metrics.discovers += 1;
@@ -1092,6 +1129,11 @@ impl State {
                             call,
                             handshake,
                             progress_token: ctx.progress_token,
+                            pin_list: pin_hooks::list_request(
+                                self.pins.as_ref(),
+                                &r.method,
+                                r.params.as_deref(),
+                            ),
                         },
                     );
                 }
@@ -1234,6 +1276,7 @@ impl State {
                 Err(e) => Some((r.id, Some(e), None)),
             },
             Ok(Decoded::Message(Message::Notification(n))) => {
+                self.pin_notification(&n.method);
                 // Tied to a request by its progress token: dropped once
                 // that request was cancelled, withdrawn with it while queued.
                 let owner = if n.method == PROGRESS
@@ -1274,6 +1317,9 @@ impl State {
         if self.cancelled.contains(&id) && !self.tracked.contains_key(&id) {
             // The spec forbids it; the guard enforces it.
             self.metrics.dropped_after_cancel += 1;
+            return;
+        }
+        if self.pin_answers_list(at, &id, result.as_deref(), text, repair) {
             return;
         }
         self.metrics.responses += 1;
@@ -1428,5 +1474,6 @@ impl State {
     }
 }
 
+mod pin_hooks;
 #[cfg(test)]
 mod tests;
