@@ -242,8 +242,8 @@ pub use driver::{
 pub use guard::pin::{
     DigestFn, PinChange, PinChangeKind, PinDigest, PinError, PinMetrics, PinPolicy, PinUpdate,
     PinnedDefinition, ToolDefinition, ToolDigest, ToolPins, MAX_CHANGES_IN_ERROR,
-    MAX_PINNED_DEFINITION_BYTES, MAX_PINNED_TOOLS, MAX_PIN_NAME_BYTES, MAX_PIN_NOTES,
-    PINNED_FIELDS, TOOL_NOT_ACCEPTED,
+    MAX_DEFINITION_DEPTH, MAX_PINNED_DEFINITION_BYTES, MAX_PINNED_TOOLS, MAX_PIN_NAME_BYTES,
+    MAX_PIN_NOTES, PINNED_FIELDS, TOOL_NOT_ACCEPTED,
 };
 pub use guard::proxy::{
     ProxyConfig, ProxyMetrics, DEFAULT_MAX_BUFFERED, DEFAULT_MAX_CANCELLED, DEFAULT_MAX_NOTES,

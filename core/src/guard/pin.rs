@@ -19,10 +19,12 @@
 //! `outputSchema`, `annotations`. Canonical: object keys sorted by their
 //! UTF-8 bytes at every depth, no whitespace, strings escaped as
 //! `serde_json` writes them (so `"\u00e9"` and `"é"` are the same text),
-//! numbers as `serde_json` writes them (so `1` and `1.0` differ), and, for
-//! a key that repeats, the last value (as `JSON.parse` takes it). So key
-//! order and spacing are never a change. Each field also has a digest of
-//! its own, so a report names the fields that changed.
+//! numbers exactly as written (so `1`, `1.0` and `1e0` differ; nothing is
+//! rounded through a float), and, for a key that repeats, the last value
+//! (as `JSON.parse` takes it). So key order and spacing are never a
+//! change. Each field also has a digest of its own, so a report names the
+//! fields that changed. Nesting deeper than [`MAX_DEFINITION_DEPTH`] makes
+//! a definition unreadable.
 //!
 //! Not covered: `_meta`, `icons`, `execution` and any other member; a
 //! change there is not reported. A field present as `null` differs from the
@@ -73,10 +75,14 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::wire::message::{ErrorObject, RawValue};
 use crate::wire::object::members;
+
+mod canonical;
+
+use canonical::push_string;
+pub use canonical::MAX_DEFINITION_DEPTH;
 
 /// The members of a tool definition a digest covers, in the order a
 /// [`ToolDigest`] keeps their own digests.
@@ -260,31 +266,23 @@ impl ToolDefinition {
     /// Reads a tool definition (a JSON object with a string `name`) and
     /// digests its canonical form with `digest`.
     pub fn parse(tool: &str, digest: DigestFn) -> Result<Self, PinError> {
-        let members = members(tool).ok_or(PinError::NotAnObject)?;
-        // The last value of a key that repeats, as a JSON parser takes it.
-        let mut values: [Option<&RawValue>; 6] = [None; 6];
-        for (key, value) in &members {
-            if let Some(i) = PINNED_FIELDS.iter().position(|f| f == key) {
-                values[i] = Some(value);
-            }
+        let node = canonical::parse(tool)?;
+        if !matches!(node, canonical::Node::Object(_)) {
+            return Err(PinError::NotAnObject);
         }
         let mut canonical_fields: [Option<String>; 6] = Default::default();
-        for (slot, raw) in canonical_fields.iter_mut().zip(values.iter()) {
-            if let Some(raw) = raw {
-                let value: Value =
-                    serde_json::from_str(raw.get()).map_err(|e| PinError::Json(e.to_string()))?;
+        for (slot, field) in canonical_fields.iter_mut().zip(PINNED_FIELDS) {
+            if let Some(value) = node.member(field) {
                 let mut text = String::new();
-                write_canonical(&value, &mut text);
+                value.write(&mut text);
                 *slot = Some(text);
             }
         }
-        let name = match canonical_fields[0].as_deref() {
-            // A canonical string: valid JSON by construction.
-            Some(text) if text.starts_with('"') => {
-                serde_json::from_str::<String>(text).map_err(|e| PinError::Json(e.to_string()))?
-            }
-            _ => return Err(PinError::NoName),
-        };
+        let name = node
+            .member("name")
+            .and_then(canonical::Node::as_str)
+            .ok_or(PinError::NoName)?
+            .to_owned();
         // The object's keys in sorted order: PINNED_FIELDS sorted by bytes.
         let mut order: Vec<usize> = (0..PINNED_FIELDS.len()).collect();
         order.sort_by_key(|&i| PINNED_FIELDS[i].as_bytes());
@@ -331,47 +329,6 @@ impl ToolDefinition {
     }
 }
 
-/// Writes `value` as canonical JSON: keys sorted by bytes, no whitespace.
-/// Depth is bounded by the parser that made `value` (128 levels).
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => out.push_str(&n.to_string()),
-        Value::String(s) => push_string(s, out),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                push_string(key, out);
-                out.push(':');
-                write_canonical(item, out);
-            }
-            out.push('}');
-        }
-    }
-}
-
-/// A string as JSON text.
-fn push_string(s: &str, out: &mut String) {
-    // Serializing a `str` cannot fail.
-    out.push_str(&serde_json::to_string(s).unwrap_or_default());
-}
-
 /// What is wrong with a tool definition or a pin.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -379,7 +336,8 @@ pub enum PinError {
     /// The definition is not one JSON object.
     #[error("a tool definition is not a JSON object")]
     NotAnObject,
-    /// A covered field is not valid JSON.
+    /// The definition is not valid JSON (or nests deeper than
+    /// [`MAX_DEFINITION_DEPTH`]).
     #[error("a tool definition is not valid JSON: {0}")]
     Json(String),
     /// The definition has no string `name`.
@@ -729,8 +687,14 @@ pub(crate) struct PinCheck {
 /// What one page's tools came to, while it is checked.
 #[derive(Default)]
 struct PageCheck {
-    /// Indexes of entries the host must not get.
+    /// Indexes of entries the host must not get (ascending).
     withheld: Vec<usize>,
+    /// Each readable entry's index and the name it is remembered by.
+    listed: Vec<(usize, String)>,
+    /// Names not accepted on this page: every entry of such a name is
+    /// withheld, so a name listed twice, once as pinned and once not, is
+    /// not accepted whatever the order.
+    unaccepted: HashSet<String>,
     notes: Vec<String>,
     lines: Vec<String>,
     update: PinUpdate,
@@ -940,6 +904,12 @@ impl PinCheck {
         for (index, raw) in page.tools.iter().enumerate() {
             self.check_tool(index, raw.get(), &mut check);
         }
+        for (index, name) in &check.listed {
+            if check.unaccepted.contains(name) {
+                check.withheld.push(*index);
+            }
+        }
+        check.withheld.sort_unstable();
         if !page.has_next {
             self.end_of_listing(&mut check);
         }
@@ -1013,6 +983,7 @@ impl PinCheck {
             format!("{}…", cut_bytes(def.name(), MAX_PIN_NAME_BYTES))
         };
         let name = name.as_str();
+        check.listed.push((index, name.to_owned()));
         if let Some(listing) = &mut self.listing {
             if listing.len() < MAX_PINNED_TOOLS || listing.contains(name) {
                 listing.insert(name.to_owned());
@@ -1046,10 +1017,12 @@ impl PinCheck {
             }),
         };
         let Some(state) = state else {
-            self.matches_pin(name, check);
+            if !check.unaccepted.contains(name) {
+                self.matches_pin(name, check);
+            }
             return;
         };
-        check.withheld.push(index);
+        check.unaccepted.insert(name.to_owned());
         if self.reported.get(name) != Some(&seen) {
             self.remember(name, seen);
             match state.kind {

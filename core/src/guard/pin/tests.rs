@@ -96,10 +96,39 @@ fn the_canonical_form_sorts_keys_drops_whitespace_and_covers_the_six_fields() {
         let c = def(&v.to_string());
         assert_ne!(c.digest().whole(), a.digest().whole(), "{field}");
     }
-    // `1` and `1.0` are different texts.
+    // Numbers are their text: `1`, `1.0` and `1e0` differ, and a long
+    // one is kept to its last digit (never rounded through a float).
     let one = def(r#"{"name":"n","inputSchema":{"minimum":1}}"#);
     let one_f = def(r#"{"name":"n","inputSchema":{"minimum":1.0}}"#);
+    let one_e = def(r#"{"name":"n","inputSchema":{"minimum":1e0}}"#);
     assert_ne!(one.digest().whole(), one_f.digest().whole());
+    assert_ne!(one_f.digest().whole(), one_e.digest().whole());
+    let long = def(
+        r#"{"name":"n","inputSchema":{"a":123889.40797248387,"b":99999999999999999999999,"c":-0}}"#,
+    );
+    assert_eq!(
+        long.canonical(),
+        r#"{"inputSchema":{"a":123889.40797248387,"b":99999999999999999999999,"c":-0},"name":"n"}"#
+    );
+    let near = def(
+        r#"{"name":"n","inputSchema":{"a":123889.40797248387,"b":99999999999999999999998,"c":-0}}"#,
+    );
+    assert_ne!(long.digest().whole(), near.digest().whole());
+}
+
+#[test]
+fn the_canonical_text_reads_back_as_itself() {
+    for text in [
+        r#"{"name":"x","description":"a\"b\u0001\ud83d\ude00 é","inputSchema":{"z":[1.50,{"b":true,"a":null}],"a":-1.2E+3}}"#,
+        r#"{"name":"x","annotations":{},"outputSchema":[],"title":""}"#,
+    ] {
+        let d = def(text);
+        let again = def(d.canonical());
+        assert_eq!(again.canonical(), d.canonical());
+        assert_eq!(again.digest(), d.digest());
+    }
+    let d = def(r#"{"name":"x","description":"\ud83d\ude00"}"#);
+    assert_eq!(d.canonical(), "{\"description\":\"😀\",\"name\":\"x\"}");
 }
 
 #[test]
@@ -142,7 +171,22 @@ fn a_repeated_key_counts_by_its_last_value_and_bad_definitions_are_errors() {
         ToolDefinition::parse(r#"{"name":7}"#, sha256).unwrap_err(),
         PinError::NoName
     );
-    for bad in ["", "{", "{\"name\":\"a\",}", "\u{0}", "{\"name\":\"a\"} x"] {
+    for bad in [
+        "",
+        "{",
+        "{\"name\":\"a\",}",
+        "\u{0}",
+        "{\"name\":\"a\"} x",
+        r#"{"name":"a\"#,
+        r#"{"name":"\ud800"}"#,
+        r#"{"name":"a","x":01}"#,
+        r#"{"name":"a","x":1.}"#,
+        r#"{"name":"a","x":-}"#,
+        r#"{"name":"a","x":tru}"#,
+        "{\"name\":\"a\n\"}",
+        "{\"name\":\"a\\é\"}",
+        "{\"name\":\"a\" \"b\":1}",
+    ] {
         assert!(ToolDefinition::parse(bad, sha256).is_err(), "{bad:?}");
     }
     let deep = format!(
@@ -692,4 +736,74 @@ fn through_the_proxy_block_errors_fit_the_wire_limit_and_warn_forwards_the_frame
             .list_changed_notifications,
         1
     );
+}
+
+proptest! {
+    /// Nothing panics on a result of any shape; under `hide` what the host
+    /// gets is JSON, never longer than the result, and lists no tool that
+    /// is not pinned as it is listed.
+    #[test]
+    fn any_result_is_checked_without_panic_and_hide_only_shrinks_it(
+        tools in prop::collection::vec(
+            prop_oneof![
+                json_value(),
+                ("[a-c]{1,2}", "[a-c]{0,2}").prop_map(|(n, d)| tool(&n, &d)),
+            ],
+            0..8,
+        ),
+        extra in json_value(),
+        raw in "\\PC{0,64}",
+    ) {
+        for policy in [PinPolicy::Warn, PinPolicy::Hide, PinPolicy::Block] {
+            let mut check = PinCheck::new(pins(policy, &[("a", "a"), ("b", ""), ("ab", "c")]));
+            let _ = check.check_list(first_page(), &raw, 1);
+            let result = json!({"tools": tools, "extra": extra}).to_string();
+            let v = check.check_list(first_page(), &result, 2);
+            if let (PinPolicy::Hide, ListAnswer::Replace(new)) = (policy, &v.answer) {
+                prop_assert!(new.len() <= result.len());
+                let got: serde_json::Value = serde_json::from_str(new).expect("JSON");
+                let sent: serde_json::Value = serde_json::from_str(&result).expect("JSON");
+                prop_assert_eq!(&got["extra"], &sent["extra"]);
+                for t in got["tools"].as_array().expect("tools") {
+                    let d = ToolDefinition::parse(&t.to_string(), sha256).expect("readable");
+                    prop_assert!(check.refuse_call(Some(d.name())).is_none(), "{t}");
+                }
+            }
+            while check.poll_update().is_some() {}
+        }
+    }
+
+    /// The canonical text reads back as itself, whatever the definition.
+    #[test]
+    fn the_canonical_text_is_a_fixed_point(schema in json_value(), seed in any::<u64>()) {
+        let mut text = String::new();
+        let mut s = seed;
+        shuffled(&json!({"name": "t", "inputSchema": schema}), &mut s, &mut text);
+        let d = def(&text);
+        let again = def(d.canonical());
+        prop_assert_eq!(again.canonical(), d.canonical());
+        prop_assert_eq!(again.digest(), d.digest());
+    }
+}
+
+/// A name listed twice on a page, once as pinned and once not, is not
+/// accepted whichever comes first: both entries are withheld.
+#[test]
+fn a_name_listed_twice_with_two_definitions_is_not_accepted() {
+    for order in [[("a", "a"), ("a", "evil")], [("a", "evil"), ("a", "a")]] {
+        let mut check = PinCheck::new(pins(PinPolicy::Hide, &[("a", "a"), ("b", "b")]));
+        let listing = result(
+            &[
+                tool(order[0].0, order[0].1),
+                tool(order[1].0, order[1].1),
+                tool("b", "b"),
+            ],
+            None,
+        );
+        let ListAnswer::Replace(new) = check.check_list(first_page(), &listing, 1).answer else {
+            panic!("{order:?}: withheld");
+        };
+        assert_eq!(names(&new), ["b"], "{order:?}");
+        assert!(check.refuse_call(Some("a")).is_some(), "{order:?}");
+    }
 }
