@@ -15,6 +15,8 @@
 //! stderr_redact = true                      # fallback redaction of kept stderr (headers, keys, tokens)
 //! shutdown_grace_seconds = 2                # stdin close → TERM, and TERM → KILL
 //! reader_drain_seconds = 1                  # after exit or KILL, wait this long for pipes
+//! pin_file = "pins.json"                    # pinned tool definitions (relative to this file's folder)
+//! pin_policy = "warn"                       # or "hide", "block": a changed or added tool
 //! ```
 //!
 //! Flags override the file; the file overrides the defaults.
@@ -32,6 +34,8 @@ use mcp_stdio_core::{
 use serde::Deserialize;
 
 use mcp_stdio_core::{ProxyConfig, DEFAULT_MAX_BUFFERED};
+
+use crate::pin::{PinPolicyArg, PinSettings};
 
 /// What to keep of the server's stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -100,6 +104,13 @@ pub(crate) struct SettingsArgs {
     /// Seconds from closing the server's stdin to SIGTERM, and from SIGTERM to SIGKILL [default: 2].
     #[arg(long, value_name = "SECONDS")]
     pub(crate) shutdown_grace: Option<f64>,
+    /// Pin the server's tool definitions in FILE (created on first use) and check every
+    /// tools/list answer against them; review and accept changes with `mcp-stdio pin`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) pin: Option<PathBuf>,
+    /// What to do with a tool whose definition is not the pinned one [default: warn].
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub(crate) pin_policy: Option<PinPolicyArg>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -119,6 +130,8 @@ struct FileSettings {
     stderr_redact: Option<bool>,
     shutdown_grace_seconds: Option<f64>,
     reader_drain_seconds: Option<f64>,
+    pin_file: Option<PathBuf>,
+    pin_policy: Option<PinPolicyArg>,
 }
 
 /// The resolved limits of a guard run.
@@ -134,6 +147,8 @@ pub(crate) struct GuardSettings {
     pub(crate) stderr_pool: SharedRetentionPool,
     pub(crate) stderr_forward_bytes: u64,
     pub(crate) stderr_excerpt_bytes: usize,
+    /// Pinned tool definitions (`--pin`, `pin_file`), if on.
+    pub(crate) pin: Option<PinSettings>,
 }
 
 /// `framer` with the wire limit `bytes`, which `setting` gave. The core
@@ -229,6 +244,7 @@ impl GuardSettings {
             .tail(tail)
             .head(head)
             .redact(file.stderr_redact.unwrap_or(true));
+        let pin = pin_settings(args, &file)?;
         Ok(Self {
             framer,
             proxy,
@@ -246,7 +262,34 @@ impl GuardSettings {
                 .or(file.stderr_forward_bytes)
                 .unwrap_or(1024 * 1024),
             stderr_excerpt_bytes: file.stderr_agent_excerpt_bytes.unwrap_or(DEFAULT_EXCERPT),
+            pin,
         })
+    }
+}
+
+/// The pin settings: the flag's file, else the config file's (relative to
+/// the config file's folder); a policy without a file is an error.
+fn pin_settings(args: &SettingsArgs, file: &FileSettings) -> Result<Option<PinSettings>, String> {
+    let path = match (&args.pin, &file.pin_file, &args.config) {
+        (Some(path), _, _) => Some(path.clone()),
+        (None, Some(path), Some(config)) => Some(
+            config
+                .parent()
+                .map_or_else(|| path.clone(), |folder| folder.join(path)),
+        ),
+        _ => None,
+    };
+    let policy = args.pin_policy.or(file.pin_policy);
+    match (path, policy) {
+        (Some(path), policy) => Ok(Some(PinSettings {
+            path,
+            policy: policy.unwrap_or(PinPolicyArg::Warn).into(),
+        })),
+        (None, Some(_)) => Err(
+            "--pin-policy (pin_policy) needs a pin file: --pin FILE (pin_file in a --config file)"
+                .to_owned(),
+        ),
+        (None, None) => Ok(None),
     }
 }
 

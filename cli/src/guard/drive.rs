@@ -35,6 +35,7 @@ use mcp_stdio_tokio::leader::Leader;
 use mcp_stdio_tokio::runtime::Tokio;
 
 use super::audit_log::AuditLog;
+use crate::pin::PinWriter;
 
 /// How long the audit log may take to reach the disk at exit.
 pub(super) const AUDIT_CLOSE: Duration = Duration::from_secs(5);
@@ -226,6 +227,8 @@ struct GuardLoop<'a> {
     err_buf: Vec<u8>,
     audit: Option<AuditLog>,
     audit_wait: Option<AuditWait>,
+    /// The pin file's writer (`--pin`): takes `GuardOutput::Pins` without waiting.
+    pins: Option<&'a PinWriter>,
     terminate: Terminate,
     timer: DeadlineTimer<Tokio>,
     /// The session's next deadline, from its last drained output.
@@ -241,6 +244,7 @@ pub(super) async fn drive(
     leader: &mut Leader,
     pipes: ServerPipes,
     audit: Option<AuditLog>,
+    pins: Option<&PinWriter>,
 ) -> u8 {
     let mut first_read = None;
     let host_in = match Stdin::new(rt) {
@@ -269,6 +273,7 @@ pub(super) async fn drive(
         err_buf: vec![0; STDERR_READ],
         audit,
         audit_wait: None,
+        pins,
         terminate: Terminate::new(),
         timer: DeadlineTimer::new(rt),
         deadline: None,
@@ -509,6 +514,11 @@ impl GuardLoop<'_> {
                         a.append(&record);
                     }
                 }
+                GuardOutput::Pins(update) => {
+                    if let Some(w) = self.pins {
+                        w.send(update);
+                    }
+                }
                 GuardOutput::ToServer(out) => {
                     let r = match self.server_in.as_ref() {
                         Some(pipe) => match pipe.poll_write(cx, out.bytes()) {
@@ -618,6 +628,11 @@ impl GuardLoop<'_> {
                 GuardOutput::Stderr(bytes) => {
                     crate::stderr_sink::write(&bytes);
                 }
+                GuardOutput::Pins(update) => {
+                    if let Some(w) = self.pins {
+                        w.send(update);
+                    }
+                }
                 GuardOutput::ToHost(_) | GuardOutput::Timeout(_) => break,
                 GuardOutput::Action(_) | GuardOutput::ToServer(_) => {}
             }
@@ -649,7 +664,10 @@ impl GuardLoop<'_> {
                     let n = std::task::ready!(out.poll_written(cx))?;
                     session.handle_input(at, GuardInput::HostWritten(n));
                 }
-                GuardOutput::Record(_) | GuardOutput::Action(_) | GuardOutput::ToServer(_) => {}
+                GuardOutput::Record(_)
+                | GuardOutput::Pins(_)
+                | GuardOutput::Action(_)
+                | GuardOutput::ToServer(_) => {}
             }
         });
         let _ = tokio::time::timeout(flush_for, flush).await;
