@@ -126,7 +126,7 @@
 //! | `driver` | the client driver: a session with a spawned server (protocol, supervisor, stderr), commands, waiters, lossless cancels | [`ClientDriver`], [`ClientOptions`] |
 //! | `serve` | the serve loop's lifecycle: handlers started, cancelled, aborted; the write in progress; drain after EOF | [`ServeLifecycle`], [`ServeOptions`] |
 //! | `helper` | one run of a command-line helper inside a tool: approval, spawn, budgeted captures, cancel, outcome | [`HelperRun`], [`HelperOptions`] |
-//! | `guard` | the guard: a host session and a server session joined (limits both ways, cancel enforcement, records), with the server's supervisor and stderr budget | [`GuardSession`], [`GuardConfig`] |
+//! | `guard` | the guard: a host session and a server session joined (limits both ways, cancel enforcement, records), with the server's supervisor and stderr budget; pinned tool definitions (changed, added, removed tools; warn, hide, block) | [`GuardSession`], [`GuardConfig`], [`ToolPins`] |
 //! | `fuzzing` | (private feature) the fuzz harnesses, replayed by `cargo test` | — |
 //!
 //! With the feature `tokio-util`, `codec` puts the framer behind

@@ -111,6 +111,15 @@ impl PinWriter {
     }
 }
 
+impl Drop for PinWriter {
+    /// A writer dropped without [`close`](PinWriter::close) (the guard
+    /// stopped before its session): its thread writes what waits and ends.
+    fn drop(&mut self) {
+        lock(&self.shared.queued).closed = true;
+        self.shared.wake.notify_one();
+    }
+}
+
 fn write_loop(shared: &Shared, path: &Path) {
     loop {
         let batch = {

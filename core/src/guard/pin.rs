@@ -61,15 +61,20 @@
 //!
 //! # Bounds
 //!
-//! At most [`MAX_PINNED_TOOLS`] tools pinned, pending, and remembered per
-//! session in each of the sets below; a name longer than
+//! At most [`MAX_PINNED_TOOLS`] names in each set the session keeps: the
+//! accepted tools, what the pin file has pending, the tools not accepted,
+//! the last definition reported per tool, the tools reported removed, and
+//! the names of the listing under way. A name longer than
 //! [`MAX_PIN_NAME_BYTES`] is never pinned (under `hide` such a tool is
-//! hidden and its calls refused). A definition is given out with its
-//! canonical text when that is at most [`MAX_PINNED_DEFINITION_BYTES`],
-//! else by digest only. A `tools/list` answer is bounded by the guard's wire
-//! limit before it gets here; parsing it costs a few times its size while it
-//! is checked. Worst case kept between answers: `4 × MAX_PINNED_TOOLS ×
-//! (name + 260 B)` ≈ 6 MiB with 256-byte names.
+//! hidden and its calls refused); a name listed twice on one page with two
+//! definitions is not accepted, whichever comes first. A definition is given
+//! out with its canonical text when that is at most
+//! [`MAX_PINNED_DEFINITION_BYTES`], else by digest only. A `tools/list`
+//! answer is bounded by the guard's wire limit before it gets here; reading
+//! it costs a few times its size while it is checked, and the update it
+//! gives (at most its definitions) is drained by the loop at once. Worst
+//! case kept between answers: `6 × MAX_PINNED_TOOLS × (name + ≈ 300 B)` ≈
+//! 13 MiB with 256-byte names; a few hundred KiB for a real server.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;

@@ -262,7 +262,8 @@ impl ProxyConfig {
 
     /// Sets the pinned tool definitions the guard checks `tools/list`
     /// answers against, with their policy (default `None`: not checked).
-    /// Worst case: the bounds of [`ToolPins`], ≈ 6 MiB.
+    /// Worst case: the bounds of [`ToolPins`], ≈ 13 MiB (a few hundred KiB
+    /// for a real server).
     pub fn tool_pins(&mut self, pins: Option<ToolPins>) -> &mut Self {
         self.tool_pins = pins;
         self

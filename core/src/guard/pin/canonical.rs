@@ -103,8 +103,15 @@ impl Node<'_> {
     }
 }
 
-/// A string as JSON text.
+/// A string as JSON text, escaped as `serde_json` escapes it (`"`, `\\` and
+/// control characters; a string without them is copied as it is).
 pub(super) fn push_string(s: &str, out: &mut String) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     // Serializing a `str` cannot fail.
     out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }

@@ -807,3 +807,13 @@ fn a_name_listed_twice_with_two_definitions_is_not_accepted() {
         assert!(check.refuse_call(Some("a")).is_some(), "{order:?}");
     }
 }
+
+proptest! {
+    /// Strings are escaped exactly as `serde_json` escapes them.
+    #[test]
+    fn strings_are_escaped_as_serde_json_does(s in "(\\PC|[\\x00-\\x1f\"\\\\\\x7f])*") {
+        let mut out = String::new();
+        super::canonical::push_string(&s, &mut out);
+        prop_assert_eq!(out, serde_json::to_string(&s).unwrap());
+    }
+}
