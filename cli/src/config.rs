@@ -22,6 +22,8 @@
 //! env_pass = ["PATH", "HOME"]               # passed from the guard's environment when set there
 //! env = { LOG_LEVEL = "info" }              # set for the server
 //! env_file = { API_TOKEN = "api_token.txt" } # set to the file's contents (a secret: masked)
+//! pin_file = "pins.json"                    # pinned tool definitions (relative to this file's folder)
+//! pin_policy = "warn"                       # or "hide", "block": a changed or added tool
 //! ```
 //!
 //! Flags override the file; the file overrides the defaults. The server's
@@ -46,6 +48,7 @@ use serde::Deserialize;
 use mcp_stdio_core::{ProxyConfig, DEFAULT_MAX_BUFFERED};
 
 use crate::guard::server_env::{EnvArgs, FileEnv, ServerEnv};
+use crate::pin::{PinPolicyArg, PinSettings};
 
 /// What to keep of the server's stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -138,6 +141,13 @@ pub(crate) struct SettingsArgs {
     pub(crate) restart_backoff: Option<f64>,
     #[command(flatten)]
     pub(crate) env: EnvArgs,
+    /// Pin the server's tool definitions in FILE (created on first use) and check every
+    /// tools/list answer against them; review and accept changes with `mcp-stdio pin`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) pin: Option<PathBuf>,
+    /// What to do with a tool whose definition is not the pinned one [default: warn].
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub(crate) pin_policy: Option<PinPolicyArg>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -164,6 +174,8 @@ struct FileSettings {
     env_pass: Option<Vec<String>>,
     env: Option<std::collections::BTreeMap<String, String>>,
     env_file: Option<std::collections::BTreeMap<String, PathBuf>>,
+    pin_file: Option<PathBuf>,
+    pin_policy: Option<PinPolicyArg>,
 }
 
 /// The resolved limits of a guard run.
@@ -183,6 +195,8 @@ pub(crate) struct GuardSettings {
     pub(crate) restart: RestartConfig,
     /// The server's environment, and the secrets read from files.
     pub(crate) server_env: ServerEnv,
+    /// Pinned tool definitions (`--pin`, `pin_file`), if on.
+    pub(crate) pin: Option<PinSettings>,
 }
 
 /// `framer` with the wire limit `bytes`, which `setting` gave. The core
@@ -304,6 +318,7 @@ impl GuardSettings {
         if let Some(s) = args.restart_backoff.or(file.restart_backoff_seconds) {
             restart.backoff(seconds("restart backoff", s)?);
         }
+        let pin = pin_settings(args, &file)?;
         Ok(Self {
             restart,
             framer,
@@ -323,7 +338,34 @@ impl GuardSettings {
                 .unwrap_or(1024 * 1024),
             stderr_excerpt_bytes: file.stderr_agent_excerpt_bytes.unwrap_or(DEFAULT_EXCERPT),
             server_env,
+            pin,
         })
+    }
+}
+
+/// The pin settings: the flag's file, else the config file's (relative to
+/// the config file's folder); a policy without a file is an error.
+fn pin_settings(args: &SettingsArgs, file: &FileSettings) -> Result<Option<PinSettings>, String> {
+    let path = match (&args.pin, &file.pin_file, &args.config) {
+        (Some(path), _, _) => Some(path.clone()),
+        (None, Some(path), Some(config)) => Some(
+            config
+                .parent()
+                .map_or_else(|| path.clone(), |folder| folder.join(path)),
+        ),
+        _ => None,
+    };
+    let policy = args.pin_policy.or(file.pin_policy);
+    match (path, policy) {
+        (Some(path), policy) => Ok(Some(PinSettings {
+            path,
+            policy: policy.unwrap_or(PinPolicyArg::Warn).into(),
+        })),
+        (None, Some(_)) => Err(
+            "--pin-policy (pin_policy) needs a pin file: --pin FILE (pin_file in a --config file)"
+                .to_owned(),
+        ),
+        (None, None) => Ok(None),
     }
 }
 

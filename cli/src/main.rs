@@ -3,6 +3,7 @@
 //! - `guard`: a drop-in wrapper a host launches instead of the server;
 //! - `check`: the release-gate battery against any server;
 //! - `verify`: offline verification of a guard's audit log.
+//! - `pin`: review and accept the tool definitions `guard --pin` pinned.
 //!
 //! stdout belongs to the protocol (G13): `guard` writes only protocol
 //! messages there; everything a person reads goes to stderr, except the
@@ -19,6 +20,7 @@ mod check;
 mod config;
 mod diagnose;
 mod guard;
+mod pin;
 mod stderr_sink;
 mod verify;
 
@@ -40,6 +42,8 @@ enum Command {
     Check(check::CheckArgs),
     /// Verify a hash-chained audit log offline: entries and last hash, or the first bad line.
     Verify(verify::VerifyArgs),
+    /// Review and accept the tool definitions `guard --pin FILE` pinned and saw change.
+    Pin(pin::PinArgs),
     /// The deliberately misbehaving MCP server that `check` runs when given no command.
     #[command(hide = true)]
     BuiltinServer(check::builtin::BuiltinArgs),
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
         }
         Command::Check(args) => runtime().block_on(check::run(args)),
         Command::Verify(args) => verify::run(&args),
+        Command::Pin(args) => pin::run(&args),
         Command::BuiltinServer(args) => check::builtin::run(&args),
     }
 }

@@ -126,7 +126,7 @@
 //! | `driver` | the client driver: a session with a spawned server (protocol, supervisor, stderr), commands, waiters, lossless cancels | [`ClientDriver`], [`ClientOptions`] |
 //! | `serve` | the serve loop's lifecycle: handlers started, cancelled, aborted; the write in progress; drain after EOF | [`ServeLifecycle`], [`ServeOptions`] |
 //! | `helper` | one run of a command-line helper inside a tool: approval, spawn, budgeted captures, cancel, outcome | [`HelperRun`], [`HelperOptions`] |
-//! | `guard` | the guard: a host session and a server session joined (limits both ways, cancel enforcement, records), with the server's supervisor and stderr budget | [`GuardSession`], [`GuardConfig`] |
+//! | `guard` | the guard: a host session and a server session joined (limits both ways, cancel enforcement, records), with the server's supervisor and stderr budget; pinned tool definitions (changed, added, removed tools; warn, hide, block) | [`GuardSession`], [`GuardConfig`], [`ToolPins`] |
 //! | `fuzzing` | (private feature) the fuzz harnesses, replayed by `cargo test` | — |
 //!
 //! With the feature `tokio-util`, `codec` puts the framer behind
@@ -242,6 +242,12 @@ pub use driver::spawned::{ClientOptions, SessionRecord, StderrForwardConfig};
 pub use driver::{
     CallCancel, CancelHandle, CancelRegistry, ClientDriver, Command, DriverAction, DriverInput,
     DriverOutput, LookForExit, Outcome, ReplyChannel, StartReply, Started, ABANDONED,
+};
+pub use guard::pin::{
+    DigestFn, PinChange, PinChangeKind, PinDigest, PinError, PinMetrics, PinPolicy, PinUpdate,
+    PinnedDefinition, ToolDefinition, ToolDigest, ToolPins, MAX_CHANGES_IN_ERROR,
+    MAX_DEFINITION_DEPTH, MAX_PINNED_DEFINITION_BYTES, MAX_PINNED_TOOLS, MAX_PIN_NAME_BYTES,
+    MAX_PIN_NOTES, PINNED_FIELDS, TOOL_NOT_ACCEPTED,
 };
 pub use guard::proxy::{
     ProxyConfig, ProxyMetrics, DEFAULT_MAX_BUFFERED, DEFAULT_MAX_CANCELLED, DEFAULT_MAX_NOTES,

@@ -36,6 +36,7 @@ use mcp_stdio_tokio::leader::Leader;
 use mcp_stdio_tokio::runtime::Tokio;
 
 use super::audit_log::AuditLog;
+use crate::pin::PinWriter;
 
 /// How long the audit log may take to reach the disk at exit.
 pub(super) const AUDIT_CLOSE: Duration = Duration::from_secs(5);
@@ -231,6 +232,8 @@ struct GuardLoop<'a> {
     err_buf: Vec<u8>,
     audit: Option<AuditLog>,
     audit_wait: Option<AuditWait>,
+    /// The pin file's writer (`--pin`): takes `GuardOutput::Pins` without waiting.
+    pins: Option<&'a PinWriter>,
     terminate: Terminate,
     timer: DeadlineTimer<Tokio>,
     /// The session's next deadline, from its last drained output.
@@ -245,6 +248,7 @@ pub(super) async fn drive(
     session: &mut GuardSession,
     (spec, leader, pipes): (&CommandSpec, Leader, ServerPipes),
     audit: Option<AuditLog>,
+    pins: Option<&PinWriter>,
 ) -> u8 {
     let mut first_read = None;
     let host_in = match Stdin::new(rt) {
@@ -275,6 +279,7 @@ pub(super) async fn drive(
         err_buf: vec![0; STDERR_READ],
         audit,
         audit_wait: None,
+        pins,
         terminate: Terminate::new(),
         timer: DeadlineTimer::new(rt),
         deadline: None,
@@ -520,6 +525,11 @@ impl GuardLoop<'_> {
                         a.append(&phase);
                     }
                 }
+                GuardOutput::Pins(update) => {
+                    if let Some(w) = self.pins {
+                        w.send(update);
+                    }
+                }
                 GuardOutput::ToServer(out) => {
                     let r = match self.server_in.as_ref() {
                         Some(pipe) => match pipe.poll_write(cx, out.bytes()) {
@@ -666,6 +676,11 @@ impl GuardLoop<'_> {
                 GuardOutput::Stderr(bytes) => {
                     crate::stderr_sink::write(&bytes);
                 }
+                GuardOutput::Pins(update) => {
+                    if let Some(w) = self.pins {
+                        w.send(update);
+                    }
+                }
                 GuardOutput::ToHost(_) | GuardOutput::Timeout(_) => break,
                 GuardOutput::Action(_) | GuardOutput::ToServer(_) => {}
             }
@@ -699,6 +714,7 @@ impl GuardLoop<'_> {
                 }
                 GuardOutput::Record(_)
                 | GuardOutput::Phase(_)
+                | GuardOutput::Pins(_)
                 | GuardOutput::Action(_)
                 | GuardOutput::ToServer(_) => {}
             }

@@ -34,6 +34,9 @@ use drive::{ServerPipes, AUDIT_CLOSE};
 /// config or key file, an audit log that cannot be opened), before any server starts.
 pub(crate) const EXIT_USAGE: u8 = 2;
 
+/// How long the pin file's last write may take at exit.
+const PIN_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Arguments of `guard`.
 #[derive(Debug, clap::Args)]
 #[command(
@@ -42,8 +45,8 @@ killed by signal N (as a shell reports it); 1 when no exit of the server was obs
 own outcomes: 75 when it closed the session because the host stopped reading, or because a line \
 passed the wire limit under --oversized-policy close; 126 when the server \
 command is not executable; 127 when it cannot be started otherwise (not found, ...); 2 for a usage \
-error (bad flag, unreadable --config or key file, an --audit log that cannot be opened), before \
-any server starts. A server that ends on its own, with a failure status, or only after a signal \
+error (bad flag, unreadable --config or key file, an --audit log that cannot be opened, a --pin \
+file that cannot be read), before any server starts. A server that ends on its own, with a failure status, or only after a signal \
 gets one line on stderr saying so, with the end of its stderr.\n\n\
 --audit FILE: missing folders on its path are created.\n\n\
 --env-clear: the server starts with an empty environment, plus --env-pass NAME, --env NAME=VALUE \
@@ -93,6 +96,13 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     let Some(spec) = CommandSpec::from_argv(&args.command) else {
         eprintln!("mcp-stdio guard: no server command given (put it after `--`)");
         return ExitCode::from(EXIT_USAGE);
+    };
+    let pins = match settings.pin.as_ref().map(crate::pin::for_guard).transpose() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("mcp-stdio guard: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
     };
     let session_id = format!("{}-{}", std::process::id(), stamp(Instant::now()).unix_ms);
     let audit = match &args.audit {
@@ -171,6 +181,8 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         .proxy_mut()
         .target(&spec.display().to_string())
         .session_id(&session_id);
+    let (tool_pins, pin_writer) = pins.unzip();
+    config.proxy_mut().tool_pins(tool_pins);
     *config.supervisor_mut() = settings.supervisor;
     *config.stderr_capture_mut() = settings.stderr_capture.clone();
     *config.restart_mut() = settings.restart.clone();
@@ -180,7 +192,17 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         config.audit_gate(Some(DEFAULT_MAX_WAITING_RECORDS));
     }
     let mut session = GuardSession::new(config);
-    let code = drive::drive(&rt, &mut session, (&server_spec, leader, pipes), audit).await;
+    let code = drive::drive(
+        &rt,
+        &mut session,
+        (&server_spec, leader, pipes),
+        audit,
+        pin_writer.as_ref(),
+    )
+    .await;
+    if let Some(w) = pin_writer {
+        w.close(PIN_CLOSE);
+    }
     let report = session.report(settings.stderr_excerpt_bytes);
     if let Some(message) = ended::end_message(&report, &spec.display()) {
         // Through the sink: a blocking write could hang an exit on an unread stderr.

@@ -7,6 +7,7 @@
 //! The whole story is on [`GuardSession`].
 
 mod crash;
+pub(crate) mod pin;
 pub(crate) mod proxy;
 pub(crate) mod restart;
 
@@ -335,6 +336,9 @@ pub enum GuardOutput<'a> {
     /// audit log; it counts as a record for
     /// [`GuardInput::RecordsDurable`].
     Phase(GuardPhase),
+    /// Keep this in the pin file now: tools pinned on first use, and what
+    /// the pins saw and did not accept (see `ProxyConfig::tool_pins`).
+    Pins(pin::PinUpdate),
     /// Write what the server's stdin takes of these bytes now and report
     /// the result ([`GuardInput::ServerWritten`]); a `WouldBlock` (or a
     /// pending write) parks it until [`GuardInput::ServerWritable`].
@@ -438,6 +442,7 @@ pub struct GuardReport {
 ///     loop match s.poll_output() {
 ///         Action(a)    => act (close stdin, signal, drop readers, close host, finish),
 ///         Record(r)    => append to the audit log (a batch per drain),
+///         Pins(u)      => keep it in the pin file (`--pin`), off the loop,
 ///         ToServer(b)  => write what the server's stdin takes of b now,
 ///                         feed ServerWritten (WouldBlock parks it),
 ///         ToHost(b)    => write what the host takes of b now (one message
@@ -660,6 +665,9 @@ impl GuardSession {
                 Entry::Call(record) => GuardOutput::Record(self.secrets.record(record)),
                 Entry::Phase(phase) => GuardOutput::Phase(phase),
             };
+        }
+        if let Some(update) = self.proxy.poll_pin_update() {
+            return GuardOutput::Pins(update);
         }
         if !self.server_parked
             && self.finished.is_none()

@@ -92,6 +92,7 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
 
+use crate::guard::pin::{ListRequest, PinCheck, PinMetrics, ToolPins};
 use crate::guard::restart::{GuardPhase, Replay, REPLAY_ID_PREFIX};
 use crate::guard::GuardConfig;
 use crate::outbox::Outbox;
@@ -154,6 +155,7 @@ pub struct ProxyConfig {
     max_notes: usize,
     session_id: String,
     target: String,
+    tool_pins: Option<ToolPins>,
 }
 
 impl Default for ProxyConfig {
@@ -167,6 +169,7 @@ impl Default for ProxyConfig {
             max_notes: DEFAULT_MAX_NOTES,
             session_id: String::new(),
             target: String::new(),
+            tool_pins: None,
         }
     }
 }
@@ -266,6 +269,19 @@ impl ProxyConfig {
     /// The note limit.
     pub fn get_max_notes(&self) -> usize {
         self.max_notes
+    }
+
+    /// Sets the pinned tool definitions the guard checks `tools/list`
+    /// answers against, with their policy (default `None`: not checked).
+    /// Worst case: the bounds of [`ToolPins`], ≈ 13 MiB (a few hundred KiB
+    /// for a real server).
+    pub fn tool_pins(&mut self, pins: Option<ToolPins>) -> &mut Self {
+        self.tool_pins = pins;
+        self
+    }
+    /// The pinned tool definitions, if any.
+    pub fn get_tool_pins(&self) -> Option<&ToolPins> {
+        self.tool_pins.as_ref()
     }
 }
 
@@ -396,6 +412,9 @@ pub struct ProxyMetrics {
     pub resubscribed: u64,
     /// Of those, the ones the restarted server refused.
     pub resubscribe_failed: u64,
+    /// The pinned tool definitions' counters, when the guard checks them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pins: Option<PinMetrics>,
 }
 
 /// Bound of the protocol version the guard remembers, in bytes.
@@ -412,6 +431,8 @@ struct Tracked {
     handshake: bool,
     /// Its `_meta.progressToken`, if any.
     progress_token: Option<Id>,
+    /// A `tools/list` whose answer the pins check.
+    pin_list: Option<ListRequest>,
 }
 
 /// The proxy state machine. See the [module docs](self) for the method
@@ -469,13 +490,16 @@ struct State {
     replay: Replay,
     /// The replay under way, and whether the host's messages may go out.
     replay_state: ReplayState,
+    /// The pinned tool definitions' machine, when on.
+    pins: Option<PinCheck>,
 }
 
 impl Proxy {
     /// A proxy with the guard's limits: its own, both framers' and the call
     /// records'.
     pub(crate) fn new(guard: &GuardConfig) -> Self {
-        let config = guard.get_proxy().clone();
+        let mut config = guard.get_proxy().clone();
+        let pins = config.tool_pins.take().map(PinCheck::new);
         let framing = guard.get_framer().clone();
         Self {
             host_framer: Framer::new(framing.clone()),
@@ -498,7 +522,11 @@ impl Proxy {
                 protocol_version: None,
                 next_call: 1,
                 noise_shown: 0,
-                metrics: ProxyMetrics::default(),
+                metrics: ProxyMetrics {
+                    pins: pins.as_ref().map(|p| p.metrics().clone()),
+                    ..ProxyMetrics::default()
+                },
+                pins,
                 replay: Replay::default(),
                 replay_state: ReplayState::default(),
                 config,
@@ -744,6 +772,13 @@ impl Proxy {
     pub(crate) fn poll_note(&mut self) -> Option<String> {
         self.state.notes.pop_front()
     }
+
+    /// The next update for the pin file (what the pins saw and did not
+    /// accept, or pinned on first use).
+    #[must_use]
+    pub(crate) fn poll_pin_update(&mut self) -> Option<crate::guard::pin::PinUpdate> {
+        self.state.pins.as_mut().and_then(PinCheck::poll_update)
+    }
 }
 
 /// The sequence number at the front of a call id (`"<seq>/<id>"`).
@@ -956,6 +991,9 @@ impl State {
         match Message::decode(text) {
             Ok(Message::Request(r)) => {
                 self.metrics.requests += 1;
+                if self.pin_refuses(at, &r, text) {
+                    return;
+                }
                 let handshake = r.method == INITIALIZE || r.method == DISCOVER;
                 if r.method == DISCOVER {
                     self.metrics.discovers += 1;
@@ -1032,6 +1070,11 @@ impl State {
                             call,
                             handshake,
                             progress_token: ctx.progress_token,
+                            pin_list: pin_hooks::list_request(
+                                self.pins.as_ref(),
+                                &r.method,
+                                r.params.as_deref(),
+                            ),
                         },
                     );
                 }
@@ -1177,6 +1220,7 @@ impl State {
                 Err(e) => Some((r.id, Some(e), None)),
             },
             Ok(Decoded::Message(Message::Notification(n))) => {
+                self.pin_notification(&n.method);
                 // Tied to a request by its progress token: dropped once
                 // that request was cancelled, withdrawn with it while queued.
                 let owner = if n.method == PROGRESS
@@ -1225,6 +1269,9 @@ impl State {
         if self.cancelled.contains(&id) && !self.tracked.contains_key(&id) {
             // The spec forbids it; the guard enforces it.
             self.metrics.dropped_after_cancel += 1;
+            return;
+        }
+        if self.pin_answers_list(at, &id, result.as_deref(), text, repair) {
             return;
         }
         self.metrics.responses += 1;
@@ -1380,6 +1427,7 @@ impl State {
 }
 
 mod fields;
+mod pin_hooks;
 mod replay;
 #[cfg(test)]
 mod tests;

@@ -25,7 +25,7 @@ use serde_json::value::RawValue;
 
 /// The members of a JSON object, in order, values raw; `None` for anything
 /// that is not one object (duplicate keys are kept as they came).
-fn members(text: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
+pub(crate) fn members(text: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
     struct Members;
     impl<'de> Visitor<'de> for Members {
         type Value = Vec<(Cow<'de, str>, &'de RawValue)>;

@@ -89,6 +89,11 @@
 //!                                          two writes cut in the value's middle, split_ms apart
 //!                                          (stream "stderr", the default), or as a non-JSON
 //!                                          stdout line (stream "stdout")
+//!     change_tools {}                      appends " (changed mid-session)" to echo's description
+//!                                          from now on and sends notifications/tools/list_changed,
+//!                                          then returns
+//!     <NAME> {}                            a tool added with --extra-tool NAME: returns
+//!                                          "extra tool NAME"
 //!   notifications/cancelled {requestId, reason}
 //!                              sets the cancel flag of that in-flight request; the request then
 //!                              gets NO response. A cancel after the response began writing is
@@ -115,6 +120,13 @@
 //!   --exit-code N                exit status on stdin EOF (default 0)
 //!   --ignore-unknown             unknown methods (`server/discover` included) get no answer at
 //!                                all (logged as `request N ignored`), as some servers do
+//!
+//! Tool list flags (for the guard's pinned tool definitions)
+//!   --tool-description-suffix TEXT  echo's description ends with TEXT
+//!   --extra-tool NAME            one more tool NAME (repeatable), described "an extra tool"
+//!   --tools-list-reordered       tools/list written with every object's keys in reverse order
+//!                                and spaces around `:` and `,` (the same definitions)
+//!   --tools-page-size N          tools/list in pages of N tools (`nextCursor`: the next index)
 //!
 //! Revision flag
 //!   --modern                     speaks protocol 2026-07-28 only: `server/discover` lists it,
@@ -170,6 +182,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+/// The tool list flags and `change_tools` (for the guard's pinned tool definitions).
+#[path = "fixture-server/tool_list.rs"]
+mod tool_list;
+
 const USAGE: &str = "\
 USAGE: fixture-server [FLAGS]   (an MCP server over stdio that misbehaves on demand)
   --stdout-log-before          non-JSON log line on stdout before anything
@@ -186,10 +202,14 @@ USAGE: fixture-server [FLAGS]   (an MCP server over stdio that misbehaves on dem
   --eof-grace-ms MS            bound on in-flight work at stdin EOF (default 5000)
   --modern                     speak protocol 2026-07-28 only (server/discover; _meta required)
   --ignore-unknown             never answer unknown methods
+  --tool-description-suffix T  echo's description ends with T
+  --extra-tool NAME            one more tool NAME (repeatable)
+  --tools-list-reordered       tools/list keys in reverse order, with spaces
+  --tools-page-size N          tools/list in pages of N tools
 Tools: echo big big_exact big_id_last big_no_id huge_field many_blocks slow slow_io subprocess stop_reading
        stream_then_result stderr_flood notify_then_result progress server_request
        result_then_flood stdout_noise stdout_invalid_utf8 bad_utf8_result escape_grandchild
-       crash_mid_response exit respond_then_exit env print_env
+       crash_mid_response exit respond_then_exit env print_env change_tools
 See the doc comment of tests/src/bin/fixture-server.rs for details.
 ";
 
@@ -216,6 +236,10 @@ struct Opts {
     eof_grace: Duration,
     modern: bool,
     ignore_unknown: bool,
+    description_suffix: Option<String>,
+    extra_tools: Vec<String>,
+    tools_reordered: bool,
+    tools_page_size: Option<usize>,
 }
 
 fn parse_opts() -> Opts {
@@ -250,6 +274,18 @@ fn parse_opts() -> Opts {
                     .unwrap_or_else(|_| usage_error("--exit-code: out of range"));
             }
             "--eof-grace-ms" => opts.eof_grace = Duration::from_millis(value(&arg)),
+            "--tools-list-reordered" => opts.tools_reordered = true,
+            "--tools-page-size" => opts.tools_page_size = Some(to_usize(value(&arg)).max(1)),
+            "--tool-description-suffix" | "--extra-tool" => {
+                let v = args
+                    .next()
+                    .unwrap_or_else(|| usage_error(&format!("{arg} needs a value")));
+                if arg == "--extra-tool" {
+                    opts.extra_tools.push(v);
+                } else {
+                    opts.description_suffix = Some(v);
+                }
+            }
             "--help" | "-h" => {
                 print!("{USAGE}");
                 std::process::exit(0);
@@ -621,7 +657,7 @@ fn handle_request(server: &Arc<Server>, method: String, id: Value, msg: Value) {
         let outcome = match method.as_str() {
             "ping" => Outcome::Result(json!({})),
             "server/discover" if server.opts.modern => Outcome::Result(discover_result()),
-            "tools/list" => Outcome::Result(tools_list()),
+            "tools/list" => tool_list::listed_tools(&server, &id, &key, &entry, &msg),
             "tools/call" => call_tool(&server, &id, &key, &entry, &msg),
             _ if server.opts.ignore_unknown => {
                 log(&format!("request {key} ignored"));
@@ -1047,6 +1083,10 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
             }
             "env" => env_values(args),
             "print_env" => print_env(server, args)?,
+            "change_tools" => tool_list::change_tools(server),
+            extra if server.opts.extra_tools.iter().any(|t| t == extra) => {
+                Outcome::Result(text_result(format!("extra tool {extra}")))
+            }
             other => Outcome::Error(-32602, format!("unknown tool: {other}")),
         })
     };
