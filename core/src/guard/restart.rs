@@ -102,8 +102,14 @@ pub enum RestartPolicy {
     Always,
 }
 
-/// Restart on crash (see the [module docs](self)), edited in place through
-/// `GuardConfig::restart_mut`.
+/// Restart on crash: a server that ends on its own while the host is still
+/// there is started again, the host's handshake is replayed to it and
+/// checked, and the requests the crash cost get [`SERVER_CRASHED`] at once;
+/// restarts stop after [`max_restarts`](Self::max_restarts) crashes in a
+/// row, a crash during the replay, an answer that does not fit the session,
+/// or none within [`REPLAY_TIMEOUT`]. Edited in place through
+/// `GuardConfig::restart_mut` (the CLI's `--restart`, `--restart-max`,
+/// `--restart-backoff`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RestartConfig {
