@@ -7,126 +7,25 @@
 //! `cargo build -p mcp-stdio-tests --bins` first (`cargo test --workspace`
 //! does).
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use mcp_stdio_audit::{verify, AuditChain, AuditKey};
-use mcp_stdio_tests::TempPath;
 use serde_json::{json, Value};
 
-fn fixture_server() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/fixture-server");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build -p mcp-stdio-tests --bins` first",
-        p.display()
-    );
-    p
-}
+#[path = "support/guarded.rs"]
+mod guarded;
+use guarded::{call, fixture_server, guard_bin as bin, guard_command, tmp, Guarded};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_mcp-stdio")
-}
-
-/// `name` in a temporary folder of its own, removed with what is in it when the test ends.
-fn tmp(name: &str) -> TempPath {
-    TempPath::new(name)
-}
-
-/// A guard writing an audit log in front of the fixture server.
-struct Guarded {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<Value>,
-}
-
-impl Guarded {
-    fn start(guard_args: &[&str], server_args: &[&str]) -> Self {
-        let mut child = Command::new(bin())
-            .arg("guard")
-            .args(guard_args)
-            .arg("--")
-            .arg(fixture_server())
-            .args(server_args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn the guard");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let v: Value = serde_json::from_str(&line).expect("guard stdout is JSON");
-                if tx.send(v).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            stdin: child.stdin.take(),
-            child,
-            lines,
-        }
-    }
-
-    fn send(&mut self, v: &Value) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{v}").expect("write to the guard");
-        stdin.flush().expect("flush");
-    }
-
-    fn response(&self, id: Value) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let v = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|e| panic!("no response {id} within 10 s: {e}"));
-            if v.get("id") == Some(&id) && (v.get("result").is_some() || v.get("error").is_some()) {
-                return v;
-            }
-        }
-    }
-
-    fn initialize(&mut self) {
-        self.send(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
-            "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}));
-        self.response(json!(0));
-        self.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
-    }
-
-    /// Waits (at most 10 s) for the guard to exit; returns its exit code.
-    fn wait(mut self) -> Option<i32> {
-        let t = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                eprintln!("guard exited with {status} after {:?}", t.elapsed());
-                return status.code();
-            }
-            if t.elapsed() > Duration::from_secs(10) {
-                let _ = self.child.kill();
-                panic!("the guard did not exit within 10 s");
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Closes stdin and waits for the guard to exit.
-    fn finish(mut self) -> Option<i32> {
-        self.stdin = None;
-        self.wait()
-    }
-}
-
-fn call(id: i64, tool: &str, args: Value) -> Value {
-    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}})
+/// A guard writing an audit log in front of the fixture server; its stderr
+/// goes nowhere.
+fn start(guard_args: &[&str], server_args: &[&str]) -> Guarded {
+    let mut cmd = guard_command(guard_args, &[&fixture_server()], &[]);
+    cmd.args(server_args);
+    Guarded::spawn_discarding_stderr(cmd)
 }
 
 /// `mcp-stdio verify LOG ARGS…`: (exit code, stdout).
@@ -161,13 +60,13 @@ fn records(log: &Path) -> Vec<Value> {
 fn three_call_session(log: &Path, extra: &[&str]) {
     let mut args = vec!["--audit", log.to_str().expect("utf-8 path")];
     args.extend_from_slice(extra);
-    let mut g = Guarded::start(&args, &[]);
+    let mut g = start(&args, &[]);
     g.initialize();
     g.send(&call(1, "echo", json!({"text": "a"})));
-    g.response(json!(1));
+    g.reply(json!(1));
     g.send(&json!({"jsonrpc":"2.0","id":2,"method":"ping"}));
-    g.response(json!(2));
-    assert_eq!(g.finish(), Some(0));
+    g.reply(json!(2));
+    assert_eq!(g.close().0, Some(0));
 }
 
 #[test]
@@ -268,7 +167,7 @@ fn g12_sealed_guard_log_verifies_and_a_cut_tail_is_unsealed_not_ok() {
 #[test]
 fn g12_guard_seals_its_log_on_sigterm() {
     let log = tmp("sigterm.jsonl");
-    let mut g = Guarded::start(&["--audit", log.to_str().expect("utf-8")], &[]);
+    let mut g = start(&["--audit", log.to_str().expect("utf-8")], &[]);
     g.initialize();
     g.send(&call(
         1,
@@ -283,7 +182,7 @@ fn g12_guard_seals_its_log_on_sigterm() {
         .status()
         .expect("kill");
     assert!(killed.success());
-    let code = g.wait();
+    let (code, _) = g.exits_by_itself(Duration::from_secs(10));
     eprintln!("SIGTERM → guard exit {code:?} in {:?}", t.elapsed());
     let (code, out) = verify_cli(&log, &["--require-seal"]);
     assert_eq!(code, Some(0), "{out}");
@@ -353,10 +252,10 @@ fn g12_guard_seals_its_log_when_the_host_stops_reading() {
 fn g12_a_killed_guard_leaves_an_unsealed_log_and_the_next_run_says_so() {
     let log = tmp("killed.jsonl");
     let path = log.to_str().expect("utf-8");
-    let mut g = Guarded::start(&["--audit", path], &[]);
+    let mut g = start(&["--audit", path], &[]);
     g.initialize();
     g.send(&call(1, "echo", json!({"text": "a"})));
-    g.response(json!(1));
+    g.reply(json!(1));
     // Killed while idle, once both calls' records are on disk (a kill in the
     // middle of a write leaves a partial line, which the guard does not continue).
     let t = Instant::now();
@@ -415,10 +314,10 @@ fn rechain(records: &[Value]) -> Vec<u8> {
 #[test]
 fn g12_expect_matches_a_guard_session_and_names_a_missing_dispatched() {
     let log = tmp("expect.jsonl");
-    let mut g = Guarded::start(&["--audit", log.to_str().expect("utf-8")], &[]);
+    let mut g = start(&["--audit", log.to_str().expect("utf-8")], &[]);
     g.initialize();
     g.send(&call(1, "echo", json!({"text": "a"})));
-    g.response(json!(1));
+    g.reply(json!(1));
     g.send(&call(
         5,
         "slow",
@@ -427,8 +326,8 @@ fn g12_expect_matches_a_guard_session_and_names_a_missing_dispatched() {
     thread::sleep(Duration::from_millis(100));
     g.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"stop"}}));
     g.send(&json!({"jsonrpc":"2.0","id":6,"method":"ping"}));
-    g.response(json!(6));
-    assert_eq!(g.finish(), Some(0));
+    g.reply(json!(6));
+    assert_eq!(g.close().0, Some(0));
     let expect = tmp("expect.txt");
     // The ping is the fourth call.
     std::fs::write(

@@ -8,134 +8,21 @@
 //! `cargo build -p mcp-stdio-tests --bins`. Unix: the fixtures are Unix programs.
 #![cfg(unix)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::thread;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mcp_stdio_tests::{fixture_server_path, TempPath};
 use serde_json::{json, Value};
 
+#[path = "support/guarded.rs"]
+mod guarded;
+use guarded::{guard_bin, guard_command, Guarded};
+
 const WITHIN: Duration = Duration::from_secs(20);
 
 /// The secret of these tests: long enough to be masked, unlike anything else.
 const SECRET: &str = "s3cr3t-VALUE-0123456789-xyzzy";
-
-fn guard_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_mcp-stdio")
-}
-
-/// The guard with `guard_args`, then `--`, then `server`; the guard's own
-/// environment gets `env` on top of ours (or only `env` with `clear`).
-fn guard_command(guard_args: &[&str], server: &[&Path], env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(guard_bin());
-    cmd.arg("guard").args(guard_args).arg("--").args(server);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd
-}
-
-/// A running guard: its stdout lines on a channel, its stderr collected.
-struct Guarded {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    stderr: thread::JoinHandle<String>,
-}
-
-impl Guarded {
-    fn spawn(mut cmd: Command) -> Self {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the guard");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut stderr = child.stderr.take().expect("piped");
-        let stderr = thread::spawn(move || {
-            let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s);
-            s
-        });
-        Self {
-            stdin: child.stdin.take(),
-            child,
-            lines,
-            stderr,
-        }
-    }
-
-    fn send(&mut self, v: &Value) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{v}").expect("write to the guard");
-        stdin.flush().expect("flush");
-    }
-
-    /// The response with `id` (notifications before it are skipped).
-    fn response(&self, id: &Value) -> Value {
-        let deadline = Instant::now() + WITHIN;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|e| panic!("no response {id} within {WITHIN:?}: {e}"));
-            let v: Value = serde_json::from_str(&line).expect("guard stdout is JSON (G13)");
-            if &v["id"] == id && (v.get("result").is_some() || v.get("error").is_some()) {
-                return v;
-            }
-        }
-    }
-
-    fn initialize(&mut self) {
-        self.send(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
-            "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}));
-        let r = self.response(&json!(0));
-        assert_eq!(r["result"]["serverInfo"]["name"], "fixture-server", "{r}");
-        self.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
-    }
-
-    /// Calls `tool` and returns the response.
-    fn call(&mut self, id: Value, tool: &str, args: Value) -> Value {
-        self.send(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
-            "params":{"name":tool,"arguments":args}}));
-        self.response(&id)
-    }
-
-    /// Closes stdin and waits for the exit: (code, stderr).
-    fn finish(mut self) -> (Option<i32>, String) {
-        self.stdin = None;
-        wait(&mut self.child, self.stderr)
-    }
-}
-
-fn wait(child: &mut Child, stderr: thread::JoinHandle<String>) -> (Option<i32>, String) {
-    let t = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            eprintln!("the guard exited after {:?}", t.elapsed());
-            return (status.code(), stderr.join().expect("stderr reader"));
-        }
-        if t.elapsed() > WITHIN {
-            let _ = child.kill();
-            panic!("the guard did not exit within {WITHIN:?}");
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// The text block of a tool result.
 fn text(r: &Value) -> &str {
@@ -146,7 +33,7 @@ fn text(r: &Value) -> &str {
 
 /// What the `env` tool saw: (values by name, number of variables).
 fn env_seen(g: &mut Guarded, id: i64, names: &[&str]) -> (Value, u64) {
-    let r = g.call(json!(id), "env", json!({ "names": names }));
+    let r = g.call_tool(json!(id), "env", json!({ "names": names }));
     let seen: Value = serde_json::from_str(text(&r)).expect("the env tool answers JSON");
     (
         seen["values"].clone(),
@@ -177,7 +64,7 @@ fn issue_23_an_empty_environment_gets_exactly_the_passed_and_set_variables() {
             ("MCP_ENV_TEST_NOT_PASSED", "guard only"),
         ],
     );
-    let mut g = Guarded::spawn(cmd);
+    let mut g = Guarded::spawn(cmd).bounded(WITHIN);
     g.initialize();
     let names = [
         "MCP_ENV_TEST_HOME",
@@ -194,7 +81,7 @@ fn issue_23_an_empty_environment_gets_exactly_the_passed_and_set_variables() {
             "MCP_ENV_TEST_NOT_PASSED": null, "MCP_ENV_TEST_NOWHERE": null, "PATH": null})
     );
     assert_eq!(count, 3, "nothing but the three variables asked for");
-    let (code, stderr) = g.finish();
+    let (code, stderr) = g.close();
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(
         stderr
@@ -221,12 +108,13 @@ fn issue_23_a_cleared_environment_finds_the_program_in_the_guards_path() {
         if pass_path {
             args.extend(["--env-pass", "PATH"]);
         }
-        let mut g = Guarded::spawn(guard_command(&args, &[&program], &[("PATH", &path)]));
+        let cmd = guard_command(&args, &[&program], &[("PATH", &path)]);
+        let mut g = Guarded::spawn(cmd).bounded(WITHIN);
         g.initialize();
         let (values, count) = env_seen(&mut g, 1, &["PATH"]);
         assert_eq!(values["PATH"], want_path);
         assert_eq!(count, u64::from(pass_path));
-        let (code, stderr) = g.finish();
+        let (code, stderr) = g.close();
         assert_eq!(code, Some(0), "{stderr}");
     }
     let missing = PathBuf::from("mcp-stdio-env-test-no-such-server");
@@ -265,7 +153,7 @@ fn issue_23_a_secret_from_a_file_reaches_the_server_and_nothing_the_guard_writes
         &[&fixture_server_path()],
         &[],
     );
-    let mut g = Guarded::spawn(cmd);
+    let mut g = Guarded::spawn(cmd).bounded(WITHIN);
     g.initialize();
     let (values, _) = env_seen(&mut g, 1, &["API_TOKEN"]);
     assert_eq!(
@@ -274,13 +162,13 @@ fn issue_23_a_secret_from_a_file_reaches_the_server_and_nothing_the_guard_writes
     );
     let t = Instant::now();
     let args = json!({"name": "API_TOKEN", "stream": "stderr", "split_ms": 300});
-    let r = g.call(json!(2), "print_env", args);
+    let r = g.call_tool(json!(2), "print_env", args);
     assert_eq!(text(&r), "printed");
     eprintln!(
         "printed in two writes 300 ms apart, answered after {:?}",
         t.elapsed()
     );
-    let r = g.call(
+    let r = g.call_tool(
         json!(3),
         "print_env",
         json!({"name": "API_TOKEN", "stream": "stdout"}),
@@ -288,12 +176,12 @@ fn issue_23_a_secret_from_a_file_reaches_the_server_and_nothing_the_guard_writes
     assert_eq!(text(&r), "printed");
     // A host naming the secret: the server's error echoes it to the host;
     // the guard's record of the call must not.
-    let r = g.call(json!(format!("id-{SECRET}")), SECRET, json!({}));
+    let r = g.call_tool(json!(format!("id-{SECRET}")), SECRET, json!({}));
     assert!(
         r["error"]["message"].as_str().unwrap().contains(SECRET),
         "{r}"
     );
-    let (code, stderr) = g.finish();
+    let (code, stderr) = g.close();
     assert_eq!(code, Some(0), "{stderr}");
 
     assert!(

@@ -16,22 +16,19 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use mcp_stdio_tests::helper_adapter::assert_group_gone;
-use mcp_stdio_tests::{signal_group, signal_pid, wait_until, Signal, TempPath};
+use mcp_stdio_tests::{signal_group, signal_pid, wait_until, Signal};
 use serde_json::{json, Value};
+
+// The host here reads the guard's stdout only when told to, so it has a
+// harness of its own; the shared one gives the command and the helpers.
+#[path = "support/guarded.rs"]
+mod guarded;
+use guarded::{call, guard_command, tmp};
 
 const MIB: usize = 1024 * 1024;
 
 fn fixture_server() -> PathBuf {
     mcp_stdio_tests::fixture_server_path()
-}
-
-/// `name` in a temporary folder of its own, removed with what is in it when the test ends.
-fn tmp(name: &str) -> TempPath {
-    TempPath::new(name)
-}
-
-fn call(id: i64, tool: &str, args: Value) -> Value {
-    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}})
 }
 
 /// A host that reads the guard's stdout only when told to. The guard's stderr
@@ -46,11 +43,7 @@ struct Host {
 
 impl Host {
     fn start(guard_args: &[&str], server_args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-stdio"))
-            .arg("guard")
-            .args(guard_args)
-            .arg("--")
-            .arg(fixture_server())
+        let mut child = guard_command(guard_args, &[&fixture_server()], &[])
             .args(server_args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -9,7 +9,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::thread;
@@ -37,30 +37,72 @@ pub(crate) fn tmp(name: &str) -> TempPath {
     TempPath::new(name)
 }
 
-/// A running guard: lines from its stdout arrive on a channel; its stderr is collected.
+/// The bound of the waits that are given none ([`Guarded::reply`],
+/// [`Guarded::call_tool`], [`Guarded::close`], [`Guarded::initialize`]),
+/// unless [`Guarded::bounded`] sets another.
+pub(crate) const DEFAULT_BOUND: Duration = Duration::from_secs(10);
+
+/// `mcp-stdio guard GUARD_ARGS -- SERVER…`; the guard's own environment
+/// gets `env` on top of ours.
+pub(crate) fn guard_command(
+    guard_args: &[&str],
+    server: &[&Path],
+    env: &[(&str, &str)],
+) -> Command {
+    let mut cmd = Command::new(guard_bin());
+    cmd.arg("guard").args(guard_args).arg("--").args(server);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// A running guard: lines from its stdout arrive on a channel; its stderr is
+/// collected (or discarded: [`Guarded::spawn_discarding_stderr`]).
 pub(crate) struct Guarded {
     pub(crate) child: Child,
     pub(crate) stdin: Option<ChildStdin>,
     pub(crate) lines: Receiver<String>,
     pub(crate) stderr: thread::JoinHandle<String>,
+    /// The bound of the waits that are given none: [`DEFAULT_BOUND`] unless
+    /// [`Guarded::bounded`] sets another.
+    pub(crate) bound: Duration,
 }
 
 impl Guarded {
+    /// The guard with `guard_args` in front of the fixture server with `server_args`.
     pub(crate) fn start(guard_args: &[&str], server_args: &[&str]) -> Self {
-        let mut cmd = Command::new(guard_bin());
-        cmd.arg("guard")
-            .args(guard_args)
-            .arg("--")
-            .arg(fixture_server())
-            .args(server_args);
+        Self::start_server(&fixture_server(), guard_args, server_args)
+    }
+
+    /// The guard with `guard_args` in front of `server` with `server_args`.
+    pub(crate) fn start_server(server: &Path, guard_args: &[&str], server_args: &[&str]) -> Self {
+        let mut cmd = guard_command(guard_args, &[server], &[]);
+        cmd.args(server_args);
         Self::spawn(cmd)
     }
 
-    pub(crate) fn spawn(mut cmd: Command) -> Self {
+    /// Runs a prepared guard command (arguments, environment) with its
+    /// stdin, stdout and stderr piped.
+    pub(crate) fn spawn(cmd: Command) -> Self {
+        Self::spawn_with_stderr(cmd, true)
+    }
+
+    /// [`Guarded::spawn`] with the guard's stderr going nowhere (the
+    /// collected stderr is then empty).
+    pub(crate) fn spawn_discarding_stderr(cmd: Command) -> Self {
+        Self::spawn_with_stderr(cmd, false)
+    }
+
+    fn spawn_with_stderr(mut cmd: Command, collect_stderr: bool) -> Self {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(if collect_stderr {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .expect("spawn the guard");
         let stdout = child.stdout.take().expect("piped");
@@ -73,10 +115,12 @@ impl Guarded {
                 }
             }
         });
-        let mut stderr = child.stderr.take().expect("piped");
+        let stderr = child.stderr.take();
         let stderr = thread::spawn(move || {
             let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s);
+            if let Some(mut stderr) = stderr {
+                let _ = stderr.read_to_string(&mut s);
+            }
             s
         });
         Self {
@@ -84,7 +128,14 @@ impl Guarded {
             child,
             lines,
             stderr,
+            bound: DEFAULT_BOUND,
         }
+    }
+
+    /// Sets the bound of the waits that are given none.
+    pub(crate) fn bounded(mut self, bound: Duration) -> Self {
+        self.bound = bound;
+        self
     }
 
     pub(crate) fn send(&mut self, v: &Value) {
@@ -123,12 +174,43 @@ impl Guarded {
         }
     }
 
+    /// [`Guarded::response`] within the guard's bound, without the lines before it.
+    pub(crate) fn reply(&self, id: impl Into<Value>) -> Value {
+        self.response(id.into(), self.bound).0
+    }
+
+    /// Calls `tool` with `args` and waits (within the guard's bound) for the response.
+    pub(crate) fn call_tool(&mut self, id: impl Into<Value>, tool: &str, args: Value) -> Value {
+        let id = id.into();
+        self.send(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+            "params":{"name":tool,"arguments":args}}));
+        self.reply(id)
+    }
+
+    /// `tools/list` (one page, from `cursor`), answered within the guard's bound.
+    pub(crate) fn list_tools(&mut self, id: impl Into<Value>, cursor: Option<&str>) -> Value {
+        let id = id.into();
+        let params = cursor.map_or(json!({}), |c| json!({ "cursor": c }));
+        self.send(&json!({"jsonrpc":"2.0","id":id,"method":"tools/list","params":params}));
+        self.reply(id)
+    }
+
+    /// The handshake with the fixture server (protocol version 2025-06-18),
+    /// answered within the guard's bound.
     pub(crate) fn initialize(&mut self) {
+        let r = self.initialize_as("2025-06-18");
+        assert_eq!(r["result"]["serverInfo"]["name"], "fixture-server", "{r}");
+    }
+
+    /// The handshake asking for `protocol_version`: `initialize` (answered
+    /// within the guard's bound), then `notifications/initialized`; returns
+    /// the answer to `initialize`.
+    pub(crate) fn initialize_as(&mut self, protocol_version: &str) -> Value {
         self.send(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
-            "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}));
-        let (r, _) = self.response(json!(0), Duration::from_secs(10));
-        assert_eq!(r["result"]["serverInfo"]["name"], "fixture-server");
+            "protocolVersion":protocol_version,"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}));
+        let r = self.reply(0);
         self.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+        r
     }
 
     /// Waits for the guard to exit with its stdin still open (it closed the
@@ -146,6 +228,15 @@ impl Guarded {
             }
             thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// [`Guarded::finish`] within the guard's bound, saying how long the exit
+    /// took; returns (exit code, stderr).
+    pub(crate) fn close(self) -> (Option<i32>, String) {
+        let within = self.bound;
+        let (code, stderr, took) = self.finish(within);
+        eprintln!("the guard exited after {took:?}");
+        (code, stderr)
     }
 
     /// Closes stdin and waits for the guard to exit; returns (exit code, stderr, elapsed).
