@@ -503,7 +503,7 @@ type Spawned<R> = (Leader<R>, Option<Pipe<R>>, Option<Pipe<R>>);
 /// Spawns the helper; on an error after the spawn, the leader (dropped)
 /// kills and reaps it.
 fn spawn<R: Runtime>(rt: &R, command: &CommandSpec) -> std::io::Result<Spawned<R>> {
-    let mut cmd = mcp_stdio_sys::command(command);
+    let mut cmd = mcp_stdio_sys::command(command)?;
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());

@@ -374,7 +374,7 @@ impl Helper {
         registry.register(&mut stdout, STDOUT, Interest::READABLE)?;
         registry.register(&mut stderr, STDERR, Interest::READABLE)?;
         let child = {
-            let mut cmd = os::command(command);
+            let mut cmd = os::command(command)?;
             cmd.stdin(Stdio::null())
                 .stdout(Stdio::from(OwnedFd::from(out_tx)))
                 .stderr(Stdio::from(OwnedFd::from(err_tx)));

@@ -347,7 +347,10 @@ mod tests {
     fn g11_the_exit_is_observed_without_reaping_and_signals_stop_at_the_reap() {
         let mut spec = CommandSpec::new("sh");
         spec.args(["-c", "exit 7"]);
-        let mut child = crate::command(&spec).spawn().expect("sh runs");
+        let mut child = crate::command(&spec)
+            .expect("no sandbox")
+            .spawn()
+            .expect("sh runs");
         let pid = child.id();
         let group = ProcessGroup::new(pid);
         assert_eq!(group.state(), LeaderState::Running);
@@ -391,7 +394,10 @@ mod tests {
     fn g11_a_running_child_is_signalled_and_its_pidfd_wakes_at_the_exit() {
         let mut spec = CommandSpec::new("sleep");
         spec.arg("30");
-        let mut child = crate::command(&spec).spawn().expect("sleep runs");
+        let mut child = crate::command(&spec)
+            .expect("no sandbox")
+            .spawn()
+            .expect("sleep runs");
         let group = ProcessGroup::new(child.id());
         let fd = group.exit_fd().expect("Linux 5.3+ has pidfds");
         assert_eq!(
@@ -429,7 +435,10 @@ mod tests {
     fn g11_handing_a_running_child_to_a_reaper_ends_the_signalling_too() {
         let mut spec = CommandSpec::new("sleep");
         spec.arg("30");
-        let mut child = crate::command(&spec).spawn().expect("sleep runs");
+        let mut child = crate::command(&spec)
+            .expect("no sandbox")
+            .spawn()
+            .expect("sleep runs");
         let group = ProcessGroup::new(child.id());
         assert!(
             matches!(group.reap(|| child.try_wait()), Ok(None)),

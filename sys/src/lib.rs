@@ -8,10 +8,12 @@
 //! server tied to this process's life
 //! ([`spawn_tied`]), switching this process's stdin/stdout pipes to
 //! non-blocking mode for `serve` ([`NonBlockingStdio`]), and writing this
-//! process's stderr without ever blocking ([`NonBlockingStderr`]). The core
-//! decides when; this crate does it. No async runtime. One `unsafe` block:
-//! the `pre_exec` hook that asks the kernel to kill the child when we die
-//! (Linux).
+//! process's stderr without ever blocking ([`NonBlockingStderr`]), and
+//! confining a child in its [`Sandbox`](mcp_stdio_core::Sandbox)
+//! ([`sandbox`], Linux). The core decides when; this crate does it. No async
+//! runtime. The `unsafe` blocks are the `pre_exec` hooks (the request to kill
+//! the child when we die, and the sandbox's confinement) and the `unshare`
+//! inside the latter.
 
 // `deny`, not `forbid`: the one `pre_exec` in `tied` allows it locally.
 #![deny(unsafe_code)]
@@ -33,15 +35,21 @@ pub mod log_relay;
 #[cfg(unix)]
 pub mod pipe_io;
 pub mod poll_once;
+pub mod sandbox;
 
 use mcp_stdio_core::Signal;
 use mcp_stdio_core::{CommandSpec, ExitStatus};
 
 /// A `std` command for `spec`: argv, environment and working directory, in a
-/// process group of its own (so a group signal reaches its grandchildren).
-/// No shell is ever involved. tokio and async-process can convert it with `From`,
+/// process group of its own (so a group signal reaches its grandchildren),
+/// and in `spec`'s sandbox if it has one ([`sandbox::apply`]). No shell is
+/// ever involved. tokio and async-process can convert it with `From`,
 /// keeping every setting.
-pub fn command(spec: &CommandSpec) -> std::process::Command {
+///
+/// # Errors
+/// Only with a sandbox: it is invalid, the kernel cannot enforce it and
+/// enforcement is required, or one of its paths cannot be opened.
+pub fn command(spec: &CommandSpec) -> std::io::Result<std::process::Command> {
     let mut cmd = std::process::Command::new(spec.get_program());
     cmd.args(spec.get_args());
     if spec.get_env_clear() {
@@ -59,7 +67,10 @@ pub fn command(spec: &CommandSpec) -> std::process::Command {
     // Safe: std calls `setpgid` in the child (or uses posix_spawn attributes).
     #[cfg(unix)]
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    cmd
+    if let Some(sandbox) = spec.get_sandbox() {
+        sandbox::apply(&mut cmd, sandbox)?;
+    }
+    Ok(cmd)
 }
 
 /// Sends `signal` to process group `pgid`: only through [`ProcessGroup`],
@@ -139,7 +150,10 @@ mod tests {
     fn g11_spawned_child_leads_its_own_group_and_its_status_is_observed() {
         let mut spec = CommandSpec::new("sh");
         spec.args(["-c", "exit 3"]);
-        let mut child = command(&spec).spawn().expect("sh runs");
+        let mut child = command(&spec)
+            .expect("no sandbox")
+            .spawn()
+            .expect("sh runs");
         let pgid = rustix::process::getpgid(rustix::process::Pid::from_raw(child.id() as i32))
             .map(|p| p.as_raw_nonzero().get() as u32);
         let status = child.wait().expect("waited");
@@ -150,7 +164,10 @@ mod tests {
         }
         let mut spec = CommandSpec::new("sleep");
         spec.arg("30");
-        let mut child = command(&spec).spawn().expect("sleep runs");
+        let mut child = command(&spec)
+            .expect("no sandbox")
+            .spawn()
+            .expect("sleep runs");
         let group = ProcessGroup::new(child.id());
         assert_eq!(group.signal(Signal::Kill), Signalled::Sent);
         assert_eq!(

@@ -46,7 +46,7 @@ where
     F: FnOnce(std::process::Command) -> io::Result<T> + Send + 'static,
 {
     #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
-    let mut cmd = crate::command(spec);
+    let mut cmd = crate::command(spec)?;
     #[cfg(target_os = "linux")]
     kill_child_when_parent_dies(&mut cmd);
     spawner::on_spawner_thread(move || spawn(cmd))?
@@ -257,7 +257,7 @@ mod tests {
     fn g11_a_child_of_an_exited_thread_is_killed_without_the_spawner() {
         // The pitfall the spawner thread exists for, shown directly: the same
         // request made from a thread that then exits kills the child.
-        let mut cmd = crate::command(&CommandSpec::new("sleep"));
+        let mut cmd = crate::command(&CommandSpec::new("sleep")).expect("no sandbox");
         cmd.arg("30");
         kill_child_when_parent_dies(&mut cmd);
         let mut child = std::thread::spawn(move || cmd.spawn().expect("sleep runs"))

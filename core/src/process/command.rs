@@ -7,6 +7,8 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
+use super::sandbox::Sandbox;
+
 /// A program to run, with its arguments, environment and working directory.
 ///
 /// There is deliberately no way to pass a shell command line: arguments are
@@ -18,6 +20,7 @@ pub struct CommandSpec {
     env: Vec<(OsString, Option<OsString>)>,
     clear_env: bool,
     cwd: Option<PathBuf>,
+    sandbox: Option<Sandbox>,
 }
 
 impl CommandSpec {
@@ -29,6 +32,7 @@ impl CommandSpec {
             env: Vec::new(),
             clear_env: false,
             cwd: None,
+            sandbox: None,
         }
     }
 
@@ -85,6 +89,19 @@ impl CommandSpec {
     pub fn current_dir(&mut self, dir: impl AsRef<Path>) -> &mut Self {
         self.cwd = Some(dir.as_ref().to_owned());
         self
+    }
+
+    /// Runs the child in `sandbox` (Linux; applied between `fork` and `exec`,
+    /// so the parent stays unconfined). Elsewhere, or where the kernel cannot
+    /// enforce it, the spawn fails unless the sandbox is best effort.
+    pub fn sandbox(&mut self, sandbox: Sandbox) -> &mut Self {
+        self.sandbox = Some(sandbox);
+        self
+    }
+
+    /// The sandbox, if set.
+    pub fn get_sandbox(&self) -> Option<&Sandbox> {
+        self.sandbox.as_ref()
     }
 
     /// The program.
