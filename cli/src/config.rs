@@ -24,6 +24,17 @@
 //! env_file = { API_TOKEN = "api_token.txt" } # set to the file's contents (a secret: masked)
 //! pin_file = "pins.json"                    # pinned tool definitions (relative to this file's folder)
 //! pin_policy = "warn"                       # or "hide", "block": a changed or added tool
+//!
+//! [sandbox]                                 # run the server in a sandbox (Linux; see guard::sandbox)
+//! profile = "npx"                           # or "base", "uvx"
+//! read = ["data"]                           # relative to this file's folder
+//! exec = []
+//! write = ["/home/me/project"]
+//! network = "none"                          # or "unrestricted"; connect = [443], bind = [8080]: these ports
+//! memory_bytes = 1073741824                 # also address_space_bytes, file_size_bytes,
+//! processes = 64                            #   cpu_seconds, open_files
+//! allow_ipc = false                         # signals and abstract sockets outside the sandbox
+//! best_effort = false                       # run with what the kernel enforces, recording the rest
 //! ```
 //!
 //! Flags override the file; the file overrides the defaults. The server's
@@ -47,6 +58,7 @@ use serde::Deserialize;
 
 use mcp_stdio_core::{ProxyConfig, DEFAULT_MAX_BUFFERED};
 
+use crate::guard::sandbox::{FileSandbox, SandboxArgs, SandboxSettings};
 use crate::guard::server_env::{EnvArgs, FileEnv, ServerEnv};
 use crate::pin::{PinPolicyArg, PinSettings};
 
@@ -141,6 +153,8 @@ pub(crate) struct SettingsArgs {
     pub(crate) restart_backoff: Option<f64>,
     #[command(flatten)]
     pub(crate) env: EnvArgs,
+    #[command(flatten)]
+    pub(crate) sandbox: SandboxArgs,
     /// Pin the server's tool definitions in FILE (created on first use) and check every
     /// tools/list answer against them; review and accept changes with `mcp-stdio pin`.
     #[arg(long, value_name = "FILE")]
@@ -176,6 +190,7 @@ struct FileSettings {
     env_file: Option<std::collections::BTreeMap<String, PathBuf>>,
     pin_file: Option<PathBuf>,
     pin_policy: Option<PinPolicyArg>,
+    sandbox: Option<FileSandbox>,
 }
 
 /// The resolved limits of a guard run.
@@ -197,6 +212,8 @@ pub(crate) struct GuardSettings {
     pub(crate) server_env: ServerEnv,
     /// Pinned tool definitions (`--pin`, `pin_file`), if on.
     pub(crate) pin: Option<PinSettings>,
+    /// The server's sandbox (`--sandbox…`, `[sandbox]`), if on.
+    pub(crate) sandbox: Option<SandboxSettings>,
 }
 
 /// `framer` with the wire limit `bytes`, which `setting` gave. The core
@@ -319,7 +336,10 @@ impl GuardSettings {
             restart.backoff(seconds("restart backoff", s)?);
         }
         let pin = pin_settings(args, &file)?;
+        let sandbox =
+            SandboxSettings::resolve(&args.sandbox, file.sandbox.as_ref(), args.config.as_deref())?;
         Ok(Self {
+            sandbox,
             restart,
             framer,
             proxy,

@@ -29,6 +29,37 @@ pub(crate) struct SpawnFailure {
     pub(crate) exit: u8,
 }
 
+/// Explains why `spec` could not be spawned in a sandbox (`sandboxed`), or
+/// without one.
+pub(crate) fn spawn_failure_in(spec: &CommandSpec, e: &io::Error, sandboxed: bool) -> SpawnFailure {
+    if sandboxed && !e.to_string().starts_with("sandbox") && e.raw_os_error().is_some() {
+        // The error may come from the sandbox's setup in the child (a namespace
+        // refused) or from `exec` inside it (a program outside its rules).
+        let program = spec.get_program().to_string_lossy();
+        return SpawnFailure {
+            message: format!(
+                "cannot start the server in its sandbox: `{program}`: {e}; check that the \
+                 program's folder is readable and executable in the sandbox (--sandbox-exec), \
+                 and that it starts without the sandbox"
+            ),
+            exit: if e.kind() == io::ErrorKind::PermissionDenied {
+                EXIT_NOT_EXECUTABLE
+            } else {
+                EXIT_NOT_STARTED
+            },
+        };
+    }
+    if sandboxed && e.raw_os_error().is_none() {
+        // The sandbox's own refusal (a path that cannot be opened, a ruleset
+        // the kernel refused): its message says it all.
+        return SpawnFailure {
+            message: format!("cannot start the server: {e}"),
+            exit: EXIT_NOT_STARTED,
+        };
+    }
+    spawn_failure(spec, e)
+}
+
 /// Explains why `spec` could not be spawned.
 pub(crate) fn spawn_failure(spec: &CommandSpec, e: &io::Error) -> SpawnFailure {
     let program = spec.get_program().to_string_lossy().into_owned();

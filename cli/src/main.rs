@@ -36,7 +36,7 @@ struct Cli {
 enum Command {
     /// Run an MCP server behind the guard: wire limits both ways, stdout always drained,
     /// bounded stderr, cancel enforced, orderly shutdown, optional audit log.
-    Guard(guard::GuardArgs),
+    Guard(Box<guard::GuardArgs>),
     /// Run the release-gate battery against an MCP server (or the built-in misbehaving one):
     /// a PASS/WARN/FAIL table with the measured value on each row; `--json` for machines.
     Check(check::CheckArgs),
@@ -89,7 +89,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Guard(args) => {
             let rt = runtime();
-            let code = rt.block_on(guard::run(args));
+            let code = rt.block_on(guard::run(*args));
             // Reading our stdin happens on a blocking thread that may never
             // return (the host keeps the pipe open): do not wait for it.
             rt.shutdown_timeout(std::time::Duration::from_millis(100));

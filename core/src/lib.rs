@@ -221,8 +221,8 @@ pub use process::command::CommandSpec;
 pub use process::redact::redact_in_place;
 pub use process::sandbox::{
     Enforcement, KernelSupport, PathAccess, PathRule, ResourceLimits, Sandbox, SandboxError,
-    SandboxGap, SandboxNetwork, SandboxPlan, LANDLOCK_ABI_KNOWN, MAX_SANDBOX_PATHS,
-    MAX_SANDBOX_PORTS,
+    SandboxGap, SandboxGapRecord, SandboxNetwork, SandboxPathRecord, SandboxPlan, SandboxRecord,
+    LANDLOCK_ABI_KNOWN, MAX_SANDBOX_PATHS, MAX_SANDBOX_PORTS,
 };
 pub use process::secrets::{
     SecretStream, Secrets, SecretsError, MAX_SECRETS, MAX_SECRETS_TOTAL_BYTES, MAX_SECRET_BYTES,

@@ -2,7 +2,8 @@
 # Installs the MCP peers the interop tests run against (tests/src/interop.rs),
 # pinned exactly, into a cache folder:
 #
-#   $MCP_STDIO_INTEROP_DIR/npm   @modelcontextprotocol/server-everything (npm)
+#   $MCP_STDIO_INTEROP_DIR/npm   @modelcontextprotocol/server-everything and
+#                                @modelcontextprotocol/server-filesystem (npm)
 #   $MCP_STDIO_INTEROP_DIR/venv  a Python venv with the `mcp` package (PyPI)
 #
 # MCP_STDIO_INTEROP_DIR defaults to <repo>/target/interop, where the tests look
@@ -12,6 +13,7 @@
 set -euo pipefail
 
 SERVER_EVERYTHING_VERSION=2026.8.31
+SERVER_FILESYSTEM_VERSION=2026.8.31
 MCP_PY_VERSION=2.3.0
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,22 +23,30 @@ log() { echo "interop setup: $*" >&2; }
 start=$(date +%s)
 mkdir -p "$dir"
 
-# --- @modelcontextprotocol/server-everything --------------------------------
-pkg="$dir/npm/node_modules/@modelcontextprotocol/server-everything"
-have=$(node -p "require(process.argv[1]).version" "$pkg/package.json" 2>/dev/null || true)
-if [ "$have" = "$SERVER_EVERYTHING_VERSION" ]; then
-    log "server-everything $have already in $dir/npm"
-else
-    command -v node >/dev/null || { log "node not found (install Node.js >= 18)"; exit 1; }
-    command -v npm >/dev/null || { log "npm not found"; exit 1; }
-    log "installing @modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION into $dir/npm (had: ${have:-none})"
-    t=$(date +%s)
-    mkdir -p "$dir/npm"
-    npm install --prefix "$dir/npm" --no-audit --no-fund --loglevel=error \
-        "@modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION" >&2
-    log "npm install took $(( $(date +%s) - t )) s"
-fi
-test -f "$pkg/dist/index.js" || { log "missing $pkg/dist/index.js after install"; exit 1; }
+# --- @modelcontextprotocol/server-everything and server-filesystem ---------
+# Installs one npm package at its pinned version into $dir/npm unless it is there.
+npm_peer() {
+    local name=$1 version=$2
+    local pkg="$dir/npm/node_modules/$name"
+    local have
+    have=$(node -p "require(process.argv[1]).version" "$pkg/package.json" 2>/dev/null || true)
+    if [ "$have" = "$version" ]; then
+        log "$name $have already in $dir/npm"
+    else
+        command -v node >/dev/null || { log "node not found (install Node.js >= 18)"; exit 1; }
+        command -v npm >/dev/null || { log "npm not found"; exit 1; }
+        log "installing $name@$version into $dir/npm (had: ${have:-none})"
+        local t
+        t=$(date +%s)
+        mkdir -p "$dir/npm"
+        npm install --prefix "$dir/npm" --no-audit --no-fund --loglevel=error \
+            "$name@$version" >&2
+        log "npm install took $(( $(date +%s) - t )) s"
+    fi
+    test -f "$pkg/dist/index.js" || { log "missing $pkg/dist/index.js after install"; exit 1; }
+}
+npm_peer @modelcontextprotocol/server-everything "$SERVER_EVERYTHING_VERSION"
+npm_peer @modelcontextprotocol/server-filesystem "$SERVER_FILESYSTEM_VERSION"
 
 # --- Python venv with mcp ---------------------------------------------------
 venv="$dir/venv"
@@ -57,4 +67,4 @@ else
     log "venv + pip install took $(( $(date +%s) - t )) s"
 fi
 
-log "ready in $(( $(date +%s) - start )) s: node $(node --version), server-everything $SERVER_EVERYTHING_VERSION, $("$venv/bin/python" --version 2>&1), mcp $MCP_PY_VERSION"
+log "ready in $(( $(date +%s) - start )) s: node $(node --version), server-everything $SERVER_EVERYTHING_VERSION, server-filesystem $SERVER_FILESYSTEM_VERSION, $("$venv/bin/python" --version 2>&1), mcp $MCP_PY_VERSION"

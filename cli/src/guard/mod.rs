@@ -12,13 +12,14 @@
 mod audit_log;
 mod drive;
 mod ended;
+pub(crate) mod sandbox;
 pub(crate) mod server_env;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use mcp_stdio_core::CommandSpec;
+use mcp_stdio_core::{CommandSpec, SandboxRecord};
 use mcp_stdio_core::{GuardConfig, GuardReport, GuardSession, DEFAULT_MAX_WAITING_RECORDS};
 use mcp_stdio_sys::stamp_at as stamp;
 use mcp_stdio_tokio::driver::Runtime;
@@ -82,6 +83,50 @@ struct MetricsFile {
     session: GuardReport,
     /// Bytes of our own stderr dropped because nobody read it.
     own_stderr_dropped_bytes: u64,
+    /// The server's sandbox as enforced (`--sandbox…`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox: Option<SandboxRecord>,
+}
+
+/// The audit log's entry for the sandbox, written once after `session_start`.
+#[derive(Debug, Serialize)]
+struct SandboxEntry<'a> {
+    phase: &'static str,
+    #[serde(flatten)]
+    sandbox: &'a SandboxRecord,
+}
+
+/// The server command in its sandbox, when the settings ask for one: the
+/// sandbox planned against this kernel and refused (a message, exit 2) when
+/// the kernel cannot enforce it and best effort was not asked for. Returns the
+/// record of what is enforced, and the private temporary folder to keep for
+/// the guard's life.
+fn sandboxed(
+    settings: Option<&sandbox::SandboxSettings>,
+    server: &mut CommandSpec,
+) -> Result<Option<(SandboxRecord, sandbox::PrivateTmp)>, String> {
+    let Some(settings) = settings else {
+        return Ok(None);
+    };
+    let tmp = sandbox::PrivateTmp::new()?;
+    if !server.get_envs().iter().any(|(k, _)| k == "TMPDIR") {
+        server.env("TMPDIR", tmp.path());
+    }
+    let sb = settings.sandbox(server, tmp.path(), |k| std::env::var_os(k))?;
+    let plan = mcp_stdio_sys::sandbox::plan(&sb);
+    if let Some(refusal) = plan.refusal() {
+        return Err(format!(
+            "sandbox: {refusal} (--sandbox-best-effort, or best_effort = true in [sandbox])"
+        ));
+    }
+    for gap in &plan.gaps {
+        crate::stderr_sink::line(&format!(
+            "mcp-stdio guard: sandbox (best effort): not enforced: {gap}"
+        ));
+    }
+    let record = plan.record(&sb);
+    server.sandbox(sb);
+    Ok(Some((record, tmp)))
 }
 
 /// Runs the guard; returns the process exit status.
@@ -104,8 +149,23 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // The command as the server gets it (its environment, its sandbox), for
+    // every start: a restart on crash runs the same.
+    let mut server = (settings.server_env).command(&spec, std::env::var_os("PATH").as_deref());
+    let (sandbox_record, _private_tmp) = match server
+        .as_mut()
+        .ok()
+        .map(|server| sandboxed(settings.sandbox.as_ref(), server))
+    {
+        Some(Ok(Some((record, tmp)))) => (Some(record), Some(tmp)),
+        Some(Ok(None)) | None => (None, None),
+        Some(Err(e)) => {
+            eprintln!("mcp-stdio guard: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let session_id = format!("{}-{}", std::process::id(), stamp(Instant::now()).unix_ms);
-    let audit = match &args.audit {
+    let mut audit = match &args.audit {
         Some(path) => {
             let key = match args
                 .audit_key_file
@@ -129,21 +189,23 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         }
         None => None,
     };
+    if let (Some(a), Some(record)) = (audit.as_mut(), &sandbox_record) {
+        a.append(&SandboxEntry {
+            phase: "sandbox",
+            sandbox: record,
+        });
+    }
     for name in settings.server_env.missing() {
         crate::stderr_sink::line(&format!(
             "mcp-stdio guard: --env-pass {name}: not set in the guard's environment; the server does not get it"
         ));
     }
     // Tied to the guard (G11): a SIGKILLed guard leaves no server (Linux).
-    // The command as the server gets it (its environment), for every start:
-    // a restart on crash runs the same.
-    let spawned = (settings.server_env)
-        .command(&spec, std::env::var_os("PATH").as_deref())
-        .and_then(|server| Ok((mcp_stdio_sys::spawn_piped(&server)?, server)));
+    let spawned = server.and_then(|server| Ok((mcp_stdio_sys::spawn_piped(&server)?, server)));
     let (mut child, server_spec) = match spawned {
         Ok(c) => c,
         Err(e) => {
-            let failure = crate::diagnose::spawn_failure(&spec, &e);
+            let failure = crate::diagnose::spawn_failure_in(&spec, &e, sandbox_record.is_some());
             eprintln!("mcp-stdio guard: {}", failure.message);
             if let Some(mut a) = audit {
                 a.append(
@@ -212,6 +274,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         let report = MetricsFile {
             session: report,
             own_stderr_dropped_bytes: crate::stderr_sink::dropped(),
+            sandbox: sandbox_record,
         };
         let json = serde_json::to_vec_pretty(&report).unwrap_or_default();
         if let Err(e) = std::fs::write(path, json) {

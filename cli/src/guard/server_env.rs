@@ -503,7 +503,7 @@ fn to_os_string(
 /// slash; else the first executable file of that name in a folder of
 /// `path` (an empty entry is the current folder), or the first file of
 /// that name when none is executable (its spawn then says why).
-fn find_program(program: &OsStr, path: &OsStr) -> io::Result<PathBuf> {
+pub(crate) fn find_program(program: &OsStr, path: &OsStr) -> io::Result<PathBuf> {
     if program.as_encoded_bytes().contains(&b'/') || program.is_empty() {
         return Ok(PathBuf::from(program));
     }

@@ -353,11 +353,13 @@ impl Sandbox {
                 gaps.push(SandboxGap::Truncate);
             }
         }
+        // Without Landlock at all, `Filesystem` says it for the network and
+        // IPC rules too.
         let network_rules = self.network != SandboxNetwork::Unrestricted;
-        if network_rules && abi < 4 {
+        if network_rules && (1..4).contains(&abi) {
             gaps.push(SandboxGap::Network);
         }
-        if self.isolate_ipc && abi < 6 {
+        if self.isolate_ipc && (1..6).contains(&abi) {
             gaps.push(SandboxGap::IpcScope);
         }
         // A user namespace of its own: for a process count per sandbox, and
@@ -483,6 +485,105 @@ impl SandboxPlan {
         (!self.may_spawn()).then(|| SandboxError::NotEnforceable {
             gaps: self.gaps.clone(),
         })
+    }
+}
+
+/// What was enforced, for an audit log or a metrics file: the plan with the
+/// sandbox's rules, each gap named and described.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SandboxRecord {
+    /// `required` or `best_effort`.
+    pub enforcement: &'static str,
+    /// The Landlock ABI the rules were written for (0: none).
+    pub landlock_abi: u32,
+    /// The Landlock ABI the kernel reported.
+    pub kernel_landlock_abi: u32,
+    /// Each path rule (merged), with what it allows: `read`, `read+exec`,
+    /// `write`, `write+exec`.
+    pub paths: Vec<SandboxPathRecord>,
+    /// `none`, `ports` or `unrestricted`.
+    pub network: &'static str,
+    /// With `ports`: the ports the child may connect to.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub connect_ports: Vec<u16>,
+    /// With `ports`: the ports the child may listen on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bind_ports: Vec<u16>,
+    /// The limits set, by name.
+    pub limits: std::collections::BTreeMap<&'static str, u64>,
+    /// Path rules enforced (Landlock).
+    pub filesystem_enforced: bool,
+    /// TCP rules enforced (Landlock ABI 4).
+    pub network_enforced: bool,
+    /// Signals and abstract Unix sockets outside the sandbox refused
+    /// (Landlock ABI 6).
+    pub ipc_scoped: bool,
+    /// A user namespace of the child's own.
+    pub user_namespace: bool,
+    /// An empty network namespace.
+    pub network_namespace: bool,
+    /// What was asked and is not enforced (empty unless best effort).
+    pub gaps: Vec<SandboxGapRecord>,
+}
+
+/// One path rule in a [`SandboxRecord`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SandboxPathRecord {
+    /// The path (lossy UTF-8).
+    pub path: String,
+    /// `read`, `read+exec`, `write` or `write+exec`.
+    pub access: &'static str,
+}
+
+/// One gap in a [`SandboxRecord`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SandboxGapRecord {
+    /// Its short name ([`SandboxGap::as_str`]).
+    pub gap: &'static str,
+    /// What is not enforced, in words.
+    pub what: &'static str,
+}
+
+impl SandboxPlan {
+    /// The record of `sandbox` under this plan.
+    pub fn record(&self, sandbox: &Sandbox) -> SandboxRecord {
+        let (connect_ports, bind_ports) = match sandbox.get_network() {
+            SandboxNetwork::Ports { connect, bind } => (connect.clone(), bind.clone()),
+            _ => (Vec::new(), Vec::new()),
+        };
+        SandboxRecord {
+            enforcement: match self.enforcement {
+                Enforcement::Required => "required",
+                Enforcement::BestEffort => "best_effort",
+            },
+            landlock_abi: self.landlock_abi,
+            kernel_landlock_abi: self.kernel_landlock_abi,
+            paths: sandbox
+                .merged_paths()
+                .into_iter()
+                .map(|r| SandboxPathRecord {
+                    path: r.path.to_string_lossy().into_owned(),
+                    access: r.access.as_str(),
+                })
+                .collect(),
+            network: sandbox.get_network().as_str(),
+            connect_ports,
+            bind_ports,
+            limits: sandbox.get_limits().iter().collect(),
+            filesystem_enforced: self.filesystem,
+            network_enforced: self.network_rules,
+            ipc_scoped: self.ipc_scope,
+            user_namespace: self.user_namespace,
+            network_namespace: self.network_namespace,
+            gaps: self
+                .gaps
+                .iter()
+                .map(|g| SandboxGapRecord {
+                    gap: g.as_str(),
+                    what: g.describe(),
+                })
+                .collect(),
+        }
     }
 }
 
