@@ -106,6 +106,25 @@ pub fn server_everything_entry() -> Result<PathBuf, String> {
     }
 }
 
+/// The server-filesystem entry script:
+/// `<interop dir>/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js`.
+///
+/// # Errors
+/// Why it is not there.
+pub fn server_filesystem_entry() -> Result<PathBuf, String> {
+    let path = interop_dir()
+        .join("npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "server-filesystem not found at {} (the cache folder, $MCP_STDIO_INTEROP_DIR or \
+             <workspace>/target/interop)",
+            path.display()
+        ))
+    }
+}
+
 /// Node.js: `$MCP_STDIO_NODE`, else `node` on `PATH`; with its `--version`.
 ///
 /// # Errors
