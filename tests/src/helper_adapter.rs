@@ -1060,6 +1060,7 @@ macro_rules! helper_suite {
             g12_scenario_slow_reader_card_stays_available_deadline_not_reset,
             g7_scenario_cancel_while_the_card_is_shown,
             g10_scenarios_side_by_side_stay_within_one_pool,
+            g13_a_sandboxed_helper_writes_only_in_its_folder,
         );
     };
     (@each $adapter:ty; $($name:ident),* $(,)?) => {
@@ -1075,6 +1076,52 @@ macro_rules! helper_suite {
             }
         )*
     };
+}
+
+/// G13: a helper run in a sandbox that lets it write one folder writes there
+/// and is refused beside it (the shell says so on stderr); the caller is
+/// never confined.
+pub fn g13_a_sandboxed_helper_writes_only_in_its_folder<A: HelperAdapter>() {
+    if !crate::suite::landlock_at_least("g13_a_sandboxed_helper", 1) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let allowed = tmp.path().join("allowed");
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir(&allowed).expect("mkdir");
+    std::fs::create_dir(&outside).expect("mkdir");
+    let mut spec = CommandSpec::new("/bin/sh");
+    spec.args([
+        "-c",
+        &format!(
+            "echo in > {0}/f && echo wrote; echo out > {1}/f || echo refused",
+            allowed.display(),
+            outside.display()
+        ),
+    ]);
+    let mut sb = crate::suite::system_sandbox();
+    sb.write(&allowed).read(&outside);
+    spec.sandbox(sb);
+    let r = A::run_helper(job(spec, helper_options(4096)));
+    let o = &r.outcome;
+    eprintln!(
+        "{}: sandboxed helper: stdout {:?}, stderr {:?}, exit {:?}",
+        A::NAME,
+        o.stdout.text,
+        o.stderr.text,
+        o.exit_status
+    );
+    assert!(o.stdout.text.contains("wrote"), "{:?}", o.stdout.text);
+    assert!(o.stdout.text.contains("refused"), "{:?}", o.stdout.text);
+    assert!(
+        o.stderr.text.contains("Permission denied"),
+        "{:?}",
+        o.stderr.text
+    );
+    assert!(allowed.join("f").exists());
+    assert!(!outside.join("f").exists());
+    assert!(o.succeeded(), "{:?}", o.exit_status);
+    std::fs::write(outside.join("g"), "the caller is free").expect("the caller writes");
 }
 
 /// G11/G12: a helper whose streams outlive their maximum duration is

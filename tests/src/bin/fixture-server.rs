@@ -908,6 +908,8 @@ fn tools_list() -> Value {
             json!({"names":{"type":"array","items":{"type":"string"}}})),
         tool("print_env", "a variable's value on stderr (in two writes) or as a stdout line",
             json!({"name":{"type":"string"},"stream":{"type":"string"},"split_ms":int})),
+        tool("read_file", "a file's contents, or the error reading it gave",
+            json!({"path":{"type":"string"}})),
     ]})
 }
 
@@ -1083,6 +1085,13 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
             }
             "env" => env_values(args),
             "print_env" => print_env(server, args)?,
+            "read_file" => {
+                let path = args.get("path").and_then(Value::as_str).unwrap_or_default();
+                match std::fs::read_to_string(path) {
+                    Ok(text) => Outcome::Result(text_result(text)),
+                    Err(e) => Outcome::Error(-32603, format!("reading {path}: {e}")),
+                }
+            }
             "change_tools" => tool_list::change_tools(server),
             extra if server.opts.extra_tools.iter().any(|t| t == extra) => {
                 Outcome::Result(text_result(format!("extra tool {extra}")))
