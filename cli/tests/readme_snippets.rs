@@ -158,8 +158,8 @@ fn readme_host_snippets_are_valid_json_with_each_hosts_shape() {
     let blocks = fenced(&text, "json");
     assert_eq!(
         blocks.len(),
-        4,
-        "Claude Desktop, Claude Code, VS Code, Cursor: {text}"
+        5,
+        "Claude Desktop (plain and sandboxed), Claude Code, VS Code, Cursor: {text}"
     );
     let guard_help = help("guard");
     let docs: Vec<Value> = blocks
@@ -167,6 +167,7 @@ fn readme_host_snippets_are_valid_json_with_each_hosts_shape() {
         .map(|b| serde_json::from_str(b).unwrap_or_else(|e| panic!("not valid JSON ({e}):\n{b}")))
         .collect();
     let hosts = [
+        ("claude_desktop_config.json", "mcpServers"),
         ("claude_desktop_config.json", "mcpServers"),
         (".mcp.json", "mcpServers"),
         (".vscode/mcp.json", "servers"),
