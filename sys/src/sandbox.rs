@@ -148,13 +148,57 @@ mod imp {
         if !std::path::Path::new("/proc/self/ns/user").exists() {
             return false;
         }
-        if rustix::process::geteuid().is_root() {
-            return true;
-        }
         // Debian's switch, and Ubuntu's AppArmor restriction (namespaces are
         // made but without rights, so the uid map cannot be written).
-        read("/proc/sys/kernel/unprivileged_userns_clone") != Some(0)
-            && read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") != Some(1)
+        let root = rustix::process::geteuid().is_root();
+        if !root
+            && (read("/proc/sys/kernel/unprivileged_userns_clone") == Some(0)
+                || read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1))
+        {
+            return false;
+        }
+        // A container's seccomp profile or a security module may still refuse:
+        // ask the kernel once, with a child that does what a sandboxed one does.
+        probe_user_namespace()
+    }
+
+    /// Spawns `true` in a user and network namespace of its own, its ids
+    /// mapped as a sandboxed child maps them: whether that works here.
+    fn probe_user_namespace() -> bool {
+        let maps = id_maps();
+        let mut cmd = std::process::Command::new("true");
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let enter = move || {
+            enter_namespaces(
+                rustix::thread::UnshareFlags::NEWUSER | rustix::thread::UnshareFlags::NEWNET,
+                &maps,
+            )
+        };
+        // SAFETY: as in `install`: system calls on data prepared before the
+        // fork, no allocation, no lock.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(enter);
+        }
+        let ok = cmd.status().is_ok_and(|s| s.success());
+        tracing::debug!(ok, "probed for unprivileged user and network namespaces");
+        ok
+    }
+
+    /// In the child: `unshare` into new namespaces, then map its ids to
+    /// themselves.
+    fn enter_namespaces(flags: rustix::thread::UnshareFlags, maps: &IdMaps) -> io::Result<()> {
+        // SAFETY (of `unshare_unsafe`): the flags hold no `CLONE_FILES`; the
+        // child has a single thread.
+        #[allow(unsafe_code)]
+        unsafe {
+            rustix::thread::unshare_unsafe(flags)?;
+        }
+        write_proc(c"/proc/self/setgroups", b"deny")?;
+        write_proc(c"/proc/self/uid_map", &maps.uid)?;
+        write_proc(c"/proc/self/gid_map", &maps.gid)
     }
 
     fn abi_enum(abi: u32) -> ABI {
@@ -302,15 +346,7 @@ mod imp {
             // 1. Namespaces first: the process limit counts inside the new
             //    user namespace only when it is set after entering it.
             if let Some((flags, maps)) = &namespaces {
-                // SAFETY (of `unshare_unsafe`): the flags hold no
-                // `CLONE_FILES`; the child has a single thread.
-                #[allow(unsafe_code)]
-                unsafe {
-                    rustix::thread::unshare_unsafe(*flags)?;
-                }
-                write_proc(c"/proc/self/setgroups", b"deny")?;
-                write_proc(c"/proc/self/uid_map", &maps.uid)?;
-                write_proc(c"/proc/self/gid_map", &maps.gid)?;
+                enter_namespaces(*flags, maps)?;
             }
             // 2. Limits, soft and hard alike.
             for &(resource, value) in &limits {

@@ -185,3 +185,27 @@ fn g13_the_probe_reports_this_kernel() {
     let plan = plan(&Sandbox::new());
     assert_eq!(plan.kernel_landlock_abi, kernel.landlock_abi);
 }
+
+#[test]
+fn g13_signals_to_processes_outside_the_sandbox_are_refused() {
+    if !needs_landlock(6) {
+        return;
+    }
+    // The test process is outside the child's sandbox: `kill -0` asks
+    // whether it may be signalled, without signalling it.
+    let me = std::process::id();
+    let probe = format!("kill -0 {me} && echo may-signal || echo refused");
+    let mut sb = Sandbox::new();
+    system(&mut sb);
+    let out = run(&sb, &probe);
+    let stdout = text(&out.stdout);
+    eprintln!("isolated: {stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("refused"), "{stdout}");
+    sb.isolate_ipc(false);
+    let out = run(&sb, &probe);
+    assert!(
+        text(&out.stdout).contains("may-signal"),
+        "{}",
+        text(&out.stdout)
+    );
+}
