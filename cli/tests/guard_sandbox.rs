@@ -19,6 +19,7 @@ use mcp_stdio_tests::interop::{
     interop_dir, node, python, require, scripts_dir, server_everything_entry,
     server_filesystem_entry,
 };
+use mcp_stdio_tests::suite::TwoFolders;
 use serde_json::{json, Value};
 
 #[path = "support/guarded.rs"]
@@ -61,13 +62,11 @@ fn g13_server_filesystem_sandboxed_to_its_folder_serves_it_and_cannot_read_besid
     if !landlock(test, 1) {
         return;
     }
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let allowed = tmp.path().join("allowed");
-    let outside = tmp.path().join("outside");
-    std::fs::create_dir(&allowed).expect("mkdir");
-    std::fs::create_dir(&outside).expect("mkdir");
-    std::fs::write(allowed.join("a.txt"), "visible-content").expect("write");
-    std::fs::write(outside.join("secret.txt"), "secret-content").expect("write");
+    let TwoFolders {
+        tmp,
+        allowed,
+        outside,
+    } = TwoFolders::new();
     let read = |g: &mut Guarded, id: i64, file: &Path| {
         g.call_tool(
             id,

@@ -1085,11 +1085,11 @@ pub fn g13_a_sandboxed_helper_writes_only_in_its_folder<A: HelperAdapter>() {
     if !crate::suite::landlock_at_least("g13_a_sandboxed_helper", 1) {
         return;
     }
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let allowed = tmp.path().join("allowed");
-    let outside = tmp.path().join("outside");
-    std::fs::create_dir(&allowed).expect("mkdir");
-    std::fs::create_dir(&outside).expect("mkdir");
+    let crate::suite::TwoFolders {
+        tmp: _tmp,
+        allowed,
+        outside,
+    } = crate::suite::TwoFolders::new();
     let mut spec = CommandSpec::new("/bin/sh");
     spec.args([
         "-c",

@@ -23,6 +23,42 @@ pub fn system_sandbox() -> Sandbox {
     sb
 }
 
+/// Two folders side by side in a temporary one: `allowed/a.txt` holds
+/// `visible-content`, `outside/secret.txt` holds `secret-content`. A sandbox
+/// test grants the first and proves the second out of reach.
+pub struct TwoFolders {
+    /// Removed with everything in it when dropped.
+    pub tmp: tempfile::TempDir,
+    /// The folder the sandbox grants.
+    pub allowed: std::path::PathBuf,
+    /// The folder beside it.
+    pub outside: std::path::PathBuf,
+}
+
+impl TwoFolders {
+    /// Makes both, with their files.
+    pub fn new() -> Self {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let allowed = tmp.path().join("allowed");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir(&allowed).expect("mkdir");
+        std::fs::create_dir(&outside).expect("mkdir");
+        std::fs::write(allowed.join("a.txt"), "visible-content").expect("write");
+        std::fs::write(outside.join("secret.txt"), "secret-content").expect("write");
+        Self {
+            tmp,
+            allowed,
+            outside,
+        }
+    }
+}
+
+impl Default for TwoFolders {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// The kernel's Landlock ABI, or `None` (said on stderr) when the test needs
 /// more than it has.
 pub fn landlock_at_least(test: &str, abi: u32) -> bool {
@@ -40,13 +76,11 @@ pub fn g13_a_sandboxed_server_reads_only_what_it_was_given<A: Adapter>() {
     if !landlock_at_least("g13_a_sandboxed_server", 1) {
         return;
     }
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let allowed = tmp.path().join("allowed");
-    let outside = tmp.path().join("outside");
-    std::fs::create_dir(&allowed).expect("mkdir");
-    std::fs::create_dir(&outside).expect("mkdir");
-    std::fs::write(allowed.join("a.txt"), "visible-content").expect("write");
-    std::fs::write(outside.join("secret.txt"), "secret-content").expect("write");
+    let TwoFolders {
+        tmp: _tmp,
+        allowed,
+        outside,
+    } = TwoFolders::new();
     let mut leaks = LeakCheck::new::<A>("g13_sandboxed_server");
     let mut spec = fixture_server(&[]);
     let folder = Path::new(spec.get_program())
