@@ -9,7 +9,7 @@
 //! ([`spawn_tied`]), switching this process's stdin/stdout pipes to
 //! non-blocking mode for `serve` ([`NonBlockingStdio`]), and writing this
 //! process's stderr without ever blocking ([`NonBlockingStderr`]), and
-//! confining a child in its [`Sandbox`](mcp_stdio_core::Sandbox)
+//! confining a child in its `mcp_stdio_core::Sandbox`
 //! ([`sandbox`], Linux). The core decides when; this crate does it. No async
 //! runtime. The `unsafe` blocks are the `pre_exec` hooks (the request to kill
 //! the child when we die, and the sandbox's confinement) and the `unshare`

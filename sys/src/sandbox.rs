@@ -1,4 +1,4 @@
-//! Applying a [`Sandbox`] to a child between `fork` and `exec` (Linux).
+//! Applying a `mcp_stdio_core::Sandbox` to a child between `fork` and `exec` (Linux).
 //!
 //! The parent plans the sandbox against the kernel ([`kernel_support`],
 //! [`plan`]), opens every path and builds the Landlock ruleset — everything
