@@ -2,7 +2,7 @@
 //! `--sandbox-*` flags; Linux, Landlock), with real processes and real MCP
 //! peers: `@modelcontextprotocol/server-filesystem`, a Python `mcp` server,
 //! server-everything driven by the TypeScript SDK's client, and plain shell
-//! and Python programs for the limits (G13: a server touches only what it was
+//! and Python programs for the limits (a server touches only what it was
 //! given).
 //!
 //! Each test that needs Landlock says so and returns when the kernel lacks it
@@ -51,8 +51,9 @@ fn read_json(path: &Path) -> Value {
 }
 
 #[test]
-fn g13_server_filesystem_sandboxed_to_its_folder_serves_it_and_cannot_read_beside_it() {
-    let test = "g13_server_filesystem_sandboxed_to_its_folder_serves_it_and_cannot_read_beside_it";
+fn sandbox_server_filesystem_sandboxed_to_its_folder_serves_it_and_cannot_read_beside_it() {
+    let test =
+        "sandbox_server_filesystem_sandboxed_to_its_folder_serves_it_and_cannot_read_beside_it";
     let Some((node, _)) = require(test, node()) else {
         return;
     };
@@ -151,8 +152,9 @@ fn g13_server_filesystem_sandboxed_to_its_folder_serves_it_and_cannot_read_besid
 }
 
 #[test]
-fn g13_a_python_server_cannot_connect_under_network_none_and_can_when_unrestricted() {
-    let test = "g13_a_python_server_cannot_connect_under_network_none_and_can_when_unrestricted";
+fn sandbox_a_python_server_cannot_connect_under_network_none_and_can_when_unrestricted() {
+    let test =
+        "sandbox_a_python_server_cannot_connect_under_network_none_and_can_when_unrestricted";
     let Some((py, _)) = require(test, python()) else {
         return;
     };
@@ -197,8 +199,9 @@ fn open_folder() -> (tempfile::TempDir, PathBuf) {
 }
 
 #[test]
-fn g13_a_fork_bomb_stops_at_the_process_limit_and_the_guard_says_how_the_server_ended() {
-    let test = "g13_a_fork_bomb_stops_at_the_process_limit_and_the_guard_says_how_the_server_ended";
+fn sandbox_a_fork_bomb_stops_at_the_process_limit_and_the_guard_says_how_the_server_ended() {
+    let test =
+        "sandbox_a_fork_bomb_stops_at_the_process_limit_and_the_guard_says_how_the_server_ended";
     if !landlock(test, 1) {
         return;
     }
@@ -267,8 +270,9 @@ fn g13_a_fork_bomb_stops_at_the_process_limit_and_the_guard_says_how_the_server_
 }
 
 #[test]
-fn g13_a_memory_hog_stops_at_the_memory_limit_and_the_guard_says_how_the_server_ended() {
-    let test = "g13_a_memory_hog_stops_at_the_memory_limit_and_the_guard_says_how_the_server_ended";
+fn sandbox_a_memory_hog_stops_at_the_memory_limit_and_the_guard_says_how_the_server_ended() {
+    let test =
+        "sandbox_a_memory_hog_stops_at_the_memory_limit_and_the_guard_says_how_the_server_ended";
     if !landlock(test, 1) || !Path::new("/usr/bin/python3").exists() {
         return;
     }
@@ -308,7 +312,7 @@ fn g13_a_memory_hog_stops_at_the_memory_limit_and_the_guard_says_how_the_server_
 }
 
 #[test]
-fn g13_without_landlock_the_guard_refuses_and_under_best_effort_records_what_is_not_enforced() {
+fn sandbox_without_landlock_the_guard_refuses_and_under_best_effort_records_what_is_not_enforced() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let marker = tmp.path().join("started");
     let script = format!("touch {}", marker.display());
@@ -409,9 +413,9 @@ fn ts_session(client_cwd: &Path, server: &[String]) -> Value {
 }
 
 #[test]
-fn g13_server_everything_by_npx_behaves_the_same_in_the_npx_profile_as_without_a_sandbox() {
+fn sandbox_server_everything_by_npx_behaves_the_same_in_the_npx_profile_as_without_a_sandbox() {
     let test =
-        "g13_server_everything_by_npx_behaves_the_same_in_the_npx_profile_as_without_a_sandbox";
+        "sandbox_server_everything_by_npx_behaves_the_same_in_the_npx_profile_as_without_a_sandbox";
     if require(test, node()).is_none() || require(test, server_everything_entry()).is_none() {
         return;
     }

@@ -1060,7 +1060,7 @@ macro_rules! helper_suite {
             g12_scenario_slow_reader_card_stays_available_deadline_not_reset,
             g7_scenario_cancel_while_the_card_is_shown,
             g10_scenarios_side_by_side_stay_within_one_pool,
-            g13_a_sandboxed_helper_writes_only_in_its_folder,
+            sandbox_a_helper_writes_only_in_its_folder,
         );
     };
     (@each $adapter:ty; $($name:ident),* $(,)?) => {
@@ -1078,11 +1078,11 @@ macro_rules! helper_suite {
     };
 }
 
-/// G13: a helper run in a sandbox that lets it write one folder writes there
+/// A helper run in a sandbox that lets it write one folder writes there
 /// and is refused beside it (the shell says so on stderr); the caller is
 /// never confined.
-pub fn g13_a_sandboxed_helper_writes_only_in_its_folder<A: HelperAdapter>() {
-    if !crate::suite::landlock_at_least("g13_a_sandboxed_helper", 1) {
+pub fn sandbox_a_helper_writes_only_in_its_folder<A: HelperAdapter>() {
+    if !crate::suite::landlock_at_least("sandbox_a_helper", 1) {
         return;
     }
     let crate::suite::TwoFolders {

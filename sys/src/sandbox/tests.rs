@@ -1,4 +1,4 @@
-//! Real children in real sandboxes (G13).
+//! Real children in real sandboxes (issue 24).
 
 use super::*;
 use mcp_stdio_core::{PathAccess, ResourceLimits, SandboxNetwork};
@@ -57,7 +57,7 @@ fn dirs() -> Dirs {
 }
 
 #[test]
-fn g13_a_child_reads_what_it_was_given_and_nothing_beside_it() {
+fn sandbox_a_child_reads_what_it_was_given_and_nothing_beside_it() {
     if !needs_landlock(1) {
         return;
     }
@@ -81,7 +81,7 @@ fn g13_a_child_reads_what_it_was_given_and_nothing_beside_it() {
 }
 
 #[test]
-fn g13_a_child_writes_only_where_it_may_and_the_parent_stays_free() {
+fn sandbox_a_child_writes_only_where_it_may_and_the_parent_stays_free() {
     if !needs_landlock(1) {
         return;
     }
@@ -109,7 +109,7 @@ fn g13_a_child_writes_only_where_it_may_and_the_parent_stays_free() {
 }
 
 #[test]
-fn g13_network_none_refuses_tcp_and_unrestricted_allows_it() {
+fn sandbox_network_none_refuses_tcp_and_unrestricted_allows_it() {
     if !needs_landlock(4) || !Path::new("/bin/bash").exists() {
         return;
     }
@@ -142,7 +142,7 @@ fn g13_network_none_refuses_tcp_and_unrestricted_allows_it() {
 }
 
 #[test]
-fn g13_limits_reach_the_child_soft_and_hard() {
+fn sandbox_limits_reach_the_child_soft_and_hard() {
     let mut sb = Sandbox::new();
     system(&mut sb)
         .network(SandboxNetwork::Unrestricted)
@@ -160,7 +160,7 @@ fn g13_limits_reach_the_child_soft_and_hard() {
 }
 
 #[test]
-fn g13_a_missing_path_or_an_invalid_sandbox_fails_before_the_spawn() {
+fn sandbox_a_missing_path_or_an_invalid_sandbox_fails_before_the_spawn() {
     let mut sb = Sandbox::new();
     sb.read("/definitely/not/here")
         .enforcement(mcp_stdio_core::Enforcement::BestEffort);
@@ -178,7 +178,7 @@ fn g13_a_missing_path_or_an_invalid_sandbox_fails_before_the_spawn() {
 }
 
 #[test]
-fn g13_the_probe_reports_this_kernel() {
+fn sandbox_the_probe_reports_this_kernel() {
     let kernel = kernel_support();
     eprintln!("kernel support: {kernel:?}");
     // Whatever the kernel, the plan of an empty sandbox agrees with it.
@@ -187,7 +187,7 @@ fn g13_the_probe_reports_this_kernel() {
 }
 
 #[test]
-fn g13_signals_to_processes_outside_the_sandbox_are_refused() {
+fn sandbox_signals_to_processes_outside_the_sandbox_are_refused() {
     if !needs_landlock(6) {
         return;
     }

@@ -1,4 +1,4 @@
-//! G13 (issue 24): a server a `Client` spawns in a [`Sandbox`] touches only
+//! Issue 24: a server a `Client` spawns in a [`Sandbox`] touches only
 //! what it was given (Linux, Landlock), and a sandbox that cannot be used
 //! fails the spawn before anything runs.
 
@@ -69,11 +69,11 @@ pub fn landlock_at_least(test: &str, abi: u32) -> bool {
     have >= abi
 }
 
-/// G13: the fixture server spawned by the client in a sandbox that lets it
+/// The fixture server spawned by the client in a sandbox that lets it
 /// read one folder reads a file there and is refused one beside it, and the
 /// session goes on; a sandbox with a relative path fails the spawn.
-pub fn g13_a_sandboxed_server_reads_only_what_it_was_given<A: Adapter>() {
-    if !landlock_at_least("g13_a_sandboxed_server", 1) {
+pub fn sandbox_a_server_reads_only_what_it_was_given<A: Adapter>() {
+    if !landlock_at_least("sandbox_a_server", 1) {
         return;
     }
     let TwoFolders {
@@ -81,7 +81,7 @@ pub fn g13_a_sandboxed_server_reads_only_what_it_was_given<A: Adapter>() {
         allowed,
         outside,
     } = TwoFolders::new();
-    let mut leaks = LeakCheck::new::<A>("g13_sandboxed_server");
+    let mut leaks = LeakCheck::new::<A>("sandbox_sandboxed_server");
     let mut spec = fixture_server(&[]);
     let folder = Path::new(spec.get_program())
         .parent()

@@ -15,7 +15,7 @@ fn project() -> Sandbox {
 }
 
 #[test]
-fn g13_a_full_kernel_enforces_everything_and_has_no_gaps() {
+fn sandbox_a_full_kernel_enforces_everything_and_has_no_gaps() {
     let plan = project().plan(&kernel(7));
     assert_eq!(plan.landlock_abi, 7);
     assert!(plan.filesystem && plan.network_rules && plan.ipc_scope);
@@ -27,7 +27,7 @@ fn g13_a_full_kernel_enforces_everything_and_has_no_gaps() {
 }
 
 #[test]
-fn g13_no_landlock_is_refused_by_default_and_recorded_under_best_effort() {
+fn sandbox_no_landlock_is_refused_by_default_and_recorded_under_best_effort() {
     let plan = project().plan(&kernel(0));
     assert!(!plan.filesystem && !plan.network_rules && !plan.ipc_scope);
     assert_eq!(plan.gaps, [SandboxGap::Filesystem]);
@@ -44,7 +44,7 @@ fn g13_no_landlock_is_refused_by_default_and_recorded_under_best_effort() {
 }
 
 #[test]
-fn g13_each_older_abi_names_exactly_what_it_lacks() {
+fn sandbox_each_older_abi_names_exactly_what_it_lacks() {
     let sb = project();
     let gaps = |abi| sb.plan(&kernel(abi)).gaps;
     assert_eq!(
@@ -74,7 +74,7 @@ fn g13_each_older_abi_names_exactly_what_it_lacks() {
 }
 
 #[test]
-fn g13_unrestricted_network_and_no_ipc_isolation_need_nothing_of_the_kernel() {
+fn sandbox_unrestricted_network_and_no_ipc_isolation_need_nothing_of_the_kernel() {
     let mut sb = project();
     sb.network(SandboxNetwork::Unrestricted).isolate_ipc(false);
     let plan = sb.plan(&kernel(3));
@@ -84,7 +84,7 @@ fn g13_unrestricted_network_and_no_ipc_isolation_need_nothing_of_the_kernel() {
 }
 
 #[test]
-fn g13_the_process_limit_is_a_gap_for_root_and_per_sandbox_with_a_user_namespace() {
+fn sandbox_the_process_limit_is_a_gap_for_root_and_per_sandbox_with_a_user_namespace() {
     let mut sb = project();
     sb.network(SandboxNetwork::Unrestricted)
         .limits(ResourceLimits {
@@ -176,7 +176,7 @@ fn limits_iterate_by_name_in_a_fixed_order() {
 }
 
 #[test]
-fn g13_the_record_names_every_rule_and_gap() {
+fn sandbox_the_record_names_every_rule_and_gap() {
     let mut sb = project();
     sb.network(SandboxNetwork::Ports {
         connect: vec![443],
