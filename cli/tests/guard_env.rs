@@ -282,16 +282,15 @@ fn issue_23_usage_errors_name_the_variable_and_path_never_the_value() {
     }
 }
 
-/// The README's host config for this feature parses, and puts `mcp-stdio
+/// The guide's host config for this feature parses, and puts `mcp-stdio
 /// guard` with flags it knows in front of the server.
 #[test]
-fn issue_23_the_readme_example_uses_flags_the_guard_knows() {
-    const HEADING: &str = "### The server's environment and secrets\n";
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("the README is readable");
-    let start = readme.find(HEADING).expect("the README has the section") + HEADING.len();
-    let body = &readme[start..];
-    let body = &body[..body.find("\n## ").unwrap_or(body.len())];
+fn issue_23_the_guides_example_uses_flags_the_guard_knows() {
+    let body = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../guide/src/guard-environment.md"
+    ))
+    .expect("the guide's page is readable");
     let json = body
         .split("```json\n")
         .nth(1)

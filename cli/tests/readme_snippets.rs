@@ -1,5 +1,5 @@
-//! The README's host-config snippets and CI example: every JSON block of the
-//! "In MCP hosts and in CI" section parses, has its host's shape, and puts
+//! The host-config snippets and CI example of the README and of the guide's
+//! "In MCP hosts and in CI" page: every JSON block parses, has its host's shape, and puts
 //! `mcp-stdio guard` in front of a server with flags the guard knows, launched
 //! the ways the packages install it (the binary on the `PATH`, `npx -y
 //! mcp-stdio`, `uvx --from mcp-stdio-cli mcp-stdio`: names checked against
@@ -11,7 +11,6 @@ use std::process::Command;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-stdio");
-const SECTION: &str = "## In MCP hosts and in CI";
 /// The version a snippet may pin (`mcp-stdio@V`, `mcp-stdio-cli==V`): the packages carry the crate's.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The npm package that launches the binary (`packaging/npm/mcp-stdio/package.json`).
@@ -19,16 +18,16 @@ const NPM_PACKAGE: &str = "mcp-stdio";
 /// The PyPI distribution that carries it (`packaging/python/pyproject.toml`).
 const PYPI_PACKAGE: &str = "mcp-stdio-cli";
 
-/// The README section's text, up to the next top-level (`## `) heading.
+/// The guide's "In MCP hosts and in CI" page.
 fn section() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../guide/src/hosts-and-ci.md");
+    std::fs::read_to_string(path).expect("the guide's page is readable")
+}
+
+/// The README (the front page).
+fn readme() -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
-    let readme = std::fs::read_to_string(path).expect("the README is readable");
-    let start = readme
-        .find(&format!("\n{SECTION}\n"))
-        .unwrap_or_else(|| panic!("the README has a `{SECTION}` section"));
-    let body = &readme[start + 1 + SECTION.len()..];
-    let end = body.find("\n## ").unwrap_or(body.len());
-    body[..end].to_owned()
+    std::fs::read_to_string(path).expect("the README is readable")
 }
 
 /// The fenced blocks of `lang` in `text`, in order.
@@ -250,5 +249,27 @@ fn readme_ci_example_runs_check_with_flags_it_knows() {
             check_help.contains(&format!("{flag} ")) || check_help.contains(&format!("{flag}\n")),
             "`{flag}` is not a check flag"
         );
+    }
+}
+
+#[test]
+fn readme_front_page_host_config_puts_the_guard_in_front_with_flags_it_knows() {
+    let text = readme();
+    let blocks = fenced(&text, "json");
+    assert_eq!(blocks.len(), 1, "the README has one host config");
+    let doc: Value = serde_json::from_str(&blocks[0]).expect("valid JSON");
+    let guard_help = help("guard");
+    let servers = doc["mcpServers"].as_object().expect("mcpServers");
+    for entry in servers.values() {
+        assert_guarded("README", entry, &guard_help);
+    }
+    // The CI line runs `check` with flags it knows.
+    let check_help = help("check");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("mcp-stdio check "))
+        .expect("a check line");
+    for flag in line.split_whitespace().filter(|w| w.starts_with("--") && *w != "--") {
+        assert!(check_help.contains(flag), "check has no {flag}");
     }
 }
