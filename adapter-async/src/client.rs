@@ -28,6 +28,10 @@ pub use mcp_stdio_core::CancelHandle;
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_core::Signal;
 use mcp_stdio_core::{
+    tools_call_params, tools_list_params, LiveSnapshot, Progress, ProgressPoll, ProgressQueue,
+    TOOLS_CALL, TOOLS_LIST,
+};
+use mcp_stdio_core::{
     CallCancel, CancelRegistry, ClientDriver, DriverAction, DriverInput, DriverOutput,
     ReplyChannel, ABANDONED,
 };
@@ -209,22 +213,105 @@ impl Drop for AbandonOnDrop {
 /// been reused (see [`ProcessGroup`]).
 #[derive(Debug)]
 pub struct Client<R: Runtime> {
-    commands: Sender<Command>,
-    cancels: Arc<CancelRegistry>,
+    /// Requests, notifications, cancels and counters; `Deref` gives its
+    /// methods to the `Client`.
+    handle: ClientHandle<R>,
     incoming: Receiver<IncomingMessage>,
     /// Notified each time the application takes an incoming message, so the
     /// driver can move the next one out of the core's inbox.
     incoming_taken: Arc<Event>,
     /// The driver's record, sent once as it ends.
     driver: Option<Receiver<SessionRecord>>,
-    pid: u32,
     group: ProcessGroup,
-    finished: Arc<AtomicBool>,
     /// A fresh negotiation under the options' policy, for `initialize`.
     negotiation: Negotiation,
     negotiated: OnceLock<Negotiated>,
+}
+
+/// A handle on a running session that can be cloned into other tasks:
+/// requests, notifications, cancels, progress, counters and the live stderr
+/// tail — everything but ending the session, which stays the [`Client`]'s
+/// ([`shutdown`](Client::shutdown), [`kill`](Client::kill), dropping it).
+/// A handle does not keep the session alive: once the `Client` ended it,
+/// the handle's requests fail with `SessionClosed`. Every method is also
+/// the `Client`'s (it dereferences to its handle).
+#[derive(Debug)]
+pub struct ClientHandle<R: Runtime> {
+    commands: Sender<Command>,
+    cancels: Arc<CancelRegistry>,
+    pid: u32,
+    finished: Arc<AtomicBool>,
     request_timeout: Option<Duration>,
     runtime: PhantomData<fn() -> R>,
+}
+
+impl<R: Runtime> Clone for ClientHandle<R> {
+    fn clone(&self) -> Self {
+        Self {
+            commands: self.commands.clone(),
+            cancels: self.cancels.clone(),
+            pid: self.pid,
+            finished: self.finished.clone(),
+            request_timeout: self.request_timeout,
+            runtime: PhantomData,
+        }
+    }
+}
+
+impl<R: Runtime> std::ops::Deref for Client<R> {
+    type Target = ClientHandle<R>;
+
+    fn deref(&self) -> &ClientHandle<R> {
+        &self.handle
+    }
+}
+
+/// The progress of one request (`notifications/progress`), as they come:
+/// [`next`](Self::next) gives each update, then `None` once the request
+/// completed and every update was taken. At most
+/// [`MAX_PROGRESS_QUEUED`](mcp_stdio_core::MAX_PROGRESS_QUEUED) wait; past
+/// it the oldest is dropped ([`dropped`](Self::dropped)).
+#[derive(Debug)]
+pub struct ProgressStream {
+    queue: Arc<ProgressQueue>,
+    changed: Arc<Event>,
+}
+
+impl ProgressStream {
+    fn new() -> Self {
+        let changed = Arc::new(Event::new());
+        let wake = changed.clone();
+        Self {
+            queue: ProgressQueue::new(move || {
+                wake.notify(usize::MAX);
+            }),
+            changed,
+        }
+    }
+
+    /// The next update; `None` once the request completed and every update
+    /// was taken.
+    pub async fn next(&mut self) -> Option<Progress> {
+        loop {
+            match self.queue.try_next() {
+                ProgressPoll::Update(u) => return Some(u),
+                ProgressPoll::Ended => return None,
+                ProgressPoll::Empty => {}
+            }
+            let listener = self.changed.listen();
+            // Looked at again after listening: a push in between is not lost.
+            match self.queue.try_next() {
+                ProgressPoll::Update(u) => return Some(u),
+                ProgressPoll::Ended => return None,
+                ProgressPoll::Empty => listener.await,
+            }
+        }
+    }
+
+    /// Updates dropped because this stream fell behind.
+    pub fn dropped(&self) -> u64 {
+        self.queue.dropped()
+    }
 }
 
 impl<R: Runtime> Client<R> {
@@ -245,7 +332,7 @@ impl<R: Runtime> Client<R> {
         let rt = R::current()?;
         let (mut client, driver) = Self::start(&rt, command, options)?;
         let (record_tx, record) = async_channel::bounded(1);
-        let name = format!("mcp-stdio-driver-{}", client.pid);
+        let name = format!("mcp-stdio-driver-{}", client.handle.pid);
         // No driver, no session: dropped with the future, the driver's
         // `Leader` kills the group and reaps it.
         rt.spawn_driver(
@@ -333,25 +420,22 @@ impl<R: Runtime> Client<R> {
             record: None,
         };
         let client = Self {
-            commands,
-            cancels,
+            handle: ClientHandle {
+                commands,
+                cancels,
+                pid,
+                finished,
+                request_timeout,
+                runtime: PhantomData,
+            },
             incoming,
             incoming_taken,
             driver: None,
-            pid,
             group,
-            finished,
             negotiation,
             negotiated: OnceLock::new(),
-            request_timeout,
-            runtime: PhantomData,
         };
         Ok((client, driver))
-    }
-
-    /// The server's process id (also its process group id).
-    pub fn pid(&self) -> u32 {
-        self.pid
     }
 
     /// Sends `signal` to the server's process group, as a host's own
@@ -359,6 +443,12 @@ impl<R: Runtime> Client<R> {
     /// session reaped the server nothing is sent ([`Signalled::Refused`]).
     pub fn signal_group(&self, signal: Signal) -> Signalled {
         self.group.signal(signal)
+    }
+
+    /// A handle on this session to clone into other tasks (see
+    /// [`ClientHandle`]).
+    pub fn handle(&self) -> ClientHandle<R> {
+        self.handle.clone()
     }
 
     /// Agrees on a protocol revision with the server, under the options'
@@ -407,6 +497,61 @@ impl<R: Runtime> Client<R> {
         self.negotiated.get()
     }
 
+    /// The next server→client request or notification; `None` once the
+    /// session is over. Messages wait in the core's bounded inbox meanwhile;
+    /// when it is full its overload policy applies and the reader goes on (G5).
+    pub async fn next_incoming(&self) -> Option<IncomingMessage> {
+        let msg = self.incoming.recv().await.ok();
+        // The capacity-1 channel has room again: the driver may move the
+        // next message out of the core's inbox.
+        self.incoming_taken.notify(1);
+        msg
+    }
+
+    /// Graceful shutdown (G11): pending requests fail, stdin is closed, then
+    /// `SIGTERM` and `SIGKILL` to the group after their graces, the readers
+    /// drain with a deadline, and the record of what was observed is returned.
+    pub async fn shutdown(mut self) -> SessionRecord {
+        let _ = self.commands.send(Command::Shutdown).await;
+        self.wait_record().await
+    }
+
+    /// Like [`shutdown`](Self::shutdown) but starts with `SIGTERM` at once.
+    pub async fn kill(mut self) -> SessionRecord {
+        let _ = self.commands.send(Command::Kill).await;
+        self.wait_record().await
+    }
+
+    /// Waits until the server ends by itself (or the session closes) and
+    /// returns the record, without asking it to stop.
+    pub async fn wait(mut self) -> SessionRecord {
+        self.wait_record().await
+    }
+
+    async fn wait_record(&mut self) -> SessionRecord {
+        let driver = self
+            .driver
+            .as_mut()
+            .expect("present until a consuming method (this one) has awaited it");
+        // The driver never panics on input; if it did (a bug), its task
+        // or thread ends without a record and this panics too. The receiver stays in
+        // `self` while awaited: if this future is dropped unfinished, `Drop`
+        // still kills the group.
+        let record = driver
+            .recv()
+            .await
+            .expect("the driver ended without its record: it panicked");
+        self.driver = None;
+        record
+    }
+}
+
+impl<R: Runtime> ClientHandle<R> {
+    /// The server's process id (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// Sends a request with the configured default timeout and waits for its result.
     pub async fn request(&self, method: &str, params: Option<Box<RawValue>>) -> Outcome {
         self.request_with_timeout(method, params, self.request_timeout)
@@ -451,6 +596,7 @@ impl<R: Runtime> Client<R> {
             timeout,
             outcome,
             cancel,
+            progress: None,
         };
         self.commands
             .send(cmd)
@@ -469,11 +615,22 @@ impl<R: Runtime> Client<R> {
         params: Option<Box<RawValue>>,
         timeout: Option<Duration>,
     ) -> Result<PendingRequest, RequestError> {
+        self.start(method, params, timeout, None).await
+    }
+
+    async fn start(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        timeout: Option<Duration>,
+        progress: Option<Arc<ProgressQueue>>,
+    ) -> Result<PendingRequest, RequestError> {
         let (reply, rx) = oneshot();
         let cmd = Command::Request {
             method: method.to_owned(),
             params,
             timeout,
+            progress,
             reply,
         };
         self.commands
@@ -514,17 +671,6 @@ impl<R: Runtime> Client<R> {
         self.cancels.cancel(id, reason);
     }
 
-    /// The next server→client request or notification; `None` once the
-    /// session is over. Messages wait in the core's bounded inbox meanwhile;
-    /// when it is full its overload policy applies and the reader goes on (G5).
-    pub async fn next_incoming(&self) -> Option<IncomingMessage> {
-        let msg = self.incoming.recv().await.ok();
-        // The capacity-1 channel has room again: the driver may move the
-        // next message out of the core's inbox.
-        self.incoming_taken.notify(1);
-        msg
-    }
-
     /// The session's counters now; `None` once the session is over.
     pub async fn metrics(&self) -> Option<ClientMetrics> {
         let (reply, rx) = oneshot();
@@ -537,41 +683,69 @@ impl<R: Runtime> Client<R> {
         self.finished.load(Ordering::Acquire)
     }
 
-    /// Graceful shutdown (G11): pending requests fail, stdin is closed, then
-    /// `SIGTERM` and `SIGKILL` to the group after their graces, the readers
-    /// drain with a deadline, and the record of what was observed is returned.
-    pub async fn shutdown(mut self) -> SessionRecord {
-        let _ = self.commands.send(Command::Shutdown).await;
-        self.wait_record().await
+    /// Starts a request whose progress the server may report: its params
+    /// get `_meta.progressToken` (the request's own id), and each
+    /// `notifications/progress` for it goes to the returned stream instead
+    /// of [`next_incoming`](Client::next_incoming). The stream ends when the
+    /// request completes. `timeout` as in [`start_request`](Self::start_request).
+    ///
+    /// # Errors
+    /// As [`start_request`](Self::start_request); params that are not an
+    /// object cannot carry the token.
+    pub async fn start_request_with_progress(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        timeout: Option<Duration>,
+    ) -> Result<(PendingRequest, ProgressStream), RequestError> {
+        let progress = ProgressStream::new();
+        let pending = self
+            .start(method, params, timeout, Some(progress.queue.clone()))
+            .await?;
+        Ok((pending, progress))
     }
 
-    /// Like [`shutdown`](Self::shutdown) but starts with `SIGTERM` at once.
-    pub async fn kill(mut self) -> SessionRecord {
-        let _ = self.commands.send(Command::Kill).await;
-        self.wait_record().await
+    /// One page of the server's tools (`tools/list` from `cursor`), raw: the
+    /// result's `tools` and `nextCursor` as the server sent them.
+    pub async fn list_tools(&self, cursor: Option<&str>) -> Outcome {
+        self.request(TOOLS_LIST, tools_list_params(cursor)).await
     }
 
-    /// Waits until the server ends by itself (or the session closes) and
-    /// returns the record, without asking it to stop.
-    pub async fn wait(mut self) -> SessionRecord {
-        self.wait_record().await
+    /// Calls the tool `name` with `arguments` (an object, or `null`), with
+    /// the session's default timeout; the result raw (`content`,
+    /// `structuredContent`, `isError`).
+    pub async fn call_tool(&self, name: &str, arguments: &serde_json::Value) -> Outcome {
+        let params = tools_call_params(name, arguments).map_err(RequestError::from)?;
+        self.request(TOOLS_CALL, Some(params)).await
     }
 
-    async fn wait_record(&mut self) -> SessionRecord {
-        let driver = self
-            .driver
-            .as_mut()
-            .expect("present until a consuming method (this one) has awaited it");
-        // The driver never panics on input; if it did (a bug), its task
-        // or thread ends without a record and this panics too. The receiver stays in
-        // `self` while awaited: if this future is dropped unfinished, `Drop`
-        // still kills the group.
-        let record = driver
-            .recv()
+    /// [`call_tool`](Self::call_tool) with its progress: the call in flight,
+    /// to await or cancel, and the stream of its progress updates (see
+    /// [`start_request_with_progress`](Self::start_request_with_progress)).
+    ///
+    /// # Errors
+    /// `arguments` is not an object, or the request could not be sent.
+    pub async fn call_tool_with_progress(
+        &self,
+        name: &str,
+        arguments: &serde_json::Value,
+    ) -> Result<(PendingRequest, ProgressStream), RequestError> {
+        let params = tools_call_params(name, arguments).map_err(RequestError::from)?;
+        self.start_request_with_progress(TOOLS_CALL, Some(params), None)
             .await
-            .expect("the driver ended without its record: it panicked");
-        self.driver = None;
-        record
+    }
+
+    /// The session's counters and the newest `stderr_bytes` bytes the server
+    /// wrote to stderr (of the tail the session keeps), while it runs;
+    /// `None` once the session is over (the record has them then).
+    pub async fn snapshot(&self, stderr_bytes: usize) -> Option<LiveSnapshot> {
+        let (reply, rx) = oneshot();
+        let cmd = Command::Snapshot {
+            stderr_bytes,
+            reply,
+        };
+        self.commands.send(cmd).await.ok()?;
+        rx.recv().await.ok()
     }
 }
 

@@ -63,7 +63,9 @@ pub use mcp_stdio_core as core;
 
 #[cfg(feature = "async-io")]
 pub use async_io_rt::{spawn_thread, AsyncIo};
-pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responder};
+pub use client::{
+    CancelHandle, Client, ClientHandle, IncomingMessage, PendingRequest, ProgressStream, Responder,
+};
 pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
 pub use io::{FuturesIo, Sink, Source};
 pub use pipe::Pipe;

@@ -4,7 +4,7 @@
 //! (and, by name, in `mcp-stdio-blocking`), so switching adapters is a change
 //! of import.
 
-pub use crate::client::{CancelHandle, IncomingMessage, PendingRequest, Responder};
+pub use crate::client::{CancelHandle, IncomingMessage, PendingRequest, ProgressStream, Responder};
 pub use crate::helper::{ApprovalRequest, Approver};
 pub use crate::serve::{
     CancelToken, Handler, HandlerResult, RequestContext, ServeEnd, ServeOptions, ServeReport,
@@ -14,6 +14,7 @@ pub use mcp_stdio_core::Deadline;
 pub use mcp_stdio_core::{BasicsError, ServerBasics};
 pub use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
 pub use mcp_stdio_core::{HelperOptions, HelperOutcome};
+pub use mcp_stdio_core::{LiveSnapshot, Progress};
 pub use mcp_stdio_core::{Negotiated, NegotiatedVia, VersionPolicy};
 /// What `Client::signal_group` did.
 pub use mcp_stdio_sys::Signalled;
@@ -31,6 +32,10 @@ macro_rules! runtime_api {
         /// [`mcp_stdio_async::Client`]).
         #[doc = $where]
         pub type Client = $crate::Client<$rt>;
+
+        /// A cloneable handle on a [`Client`]'s session (see
+        /// [`mcp_stdio_async::ClientHandle`]).
+        pub type ClientHandle = $crate::ClientHandle<$rt>;
 
         /// Serves MCP on this process's stdin and stdout until stdin closes
         /// and in-flight work drains (bounded by `drain_timeout`), a task and

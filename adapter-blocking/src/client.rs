@@ -45,6 +45,10 @@ use mcp_stdio_core::ChildStream;
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_core::Signal;
 use mcp_stdio_core::{
+    tools_call_params, tools_list_params, LiveSnapshot, Progress, ProgressPoll, ProgressQueue,
+    TOOLS_CALL, TOOLS_LIST,
+};
+use mcp_stdio_core::{
     CancelRegistry, ClientDriver, DriverAction, DriverInput, DriverOutput, ReplyChannel, ABANDONED,
 };
 use mcp_stdio_core::{ClientMetrics, Deadline, Incoming, RequestFailure, SendError};
@@ -271,16 +275,84 @@ impl Drop for PendingRequest {
 /// already reaped (its id could have been reused).
 #[derive(Debug)]
 pub struct Client {
-    commands: Commands,
-    cancels: Arc<CancelRegistry>,
-    shared: Arc<Shared>,
+    /// Requests, notifications, cancels and counters; `Deref` gives its
+    /// methods to the `Client`.
+    handle: ClientHandle,
     io_thread: Option<JoinHandle<Option<SessionRecord>>>,
-    pid: u32,
     group: ProcessGroup,
     /// A fresh negotiation under the options' policy, for `initialize`.
     negotiation: Negotiation,
     negotiated: OnceLock<Negotiated>,
+}
+
+/// A handle on a running session that can be cloned into other threads:
+/// requests, notifications, cancels, progress, counters and the live stderr
+/// tail — everything but ending the session, which stays the [`Client`]'s
+/// ([`shutdown`](Client::shutdown), [`kill`](Client::kill), dropping it).
+/// A handle does not keep the session alive: once the `Client` ended it,
+/// the handle's requests fail with `SessionClosed`. Every method is also
+/// the `Client`'s (it dereferences to its handle).
+#[derive(Debug, Clone)]
+pub struct ClientHandle {
+    commands: Commands,
+    cancels: Arc<CancelRegistry>,
+    shared: Arc<Shared>,
+    pid: u32,
     request_timeout: Option<Duration>,
+}
+
+impl std::ops::Deref for Client {
+    type Target = ClientHandle;
+
+    fn deref(&self) -> &ClientHandle {
+        &self.handle
+    }
+}
+
+/// The progress of one request (`notifications/progress`), as they come: an
+/// iterator whose `next` blocks until the next update, and ends once the
+/// request completed and every update was taken. At most
+/// [`MAX_PROGRESS_QUEUED`](mcp_stdio_core::MAX_PROGRESS_QUEUED) wait; past
+/// it the oldest is dropped ([`dropped`](Self::dropped)).
+#[derive(Debug)]
+pub struct ProgressStream {
+    queue: Arc<ProgressQueue>,
+}
+
+impl ProgressStream {
+    fn new() -> Self {
+        // Blocking readers wait on the queue itself: no waker.
+        Self {
+            queue: ProgressQueue::new(|| {}),
+        }
+    }
+
+    /// The next update, waiting at most `timeout`: an update, `Empty` when
+    /// none came in time, `Ended` once the request completed and every
+    /// update was taken.
+    pub fn next_timeout(&self, timeout: Duration) -> ProgressPoll {
+        self.queue.wait_next(timeout)
+    }
+
+    /// Updates dropped because this stream fell behind.
+    pub fn dropped(&self) -> u64 {
+        self.queue.dropped()
+    }
+}
+
+impl Iterator for ProgressStream {
+    type Item = Progress;
+
+    /// Blocks until the next update; `None` once the request completed.
+    fn next(&mut self) -> Option<Progress> {
+        loop {
+            match self.queue.wait_next(Duration::from_secs(3600)) {
+                ProgressPoll::Update(u) => return Some(u),
+                ProgressPoll::Ended => return None,
+                ProgressPoll::Empty => {}
+            }
+        }
+    }
 }
 
 impl Client {
@@ -319,21 +391,18 @@ impl Client {
             return Err(io::Error::other("the I/O thread ended before it started"));
         }
         Ok(Self {
-            commands,
-            cancels,
-            shared,
+            handle: ClientHandle {
+                commands,
+                cancels,
+                shared,
+                pid,
+                request_timeout,
+            },
             io_thread: Some(io_thread),
-            pid,
             group,
             negotiation,
             negotiated: OnceLock::new(),
-            request_timeout,
         })
-    }
-
-    /// The server's process id (also its process group id).
-    pub fn pid(&self) -> u32 {
-        self.pid
     }
 
     /// Sends `signal` to the server's process group, as a host's own
@@ -341,6 +410,12 @@ impl Client {
     /// session reaped the server nothing is sent ([`Signalled::Refused`]).
     pub fn signal_group(&self, signal: Signal) -> Signalled {
         self.group.signal(signal)
+    }
+
+    /// A handle on this session to clone into other threads (see
+    /// [`ClientHandle`]).
+    pub fn handle(&self) -> ClientHandle {
+        self.handle.clone()
     }
 
     /// Agrees on a protocol revision with the server, under the options'
@@ -385,6 +460,86 @@ impl Client {
         self.negotiated.get()
     }
 
+    /// The next server→client request or notification, waiting at most
+    /// `timeout` (`None`: as long as it takes); `None` on timeout or once the
+    /// session is over. Messages wait in the core's bounded inbox meanwhile;
+    /// when it is full its overload policy applies and the reader goes on (G5).
+    pub fn next_incoming(&self, timeout: Option<Duration>) -> Option<IncomingMessage> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut slot = self.shared.slot();
+        loop {
+            if let Some(message) = slot.message.take() {
+                drop(slot);
+                // The slot is free: the I/O thread refills it from the inbox.
+                self.commands.wake();
+                return Some(message);
+            }
+            if slot.closed {
+                return None;
+            }
+            slot = match (timeout, deadline) {
+                (Some(_), Some(d)) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    self.shared
+                        .incoming_ready
+                        .wait_timeout(slot, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+                // No timeout, or one too large to represent: wait as long as it takes.
+                _ => self
+                    .shared
+                    .incoming_ready
+                    .wait(slot)
+                    .unwrap_or_else(PoisonError::into_inner),
+            };
+        }
+    }
+
+    /// Graceful shutdown (G11): pending requests fail, stdin is closed, then
+    /// `SIGTERM` and `SIGKILL` to the group after their graces, the readers
+    /// drain with a deadline, and the record of what was observed is returned.
+    /// Blocks until the I/O thread has ended.
+    pub fn shutdown(mut self) -> SessionRecord {
+        let _ = self.commands.send(Command::Shutdown);
+        self.wait_record()
+    }
+
+    /// Like [`shutdown`](Self::shutdown) but starts with `SIGTERM` at once.
+    pub fn kill(mut self) -> SessionRecord {
+        let _ = self.commands.send(Command::Kill);
+        self.wait_record()
+    }
+
+    /// Blocks until the server ends by itself (or the session closes) and
+    /// returns the record, without asking it to stop.
+    pub fn wait(mut self) -> SessionRecord {
+        self.wait_record()
+    }
+
+    fn wait_record(&mut self) -> SessionRecord {
+        let thread = self
+            .io_thread
+            .take()
+            .expect("the I/O thread is joined only once, here");
+        match thread.join() {
+            Ok(Some(record)) => record,
+            Ok(None) => unreachable!("the driver is handed over before `spawn` returns"),
+            // The driver never panics on input; a panic is a bug, surfaced as one.
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl ClientHandle {
+    /// The server's process id (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// Sends a request with the configured default timeout and blocks until
     /// its result.
     pub fn request(&self, method: &str, params: Option<Box<RawValue>>) -> Outcome {
@@ -426,11 +581,22 @@ impl Client {
         params: Option<Box<RawValue>>,
         timeout: Option<Duration>,
     ) -> Result<PendingRequest, RequestError> {
+        self.start(method, params, timeout, None)
+    }
+
+    fn start(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        timeout: Option<Duration>,
+        progress: Option<Arc<ProgressQueue>>,
+    ) -> Result<PendingRequest, RequestError> {
         let (reply, rx) = reply_channel();
         self.commands.send(Command::Request {
             method: method.to_owned(),
             params,
             timeout,
+            progress,
             reply,
         })?;
         let started = rx.recv().unwrap_or(Err(SendError::Closed.into()))?;
@@ -459,45 +625,6 @@ impl Client {
         self.cancels.cancel(id, reason);
     }
 
-    /// The next server→client request or notification, waiting at most
-    /// `timeout` (`None`: as long as it takes); `None` on timeout or once the
-    /// session is over. Messages wait in the core's bounded inbox meanwhile;
-    /// when it is full its overload policy applies and the reader goes on (G5).
-    pub fn next_incoming(&self, timeout: Option<Duration>) -> Option<IncomingMessage> {
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        let mut slot = self.shared.slot();
-        loop {
-            if let Some(message) = slot.message.take() {
-                drop(slot);
-                // The slot is free: the I/O thread refills it from the inbox.
-                self.commands.wake();
-                return Some(message);
-            }
-            if slot.closed {
-                return None;
-            }
-            slot = match (timeout, deadline) {
-                (Some(_), Some(d)) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return None;
-                    }
-                    self.shared
-                        .incoming_ready
-                        .wait_timeout(slot, left)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0
-                }
-                // No timeout, or one too large to represent: wait as long as it takes.
-                _ => self
-                    .shared
-                    .incoming_ready
-                    .wait(slot)
-                    .unwrap_or_else(PoisonError::into_inner),
-            };
-        }
-    }
-
     /// The session's counters now; `None` once the session is over.
     pub fn metrics(&self) -> Option<ClientMetrics> {
         let (reply, rx) = reply_channel();
@@ -510,38 +637,67 @@ impl Client {
         self.shared.finished.load(Ordering::Acquire)
     }
 
-    /// Graceful shutdown (G11): pending requests fail, stdin is closed, then
-    /// `SIGTERM` and `SIGKILL` to the group after their graces, the readers
-    /// drain with a deadline, and the record of what was observed is returned.
-    /// Blocks until the I/O thread has ended.
-    pub fn shutdown(mut self) -> SessionRecord {
-        let _ = self.commands.send(Command::Shutdown);
-        self.wait_record()
+    /// Starts a request whose progress the server may report: its params
+    /// get `_meta.progressToken` (the request's own id), and each
+    /// `notifications/progress` for it goes to the returned stream instead
+    /// of [`next_incoming`](Client::next_incoming). The stream ends when the
+    /// request completes. `timeout` as in [`start_request`](Self::start_request).
+    ///
+    /// # Errors
+    /// As [`start_request`](Self::start_request); params that are not an
+    /// object cannot carry the token.
+    pub fn start_request_with_progress(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        timeout: Option<Duration>,
+    ) -> Result<(PendingRequest, ProgressStream), RequestError> {
+        let progress = ProgressStream::new();
+        let pending = self.start(method, params, timeout, Some(progress.queue.clone()))?;
+        Ok((pending, progress))
     }
 
-    /// Like [`shutdown`](Self::shutdown) but starts with `SIGTERM` at once.
-    pub fn kill(mut self) -> SessionRecord {
-        let _ = self.commands.send(Command::Kill);
-        self.wait_record()
+    /// One page of the server's tools (`tools/list` from `cursor`), raw: the
+    /// result's `tools` and `nextCursor` as the server sent them.
+    pub fn list_tools(&self, cursor: Option<&str>) -> Outcome {
+        self.request(TOOLS_LIST, tools_list_params(cursor))
     }
 
-    /// Blocks until the server ends by itself (or the session closes) and
-    /// returns the record, without asking it to stop.
-    pub fn wait(mut self) -> SessionRecord {
-        self.wait_record()
+    /// Calls the tool `name` with `arguments` (an object, or `null`), with
+    /// the session's default timeout; the result raw (`content`,
+    /// `structuredContent`, `isError`).
+    pub fn call_tool(&self, name: &str, arguments: &serde_json::Value) -> Outcome {
+        let params = tools_call_params(name, arguments).map_err(RequestError::from)?;
+        self.request(TOOLS_CALL, Some(params))
     }
 
-    fn wait_record(&mut self) -> SessionRecord {
-        let thread = self
-            .io_thread
-            .take()
-            .expect("the I/O thread is joined only once, here");
-        match thread.join() {
-            Ok(Some(record)) => record,
-            Ok(None) => unreachable!("the driver is handed over before `spawn` returns"),
-            // The driver never panics on input; a panic is a bug, surfaced as one.
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+    /// [`call_tool`](Self::call_tool) with its progress: the call in flight,
+    /// to wait for or cancel, and the stream of its progress updates (see
+    /// [`start_request_with_progress`](Self::start_request_with_progress)).
+    ///
+    /// # Errors
+    /// `arguments` is not an object, or the request could not be sent.
+    pub fn call_tool_with_progress(
+        &self,
+        name: &str,
+        arguments: &serde_json::Value,
+    ) -> Result<(PendingRequest, ProgressStream), RequestError> {
+        let params = tools_call_params(name, arguments).map_err(RequestError::from)?;
+        self.start_request_with_progress(TOOLS_CALL, Some(params), None)
+    }
+
+    /// The session's counters and the newest `stderr_bytes` bytes the server
+    /// wrote to stderr (of the tail the session keeps), while it runs;
+    /// `None` once the session is over (the record has them then).
+    pub fn snapshot(&self, stderr_bytes: usize) -> Option<LiveSnapshot> {
+        let (reply, rx) = reply_channel();
+        self.commands
+            .send(Command::Snapshot {
+                stderr_bytes,
+                reply,
+            })
+            .ok()?;
+        rx.recv().ok()
     }
 }
 

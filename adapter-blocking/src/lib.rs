@@ -58,9 +58,12 @@ mod os;
 mod serve;
 
 #[cfg(unix)]
-pub use client::{CancelHandle, Client, IncomingMessage, PendingRequest, Responder};
+pub use client::{
+    CancelHandle, Client, ClientHandle, IncomingMessage, PendingRequest, ProgressStream, Responder,
+};
 #[cfg(unix)]
 pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
+pub use mcp_stdio_core::{LiveSnapshot, Progress, ProgressPoll};
 pub use serve::{
     serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeEnd, ServeOptions,
     ServeReport,

@@ -269,7 +269,10 @@ fn readme_front_page_host_config_puts_the_guard_in_front_with_flags_it_knows() {
         .lines()
         .find(|l| l.starts_with("mcp-stdio check "))
         .expect("a check line");
-    for flag in line.split_whitespace().filter(|w| w.starts_with("--") && *w != "--") {
+    for flag in line
+        .split_whitespace()
+        .filter(|w| w.starts_with("--") && *w != "--")
+    {
         assert!(check_help.contains(flag), "check has no {flag}");
     }
 }

@@ -185,6 +185,7 @@ pub use session::budget::{
     BudgetConfig, BudgetError, BudgetedResult, FinishError, PushError, ResultBudget,
     DEFAULT_MAX_CURSOR_BYTES,
 };
+pub use session::calls::{tools_call_params, tools_list_params, TOOLS_CALL, TOOLS_LIST};
 pub use session::client::{
     CancelError, ClientConfig, ClientEvent, ClientMetrics, ClientSession, CloseReason, Deadline,
     Incoming, OverloadPolicy, RequestError, RequestFailure, SendError, CANCELLED,
@@ -200,6 +201,9 @@ pub use session::handshake::{
 pub use session::negotiate::{
     FallbackReason, InitializeError, Negotiated, NegotiatedVia, Negotiation, NegotiationStep,
     VersionPolicy, DEFAULT_DISCOVER_TIMEOUT, INITIALIZED, MAX_OFFERED_VERSIONS,
+};
+pub use session::progress::{
+    Progress, ProgressPoll, ProgressQueue, MAX_PROGRESS_QUEUED, PROGRESS_METHOD,
 };
 pub use session::server::{
     NotifyError, RequestState, RespondError, Responded, ServerConfig, ServerEvent, ServerMetrics,
@@ -243,7 +247,7 @@ pub use records::call::{
 pub use time::Stamp;
 
 // The machines the loops drive, and the one rule for read and write results.
-pub use driver::spawned::{ClientOptions, SessionRecord, StderrForwardConfig};
+pub use driver::spawned::{ClientOptions, LiveSnapshot, SessionRecord, StderrForwardConfig};
 pub use driver::{
     CallCancel, CancelHandle, CancelRegistry, ClientDriver, Command, DriverAction, DriverInput,
     DriverOutput, LookForExit, Outcome, ReplyChannel, StartReply, Started, ABANDONED,

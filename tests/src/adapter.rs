@@ -10,6 +10,7 @@ use mcp_stdio_core::CommandSpec;
 use mcp_stdio_core::Negotiated;
 use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::{ErrorObject, Id, Notification, RawResult, RawValue, Request};
+use mcp_stdio_core::{LiveSnapshot, Progress};
 
 /// A result as the suite sees it.
 pub type Outcome = Result<RawResult, RequestError>;
@@ -47,6 +48,14 @@ pub trait SuitePending: Send {
     fn wait(self: Box<Self>) -> Outcome;
 }
 
+/// A `ClientHandle` behind the suite's interface: cloned into threads.
+pub trait SuiteHandle: Send {
+    /// `call_tool` through the handle.
+    fn call_tool(&self, name: &str, arguments: &serde_json::Value) -> Outcome;
+    /// Another handle on the same session.
+    fn clone_handle(&self) -> Box<dyn SuiteHandle>;
+}
+
 /// A client under test. Dropping it must kill the server's process group.
 pub trait SuiteClient: Send {
     /// The server's pid (= its process group id).
@@ -73,6 +82,21 @@ pub trait SuiteClient: Send {
     fn next_incoming(&self, wait: Duration) -> Option<SuiteIncoming>;
     /// The session's counters (`None` once it is over).
     fn metrics(&self) -> Option<ClientMetrics>;
+    /// The counters and the newest `stderr_bytes` of stderr, while it runs.
+    fn snapshot(&self, stderr_bytes: usize) -> Option<LiveSnapshot>;
+    /// `list_tools`: one page of `tools/list`.
+    fn list_tools(&self, cursor: Option<&str>) -> Outcome;
+    /// `call_tool`, with the session's default timeout.
+    fn call_tool(&self, name: &str, arguments: &serde_json::Value) -> Outcome;
+    /// `call_tool_with_progress`: the progress stream read to its end (each
+    /// update as it came), then the call's outcome.
+    fn call_tool_collecting_progress(
+        &self,
+        name: &str,
+        arguments: &serde_json::Value,
+    ) -> Result<(Vec<Progress>, Outcome), RequestError>;
+    /// A handle on the session, to use from other threads.
+    fn handle(&self) -> Box<dyn SuiteHandle>;
     /// Graceful shutdown, returning the record.
     fn shutdown(self: Box<Self>) -> SessionRecord;
     /// Waits for the server to end by itself.

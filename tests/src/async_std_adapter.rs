@@ -11,15 +11,17 @@ use std::time::{Duration, Instant};
 
 use async_std::task;
 use mcp_stdio_async_std::{
-    run_helper_with_approval, ApprovalRequest, CancelToken, Client, IncomingMessage, PendingRequest,
+    run_helper_with_approval, ApprovalRequest, CancelToken, Client, ClientHandle, IncomingMessage,
+    PendingRequest,
 };
 use mcp_stdio_core::ClientMetrics;
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_core::Negotiated;
 use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::{Id, RawValue};
+use mcp_stdio_core::{LiveSnapshot, Progress};
 
-use crate::adapter::{Adapter, Outcome, SuiteClient, SuiteIncoming, SuitePending};
+use crate::adapter::{Adapter, Outcome, SuiteClient, SuiteHandle, SuiteIncoming, SuitePending};
 use crate::helper_adapter::{HelperAdapter, HelperJob, HelperRunReport, RunClock};
 
 /// The async-std adapter.
@@ -46,6 +48,17 @@ impl Adapter for AsyncStd {
 impl AsyncStdClient {
     fn client(&self) -> &Client {
         self.client.as_ref().expect("present until shutdown")
+    }
+}
+
+struct AsyncStdHandle(ClientHandle);
+
+impl SuiteHandle for AsyncStdHandle {
+    fn call_tool(&self, name: &str, arguments: &serde_json::Value) -> Outcome {
+        task::block_on(self.0.call_tool(name, arguments))
+    }
+    fn clone_handle(&self) -> Box<dyn SuiteHandle> {
+        Box::new(Self(self.0.clone()))
     }
 }
 
@@ -116,6 +129,40 @@ impl SuiteClient for AsyncStdClient {
 
     fn metrics(&self) -> Option<ClientMetrics> {
         task::block_on(self.client().metrics())
+    }
+
+    fn snapshot(&self, stderr_bytes: usize) -> Option<LiveSnapshot> {
+        task::block_on(self.client().snapshot(stderr_bytes))
+    }
+
+    fn list_tools(&self, cursor: Option<&str>) -> Outcome {
+        task::block_on(self.client().list_tools(cursor))
+    }
+
+    fn call_tool(&self, name: &str, arguments: &serde_json::Value) -> Outcome {
+        task::block_on(self.client().call_tool(name, arguments))
+    }
+
+    fn call_tool_collecting_progress(
+        &self,
+        name: &str,
+        arguments: &serde_json::Value,
+    ) -> Result<(Vec<Progress>, Outcome), RequestError> {
+        task::block_on(async {
+            let (pending, mut progress) = self
+                .client()
+                .call_tool_with_progress(name, arguments)
+                .await?;
+            let mut updates = Vec::new();
+            while let Some(u) = progress.next().await {
+                updates.push(u);
+            }
+            Ok((updates, pending.await))
+        })
+    }
+
+    fn handle(&self) -> Box<dyn SuiteHandle> {
+        Box::new(AsyncStdHandle(self.client().handle()))
     }
 
     fn shutdown(mut self: Box<Self>) -> SessionRecord {

@@ -11,15 +11,17 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use mcp_stdio_blocking::{
-    run_helper_with_approval, ApprovalRequest, CancelToken, Client, IncomingMessage, PendingRequest,
+    run_helper_with_approval, ApprovalRequest, CancelToken, Client, ClientHandle, IncomingMessage,
+    PendingRequest,
 };
 use mcp_stdio_core::ClientMetrics;
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_core::Negotiated;
 use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::{Id, RawValue};
+use mcp_stdio_core::{LiveSnapshot, Progress};
 
-use crate::adapter::{Adapter, Outcome, SuiteClient, SuiteIncoming, SuitePending};
+use crate::adapter::{Adapter, Outcome, SuiteClient, SuiteHandle, SuiteIncoming, SuitePending};
 use crate::helper_adapter::{HelperAdapter, HelperJob, HelperRunReport, RunClock};
 
 /// The blocking adapter.
@@ -46,6 +48,17 @@ impl Adapter for Blocking {
 impl BlockingClient {
     fn client(&self) -> &Client {
         self.client.as_ref().expect("present until shutdown")
+    }
+}
+
+struct BlockingHandle(ClientHandle);
+
+impl SuiteHandle for BlockingHandle {
+    fn call_tool(&self, name: &str, arguments: &serde_json::Value) -> Outcome {
+        self.0.call_tool(name, arguments)
+    }
+    fn clone_handle(&self) -> Box<dyn SuiteHandle> {
+        Box::new(Self(self.0.clone()))
     }
 }
 
@@ -110,6 +123,32 @@ impl SuiteClient for BlockingClient {
 
     fn metrics(&self) -> Option<ClientMetrics> {
         self.client().metrics()
+    }
+
+    fn snapshot(&self, stderr_bytes: usize) -> Option<LiveSnapshot> {
+        self.client().snapshot(stderr_bytes)
+    }
+
+    fn list_tools(&self, cursor: Option<&str>) -> Outcome {
+        self.client().list_tools(cursor)
+    }
+
+    fn call_tool(&self, name: &str, arguments: &serde_json::Value) -> Outcome {
+        self.client().call_tool(name, arguments)
+    }
+
+    fn call_tool_collecting_progress(
+        &self,
+        name: &str,
+        arguments: &serde_json::Value,
+    ) -> Result<(Vec<Progress>, Outcome), RequestError> {
+        let (pending, progress) = self.client().call_tool_with_progress(name, arguments)?;
+        let updates: Vec<Progress> = progress.collect();
+        Ok((updates, pending.wait()))
+    }
+
+    fn handle(&self) -> Box<dyn SuiteHandle> {
+        Box::new(BlockingHandle(self.client().handle()))
     }
 
     fn shutdown(mut self: Box<Self>) -> SessionRecord {

@@ -8,10 +8,11 @@ use mcp_stdio_core::CommandSpec;
 use mcp_stdio_core::Negotiated;
 use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
 use mcp_stdio_core::{Id, RawValue};
-use mcp_stdio_tokio::{Client, IncomingMessage, PendingRequest};
+use mcp_stdio_core::{LiveSnapshot, Progress};
+use mcp_stdio_tokio::{Client, ClientHandle, IncomingMessage, PendingRequest};
 use tokio::runtime::Runtime;
 
-use crate::adapter::{Adapter, Outcome, SuiteClient, SuiteIncoming, SuitePending};
+use crate::adapter::{Adapter, Outcome, SuiteClient, SuiteHandle, SuiteIncoming, SuitePending};
 
 /// The tokio adapter.
 #[derive(Debug)]
@@ -54,6 +55,23 @@ impl Adapter for Tokio {
 impl TokioClient {
     fn client(&self) -> &Client {
         self.client.as_ref().expect("present until shutdown")
+    }
+}
+
+struct TokioHandle {
+    rt: Arc<Runtime>,
+    handle: ClientHandle,
+}
+
+impl SuiteHandle for TokioHandle {
+    fn call_tool(&self, name: &str, arguments: &serde_json::Value) -> Outcome {
+        self.rt.block_on(self.handle.call_tool(name, arguments))
+    }
+    fn clone_handle(&self) -> Box<dyn SuiteHandle> {
+        Box::new(Self {
+            rt: self.rt.clone(),
+            handle: self.handle.clone(),
+        })
     }
 }
 
@@ -135,6 +153,43 @@ impl SuiteClient for TokioClient {
 
     fn metrics(&self) -> Option<ClientMetrics> {
         self.rt.block_on(self.client().metrics())
+    }
+
+    fn snapshot(&self, stderr_bytes: usize) -> Option<LiveSnapshot> {
+        self.rt.block_on(self.client().snapshot(stderr_bytes))
+    }
+
+    fn list_tools(&self, cursor: Option<&str>) -> Outcome {
+        self.rt.block_on(self.client().list_tools(cursor))
+    }
+
+    fn call_tool(&self, name: &str, arguments: &serde_json::Value) -> Outcome {
+        self.rt.block_on(self.client().call_tool(name, arguments))
+    }
+
+    fn call_tool_collecting_progress(
+        &self,
+        name: &str,
+        arguments: &serde_json::Value,
+    ) -> Result<(Vec<Progress>, Outcome), RequestError> {
+        self.rt.block_on(async {
+            let (pending, mut progress) = self
+                .client()
+                .call_tool_with_progress(name, arguments)
+                .await?;
+            let mut updates = Vec::new();
+            while let Some(u) = progress.next().await {
+                updates.push(u);
+            }
+            Ok((updates, pending.await))
+        })
+    }
+
+    fn handle(&self) -> Box<dyn SuiteHandle> {
+        Box::new(TokioHandle {
+            rt: self.rt.clone(),
+            handle: self.client().handle(),
+        })
     }
 
     fn shutdown(mut self: Box<Self>) -> SessionRecord {

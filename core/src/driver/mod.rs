@@ -53,12 +53,15 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::driver::spawned::{ClientOptions, SessionRecord, SpawnedAction, SpawnedServer};
+use crate::driver::spawned::{
+    ClientOptions, LiveSnapshot, SessionRecord, SpawnedAction, SpawnedServer,
+};
 use crate::io_result::{ChildStream, Note, NoteLevel, ReadResult, WriteResult};
 use crate::outbox::Outgoing;
 use crate::process::supervisor::{ExitStatus, Signal};
 use crate::session::client::{ClientEvent, ClientMetrics, Incoming, RequestError, RequestFailure};
 use crate::session::negotiate::Negotiated;
+use crate::session::progress::ProgressQueue;
 use crate::wire::frame::ReadRoom;
 use crate::wire::message::{ErrorObject, Id, RawResult, RawValue};
 
@@ -110,6 +113,9 @@ pub enum Command<C: ReplyChannel> {
         params: Option<Box<RawValue>>,
         /// The deadline from now (`None`: none).
         timeout: Option<Duration>,
+        /// Where the request's progress goes, if it asks for it (see
+        /// [`ClientSession::request_with_progress`](crate::ClientSession::request_with_progress)).
+        progress: Option<Arc<ProgressQueue>>,
         /// Where the answer goes.
         reply: C::Sender<StartReply<C>>,
     },
@@ -129,6 +135,8 @@ pub enum Command<C: ReplyChannel> {
         outcome: C::Sender<Outcome>,
         /// Cancels the request, even before the driver has taken the command.
         cancel: CallCancel,
+        /// Where the request's progress goes, if it asks for it.
+        progress: Option<Arc<ProgressQueue>>,
     },
     /// Send a notification.
     Notify {
@@ -158,6 +166,14 @@ pub enum Command<C: ReplyChannel> {
         /// Where they go.
         reply: C::Sender<ClientMetrics>,
     },
+    /// The session's counters and the newest bytes of the server's stderr,
+    /// while it runs.
+    Snapshot {
+        /// At most this many bytes of the stderr tail.
+        stderr_bytes: usize,
+        /// Where it goes.
+        reply: C::Sender<LiveSnapshot>,
+    },
     /// Graceful shutdown (G11).
     Shutdown,
     /// `SIGTERM` at once, then the rest of the shutdown sequence.
@@ -173,6 +189,7 @@ impl<C: ReplyChannel> fmt::Debug for Command<C> {
             Self::Respond { .. } => "Respond",
             Self::Negotiated(_) => "Negotiated",
             Self::Metrics { .. } => "Metrics",
+            Self::Snapshot { .. } => "Snapshot",
             Self::Shutdown => "Shutdown",
             Self::Kill => "Kill",
         })
@@ -804,10 +821,11 @@ impl<C: ReplyChannel> ClientDriver<C> {
                 method,
                 params,
                 timeout,
+                progress,
                 reply,
             } => match self
                 .server
-                .request(now, &method, params.as_deref(), timeout)
+                .request(now, &method, params.as_deref(), timeout, progress)
             {
                 Ok(id) => {
                     let (tx, rx) = C::channel();
@@ -848,9 +866,10 @@ impl<C: ReplyChannel> ClientDriver<C> {
                 timeout,
                 outcome,
                 cancel,
+                progress,
             } => match self
                 .server
-                .request(now, &method, params.as_deref(), timeout)
+                .request(now, &method, params.as_deref(), timeout, progress)
             {
                 Ok(id) => {
                     let slot = cancel.slot;
@@ -889,6 +908,12 @@ impl<C: ReplyChannel> ClientDriver<C> {
             Command::Negotiated(n) => self.server.set_negotiated(&n, &self.options),
             Command::Metrics { reply } => {
                 let _ = C::send(reply, self.server.metrics());
+            }
+            Command::Snapshot {
+                stderr_bytes,
+                reply,
+            } => {
+                let _ = C::send(reply, self.server.snapshot(stderr_bytes));
             }
             Command::Shutdown => self.server.shutdown(now),
             Command::Kill => self.server.kill(now),
@@ -1072,6 +1097,7 @@ mod tests {
                 method: method.to_owned(),
                 params: None,
                 timeout,
+                progress: None,
                 reply,
             };
             self.driver.handle_command(self.t0, cmd);
@@ -1273,6 +1299,7 @@ mod tests {
                 method: "slow".into(),
                 params: None,
                 timeout: None,
+                progress: None,
                 reply,
             },
         );
@@ -1298,6 +1325,7 @@ mod tests {
                 timeout: None,
                 outcome,
                 cancel: cancel.clone(),
+                progress: None,
             };
             r.driver.handle_command(r.t0, cmd);
             rx

@@ -485,6 +485,21 @@ impl LineForwarder {
 /// (wake waiting callers), `poll_stderr_line` until `None` (log), then arm a
 /// timer for `poll_timeout`. Keep reading stdout and stderr throughout (G1):
 /// the session never asks the adapter to pause a reader.
+/// A running session seen from outside: its counters and the newest bytes
+/// of the server's stderr, now (`Client::snapshot` in every adapter). The
+/// final [`SessionRecord`] says the same at the end.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct LiveSnapshot {
+    /// The protocol session's counters.
+    pub metrics: ClientMetrics,
+    /// Bytes the server has written to stderr so far (kept or not).
+    pub stderr_seen: u64,
+    /// The newest bytes of stderr kept (the capture's tail, redacted when the
+    /// capture redacts), decoded lossily.
+    pub stderr_tail: String,
+}
+
 #[derive(Debug)]
 pub(crate) struct SpawnedServer {
     stderr_excerpt_bytes: usize,
@@ -600,18 +615,38 @@ impl SpawnedServer {
 
     // ---- commands ----
 
-    /// Sends a request (see [`ClientSession::request`]).
+    /// Sends a request (see [`ClientSession::request`]), its progress to
+    /// `progress` if given ([`ClientSession::request_with_progress`]).
     pub(crate) fn request(
         &mut self,
         now: Instant,
         method: &str,
         params: Option<&RawValue>,
         timeout: Option<Duration>,
+        progress: Option<std::sync::Arc<crate::session::progress::ProgressQueue>>,
     ) -> Result<Id, SendError> {
         if self.stdin_closed {
             return Err(SendError::Closed);
         }
-        self.session.request(now, method, params, timeout)
+        match progress {
+            Some(queue) => self
+                .session
+                .request_with_progress(now, method, params, timeout, queue),
+            None => self.session.request(now, method, params, timeout),
+        }
+    }
+
+    /// The counters now and the newest `stderr_bytes` bytes of stderr kept.
+    pub(crate) fn snapshot(&self, stderr_bytes: usize) -> LiveSnapshot {
+        let (seen, tail) = self
+            .stderr
+            .as_ref()
+            .map_or((0, Vec::new()), |c| (c.seen(), c.newest(stderr_bytes)));
+        LiveSnapshot {
+            metrics: self.session.metrics(),
+            stderr_seen: seen,
+            stderr_tail: String::from_utf8_lossy(&tail).into_owned(),
+        }
     }
 
     /// What a negotiation agreed: a modern version stamps every request
@@ -813,7 +848,7 @@ mod tests {
         let t0 = Instant::now();
         let mut h = SpawnedServer::new(&ClientOptions::default(), None);
         h.handle_spawned(t0);
-        let id = h.request(t0, "ping", None, None).unwrap();
+        let id = h.request(t0, "ping", None, None, None).unwrap();
         assert!(h.poll_transmit().is_some());
         h.handle_stderr(t0, b"booting\npartial");
         h.handle_stdout_eof(t0);
@@ -829,7 +864,7 @@ mod tests {
             drain_actions(&mut h).as_slice(),
             [SpawnedAction::CloseStdin]
         ));
-        assert!(h.request(t0, "ping", None, None).is_err());
+        assert!(h.request(t0, "ping", None, None, None).is_err());
         h.handle_stderr_eof(t0);
         h.handle_exited(t0 + Duration::from_millis(5), ExitStatus::Code(0));
         let actions = drain_actions(&mut h);

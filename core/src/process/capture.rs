@@ -384,6 +384,27 @@ impl OutputCapture {
         self.pool_limited
     }
 
+    /// The newest `max_bytes` bytes kept so far, in stream order, while the
+    /// capture goes on (a live view: the session's stderr tail now).
+    /// Redacted as [`finish`](Self::finish) redacts, when redaction is on.
+    /// Allocates at most `max_bytes`.
+    #[must_use]
+    pub fn newest(&self, max_bytes: usize) -> Vec<u8> {
+        let ring = &self.buf[self.head_cap..];
+        let cap = ring.len();
+        // The ring's bytes in order: from `ring_start`, wrapping.
+        let ring_iter = (0..self.ring_len).map(|i| ring[(self.ring_start + i) % cap.max(1)]);
+        let head = &self.buf[..self.head_len];
+        let total = self.head_len + self.ring_len;
+        let skip = total.saturating_sub(max_bytes);
+        let mut out: Vec<u8> = head.iter().copied().chain(ring_iter).skip(skip).collect();
+        if self.redact {
+            let (n, _) = crate::process::redact::redact_in_place(&mut out);
+            out.truncate(n);
+        }
+        out
+    }
+
     /// Ends the capture: the retained bytes in stream order, and the counts.
     ///
     /// With redaction on (the default), head and tail are each passed

@@ -44,6 +44,7 @@ use serde::Serialize;
 use crate::outbox::Outbox;
 use crate::session::handshake::RequestStamp;
 use crate::session::handshake::DISCOVER;
+use crate::session::progress::{self, ProgressQueue, PROGRESS_METHOD};
 use crate::session::violation_log::{warn_violation, ViolationLog, CLIENT_VIOLATION_TARGET};
 use crate::wire::frame::{
     refused_line_id, FrameError, FrameEvent, FrameText, Framer, FramerConfig, IdRecovery,
@@ -56,6 +57,8 @@ use crate::wire::message::{
     Oversized, RawResult, RawValue, Request, INTERNAL_ERROR, MAX_FRAME_KNOB, METHOD_NOT_FOUND,
     SERVER_ERROR,
 };
+use crate::wire::object::merge_meta;
+use std::sync::Arc;
 
 /// The method name of the MCP handshake request, which must never be cancelled.
 pub(crate) const INITIALIZE: &str = "initialize";
@@ -446,6 +449,9 @@ pub struct ClientMetrics {
     pub server_requests_refused: u64,
     /// Server→client notifications received.
     pub server_notifications: u64,
+    /// `notifications/progress` routed to the progress queue of the request
+    /// that asked for it (not counted in the inbox).
+    pub progress_routed: u64,
     /// Bytes handed to the adapter for the server's stdin.
     pub stdin_bytes: u64,
     /// Largest outgoing queue, in bytes.
@@ -515,6 +521,9 @@ struct SessionState {
     /// A modern session's `_meta` for every request (`None`: a handshake
     /// session, or not negotiated yet).
     stamp: Option<RequestStamp>,
+    /// The progress queues of requests in flight that asked for them, by
+    /// request id (= their progress token); at most `max_in_flight`.
+    progress: HashMap<Id, Arc<ProgressQueue>>,
 }
 
 impl ClientSession {
@@ -538,6 +547,7 @@ impl ClientSession {
                 oversized_seen: 0,
                 violations: ViolationLog::default(),
                 stamp: None,
+                progress: HashMap::new(),
             },
             config,
         }
@@ -688,6 +698,39 @@ impl ClientSession {
         params: Option<&RawValue>,
         timeout: Option<Duration>,
     ) -> Result<Id, SendError> {
+        self.send_request(now, method, params, timeout, None)
+    }
+
+    /// [`request`](Self::request), with the request's progress going to
+    /// `progress`: its params get `_meta.progressToken` set to the request's
+    /// id (params that hold a `progressToken` of their own keep it, and its
+    /// updates go to the inbox), and each `notifications/progress` with that
+    /// token is pushed to the queue instead of the inbox; the queue is
+    /// closed when the request's completion is polled
+    /// ([`poll_event`](Self::poll_event)). See [`ProgressQueue`].
+    ///
+    /// # Errors
+    /// As [`request`](Self::request); params that are not an object:
+    /// [`SendError::ParamsNotAnObject`].
+    pub fn request_with_progress(
+        &mut self,
+        now: Instant,
+        method: &str,
+        params: Option<&RawValue>,
+        timeout: Option<Duration>,
+        progress: Arc<ProgressQueue>,
+    ) -> Result<Id, SendError> {
+        self.send_request(now, method, params, timeout, Some(progress))
+    }
+
+    fn send_request(
+        &mut self,
+        now: Instant,
+        method: &str,
+        params: Option<&RawValue>,
+        timeout: Option<Duration>,
+        progress: Option<Arc<ProgressQueue>>,
+    ) -> Result<Id, SendError> {
         let s = &mut self.state;
         if s.closed.is_some() {
             return Err(SendError::Closed);
@@ -698,6 +741,18 @@ impl ClientSession {
             });
         }
         let id = Id::Number(s.next_id);
+        let tokened = match &progress {
+            Some(_) => Some(
+                merge_meta(
+                    params.map(RawValue::get),
+                    &[("progressToken", &s.next_id.to_string())],
+                )
+                .and_then(|text| RawValue::from_string(text).ok())
+                .ok_or(SendError::ParamsNotAnObject)?,
+            ),
+            None => None,
+        };
+        let params = tokened.as_deref().or(params);
         let stamped = match &s.stamp {
             Some(stamp) => Some(
                 stamp
@@ -712,6 +767,9 @@ impl ClientSession {
         s.next_id += 1;
         s.push_outgoing(bytes);
         s.metrics.requests_sent += 1;
+        if let Some(queue) = progress {
+            s.progress.insert(id.clone(), queue);
+        }
         let timeout = timeout.or(s.config.default_timeout);
         s.pending.insert(
             id.clone(),
@@ -826,7 +884,13 @@ impl ClientSession {
     /// The next completion or state change.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<ClientEvent> {
-        self.state.events.pop_front()
+        let event = self.state.events.pop_front()?;
+        if let ClientEvent::Completed { id, .. } = &event {
+            if let Some(queue) = self.state.progress.remove(id) {
+                queue.close();
+            }
+        }
+        Some(event)
     }
 
     /// The next server→client message from the inbox; `now` measures how long
@@ -1014,6 +1078,15 @@ impl SessionState {
             }
             Message::Notification(n) => {
                 self.metrics.server_notifications += 1;
+                if !self.progress.is_empty() && n.method == PROGRESS_METHOD {
+                    if let Some((token, update)) = progress::parse(n.params.as_deref()) {
+                        if let Some(queue) = self.progress.get(&token) {
+                            queue.push(update);
+                            self.metrics.progress_routed += 1;
+                            return;
+                        }
+                    }
+                }
                 if self.inbox.len() < self.config.inbox_capacity {
                     self.admit(now, Incoming::Notification(n));
                 } else {

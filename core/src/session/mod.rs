@@ -4,8 +4,10 @@
 
 pub(crate) mod basics;
 pub(crate) mod budget;
+pub(crate) mod calls;
 pub(crate) mod client;
 pub(crate) mod handshake;
 pub(crate) mod negotiate;
+pub(crate) mod progress;
 pub(crate) mod server;
 pub(crate) mod violation_log;

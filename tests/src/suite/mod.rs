@@ -25,6 +25,7 @@ use crate::{fixture_helper_path, fixture_server_path};
 
 mod cancel;
 mod cases;
+mod conveniences;
 mod drift;
 mod incoming;
 mod leak_check;
@@ -37,6 +38,7 @@ mod unread_stdout_host;
 
 pub use cancel::*;
 pub use cases::*;
+pub use conveniences::*;
 pub use drift::*;
 pub use incoming::*;
 pub use leak_check::{cmdline, LeakCheck, TAG_VAR};
@@ -331,6 +333,11 @@ macro_rules! conformance_suite {
             g12_a_server_exiting_by_itself_after_a_burst_is_recorded_exited_by_itself,
             g12_a_server_exiting_by_itself_with_requests_pending_fails_them_with_session_closed,
             g12_a_last_response_written_just_before_the_exit_is_delivered,
+            // The conveniences (issue 25)
+            conveniences_tools_are_listed_and_called_without_method_names,
+            conveniences_a_calls_progress_arrives_in_order_on_its_own_stream,
+            conveniences_the_live_stderr_tail_and_counters_of_a_running_session,
+            conveniences_handles_cloned_into_threads_share_one_session,
             // A server in a sandbox (issue 24; beside the guarantees)
             sandbox_a_server_reads_only_what_it_was_given,
         );

@@ -745,3 +745,35 @@ proptest! {
         check_excerpt(&c, &input, max);
     }
 }
+
+#[test]
+fn g10_the_newest_bytes_are_visible_while_the_capture_goes_on() {
+    let mut config = CaptureConfig::default();
+    config.head(4).tail(8).redact(false);
+    let mut c = OutputCapture::new(&config);
+    c.push(b"abc");
+    assert_eq!(c.newest(100), b"abc");
+    c.push(b"defghijklmnop");
+    // Head "abcd", ring "ijklmnop": kept in stream order, the newest last.
+    assert_eq!(c.newest(100), b"abcdijklmnop");
+    assert_eq!(c.newest(5), b"lmnop");
+    assert_eq!(c.newest(0), b"");
+    c.push(b"QRS");
+    assert_eq!(c.newest(6), b"nopQRS");
+    // The capture goes on as before.
+    let done = c.finish();
+    assert_eq!(done.tail(), b"lmnopQRS");
+}
+
+#[test]
+fn g10_a_live_view_is_redacted_like_the_final_one() {
+    let mut config = CaptureConfig::default();
+    config.head(0).tail(256);
+    let mut c = OutputCapture::new(&config);
+    c.push(b"Authorization: Bearer abcdefghijklmnopqrstuvwxyz0123456789\n");
+    let live = String::from_utf8_lossy(&c.newest(256)).into_owned();
+    assert!(
+        !live.contains("abcdefghijklmnopqrstuvwxyz0123456789"),
+        "{live}"
+    );
+}
