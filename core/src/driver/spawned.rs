@@ -454,6 +454,21 @@ impl LineForwarder {
     }
 }
 
+/// A running session seen from outside: its counters and the newest bytes
+/// of the server's stderr, now (`Client::snapshot` in every adapter). The
+/// final [`SessionRecord`] says the same at the end.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct LiveSnapshot {
+    /// The protocol session's counters.
+    pub metrics: ClientMetrics,
+    /// Bytes the server has written to stderr so far (kept or not).
+    pub stderr_seen: u64,
+    /// The newest bytes of stderr kept (the capture's tail, redacted when the
+    /// capture redacts), decoded lossily.
+    pub stderr_tail: String,
+}
+
 /// The host side of a session with one spawned MCP server (sans-IO).
 ///
 /// # Methods, by group
@@ -485,21 +500,6 @@ impl LineForwarder {
 /// (wake waiting callers), `poll_stderr_line` until `None` (log), then arm a
 /// timer for `poll_timeout`. Keep reading stdout and stderr throughout (G1):
 /// the session never asks the adapter to pause a reader.
-/// A running session seen from outside: its counters and the newest bytes
-/// of the server's stderr, now (`Client::snapshot` in every adapter). The
-/// final [`SessionRecord`] says the same at the end.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-#[non_exhaustive]
-pub struct LiveSnapshot {
-    /// The protocol session's counters.
-    pub metrics: ClientMetrics,
-    /// Bytes the server has written to stderr so far (kept or not).
-    pub stderr_seen: u64,
-    /// The newest bytes of stderr kept (the capture's tail, redacted when the
-    /// capture redacts), decoded lossily.
-    pub stderr_tail: String,
-}
-
 #[derive(Debug)]
 pub(crate) struct SpawnedServer {
     stderr_excerpt_bytes: usize,
