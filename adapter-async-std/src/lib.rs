@@ -25,6 +25,37 @@
 //! The same API, with the same names and types, exists in `mcp-stdio-tokio`
 //! and `mcp-stdio-blocking`: switching adapters is a change of import.
 //!
+//! ## Example: a host
+//!
+//! Spawn a server, list its tools, call one while its progress comes in on
+//! a stream of its own, and shut down (the record says what was observed).
+//!
+//! ```no_run
+//! use mcp_stdio_async_std::{Client, ClientOptions, CommandSpec};
+//! use serde_json::json;
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     async_std::task::block_on(async {
+//!         let server = CommandSpec::from_argv(["npx", "-y", "@modelcontextprotocol/server-everything"])
+//!             .ok_or("no command")?;
+//!         let client = Client::spawn(&server, ClientOptions::default())?;
+//!         client.initialize().await?;
+//!         eprintln!("tools: {}", client.list_tools(None).await?.get());
+//!         let arguments = json!({"duration": 2, "steps": 4});
+//!         let (call, mut progress) = client
+//!             .call_tool_with_progress("trigger-long-running-operation", &arguments)
+//!             .await?;
+//!         while let Some(p) = progress.next().await {
+//!             eprintln!("progress {} of {:?}", p.progress, p.total);
+//!         }
+//!         eprintln!("result: {}", call.await?.get());
+//!         let record = client.shutdown().await;
+//!         eprintln!("exit {:?}", record.exit_status());
+//!         Ok(())
+//!     })
+//! }
+//! ```
+//!
 //! ## async-std, smol and other executors
 //!
 //! async-std is discontinued upstream in favour of [smol]. This crate is

@@ -33,6 +33,26 @@
 //! The loop never waits for a write, a flush or a lock while it could read
 //! (G1).
 //!
+//! ## Example: code generic over the runtime
+//!
+//! A library that should run on whatever runtime its user has takes the
+//! runtime as a parameter; `mcp_stdio_tokio::runtime::Tokio` and
+//! `mcp_stdio_async_std::runtime::AsyncStd` fill it in.
+//!
+//! ```no_run
+//! use mcp_stdio_async::{Client, Runtime};
+//! use mcp_stdio_core::{ClientOptions, CommandSpec};
+//!
+//! /// The server's tools, as its `tools/list` answered.
+//! async fn tools_of<R: Runtime>(server: &CommandSpec) -> Result<String, Box<dyn std::error::Error>> {
+//!     let client = Client::<R>::spawn(server, ClientOptions::default())?;
+//!     client.initialize().await?;
+//!     let tools = client.list_tools(None).await?;
+//!     client.shutdown().await;
+//!     Ok(tools.get().to_owned())
+//! }
+//! ```
+//!
 //! ## The runtime trait
 //!
 //! [`Runtime`] gives a reactor for non-blocking descriptors

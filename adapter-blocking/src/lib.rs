@@ -35,6 +35,41 @@
 //! deadline, so [`run_helper_with_approval`] takes an approver that is
 //! `Clone + 'static`.
 //!
+//! ## Example: a host on plain threads
+//!
+//! Spawn a server, call a tool from two threads through handles, follow a
+//! long call's progress (an iterator that ends with the call), and shut down.
+//!
+//! ```no_run
+//! use mcp_stdio_blocking::{Client, ClientOptions, CommandSpec};
+//! use serde_json::json;
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let server = CommandSpec::from_argv(["npx", "-y", "@modelcontextprotocol/server-everything"])
+//!         .ok_or("no command")?;
+//!     let client = Client::spawn(&server, ClientOptions::default())?;
+//!     client.initialize()?;
+//!     let workers: Vec<_> = (0..2)
+//!         .map(|i| {
+//!             let handle = client.handle();
+//!             std::thread::spawn(move || handle.call_tool("echo", &json!({"message": format!("from {i}")})))
+//!         })
+//!         .collect();
+//!     for w in workers {
+//!         eprintln!("{}", w.join().expect("thread")?.get());
+//!     }
+//!     let (call, progress) = client
+//!         .call_tool_with_progress("trigger-long-running-operation", &json!({"duration": 2, "steps": 4}))?;
+//!     for p in progress {
+//!         eprintln!("progress {} of {:?}", p.progress, p.total);
+//!     }
+//!     eprintln!("result: {}", call.wait()?.get());
+//!     let record = client.shutdown();
+//!     eprintln!("exit {:?}", record.exit_status());
+//!     Ok(())
+//! }
+//! ```
+//!
 //! One difference is in the nature of threads: a handler thread cannot be
 //! aborted. A cancel sets the request's [`CancelToken`] and suppresses its
 //! response; the handler must look at the token to stop early (see

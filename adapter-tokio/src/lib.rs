@@ -19,6 +19,44 @@
 //!
 //! The same API, with the same names and types, exists in
 //! `mcp-stdio-async-std` and `mcp-stdio-blocking`.
+//!
+//! ## Example: a host
+//!
+//! Spawn a server, list its tools, call one while its progress comes in on
+//! a stream of its own, look at the live stderr tail, and shut down (the
+//! record says what was observed). A [`ClientHandle`] (`client.handle()`)
+//! does the same from other tasks.
+//!
+//! ```no_run
+//! use mcp_stdio_tokio::{Client, ClientOptions, CommandSpec};
+//! use serde_json::json;
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let server = CommandSpec::from_argv(["npx", "-y", "@modelcontextprotocol/server-everything"])
+//!         .ok_or("no command")?;
+//!     let client = Client::spawn(&server, ClientOptions::default())?;
+//!     let negotiated = client.initialize().await?;
+//!     eprintln!("protocol {}", negotiated.protocol_version);
+//!     eprintln!("tools: {}", client.list_tools(None).await?.get());
+//!
+//!     let arguments = json!({"duration": 2, "steps": 4});
+//!     let (call, mut progress) = client
+//!         .call_tool_with_progress("trigger-long-running-operation", &arguments)
+//!         .await?;
+//!     while let Some(p) = progress.next().await {
+//!         eprintln!("progress {} of {:?}", p.progress, p.total);
+//!     }
+//!     eprintln!("result: {}", call.await?.get());
+//!
+//!     if let Some(live) = client.snapshot(1024).await {
+//!         eprintln!("stderr so far ({} bytes): {}", live.stderr_seen, live.stderr_tail);
+//!     }
+//!     let record = client.shutdown().await;
+//!     eprintln!("exit {:?}, ended {:?}", record.exit_status(), record.process.ended_by);
+//!     Ok(())
+//! }
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

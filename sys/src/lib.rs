@@ -14,6 +14,29 @@
 //! runtime. The `unsafe` blocks are the `pre_exec` hooks (the request to kill
 //! the child when we die, and the sandbox's confinement) and the `unshare`
 //! inside the latter.
+//!
+//! ## Example: a server in its own group, in a sandbox
+//!
+//! ```no_run
+//! use mcp_stdio_core::{CommandSpec, Sandbox, Signal};
+//!
+//! fn main() -> std::io::Result<()> {
+//!     let mut spec = CommandSpec::new("/usr/bin/my-server");
+//!     let mut sandbox = Sandbox::new();
+//!     sandbox.read_exec("/usr").read("/etc").write("/tmp/work");
+//!     // What this kernel would enforce, before anything runs.
+//!     let plan = mcp_stdio_sys::sandbox::plan(&sandbox);
+//!     eprintln!("Landlock ABI {}, gaps {:?}", plan.landlock_abi, plan.gaps);
+//!     spec.sandbox(sandbox);
+//!     // Piped, in a process group of its own, killed if this process dies (Linux).
+//!     let mut child = mcp_stdio_sys::spawn_piped(&spec)?;
+//!     let group = mcp_stdio_sys::ProcessGroup::new(child.id());
+//!     group.signal(Signal::Term);
+//!     let status = child.wait()?;
+//!     eprintln!("{:?}", mcp_stdio_sys::exit_status(status));
+//!     Ok(())
+//! }
+//! ```
 
 // `deny`, not `forbid`: the one `pre_exec` in `tied` allows it locally.
 #![deny(unsafe_code)]
