@@ -99,10 +99,21 @@ fn assert_guarded_argv(host: &str, command: &str, args: &[&str], guard_help: &st
     );
     for flag in args[1..dashes].iter().filter(|a| a.starts_with("--")) {
         assert!(
-            guard_help.contains(&format!("{flag} ")),
+            names_flag(guard_help, flag),
             "{host}: `{flag}` is not a guard flag"
         );
     }
+}
+
+/// Whether `help` lists `flag` as a whole word (followed by a space, a
+/// newline, `=` or `,`, not by more of a longer flag's name).
+fn names_flag(help: &str, flag: &str) -> bool {
+    help.match_indices(flag).any(|(i, _)| {
+        help[i + flag.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !(c.is_alphanumeric() || c == '-' || c == '_'))
+    })
 }
 
 /// Checks one server entry of a host's JSON; returns its command.
@@ -273,6 +284,59 @@ fn readme_front_page_host_config_puts_the_guard_in_front_with_flags_it_knows() {
         .split_whitespace()
         .filter(|w| w.starts_with("--") && *w != "--")
     {
+        assert!(check_help.contains(flag), "check has no {flag}");
+    }
+}
+
+/// The persona examples' host configs (`examples/host-config/*.json`): each
+/// host's shape, the guard in front with flags it knows.
+#[test]
+fn examples_host_configs_put_the_guard_in_front_with_flags_it_knows() {
+    let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/host-config");
+    let guard_help = help("guard");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(folder).expect("the examples' host-config folder") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let name = path.display().to_string();
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("readable"))
+            .unwrap_or_else(|e| panic!("{name}: not valid JSON ({e})"));
+        let (key, stdio_type) = if doc.get("servers").is_some() {
+            ("servers", true)
+        } else {
+            ("mcpServers", false)
+        };
+        let servers = doc[key].as_object().unwrap_or_else(|| panic!("{name}: no {key}"));
+        for server in servers.values() {
+            if stdio_type {
+                assert_eq!(server["type"], "stdio", "{name}");
+            }
+            assert_guarded(&name, server, &guard_help);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5, "{checked} entries checked");
+}
+
+/// The persona example's CI workflow runs `check` with flags it knows.
+#[test]
+fn examples_ci_workflow_runs_check_with_flags_it_knows() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/ci/mcp-check.yml");
+    let text = std::fs::read_to_string(path).expect("the workflow is readable");
+    let guide = section();
+    assert!(
+        guide.contains(text.trim()),
+        "examples/ci/mcp-check.yml and the guide's workflow differ"
+    );
+    let check_help = help("check");
+    let flags: Vec<&str> = text
+        .split_whitespace()
+        .filter(|w| w.starts_with("--") && *w != "--")
+        .collect();
+    assert!(flags.contains(&"--junit"), "{flags:?}");
+    for flag in flags {
         assert!(check_help.contains(flag), "check has no {flag}");
     }
 }
