@@ -43,6 +43,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("result: {}", call.wait()?.get());
 
     let record = client.shutdown();
-    eprintln!("exit {:?}, ended {:?}", record.exit_status(), record.process.ended_by);
+    eprintln!(
+        "exit {:?}, ended {:?}",
+        record.exit_status(),
+        record.process.ended_by
+    );
     Ok(())
 }

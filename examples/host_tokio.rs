@@ -51,7 +51,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A call's progress, on a stream of its own; it ends with the call.
     let (call, mut progress) = client.call_tool_with_progress(&tool, &args).await?;
     while let Some(p) = progress.next().await {
-        eprintln!("  progress {} of {:?} {}", p.progress, p.total, p.message.unwrap_or_default());
+        eprintln!(
+            "  progress {} of {:?} {}",
+            p.progress,
+            p.total,
+            p.message.unwrap_or_default()
+        );
     }
     eprintln!("{tool}: {}", call.await?.get());
 
@@ -60,7 +65,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for i in 0..3 {
         let handle = client.handle();
         tasks.push(tokio::spawn(async move {
-            handle.call_tool("echo", &json!({"message": format!("from task {i}")})).await
+            handle
+                .call_tool("echo", &json!({"message": format!("from task {i}")}))
+                .await
         }));
     }
     for t in tasks {

@@ -24,7 +24,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!(
         "{} tools: {}",
         tools.len(),
-        tools.iter().map(|t| t.name.as_ref()).collect::<Vec<_>>().join(", ")
+        tools
+            .iter()
+            .map(|t| t.name.as_ref())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     if tools.iter().any(|t| t.name == "echo") {
         let mut args = serde_json::Map::new();

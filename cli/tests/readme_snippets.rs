@@ -308,7 +308,9 @@ fn examples_host_configs_put_the_guard_in_front_with_flags_it_knows() {
         } else {
             ("mcpServers", false)
         };
-        let servers = doc[key].as_object().unwrap_or_else(|| panic!("{name}: no {key}"));
+        let servers = doc[key]
+            .as_object()
+            .unwrap_or_else(|| panic!("{name}: no {key}"));
         for server in servers.values() {
             if stdio_type {
                 assert_eq!(server["type"], "stdio", "{name}");
