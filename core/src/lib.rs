@@ -109,6 +109,33 @@
 //! assert_eq!(options.get_session().get_default_timeout(), None);
 //! ```
 //!
+//! ## Example: a session without I/O
+//!
+//! The core's main use: the decisions of a session, with bytes and time
+//! passed in and bytes and events taken out. An adapter is this plus pipes.
+//!
+//! ```
+//! use std::time::Instant;
+//! use mcp_stdio_core::{ClientConfig, ClientEvent, ClientSession, FramerConfig};
+//!
+//! let now = Instant::now();
+//! let mut session = ClientSession::new(ClientConfig::default(), FramerConfig::default());
+//! let id = session.request(now, "ping", None, None).expect("room to send");
+//! // What the server's stdin gets: one JSON-RPC line.
+//! let line = session.poll_transmit().expect("a line to write");
+//! assert!(line.ends_with(b"\n"));
+//! // What the server's stdout gave, in any chunks (G4): the answer.
+//! session.handle_stdout(now, br#"{"jsonrpc":"2.0","id":1,"#);
+//! session.handle_stdout(now, b"\"result\":{}}\n");
+//! match session.poll_event() {
+//!     Some(ClientEvent::Completed { id: done, outcome }) => {
+//!         assert_eq!(done, id);
+//!         assert_eq!(outcome.expect("a result").get(), "{}");
+//!     }
+//!     other => panic!("{other:?}"),
+//! }
+//! ```
+//!
 //! ## Layout
 //!
 //! The modules are private; every type has one public path, at the crate
