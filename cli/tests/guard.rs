@@ -466,7 +466,8 @@ fn g12_audit_log_verifies_and_a_changed_byte_is_named() {
     let ok = verify(&log, &key);
     let out = String::from_utf8_lossy(&ok.stdout).into_owned();
     assert!(ok.status.success(), "{out}");
-    assert!(out.starts_with("OK: 7 entries, sealed"), "{out}");
+    // Sealed at the host's EOF, and at the end.
+    assert!(out.starts_with("OK: 8 entries, sealed (2 seals)"), "{out}");
     let text = std::fs::read_to_string(&log).unwrap();
     // Core call records (G12): dispatched before the request, completed after.
     let records: Vec<Value> = text

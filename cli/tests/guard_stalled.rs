@@ -556,8 +556,8 @@ fn g12_audit_record_is_on_disk_before_the_server_sees_the_request() {
     assert_eq!(code, Some(0));
     let text = std::fs::read_to_string(&log).expect("audit log");
     // session_start, initialize + 20 echo calls (dispatched and completed
-    // each), session_end, then the seal.
-    assert_eq!(text.lines().count(), 1 + 2 * 21 + 2);
+    // each), the seal at the host's EOF, session_end, then the last seal.
+    assert_eq!(text.lines().count(), 1 + 2 * 21 + 3);
 }
 
 /// A host that keeps stdin open and idle does not hold the guard: when the

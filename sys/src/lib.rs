@@ -114,6 +114,8 @@ fn kill_group(pgid: u32, signal: Signal) -> Signalled {
     let sig = match signal {
         Signal::Term => Sig::TERM,
         Signal::Kill => Sig::KILL,
+        Signal::Interrupt => Sig::INT,
+        Signal::Hangup => Sig::HUP,
     };
     match kill_process_group(pid, sig) {
         Ok(()) => {

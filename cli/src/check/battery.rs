@@ -1217,7 +1217,8 @@ impl Battery<'_> {
         };
         let grace = fmt_duration(self.s.grace);
         let row = match p.ended_by {
-            EndedBy::ExitedAfterStdinClose => Row::new(
+            // `check` passes no signal on: the second never comes here.
+            EndedBy::ExitedAfterStdinClose | EndedBy::ExitedAfterForwardedSignal => Row::new(
                 STDIN_EOF,
                 Status::Pass,
                 format!(

@@ -10,8 +10,12 @@
 //! A session's entries start with `session_start` and end with a seal
 //! (counts by kind and the last hash), written by [`AuditLog::close`] on
 //! every way the guard exits on its own (server exit, host gone, host not
-//! reading, SIGTERM/SIGINT/SIGHUP, a server that cannot start). A guard that
-//! is killed or crashes leaves the session unsealed, which `verify` reports.
+//! reading, SIGTERM/SIGINT/SIGHUP, a server that cannot start). Once the
+//! session starts ending, the log is also sealed after each batch
+//! ([`AuditLog::seal`], when the session says so): a host that kills the
+//! guard in the middle of its shutdown sequence finds the log sealed. A
+//! guard that is killed or crashes while the session runs leaves the session
+//! unsealed, which `verify` reports.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -50,6 +54,8 @@ pub(crate) struct AuditLog {
     batches_sent: u64,
     /// Records in the batch being built.
     batch_records: u64,
+    /// Entries were added since the last seal.
+    unsealed: bool,
 }
 
 impl AuditLog {
@@ -118,6 +124,7 @@ impl AuditLog {
             progress,
             batches_sent: 0,
             batch_records: 0,
+            unsealed: true,
         })
     }
 
@@ -126,10 +133,29 @@ impl AuditLog {
     /// refused record is logged, not waited for forever.
     pub(crate) fn append(&mut self, record: &impl Serialize) {
         match self.chain.append(record) {
-            Ok(line) => self.batch.push(line),
+            Ok(line) => {
+                self.batch.push(line);
+                self.unsealed = true;
+            }
             Err(e) => tracing::error!(error = %e, "audit record not appended"),
         }
         self.batch_records += 1;
+    }
+
+    /// Adds a seal of what the chain holds so far to the current batch
+    /// (nothing when it is sealed already): the session is ending, and a
+    /// kill may come before [`close`](Self::close).
+    pub(crate) fn seal(&mut self) {
+        if !self.unsealed {
+            return;
+        }
+        match self.chain.seal() {
+            Ok(line) => {
+                self.batch.push(line);
+                self.unsealed = false;
+            }
+            Err(e) => tracing::error!(error = %e, "audit log not sealed"),
+        }
     }
 
     /// Hands the current batch to the writer; returns the number of the last
@@ -183,10 +209,7 @@ impl AuditLog {
     /// until it is on disk. A seal that does not reach the disk in time
     /// leaves the log unsealed, which is then the truth.
     pub(crate) async fn close(mut self, within: std::time::Duration) {
-        match self.chain.seal() {
-            Ok(line) => self.batch.push(line),
-            Err(e) => tracing::error!(error = %e, "audit log not sealed"),
-        }
+        self.seal();
         let last = self.commit();
         self.tx = None;
         let wait = async {

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use mcp_stdio_core::ChildStream;
 use mcp_stdio_core::CommandSpec;
 use mcp_stdio_core::ProcessOutcome;
+use mcp_stdio_core::Signal;
 use mcp_stdio_core::Stamp;
 use mcp_stdio_core::{GuardAction, GuardInput, GuardOutput, GuardSession};
 use mcp_stdio_sys::stamp_at as stamp;
@@ -160,10 +161,11 @@ impl HostOut {
     }
 }
 
-/// SIGTERM, SIGINT or SIGHUP sent to the guard.
+/// SIGTERM, SIGINT or SIGHUP sent to the guard: the host stopping its
+/// server (each is passed on, the session decides how).
 struct Terminate {
     #[cfg(unix)]
-    signals: Vec<tokio::signal::unix::Signal>,
+    signals: Vec<(tokio::signal::unix::Signal, Signal)>,
 }
 
 impl Terminate {
@@ -172,12 +174,12 @@ impl Terminate {
         {
             use tokio::signal::unix::{signal, SignalKind};
             let signals = [
-                SignalKind::terminate(),
-                SignalKind::interrupt(),
-                SignalKind::hangup(),
+                (SignalKind::interrupt(), Signal::Interrupt),
+                (SignalKind::terminate(), Signal::Term),
+                (SignalKind::hangup(), Signal::Hangup),
             ]
             .into_iter()
-            .filter_map(|k| signal(k).ok())
+            .filter_map(|(k, s)| Some((signal(k).ok()?, s)))
             .collect();
             Self { signals }
         }
@@ -185,12 +187,12 @@ impl Terminate {
         Self {}
     }
 
-    /// `Ready` once one of the signals came (each registers its waker).
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    /// `Ready` with a signal that came (each registers its waker).
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Signal> {
         #[cfg(unix)]
-        for s in &mut self.signals {
+        for (s, which) in &mut self.signals {
             if s.poll_recv(cx).is_ready() {
-                return Poll::Ready(());
+                return Poll::Ready(*which);
             }
         }
         #[cfg(not(unix))]
@@ -460,8 +462,9 @@ impl GuardLoop<'_> {
 
     fn poll_terminate(&mut self, cx: &mut Context<'_>, at: Stamp) -> bool {
         match self.terminate.poll(cx) {
-            Poll::Ready(()) => {
-                self.session.handle_input(at, GuardInput::Terminate);
+            Poll::Ready(signal) => {
+                tracing::debug!(?signal, "signal from the host");
+                self.session.handle_input(at, GuardInput::Signal(signal));
                 true
             }
             Poll::Pending => false,
@@ -523,6 +526,11 @@ impl GuardLoop<'_> {
                 GuardOutput::Phase(phase) => {
                     if let Some(a) = self.audit.as_mut() {
                         a.append(&phase);
+                    }
+                }
+                GuardOutput::Seal => {
+                    if let Some(a) = self.audit.as_mut() {
+                        a.seal();
                     }
                 }
                 GuardOutput::Pins(update) => {
@@ -682,7 +690,8 @@ impl GuardLoop<'_> {
                     }
                 }
                 GuardOutput::ToHost(_) | GuardOutput::Timeout(_) => break,
-                GuardOutput::Action(_) | GuardOutput::ToServer(_) => {}
+                // `close` seals what is left.
+                GuardOutput::Seal | GuardOutput::Action(_) | GuardOutput::ToServer(_) => {}
             }
         }
         if let Some(mut a) = self.audit.take() {
@@ -714,6 +723,7 @@ impl GuardLoop<'_> {
                 }
                 GuardOutput::Record(_)
                 | GuardOutput::Phase(_)
+                | GuardOutput::Seal
                 | GuardOutput::Pins(_)
                 | GuardOutput::Action(_)
                 | GuardOutput::ToServer(_) => {}

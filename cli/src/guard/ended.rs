@@ -61,6 +61,10 @@ pub(crate) fn end_message(report: &GuardReport, server: &str) -> Option<String> 
                 None,
             )
         }
+        // The host stopped it with a signal, passed on as it came: its end,
+        // whatever its status, is the one it would have had directly.
+        EndedBy::ExitedAfterForwardedSignal => return None,
+        EndedBy::ExitedAfterTerm if p.forwarded_signal.is_some() => return None,
         EndedBy::ExitedAfterTerm => (
             format!("{}; SIGTERM stopped it ({short})", lead()),
             Some(exit_on_eof),

@@ -17,8 +17,11 @@
 //! ```
 //!
 //! - `session` starts the next session (optional before the first). Sessions
-//!   are matched in order with the log's: a log has one per
-//!   `session_start`/seal pair (a log appended to by several runs has several).
+//!   are matched in order with the log's: a log has one per `session_start`
+//!   (a log appended to by several runs has several; a guard seals its
+//!   session again after each batch once it is ending, and those seals do
+//!   not start sessions); in a log without `session_start` entries, one per
+//!   seal.
 //! - `call <CALL_ID> [<OPERATION>]: <STATE>…` lists one call: its
 //!   `call_id` as the records write it (the guard writes
 //!   `<sequence>/<JSON-RPC id>`, e.g. `2/1` for the second request, id 1),
@@ -422,6 +425,9 @@ struct ObservedSession {
     other_entries: u64,
     /// Any entry seen (a `session_start` after one starts a new session).
     entries: u64,
+    /// It began with a `session_start`: a seal does not end it, the next
+    /// `session_start` does.
+    started: bool,
 }
 
 /// What a verified log says, collected entry by entry (see
@@ -480,8 +486,8 @@ impl Observed {
         };
         session.entries += 1;
         match phase {
-            Some(PHASE_SEAL) => self.closed = true,
-            Some(PHASE_SESSION_START) => {}
+            Some(PHASE_SEAL) => self.closed = !session.started,
+            Some(PHASE_SESSION_START) => session.started = true,
             Some(name) => {
                 if session.phases.len() < MAX_PHASES_PER_SESSION {
                     session.phases.push(name.to_owned());
@@ -599,6 +605,36 @@ mod tests {
         let e = Expectation::parse(GUARD_EXPECT).expect("parses");
         assert_eq!((e.sessions(), e.calls()), (1, 2));
         assert_eq!(e.compare(&guard_log()), vec![]);
+    }
+
+    /// A guard that is ending seals after each batch: those seals are
+    /// inside its session; the next `session_start` begins the next one.
+    /// Without `session_start` entries, a seal ends a session.
+    #[test]
+    fn expect_seals_inside_a_session_do_not_start_one() {
+        let e = Expectation::parse(GUARD_EXPECT).expect("parses");
+        let path = ["received", "validated", "authorized", "dispatched"];
+        let done = ["received", "validated", "authorized", "dispatched", "completed"];
+        let mut o = Observed::default();
+        o.on_entry(br#"{"phase":"session_start","session_id":"s"}"#);
+        o.on_entry(&record("1/0", "initialize", &path, 0));
+        o.on_entry(&record("2/1", "echo", &path, 0));
+        o.on_entry(&record("1/0", "initialize", &done, 0));
+        o.on_entry(br#"{"phase":"seal"}"#);
+        o.on_entry(&record("2/1", "echo", &done, 0));
+        o.on_entry(br#"{"phase":"seal"}"#);
+        o.on_entry(br#"{"phase":"session_end"}"#);
+        o.on_entry(br#"{"phase":"seal"}"#);
+        assert_eq!(e.compare(&o), vec![]);
+        o.on_entry(br#"{"phase":"session_start","session_id":"t"}"#);
+        assert_eq!(o.sessions.len(), 2);
+
+        let mut bare = Observed::default();
+        for _ in 0..2 {
+            bare.on_entry(&record("1/0", "initialize", &done, 0));
+            bare.on_entry(br#"{"phase":"seal"}"#);
+        }
+        assert_eq!(bare.sessions.len(), 2);
     }
 
     #[test]

@@ -30,7 +30,8 @@ enum Op {
     ServerWritten(u16),
     ServerStdinError,
     Exited(i8),
-    Terminate,
+    /// A signal from the host: `SIGINT`, `SIGTERM` or `SIGHUP` by its value.
+    Signal(u8),
     Advance(u16),
     Timeout,
     TakeHost,
@@ -111,7 +112,14 @@ pub(super) fn run(data: &[u8]) {
                 first_exit.get_or_insert(code);
                 s.handle_exited(at, ExitStatus::Code(i32::from(code)));
             }
-            Op::Terminate => s.handle_terminate(at),
+            Op::Signal(n) => {
+                let signal = match n % 3 {
+                    0 => crate::Signal::Interrupt,
+                    1 => crate::Signal::Term,
+                    _ => crate::Signal::Hangup,
+                };
+                s.handle_signal(at, signal);
+            }
             Op::Advance(d) => ms += u64::from(d),
             Op::Timeout => {
                 if let Some(t) = s.poll_timeout() {

@@ -28,6 +28,8 @@ struct Harness {
     closed_stdin: bool,
     term: bool,
     kill: bool,
+    /// The first signal passed on (`forward`) was `SIGINT` or `SIGHUP`, and sent.
+    forwarded: bool,
     abandoned: bool,
     finished: Option<ProcessOutcome>,
 }
@@ -52,6 +54,7 @@ pub(super) fn run(data: &[u8]) {
         closed_stdin: false,
         term: false,
         kill: false,
+        forwarded: false,
         abandoned: false,
         finished: None,
     };
@@ -73,7 +76,7 @@ impl Harness {
     }
 
     fn step(&mut self, u: &mut Unstructured<'_>) -> Result<()> {
-        match u.int_in_range(0..=10u8)? {
+        match u.int_in_range(0..=11u8)? {
             0 => {
                 let pipes = ChildPipes {
                     stdin: u.arbitrary()?,
@@ -106,6 +109,17 @@ impl Harness {
                 self.requested |= self.live();
                 self.cancel_requested |= self.live();
                 self.sup.cancel(self.now);
+            }
+            // A signal the application got, passed on.
+            11 => {
+                self.requested |= self.live();
+                let signal = *u.choose(&[
+                    Signal::Interrupt,
+                    Signal::Hangup,
+                    Signal::Term,
+                    Signal::Kill,
+                ])?;
+                self.sup.forward(self.now, signal);
             }
             // A spurious or due timeout at the current time.
             6 => return self.timeout_at(self.now),
@@ -176,6 +190,12 @@ impl Harness {
                     assert!(pipes.stdin && !self.closed_stdin && self.requested);
                     self.closed_stdin = true;
                 }
+                ProcessAction::SignalGroup(Signal::Interrupt | Signal::Hangup) => {
+                    assert!(!self.forwarded && self.requested, "a second pass-on");
+                    assert!(!self.term && !self.kill, "a pass-on after the ladder began");
+                    assert!(self.exit.is_none(), "a pass-on after the exit");
+                    self.forwarded = true;
+                }
                 ProcessAction::SignalGroup(Signal::Term) => {
                     assert!(!self.term && !self.kill && self.requested);
                     assert!(self.exit.is_none(), "TERM after the exit");
@@ -242,6 +262,13 @@ impl Harness {
             }
         }
         assert_eq!(o.term_sent_at.is_some(), self.term);
+        if self.forwarded {
+            assert!(o.forwarded_at.is_some());
+            assert!(matches!(
+                o.forwarded_signal,
+                Some(Signal::Interrupt | Signal::Hangup)
+            ));
+        }
         assert_eq!(o.kill_sent_at.is_some(), self.kill);
     }
 

@@ -286,9 +286,13 @@ pub enum GuardInput<'a> {
     /// The wait for the server's exit returned this; a failed wait means no
     /// status can ever be observed (the supervisor's deadlines end the session).
     Exited(std::io::Result<ExitStatus>),
-    /// SIGTERM, SIGINT or SIGHUP reached the guard: stop the server the way
-    /// the host closing stdin would.
-    Terminate,
+    /// A signal reached the guard (`SIGINT`, `SIGTERM` or `SIGHUP`: a host
+    /// stopping its server): the host sets the pace (F1). The first is
+    /// passed to the server's group at once, as the server would have got
+    /// it directly, and its stdin closed; each further one climbs a rung at
+    /// once (`SIGTERM`, then `SIGKILL`); the audit log is sealed at once
+    /// ([`GuardOutput::Seal`]), so a kill that follows finds it sealed.
+    Signal(Signal),
     /// Time passed: deadlines that are due act; before them, nothing.
     Timeout,
 }
@@ -316,7 +320,7 @@ impl std::fmt::Debug for GuardInput<'_> {
             Self::HostWritten(n) => f.debug_tuple("HostWritten").field(n).finish(),
             Self::HostWriteFailed(e) => f.debug_tuple("HostWriteFailed").field(e).finish(),
             Self::Exited(r) => f.debug_tuple("Exited").field(r).finish(),
-            Self::Terminate => f.write_str("Terminate"),
+            Self::Signal(s) => f.debug_tuple("Signal").field(s).finish(),
             Self::Timeout => f.write_str("Timeout"),
         }
     }
@@ -336,6 +340,12 @@ pub enum GuardOutput<'a> {
     /// audit log; it counts as a record for
     /// [`GuardInput::RecordsDurable`].
     Phase(GuardPhase),
+    /// Seal the audit log now, after the records given so far: the session
+    /// is ending (a host's signal, its EOF, the guard closing it), and a
+    /// host may kill the guard at any moment of its shutdown. Given once
+    /// when the session starts ending, then after each turn that gave
+    /// records; a log that is already sealed needs no other.
+    Seal,
     /// Keep this in the pin file now: tools pinned on first use, and what
     /// the pins saw and did not accept (see `ProxyConfig::tool_pins`).
     Pins(pin::PinUpdate),
@@ -516,6 +526,10 @@ pub struct GuardSession {
     /// The host is gone or the session is closing: a server's end is the
     /// session's end (no restart).
     ending: bool,
+    /// `records_given` when [`GuardOutput::Seal`] was last given.
+    sealed_at: Option<u64>,
+    /// Signals the host sent (each one climbs the ladder).
+    host_signals: u32,
     /// The servers of this session: which is up, the crashes, restarts.
     lives: crash::Lives,
     secrets: SessionSecrets,
@@ -549,6 +563,8 @@ impl GuardSession {
             exit_wait_failed: false,
             oversized_close: None,
             ending: false,
+            sealed_at: None,
+            host_signals: 0,
             lives: crash::Lives::default(),
             secrets: SessionSecrets::new(&config.secrets),
             config,
@@ -638,7 +654,7 @@ impl GuardSession {
                 self.handle_host_write_error(at);
             }
             GuardInput::Exited(r) => self.handle_exit_result(at, r),
-            GuardInput::Terminate => self.handle_terminate(at),
+            GuardInput::Signal(signal) => self.handle_signal(at, signal),
             GuardInput::Timeout => self.handle_timeout(at),
         }
     }
@@ -665,6 +681,10 @@ impl GuardSession {
                 Entry::Call(record) => GuardOutput::Record(self.secrets.record(record)),
                 Entry::Phase(phase) => GuardOutput::Phase(phase),
             };
+        }
+        if self.ending && self.sealed_at != Some(self.records_given) {
+            self.sealed_at = Some(self.records_given);
+            return GuardOutput::Seal;
         }
         if let Some(update) = self.proxy.poll_pin_update() {
             return GuardOutput::Pins(update);
@@ -956,12 +976,22 @@ impl GuardSession {
         true
     }
 
-    /// SIGTERM, SIGINT or SIGHUP reached the guard: stop the server the same
-    /// way the host closing stdin would.
-    pub(crate) fn handle_terminate(&mut self, at: Stamp) {
+    /// A signal reached the guard (the host stopping its server): passed on
+    /// to the server's group at once, a further one climbs the ladder (see
+    /// `ProcessSupervisor::forward`); recorded, and the log sealed.
+    pub(crate) fn handle_signal(&mut self, at: Stamp, signal: Signal) {
         self.see(at);
         self.ending = true;
-        self.supervisor.shutdown(at.instant);
+        self.host_signals = self.host_signals.saturating_add(1);
+        // The host is stopping now: what it sent last waits no longer.
+        self.stdin_drain_deadline = None;
+        self.proxy.push_phase(GuardPhase::HostSignal {
+            session_id: self.config.get_proxy().get_session_id().to_owned(),
+            at_unix_ms: at.unix_ms,
+            signal: signal.name().to_owned(),
+            nth: self.host_signals,
+        });
+        self.supervisor.forward(at.instant, signal);
     }
 
     /// The time from [`poll_timeout`](Self::poll_timeout) was reached. A

@@ -230,6 +230,19 @@ pub enum GuardPhase {
         /// Subscriptions sent again.
         resubscribed: u64,
     },
+    /// A signal reached the guard (a host stopping its server): passed on
+    /// to the server's group, the next one climbing to `SIGTERM`, then
+    /// `SIGKILL`.
+    HostSignal {
+        /// The guard's session id.
+        session_id: String,
+        /// When it came, in Unix milliseconds.
+        at_unix_ms: u64,
+        /// Which: `SIGINT`, `SIGTERM` or `SIGHUP`.
+        signal: String,
+        /// How many signals the host has sent, this one included.
+        nth: u32,
+    },
     /// A restarted server's answer did not match the host's session, or it
     /// could not be started: the session ends.
     RestartRefused {

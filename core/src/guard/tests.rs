@@ -1,6 +1,7 @@
 //! The guard session's unit tests.
 
 use super::*;
+use crate::process::supervisor::EndedBy;
 use crate::records::call::CallState;
 
 struct Clock {
@@ -400,12 +401,153 @@ fn g11_host_eof_with_a_server_that_never_reads_closes_after_the_grace() {
     assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
 }
 
+/// F1: the host's first signal goes to the server's group at once, as it
+/// came (the server would have got it directly); each further one climbs a
+/// rung at once (SIGTERM, then SIGKILL): the host sets the pace.
 #[test]
-fn g11_terminate_signal_starts_the_same_sequence() {
+fn f1_a_host_signal_is_passed_on_at_once_and_the_next_climbs() {
     let (mut s, clock) = session(1 << 20);
-    s.handle_terminate(clock.at(5));
-    assert_eq!(actions(&mut s), [GuardAction::CloseServerStdin]);
+    s.handle_input(clock.at(5), GuardInput::Signal(Signal::Interrupt));
+    assert_eq!(
+        actions(&mut s),
+        [
+            GuardAction::CloseServerStdin,
+            GuardAction::SignalServerGroup(Signal::Interrupt)
+        ]
+    );
     assert_eq!(s.exit_code(), EXIT_UNKNOWN, "no exit observed yet");
+    // Claude Code's sequence: SIGTERM 100 ms later.
+    s.handle_input(clock.at(105), GuardInput::Signal(Signal::Term));
+    assert_eq!(
+        actions(&mut s),
+        [GuardAction::SignalServerGroup(Signal::Term)]
+    );
+    s.handle_input(clock.at(110), GuardInput::Signal(Signal::Hangup));
+    assert_eq!(
+        actions(&mut s),
+        [GuardAction::SignalServerGroup(Signal::Kill)]
+    );
+    // The server dies of the SIGINT it was passed: the status a direct
+    // server would have had (128 + 2), and no restart.
+    s.handle_exited(clock.at(120), ExitStatus::Signal(2));
+    s.handle_server_stdout_eof(clock.at(120));
+    s.handle_server_stderr_eof(clock.at(120));
+    let end = actions(&mut s);
+    let [GuardAction::Finished {
+        outcome, exit_code, ..
+    }] = end.as_slice()
+    else {
+        panic!("the session ends: {end:?}");
+    };
+    assert_eq!(*exit_code, 130);
+    assert_eq!(outcome.ended_by, EndedBy::ExitedAfterForwardedSignal);
+    assert_eq!(outcome.forwarded_signal, Some(Signal::Interrupt));
+}
+
+/// F1: SIGTERM first (the TypeScript SDK's reaping, Gemini CLI's stop) is
+/// passed on as SIGTERM; the next signal is SIGKILL.
+#[test]
+fn f1_sigterm_first_is_passed_on_and_the_next_is_sigkill() {
+    let (mut s, clock) = session(1 << 20);
+    s.handle_input(clock.at(5), GuardInput::Signal(Signal::Term));
+    assert_eq!(
+        actions(&mut s),
+        [
+            GuardAction::CloseServerStdin,
+            GuardAction::SignalServerGroup(Signal::Term)
+        ]
+    );
+    // Without another signal, SIGKILL follows the term grace (1 s here).
+    assert_eq!(s.poll_timeout(), Some(clock.at(1005).instant));
+    s.handle_input(clock.at(6), GuardInput::Signal(Signal::Term));
+    assert_eq!(
+        actions(&mut s),
+        [GuardAction::SignalServerGroup(Signal::Kill)]
+    );
+}
+
+/// F1: a signal after the host's EOF is passed on at once; the EOF's wait
+/// for the server to take what the host sent ends there.
+#[test]
+fn f1_a_signal_after_the_hosts_eof_is_passed_on_at_once() {
+    let (mut s, clock) = session(1 << 20);
+    s.handle_host(clock.at(1), b"{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\n");
+    s.handle_host_eof(clock.at(1));
+    assert!(actions(&mut s).is_empty(), "waiting for the server to take it");
+    s.handle_input(clock.at(50), GuardInput::Signal(Signal::Interrupt));
+    assert_eq!(
+        actions(&mut s),
+        [
+            GuardAction::CloseServerStdin,
+            GuardAction::SignalServerGroup(Signal::Interrupt)
+        ]
+    );
+    // SIGTERM by itself one stdin grace (1 s) after the signal.
+    assert_eq!(s.poll_timeout(), Some(clock.at(1050).instant));
+}
+
+/// What `poll_output` gives until its `Timeout`, in order, as names.
+fn outputs(s: &mut GuardSession, at: Stamp) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    loop {
+        let name = match s.poll_output() {
+            GuardOutput::Action(_) => "action",
+            GuardOutput::Record(_) => "record",
+            GuardOutput::Phase(GuardPhase::HostSignal { .. }) => "host_signal",
+            GuardOutput::Phase(_) => "phase",
+            GuardOutput::Seal => "seal",
+            GuardOutput::Pins(_) => "pins",
+            GuardOutput::ToServer(b) => {
+                let n = b.take().len();
+                s.handle_input(at, GuardInput::ServerWritten(Ok(n)));
+                "to_server"
+            }
+            GuardOutput::ToHost(b) => {
+                let n = b.take().len();
+                s.handle_input(at, GuardInput::HostTaken(n));
+                "to_host"
+            }
+            GuardOutput::Stderr(_) => "stderr",
+            GuardOutput::Timeout(_) => return out,
+        };
+        out.push(name);
+    }
+}
+
+/// F1, G12: once the session is ending the log is sealed at once, after
+/// the signal's record, and again after each turn that adds records; a
+/// turn with nothing new asks for no seal.
+#[test]
+fn f1_the_log_is_sealed_when_the_session_starts_ending_and_after_each_later_record() {
+    let (mut s, clock) = session(1 << 20);
+    let request =
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"t\"}}\n";
+    s.handle_host(clock.at(1), request);
+    assert_eq!(outputs(&mut s, clock.at(1)), ["record", "to_server"]);
+    s.handle_input(clock.at(2), GuardInput::Signal(Signal::Interrupt));
+    assert_eq!(
+        outputs(&mut s, clock.at(2)),
+        ["action", "action", "host_signal", "seal"]
+    );
+    assert_eq!(outputs(&mut s, clock.at(2)), Vec::<&str>::new());
+    // The server answers before it goes: the call's end, then a seal.
+    s.handle_server_stdout(
+        clock.at(3),
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n",
+    );
+    assert_eq!(
+        outputs(&mut s, clock.at(3)),
+        ["record", "seal", "to_host"]
+    );
+}
+
+/// G12: the host's EOF starts the end too: the log is sealed at once.
+#[test]
+fn g12_the_hosts_eof_seals_the_log_at_once() {
+    let (mut s, clock) = session(1 << 20);
+    assert_eq!(outputs(&mut s, clock.at(1)), Vec::<&str>::new());
+    s.handle_host_eof(clock.at(1));
+    assert_eq!(outputs(&mut s, clock.at(1)), ["action", "seal"]);
 }
 
 #[test]

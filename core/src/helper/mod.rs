@@ -1086,6 +1086,9 @@ impl HelperRun {
                     let text = match signal {
                         Signal::Term => "sigterm sent to the group",
                         Signal::Kill => "sigkill sent to the group",
+                        // Never asked for: the helper forwards no signal.
+                        Signal::Interrupt => "sigint sent to the group",
+                        Signal::Hangup => "sighup sent to the group",
                     };
                     self.lifecycle.note(at.unix_ms, text);
                     self.actions.push(HelperAction::SignalGroup(signal));

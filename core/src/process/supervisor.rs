@@ -16,6 +16,18 @@
 //! `term_grace`. Once the child's exit is observed, no further escalation is
 //! sent for it.
 //!
+//! # A signal passed on: the application's pace
+//!
+//! When the application itself is asked to stop by a signal (a host stops a
+//! wrapper such as the guard with `SIGINT`, `SIGTERM` or `SIGHUP`),
+//! [`ProcessSupervisor::forward`] passes that signal to the child's group at
+//! once, as the child would have got it directly, and closes its stdin. Each
+//! further signal climbs one rung at once: `SIGTERM` (if not sent yet), then
+//! `SIGKILL`. Without a further signal the ladder goes on by itself: after a
+//! forwarded `SIGINT` or `SIGHUP`, `SIGTERM` follows `stdin_close_grace` later;
+//! after `SIGTERM`, `SIGKILL` follows `term_grace` later. So the sender sets the
+//! pace, and the supervisor's own deadlines are only the floor.
+//!
 //! # After the leader exits: the group and the pipes
 //!
 //! The child is the leader of its own process group. Its exit does not end the
@@ -91,6 +103,8 @@ pub enum StreamEnd {
 /// The signal numbers the supervisor sends (the same on every Unix).
 const SIGTERM: i32 = 15;
 const SIGKILL: i32 = 9;
+const SIGINT: i32 = 2;
+const SIGHUP: i32 = 1;
 
 /// Default [`SupervisorConfig::stdin_close_grace`]: 2 s.
 pub const DEFAULT_STDIN_CLOSE_GRACE: Duration = Duration::from_secs(2);
@@ -100,9 +114,10 @@ pub const DEFAULT_TERM_GRACE: Duration = Duration::from_secs(2);
 pub const DEFAULT_READER_DRAIN_DEADLINE: Duration = Duration::from_secs(1);
 
 /// The most actions [`ProcessSupervisor`] ever holds queued: one each of
-/// `CloseStdin`, `SignalGroup(Term)`, `SignalGroup(Kill)`, `AbandonReaders` and
-/// `Finished`, each emitted at most once per child.
-pub(crate) const ACTION_QUEUE_CAPACITY: usize = 5;
+/// `CloseStdin`, a forwarded `SignalGroup(Interrupt | Hangup)`,
+/// `SignalGroup(Term)`, `SignalGroup(Kill)`, `AbandonReaders` and `Finished`,
+/// each emitted at most once per child.
+pub(crate) const ACTION_QUEUE_CAPACITY: usize = 6;
 
 /// Timing of the shutdown sequence.
 ///
@@ -203,6 +218,36 @@ pub enum Signal {
     Term,
     /// `SIGKILL`: cannot be caught or ignored.
     Kill,
+    /// `SIGINT`: an interrupt, as a terminal's Ctrl-C or a host stopping a
+    /// server sends it; only ever passed on ([`ProcessSupervisor::forward`]).
+    Interrupt,
+    /// `SIGHUP`: the controlling terminal or the parent went away; only ever
+    /// passed on ([`ProcessSupervisor::forward`]).
+    Hangup,
+}
+
+impl Signal {
+    /// The signal's number on Linux and macOS (`SIGTERM` 15, `SIGKILL` 9,
+    /// `SIGINT` 2, `SIGHUP` 1).
+    pub fn number(self) -> i32 {
+        match self {
+            Self::Term => SIGTERM,
+            Self::Kill => SIGKILL,
+            Self::Interrupt => SIGINT,
+            Self::Hangup => SIGHUP,
+        }
+    }
+
+    /// Its name as a shell or a log shows it: `SIGTERM`, `SIGKILL`,
+    /// `SIGINT`, `SIGHUP`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Term => "SIGTERM",
+            Self::Kill => "SIGKILL",
+            Self::Interrupt => "SIGINT",
+            Self::Hangup => "SIGHUP",
+        }
+    }
 }
 
 /// What the adapter must do, from [`ProcessSupervisor::poll_action`].
@@ -235,6 +280,10 @@ pub enum EndedBy {
     Crashed,
     /// Exited after its stdin was closed, before `SIGTERM`.
     ExitedAfterStdinClose,
+    /// Exited after a signal the application received (`SIGINT` or
+    /// `SIGHUP`) was passed on to it ([`ProcessSupervisor::forward`]),
+    /// before `SIGTERM`.
+    ExitedAfterForwardedSignal,
     /// Exited after `SIGTERM`, before `SIGKILL`.
     ExitedAfterTerm,
     /// Exited after `SIGKILL`.
@@ -299,6 +348,17 @@ pub struct ProcessOutcome {
         default
     )]
     pub stdin_closed_at: Option<Duration>,
+    /// The signal the application received and passed on to the group
+    /// first ([`ProcessSupervisor::forward`]); `None` if none was.
+    #[serde(default)]
+    pub forwarded_signal: Option<Signal>,
+    /// When the first signal was passed on; `None` if none was.
+    #[serde(
+        rename = "forwarded_at_ms",
+        with = "crate::time::duration_ms::option",
+        default
+    )]
+    pub forwarded_at: Option<Duration>,
     /// When `SIGTERM` was sent to the group; `None` if it never was.
     #[serde(
         rename = "term_sent_at_ms",
@@ -377,6 +437,8 @@ struct Timer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Queued {
     CloseStdin,
+    /// The first signal passed on, when it is not `SIGTERM` or `SIGKILL`.
+    Forward(Signal),
     Term,
     Kill,
     AbandonReaders,
@@ -398,7 +460,9 @@ pub(crate) enum Queued {
 ///   [`handle_exited`](Self::handle_exited),
 ///   [`handle_timeout`](Self::handle_timeout).
 /// - **Commands from the application:** [`shutdown`](Self::shutdown)
-///   (graceful: close stdin first), [`cancel`](Self::cancel) (`SIGTERM` at once).
+///   (graceful: close stdin first), [`cancel`](Self::cancel) (`SIGTERM` at once),
+///   [`forward`](Self::forward) (a signal the application got, passed on at
+///   once; the next one climbs).
 /// - **Outputs** (`poll_*`): [`poll_action`](Self::poll_action),
 ///   [`poll_timeout`](Self::poll_timeout).
 ///
@@ -414,9 +478,13 @@ pub(crate) enum Queued {
 /// - **running**, no request: waits; no deadline. `shutdown` → `CloseStdin`,
 ///   **stdin closed** (deadline `stdin_close_grace`), or straight to `SIGTERM`
 ///   without a stdin pipe. `cancel` → `CloseStdin` and `SignalGroup(Term)`,
-///   **termed**.
+///   **termed**. `forward(Interrupt | Hangup)` → `CloseStdin` and that
+///   signal, **stdin closed**; `forward(Term)` → `CloseStdin` and
+///   `SignalGroup(Term)`, **termed**.
 /// - **stdin closed** → deadline → `SignalGroup(Term)`, **termed** (deadline
-///   `term_grace`); a `cancel` here sends `SIGTERM` at once.
+///   `term_grace`); a `cancel` here sends `SIGTERM` at once; a `forward`
+///   passes its signal on if it is the first, else sends `SIGTERM` at once.
+/// - **termed** → a further `forward` → `SignalGroup(Kill)` at once.
 /// - **termed** → deadline → `SignalGroup(Kill)`, **killed** (deadline
 ///   `reader_drain_deadline`).
 /// - **killed** → deadline with no exit observed → `AbandonReaders` (if a
@@ -447,6 +515,8 @@ pub struct ProcessSupervisor {
     spawned_at: Option<Instant>,
     shutdown_at: Option<Instant>,
     cancel_at: Option<Instant>,
+    /// The first signal passed on, and when.
+    forwarded: Option<(Instant, Signal)>,
     stdin_closed_at: Option<Instant>,
     term_at: Option<Instant>,
     kill_at: Option<Instant>,
@@ -473,6 +543,7 @@ impl ProcessSupervisor {
             spawned_at: None,
             shutdown_at: None,
             cancel_at: None,
+            forwarded: None,
             stdin_closed_at: None,
             term_at: None,
             kill_at: None,
@@ -560,16 +631,22 @@ impl ProcessSupervisor {
             self.ignore("exited twice");
             return;
         }
+        let forwarded = self.forwarded.map(|(_, s)| s);
         let sent = |signal: i32| match signal {
             SIGKILL => self.kill_at.is_some(),
             SIGTERM => self.term_at.is_some(),
-            _ => false,
+            other => forwarded.is_some_and(|s| s.number() == other),
         };
         // The first step we took, and whether stdout had ended before it.
-        let first_step = [self.stdin_closed_at, self.term_at, self.kill_at]
-            .into_iter()
-            .flatten()
-            .min();
+        let first_step = [
+            self.stdin_closed_at,
+            self.forwarded.map(|(at, _)| at),
+            self.term_at,
+            self.kill_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let ending_before = match (self.stdout_eof_at, first_step) {
             (Some(eof), Some(step)) => eof <= step,
             _ => false,
@@ -577,10 +654,12 @@ impl ProcessSupervisor {
         let ended_by = match status {
             ExitStatus::Signal(signal) if !sent(signal) => EndedBy::Crashed,
             ExitStatus::Signal(SIGKILL) => EndedBy::ExitedAfterKill,
-            ExitStatus::Signal(_) => EndedBy::ExitedAfterTerm,
+            ExitStatus::Signal(SIGTERM) => EndedBy::ExitedAfterTerm,
+            ExitStatus::Signal(_) => EndedBy::ExitedAfterForwardedSignal,
             _ if first_step.is_none() || ending_before => EndedBy::ExitedByItself,
             _ if self.kill_at.is_some() => EndedBy::ExitedAfterKill,
             _ if self.term_at.is_some() => EndedBy::ExitedAfterTerm,
+            _ if forwarded.is_some() => EndedBy::ExitedAfterForwardedSignal,
             _ => EndedBy::ExitedAfterStdinClose,
         };
         self.exit = Some((now, status, ended_by));
@@ -685,6 +764,60 @@ impl ProcessSupervisor {
         // Otherwise SIGTERM is out and SIGKILL is scheduled or sent.
     }
 
+    /// Passes on a signal the application received (a host stopping it) at
+    /// once, the way the child would have got it directly: the first one
+    /// closes stdin and goes to the group as it is (`SIGINT`, `SIGHUP` or
+    /// `SIGTERM`); each one after it climbs a rung at once (`SIGTERM` if not
+    /// sent yet, else `SIGKILL`). Without a further signal the ladder goes on
+    /// by the deadlines: `SIGTERM` `stdin_close_grace` after a forwarded
+    /// `SIGINT` or `SIGHUP`, `SIGKILL` `term_grace` after `SIGTERM`. After
+    /// the exit, with a stream still held open, a further signal sends
+    /// `SIGKILL` to the group at once. A shutdown or cancel before counts as
+    /// the first step: the next signal climbs.
+    pub fn forward(&mut self, now: Instant, signal: Signal) {
+        let now = self.tick(now);
+        if self.spawned_at.is_none() {
+            self.ignore("signal before spawn");
+            return;
+        }
+        if self.is_finished() {
+            return;
+        }
+        let first = self.forwarded.is_none();
+        if first {
+            self.forwarded = Some((now, signal));
+        }
+        // SIGTERM (and a SIGKILL, which no one receives) is the ladder's own
+        // first rung: SIGKILL never goes out before SIGTERM while the leader lives.
+        let climbing = !first
+            || self.cancel_at.is_some()
+            || self.term_at.is_some()
+            || matches!(signal, Signal::Term | Signal::Kill);
+        self.shutdown_at.get_or_insert(now);
+        self.close_stdin(now);
+        if self.exit.is_some() {
+            // No signal for a leader that is gone; a grandchild holding a
+            // pipe gets SIGKILL at the next one.
+            if !first && self.any_stream_open() && self.kill_at.is_none() {
+                self.send_kill(now);
+            }
+            return;
+        }
+        if climbing {
+            if self.term_at.is_none() {
+                self.send_term(now);
+            } else {
+                self.send_kill(now);
+            }
+            return;
+        }
+        self.actions.push(Queued::Forward(signal));
+        // A shutdown's SIGTERM already due keeps its time.
+        if self.timer.is_none() {
+            self.set_timer(now, self.config.stdin_close_grace, Expiry::SendTerm);
+        }
+    }
+
     // ----- outputs -----
 
     /// The next thing the adapter must do.
@@ -695,6 +828,7 @@ impl ProcessSupervisor {
         }
         Some(match self.actions.remove(0) {
             Queued::CloseStdin => ProcessAction::CloseStdin,
+            Queued::Forward(signal) => ProcessAction::SignalGroup(signal),
             Queued::Term => ProcessAction::SignalGroup(Signal::Term),
             Queued::Kill => ProcessAction::SignalGroup(Signal::Kill),
             Queued::AbandonReaders => ProcessAction::AbandonReaders,
@@ -830,6 +964,8 @@ impl ProcessSupervisor {
             shutdown_requested_at: self.shutdown_at.map(since),
             cancel_requested_at: self.cancel_at.map(since),
             stdin_closed_at: self.stdin_closed_at.map(since),
+            forwarded_signal: self.forwarded.map(|(_, s)| s),
+            forwarded_at: self.forwarded.map(|(at, _)| since(at)),
             term_sent_at: self.term_at.map(since),
             kill_sent_at: self.kill_at.map(since),
             exited_at: self.exit.map(|(at, _, _)| since(at)),

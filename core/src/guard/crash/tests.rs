@@ -46,7 +46,7 @@ fn drain(s: &mut GuardSession, at: Stamp) -> Drained {
     loop {
         match s.poll_output() {
             GuardOutput::Action(a) => d.actions.push(a),
-            GuardOutput::Record(_) | GuardOutput::Pins(_) => {}
+            GuardOutput::Record(_) | GuardOutput::Pins(_) | GuardOutput::Seal => {}
             GuardOutput::Phase(p) => d.phases.push(p),
             GuardOutput::ToServer(out) => {
                 let b = out.take();

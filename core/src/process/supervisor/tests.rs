@@ -570,15 +570,16 @@ fn g11_actions_wait_in_the_queue_unpolled() {
     // An adapter that never polls loses nothing and the queue stays within its capacity.
     let t0 = Instant::now();
     let mut sup = spawned(t0, ChildPipes::ALL);
-    sup.shutdown(t0);
+    sup.forward(t0, Signal::Interrupt);
     sup.handle_timeout(t0 + 2 * S);
     sup.handle_timeout(t0 + 4 * S);
     sup.handle_timeout(t0 + 5 * S);
     let actions = drain(&mut sup);
     assert_eq!(
-        actions[..4],
+        actions[..5],
         [
             ProcessAction::CloseStdin,
+            INT,
             TERM,
             KILL,
             ProcessAction::AbandonReaders
@@ -679,6 +680,8 @@ fn g12_process_outcome_times_are_milliseconds_and_read_back() {
         shutdown_requested_at: None,
         cancel_requested_at: Some(Duration::from_millis(10)),
         stdin_closed_at: None,
+        forwarded_signal: None,
+        forwarded_at: None,
         term_sent_at: Some(Duration::from_millis(10)),
         kill_sent_at: None,
         exited_at: Some(Duration::from_micros(2_016_401)),
@@ -697,4 +700,101 @@ fn g12_process_outcome_times_are_milliseconds_and_read_back() {
     assert_eq!(back.cancel_to_exit, Some(Duration::from_micros(2_006_401)));
     assert_eq!(back.finished_at, outcome.finished_at);
     assert_eq!(back.exited_at, outcome.exited_at);
+}
+
+const INT: ProcessAction = ProcessAction::SignalGroup(Signal::Interrupt);
+
+/// F1: a signal the application got is passed on at once with the stdin
+/// close; without another, the ladder goes on by the deadlines.
+#[test]
+fn f1_a_forwarded_signal_goes_at_once_then_the_ladder_by_deadlines() {
+    let t0 = Instant::now();
+    let mut sup = spawned(t0, ChildPipes::ALL);
+    sup.forward(t0 + S, Signal::Interrupt);
+    assert_eq!(drain(&mut sup), [ProcessAction::CloseStdin, INT]);
+    assert_eq!(sup.poll_timeout(), Some(t0 + 3 * S), "SIGTERM after the stdin grace");
+    sup.handle_timeout(t0 + 3 * S);
+    assert_eq!(drain(&mut sup), [TERM]);
+    sup.handle_timeout(t0 + 5 * S);
+    assert_eq!(drain(&mut sup), [KILL]);
+    sup.handle_exited(t0 + 5 * S + MS, ExitStatus::Signal(9));
+    sup.handle_stdout_eof(t0 + 5 * S + MS);
+    sup.handle_stderr_eof(t0 + 5 * S + MS);
+    let outcome = finished(&drain(&mut sup));
+    assert_eq!(outcome.ended_by, EndedBy::ExitedAfterKill);
+    assert_eq!(outcome.forwarded_signal, Some(Signal::Interrupt));
+    assert_eq!(outcome.forwarded_at, Some(S));
+}
+
+/// F1: each further signal climbs a rung at once; nothing is sent twice.
+#[test]
+fn f1_each_further_signal_climbs_at_once() {
+    let t0 = Instant::now();
+    let mut sup = spawned(t0, ChildPipes::ALL);
+    sup.forward(t0, Signal::Hangup);
+    assert_eq!(
+        drain(&mut sup),
+        [ProcessAction::CloseStdin, ProcessAction::SignalGroup(Signal::Hangup)]
+    );
+    sup.forward(t0 + 100 * MS, Signal::Interrupt);
+    assert_eq!(drain(&mut sup), [TERM]);
+    sup.forward(t0 + 200 * MS, Signal::Interrupt);
+    assert_eq!(drain(&mut sup), [KILL]);
+    sup.forward(t0 + 300 * MS, Signal::Term);
+    assert_eq!(drain(&mut sup), []);
+}
+
+/// F1: SIGTERM first is the ladder's own first rung.
+#[test]
+fn f1_a_forwarded_sigterm_is_sigterm_then_sigkill() {
+    let t0 = Instant::now();
+    let mut sup = spawned(t0, ChildPipes::ALL);
+    sup.forward(t0, Signal::Term);
+    assert_eq!(drain(&mut sup), [ProcessAction::CloseStdin, TERM]);
+    assert_eq!(sup.poll_timeout(), Some(t0 + 2 * S));
+    sup.handle_exited(t0 + 10 * MS, ExitStatus::Signal(15));
+    sup.handle_stdout_eof(t0 + 10 * MS);
+    sup.handle_stderr_eof(t0 + 10 * MS);
+    let outcome = finished(&drain(&mut sup));
+    assert_eq!(outcome.ended_by, EndedBy::ExitedAfterTerm);
+    assert_eq!(outcome.forwarded_signal, Some(Signal::Term));
+}
+
+/// F1: a child that dies of the signal passed on, or exits on its own
+/// after it, ended after that signal, not in a crash.
+#[test]
+fn f1_an_exit_after_a_forwarded_signal_is_no_crash() {
+    for status in [ExitStatus::Signal(2), ExitStatus::Code(0), ExitStatus::Code(130)] {
+        let t0 = Instant::now();
+        let mut sup = spawned(t0, ChildPipes::ALL);
+        sup.forward(t0, Signal::Interrupt);
+        let _ = drain(&mut sup);
+        sup.handle_exited(t0 + 8 * MS, status);
+        sup.handle_stdout_eof(t0 + 8 * MS);
+        sup.handle_stderr_eof(t0 + 8 * MS);
+        let outcome = finished(&drain(&mut sup));
+        assert_eq!(outcome.ended_by, EndedBy::ExitedAfterForwardedSignal, "{status:?}");
+    }
+}
+
+/// F1: a signal during a shutdown (stdin already closed) is passed on at
+/// once and keeps the shutdown's SIGTERM time; after the exit, a signal
+/// is sent to no one, and the next one kills a group still holding a pipe.
+#[test]
+fn f1_a_signal_during_a_shutdown_and_after_the_exit() {
+    let t0 = Instant::now();
+    let mut sup = spawned(t0, ChildPipes::ALL);
+    sup.shutdown(t0);
+    assert_eq!(drain(&mut sup), [ProcessAction::CloseStdin]);
+    sup.forward(t0 + S, Signal::Interrupt);
+    assert_eq!(drain(&mut sup), [INT]);
+    assert_eq!(sup.poll_timeout(), Some(t0 + 2 * S), "the shutdown's SIGTERM time");
+
+    let mut sup = spawned(t0, ChildPipes::ALL);
+    sup.handle_exited(t0, ExitStatus::Code(0));
+    sup.handle_stdout_eof(t0);
+    sup.forward(t0 + MS, Signal::Interrupt);
+    assert_eq!(drain(&mut sup), [ProcessAction::CloseStdin]);
+    sup.forward(t0 + 2 * MS, Signal::Interrupt);
+    assert_eq!(drain(&mut sup), [KILL], "stderr is still held");
 }
