@@ -614,7 +614,13 @@ mod tests {
     fn expect_seals_inside_a_session_do_not_start_one() {
         let e = Expectation::parse(GUARD_EXPECT).expect("parses");
         let path = ["received", "validated", "authorized", "dispatched"];
-        let done = ["received", "validated", "authorized", "dispatched", "completed"];
+        let done = [
+            "received",
+            "validated",
+            "authorized",
+            "dispatched",
+            "completed",
+        ];
         let mut o = Observed::default();
         o.on_entry(br#"{"phase":"session_start","session_id":"s"}"#);
         o.on_entry(&record("1/0", "initialize", &path, 0));

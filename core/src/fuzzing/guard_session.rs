@@ -18,12 +18,16 @@ use arbitrary::{Arbitrary, Unstructured};
 #[derive(Arbitrary, Debug)]
 enum Op {
     Host(Vec<u8>),
-    HostRequest { id: u8 },
+    HostRequest {
+        id: u8,
+    },
     HostEof,
     HostWritten(u16),
     HostWriteError,
     ServerStdout(Vec<u8>),
-    ServerNotification { pad: u16 },
+    ServerNotification {
+        pad: u16,
+    },
     ServerStdoutEof,
     ServerStderr(Vec<u8>),
     ServerStderrEof,

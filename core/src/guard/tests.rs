@@ -473,7 +473,10 @@ fn f1_a_signal_after_the_hosts_eof_is_passed_on_at_once() {
     let (mut s, clock) = session(1 << 20);
     s.handle_host(clock.at(1), b"{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\n");
     s.handle_host_eof(clock.at(1));
-    assert!(actions(&mut s).is_empty(), "waiting for the server to take it");
+    assert!(
+        actions(&mut s).is_empty(),
+        "waiting for the server to take it"
+    );
     s.handle_input(clock.at(50), GuardInput::Signal(Signal::Interrupt));
     assert_eq!(
         actions(&mut s),
@@ -535,10 +538,7 @@ fn f1_the_log_is_sealed_when_the_session_starts_ending_and_after_each_later_reco
         clock.at(3),
         b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n",
     );
-    assert_eq!(
-        outputs(&mut s, clock.at(3)),
-        ["record", "seal", "to_host"]
-    );
+    assert_eq!(outputs(&mut s, clock.at(3)), ["record", "seal", "to_host"]);
 }
 
 /// G12: the host's EOF starts the end too: the log is sealed at once.

@@ -712,7 +712,11 @@ fn f1_a_forwarded_signal_goes_at_once_then_the_ladder_by_deadlines() {
     let mut sup = spawned(t0, ChildPipes::ALL);
     sup.forward(t0 + S, Signal::Interrupt);
     assert_eq!(drain(&mut sup), [ProcessAction::CloseStdin, INT]);
-    assert_eq!(sup.poll_timeout(), Some(t0 + 3 * S), "SIGTERM after the stdin grace");
+    assert_eq!(
+        sup.poll_timeout(),
+        Some(t0 + 3 * S),
+        "SIGTERM after the stdin grace"
+    );
     sup.handle_timeout(t0 + 3 * S);
     assert_eq!(drain(&mut sup), [TERM]);
     sup.handle_timeout(t0 + 5 * S);
@@ -734,7 +738,10 @@ fn f1_each_further_signal_climbs_at_once() {
     sup.forward(t0, Signal::Hangup);
     assert_eq!(
         drain(&mut sup),
-        [ProcessAction::CloseStdin, ProcessAction::SignalGroup(Signal::Hangup)]
+        [
+            ProcessAction::CloseStdin,
+            ProcessAction::SignalGroup(Signal::Hangup)
+        ]
     );
     sup.forward(t0 + 100 * MS, Signal::Interrupt);
     assert_eq!(drain(&mut sup), [TERM]);
@@ -764,7 +771,11 @@ fn f1_a_forwarded_sigterm_is_sigterm_then_sigkill() {
 /// after it, ended after that signal, not in a crash.
 #[test]
 fn f1_an_exit_after_a_forwarded_signal_is_no_crash() {
-    for status in [ExitStatus::Signal(2), ExitStatus::Code(0), ExitStatus::Code(130)] {
+    for status in [
+        ExitStatus::Signal(2),
+        ExitStatus::Code(0),
+        ExitStatus::Code(130),
+    ] {
         let t0 = Instant::now();
         let mut sup = spawned(t0, ChildPipes::ALL);
         sup.forward(t0, Signal::Interrupt);
@@ -773,7 +784,11 @@ fn f1_an_exit_after_a_forwarded_signal_is_no_crash() {
         sup.handle_stdout_eof(t0 + 8 * MS);
         sup.handle_stderr_eof(t0 + 8 * MS);
         let outcome = finished(&drain(&mut sup));
-        assert_eq!(outcome.ended_by, EndedBy::ExitedAfterForwardedSignal, "{status:?}");
+        assert_eq!(
+            outcome.ended_by,
+            EndedBy::ExitedAfterForwardedSignal,
+            "{status:?}"
+        );
     }
 }
 
@@ -788,7 +803,11 @@ fn f1_a_signal_during_a_shutdown_and_after_the_exit() {
     assert_eq!(drain(&mut sup), [ProcessAction::CloseStdin]);
     sup.forward(t0 + S, Signal::Interrupt);
     assert_eq!(drain(&mut sup), [INT]);
-    assert_eq!(sup.poll_timeout(), Some(t0 + 2 * S), "the shutdown's SIGTERM time");
+    assert_eq!(
+        sup.poll_timeout(),
+        Some(t0 + 2 * S),
+        "the shutdown's SIGTERM time"
+    );
 
     let mut sup = spawned(t0, ChildPipes::ALL);
     sup.handle_exited(t0, ExitStatus::Code(0));
