@@ -2,11 +2,11 @@
 //!
 //! ```toml
 //! # mcp-stdio guard --config guard.toml -- SERVER …
-//! max_frame_bytes = 8388608                 # wire limit, both directions
+//! max_frame_bytes = 16777216                # wire limit, both directions
 //! id_scan_limit_bytes = 256                 # an oversized line's bytes scanned for its id at once; 0: no id recovery
 //! oversized_policy = "discard"              # or "close": after a line past the wire limit
 //! invalid_utf8 = "repair"                   # or "refuse": lines that are not UTF-8
-//! max_buffered_bytes = 16777216             # bytes waiting for a host that stopped reading
+//! max_buffered_bytes = 33554432             # bytes waiting for a host that stopped reading
 //! stderr_forward_bytes = 1048576            # server stderr passed through to ours
 //! stderr_retained_per_call_bytes = 16384    # stderr tail kept for the record
 //! stderr_head_bytes = 0                     # with retain = "head_and_tail": first bytes kept too
@@ -113,43 +113,74 @@ pub(crate) struct SettingsArgs {
     /// A TOML file with the limits below (same names, with `_bytes`/`_seconds`).
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
-    /// Wire limit in bytes, both directions [default: 8388608].
-    #[arg(long, value_name = "BYTES")]
+    /// Wire limit in bytes, both directions [default: 16777216].
+    #[arg(long, value_name = "BYTES", help_heading = "Wire limits")]
     pub(crate) max_frame: Option<usize>,
     /// Bytes of an oversized line scanned for its id at once, and the longest string id
     /// recovered from the whole line; 0 turns id recovery off [default: 256].
-    #[arg(long, value_name = "BYTES")]
+    #[arg(
+        long,
+        value_name = "BYTES",
+        help_heading = "Wire limits",
+        hide_short_help = true
+    )]
     pub(crate) id_scan_limit: Option<usize>,
     /// After a line passes the wire limit: drop it and go on, or close the session [default: discard].
-    #[arg(long, value_enum, value_name = "POLICY")]
+    #[arg(long, value_enum, value_name = "POLICY", help_heading = "Wire limits")]
     pub(crate) oversized_policy: Option<Oversized>,
     /// Lines that are not valid UTF-8 [default: repair].
-    #[arg(long, value_enum, value_name = "POLICY")]
+    #[arg(
+        long,
+        value_enum,
+        value_name = "POLICY",
+        help_heading = "Wire limits",
+        hide_short_help = true
+    )]
     pub(crate) invalid_utf8: Option<InvalidUtf8>,
-    /// Bytes that may wait for a host that stopped reading before the session is closed [default: 16777216].
-    #[arg(long, value_name = "BYTES")]
+    /// Bytes that may wait for a host that stopped reading before the session is closed [default: 33554432].
+    #[arg(long, value_name = "BYTES", help_heading = "Wire limits")]
     pub(crate) max_buffered: Option<usize>,
     /// Bytes of the server's stderr passed through to ours [default: 1048576].
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", help_heading = "Server stderr")]
     pub(crate) stderr_budget: Option<u64>,
     /// Bytes of the server's stderr tail kept for the record [default: 16384].
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", help_heading = "Server stderr")]
     pub(crate) stderr_tail: Option<usize>,
     /// What of stderr to keep [default: tail].
-    #[arg(long, value_enum)]
+    #[arg(
+        long,
+        value_enum,
+        help_heading = "Server stderr",
+        hide_short_help = true
+    )]
     pub(crate) retain: Option<Retain>,
     /// Seconds from closing the server's stdin to SIGTERM, and from SIGTERM to SIGKILL [default: 2].
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", help_heading = "Shutdown and restart")]
     pub(crate) shutdown_grace: Option<f64>,
     /// Start the server again when it ends on its own while the host is still there,
     /// keeping the host's session (its handshake is replayed) [default: never].
-    #[arg(long, value_enum, value_name = "WHEN")]
+    #[arg(
+        long,
+        value_enum,
+        value_name = "WHEN",
+        help_heading = "Shutdown and restart"
+    )]
     pub(crate) restart: Option<Restart>,
     /// Restarts in a row before the guard gives up [default: 5].
-    #[arg(long, value_name = "N")]
+    #[arg(
+        long,
+        value_name = "N",
+        help_heading = "Shutdown and restart",
+        hide_short_help = true
+    )]
     pub(crate) restart_max: Option<u32>,
     /// Seconds before the first restart in a row, doubled for each next one (at most 8) [default: 0.25].
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        help_heading = "Shutdown and restart",
+        hide_short_help = true
+    )]
     pub(crate) restart_backoff: Option<f64>,
     #[command(flatten)]
     pub(crate) env: EnvArgs,
@@ -157,10 +188,10 @@ pub(crate) struct SettingsArgs {
     pub(crate) sandbox: SandboxArgs,
     /// Pin the server's tool definitions in FILE (created on first use) and check every
     /// tools/list answer against them; review and accept changes with `mcp-stdio pin`.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Pinned tools")]
     pub(crate) pin: Option<PathBuf>,
     /// What to do with a tool whose definition is not the pinned one [default: warn].
-    #[arg(long, value_enum, value_name = "POLICY")]
+    #[arg(long, value_enum, value_name = "POLICY", help_heading = "Pinned tools")]
     pub(crate) pin_policy: Option<PinPolicyArg>,
 }
 

@@ -523,3 +523,37 @@ fn no_colour_off_a_terminal_and_no_warn_noise_under_quiet() {
     assert!(err.contains("WARN"), "{err}");
     assert!(!err.contains('\u{1b}'), "{err:?}");
 }
+
+/// Issue 34: `guard -h` is a short page of the main options grouped by
+/// heading; `--help` has every option, the exit statuses and the signals.
+#[test]
+fn guard_help_is_grouped_and_short_with_dash_h() {
+    let short = run(&["guard", "-h"], &[]);
+    let long = run(&["guard", "--help"], &[]);
+    assert!(short.status.success() && long.status.success());
+    let short = String::from_utf8_lossy(&short.stdout).into_owned();
+    let long = String::from_utf8_lossy(&long.stdout).into_owned();
+    eprintln!(
+        "guard -h: {} lines; guard --help: {} lines",
+        short.lines().count(),
+        long.lines().count()
+    );
+    assert!(short.lines().count() <= 60, "{short}");
+    for heading in [
+        "Wire limits:",
+        "Server stderr:",
+        "Shutdown and restart:",
+        "Server environment:",
+        "Sandbox (Linux):",
+        "Pinned tools:",
+        "Audit and metrics:",
+    ] {
+        assert!(short.contains(heading), "-h lacks {heading}");
+        assert!(long.contains(heading), "--help lacks {heading}");
+    }
+    for detail in ["--sandbox-open-files", "--audit-key-file", "--restart-max"] {
+        assert!(!short.contains(detail), "-h shows {detail}");
+        assert!(long.contains(detail), "--help lacks {detail}");
+    }
+    assert!(long.contains("128+N") && long.contains("SIGINT"), "{long}");
+}

@@ -28,8 +28,8 @@ use serde_json::{json, Value};
 
 /// The large tool `check` calls on the built-in server.
 pub(crate) const LARGE_TOOL: &str = "big";
-/// Its arguments: 12 MiB of text, over the default 8 MiB wire limit.
-pub(crate) const LARGE_ARGS: &str = r#"{"bytes":12582912}"#;
+/// Its arguments: 20 MiB of text, over the default 16 MiB wire limit.
+pub(crate) const LARGE_ARGS: &str = r#"{"bytes":20971520}"#;
 /// The slow tool `check` cancels on the built-in server.
 pub(crate) const SLOW_TOOL: &str = "slow";
 /// Its arguments: 800 ms of work that no cancel interrupts.

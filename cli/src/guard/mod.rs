@@ -41,7 +41,12 @@ const PIN_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
 /// Arguments of `guard`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Exit status mirrors the server's: its own exit code, or 128+N when it was \
+    after_help = "Exit status: the server's (128+N when killed by signal N); 75 when the guard \
+closed the session; 2 for a usage error. -h shows the main options, --help all of them and more.",
+    after_long_help = "Everything from the first argument that is not an option of the guard's is \
+the server's command (as env and timeout take theirs); a `--` before it is allowed and never \
+needed.\n\n\
+Exit status mirrors the server's: its own exit code, or 128+N when it was \
 killed by signal N (as a shell reports it); 1 when no exit of the server was observed. The guard's \
 own outcomes: 75 when it closed the session because the host stopped reading, or because a line \
 passed the wire limit under --oversized-policy close; 126 when the server \
@@ -49,6 +54,10 @@ command is not executable; 127 when it cannot be started otherwise (not found, .
 error (bad flag, unreadable --config or key file, an --audit log that cannot be opened, a --pin \
 file that cannot be read), before any server starts. A server that ends on its own, with a failure status, or only after a signal \
 gets one line on stderr saying so, with the end of its stderr.\n\n\
+Signals: the host's first SIGINT, SIGTERM or SIGHUP goes to the server's process group at once \
+(as the server would have got it directly) and the audit log is sealed at once; each further \
+signal climbs (SIGTERM, then SIGKILL). Without one, SIGTERM follows --shutdown-grace later, then \
+SIGKILL. A closed stdin closes the server's, then waits --shutdown-grace before SIGTERM.\n\n\
 --audit FILE: missing folders on its path are created.\n\n\
 --env-clear: the server starts with an empty environment, plus --env-pass NAME, --env NAME=VALUE \
 and --env-file NAME=PATH (the file's contents: a secret, masked in the guard's stderr, --audit \
@@ -56,23 +65,35 @@ log and --metrics). The server program is still found through the guard's PATH; 
 a PATH only with --env-pass PATH (needed by `#!/usr/bin/env` scripts and npx). An --env-file \
 that cannot be read, is empty or larger than 64 KiB is a usage error (2).\n\n\
 Example (a desktop host's JSON config):\n  \"command\": \"mcp-stdio\",\n  \
-\"args\": [\"guard\", \"--max-frame\", \"8388608\", \"--\", \"npx\", \"-y\", \"some-mcp-server\"]"
+\"args\": [\"guard\", \"--audit\", \"audit.jsonl\", \"npx\", \"-y\", \"some-mcp-server\"]"
 )]
 pub(crate) struct GuardArgs {
     #[command(flatten)]
     pub(crate) settings: SettingsArgs,
     /// Write a hash-chained audit record per request to FILE (appends, fsync per batch;
     /// missing folders are created).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Audit and metrics")]
     pub(crate) audit: Option<PathBuf>,
     /// HMAC-SHA256 key for the audit chain (the file's bytes; a trailing newline is ignored).
-    #[arg(long, value_name = "FILE", requires = "audit")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "audit",
+        help_heading = "Audit and metrics",
+        hide_short_help = true
+    )]
     pub(crate) audit_key_file: Option<PathBuf>,
     /// Write the session's metrics as JSON to FILE at exit.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Audit and metrics")]
     pub(crate) metrics: Option<PathBuf>,
-    /// The server command and its arguments (after `--`). No shell is involved.
-    #[arg(last = true, required = true, value_name = "SERVER_COMMAND")]
+    /// The server command and its arguments: everything from the first argument that is not
+    /// an option of the guard's (a `--` before it is allowed). No shell is involved.
+    #[arg(
+        trailing_var_arg = true,
+        required = true,
+        num_args = 1..,
+        value_name = "SERVER_COMMAND"
+    )]
     pub(crate) command: Vec<std::ffi::OsString>,
 }
 

@@ -71,50 +71,90 @@ pub(crate) enum NetworkArg {
 pub(crate) struct SandboxArgs {
     /// Run the server in a sandbox (Linux, Landlock) starting from PROFILE: base, npx or uvx.
     /// Any other --sandbox-* flag turns the sandbox on with the base profile.
-    #[arg(long, value_enum, value_name = "PROFILE")]
+    #[arg(
+        long,
+        value_enum,
+        value_name = "PROFILE",
+        help_heading = "Sandbox (Linux)"
+    )]
     pub(crate) sandbox: Option<Profile>,
     /// Let the server read beneath PATH (repeatable).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Sandbox (Linux)")]
     pub(crate) sandbox_read: Vec<PathBuf>,
     /// Let the server read and execute beneath PATH (repeatable).
-    #[arg(long, value_name = "PATH")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        help_heading = "Sandbox (Linux)",
+        hide_short_help = true
+    )]
     pub(crate) sandbox_exec: Vec<PathBuf>,
     /// Let the server read and write beneath PATH (repeatable).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Sandbox (Linux)")]
     pub(crate) sandbox_write: Vec<PathBuf>,
     /// The server's network: none or unrestricted [default: the profile's].
-    #[arg(long, value_enum, value_name = "NETWORK")]
+    #[arg(
+        long,
+        value_enum,
+        value_name = "NETWORK",
+        help_heading = "Sandbox (Linux)"
+    )]
     pub(crate) sandbox_network: Option<NetworkArg>,
     /// Let the server make TCP connections to PORT, on any host (repeatable).
-    #[arg(long, value_name = "PORT")]
+    #[arg(
+        long,
+        value_name = "PORT",
+        help_heading = "Sandbox (Linux)",
+        hide_short_help = true
+    )]
     pub(crate) sandbox_connect: Vec<u16>,
     /// Let the server listen on TCP PORT (repeatable).
-    #[arg(long, value_name = "PORT")]
+    #[arg(
+        long,
+        value_name = "PORT",
+        help_heading = "Sandbox (Linux)",
+        hide_short_help = true
+    )]
     pub(crate) sandbox_bind: Vec<u16>,
     /// Memory (heap and private writable mappings) the server may use, in bytes (K, M, G).
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Sandbox (Linux)", hide_short_help = true)]
     pub(crate) sandbox_memory: Option<u64>,
     /// Virtual address space the server may use, in bytes (K, M, G); too strict for Node.
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Sandbox (Linux)", hide_short_help = true)]
     pub(crate) sandbox_address_space: Option<u64>,
     /// Processes and threads the server may run (counted inside the sandbox where the kernel
     /// allows a user namespace).
-    #[arg(long, value_name = "N")]
+    #[arg(
+        long,
+        value_name = "N",
+        help_heading = "Sandbox (Linux)",
+        hide_short_help = true
+    )]
     pub(crate) sandbox_processes: Option<u64>,
     /// CPU seconds the server may use.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        help_heading = "Sandbox (Linux)",
+        hide_short_help = true
+    )]
     pub(crate) sandbox_cpu: Option<u64>,
     /// Largest file the server may write, in bytes (K, M, G).
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Sandbox (Linux)", hide_short_help = true)]
     pub(crate) sandbox_file_size: Option<u64>,
     /// File descriptors the server may hold open.
-    #[arg(long, value_name = "N")]
+    #[arg(
+        long,
+        value_name = "N",
+        help_heading = "Sandbox (Linux)",
+        hide_short_help = true
+    )]
     pub(crate) sandbox_open_files: Option<u64>,
     /// Let the server signal processes and reach abstract Unix sockets outside its sandbox.
-    #[arg(long)]
+    #[arg(long, help_heading = "Sandbox (Linux)", hide_short_help = true)]
     pub(crate) sandbox_allow_ipc: bool,
     /// Run with what the kernel can enforce, recording the rest, instead of refusing to start.
-    #[arg(long)]
+    #[arg(long, help_heading = "Sandbox (Linux)", hide_short_help = true)]
     pub(crate) sandbox_best_effort: bool,
 }
 

@@ -43,18 +43,18 @@ pub(crate) const MAX_ENV_FILE_BYTES: usize = MAX_SECRET_BYTES;
 pub(crate) struct EnvArgs {
     /// Start the server with an empty environment (then --env-pass, --env and --env-file add to
     /// it). The server program is still found through the guard's PATH.
-    #[arg(long)]
+    #[arg(long, help_heading = "Server environment")]
     pub(crate) env_clear: bool,
     /// Pass NAME from the guard's environment to the server (repeatable; not set there: not
     /// passed, and said on stderr).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", help_heading = "Server environment")]
     pub(crate) env_pass: Vec<OsString>,
     /// Set NAME to VALUE for the server (repeatable).
-    #[arg(long, value_name = "NAME=VALUE")]
+    #[arg(long, value_name = "NAME=VALUE", help_heading = "Server environment")]
     pub(crate) env: Vec<OsString>,
     /// Set NAME to the contents of the file at PATH, one trailing newline removed (repeatable; at
     /// most 64 KiB). A secret: masked in everything the guard writes.
-    #[arg(long, value_name = "NAME=PATH")]
+    #[arg(long, value_name = "NAME=PATH", help_heading = "Server environment")]
     pub(crate) env_file: Vec<OsString>,
 }
 

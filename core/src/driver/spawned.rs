@@ -187,7 +187,7 @@ impl ClientOptions {
     }
 
     /// Edits the framing of the server's stdout in place (see
-    /// [`FramerConfig`]): the wire limit `max_frame` (default 8 MiB,
+    /// [`FramerConfig`]): the wire limit `max_frame` (default 16 MiB,
     /// [`DEFAULT_MAX_FRAME`](crate::DEFAULT_MAX_FRAME)), which also limits
     /// every message this client sends, the id scan of an oversized line
     /// (256 B), the oversized policy (discard) and the invalid UTF-8 policy

@@ -103,7 +103,7 @@ impl Default for GuardConfig {
 }
 
 impl GuardConfig {
-    /// Edits the proxy's limits in place (see [`ProxyConfig`]: 16 MiB
+    /// Edits the proxy's limits in place (see [`ProxyConfig`]: 32 MiB
     /// buffered each way, its `max_buffered` being the bound on bytes
     /// waiting for a host that stopped reading; 4096 requests tracked).
     pub fn proxy_mut(&mut self) -> &mut ProxyConfig {
@@ -111,7 +111,7 @@ impl GuardConfig {
     }
 
     /// Edits the framing of both directions in place (see [`FramerConfig`]):
-    /// the wire limit `max_frame` (default 8 MiB,
+    /// the wire limit `max_frame` (default 16 MiB,
     /// [`DEFAULT_MAX_FRAME`](crate::DEFAULT_MAX_FRAME)), the id scan of an
     /// oversized line (256 B), the oversized policy (discard) and the invalid
     /// UTF-8 policy (repair). Each of the two framers buffers at most

@@ -85,8 +85,11 @@
 //! many cancelled progress tokens; progress tokens of tracked requests
 //! `c.max_tracked × 2 × (≈ 32 B + id bytes)`; remembered tasks
 //! `c.max_tracked × (MAX_TASK_ID_BYTES + ≈ 64 B)`; notes
-//! `c.max_notes × 600 B`. With the defaults: 16 MiB + 8 MiB + 4096 × ≈ 4 KiB
-//! + ≈ 256 KiB ≈ 40 MiB.
+//! `c.max_notes × 600 B`. With the defaults: 2 × 32 MiB each way + 2 × 16 MiB
+//! framers + 4096 × ≈ 4 KiB + ≈ 256 KiB ≈ 112 MiB, reached only when both
+//! sides send lines at the wire limit and neither reads; a session passing
+//! one 16 MiB result to a host that reads grows by about one copy of it
+//! (measured in the guard's tests, `g2_results_a_host_takes_directly_…`).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -121,8 +124,11 @@ const PROGRESS: &str = "notifications/progress";
 /// The tasks extension's cancel.
 const TASKS_CANCEL: &str = "tasks/cancel";
 
-/// Default bound on bytes waiting for the host: 16 MiB.
-pub const DEFAULT_MAX_BUFFERED: usize = 16 * 1024 * 1024;
+/// Default bound on bytes waiting for the host: 32 MiB, two messages at the
+/// default wire limit ([`DEFAULT_MAX_FRAME`](crate::DEFAULT_MAX_FRAME)):
+/// one being written while the next waits, so a host that reads never
+/// meets it.
+pub const DEFAULT_MAX_BUFFERED: usize = 32 * 1024 * 1024;
 /// Default bytes of non-protocol server stdout shown as notes: 64 KiB.
 pub const DEFAULT_NOISE_BUDGET: u64 = 64 * 1024;
 /// Default number of requests tracked at once: 4096.
@@ -184,7 +190,7 @@ impl ProxyConfig {
     }
 
     /// Sets the bound on bytes waiting for the host (default
-    /// [`DEFAULT_MAX_BUFFERED`] = 16 MiB): queued here plus handed to the
+    /// [`DEFAULT_MAX_BUFFERED`] = 32 MiB): queued here plus handed to the
     /// adapter and not yet written. One byte more and the proxy decides the
     /// host stopped reading (`ProxyEvent::HostStoppedReading`). Also the
     /// bound on bytes waiting for the server before

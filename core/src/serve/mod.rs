@@ -134,7 +134,7 @@ impl ServeOptions {
     }
 
     /// Edits the framing of stdin in place (see [`FramerConfig`]): the wire
-    /// limit `max_frame` (default 8 MiB,
+    /// limit `max_frame` (default 16 MiB,
     /// [`DEFAULT_MAX_FRAME`](crate::DEFAULT_MAX_FRAME)), which also limits
     /// every message written to stdout (G9) and sizes each handler's
     /// [`ResultBudget`], the id scan of an oversized line (256 B), the

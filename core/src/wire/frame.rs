@@ -7,16 +7,18 @@ use memchr::memchr;
 pub(crate) use crate::wire::id_scan::{refused_line_id, IdRecovery, IdScanner};
 use crate::wire::message::Id;
 
-/// Default wire limit: 8 MiB.
+/// Default wire limit: 16 MiB.
 ///
-/// Chosen from the hosts people run: rmcp reads lines up to 16 MiB and the
-/// Python SDK has no limit, so a smaller default made results fail through
-/// us that work without us (a 5 MiB `read_text_file` did); the TypeScript
-/// SDK, inside most hosts, closes the whole connection when its read buffer
-/// passes 10 MiB (the line plus whatever arrived after it), so a line we
-/// forward must stay well below that. 8 MiB is also where Codex caps a
-/// server's stdout line.
-pub const DEFAULT_MAX_FRAME: usize = 8 * 1024 * 1024;
+/// Chosen so that no mainstream host is below it: rmcp reads lines up to
+/// 16 MiB, the TypeScript SDK (inside most hosts) up to 10 MiB before it
+/// drops the connection, the Python SDK without a limit. A guard between a
+/// host and its server must pass what the host would have taken directly:
+/// with a lower default, a 9 MiB result that a TypeScript host reads
+/// directly failed through the guard (a clean error, but not transparent).
+/// Above a host's own limit the host fails as it would directly. The cost
+/// is memory only when such lines come: a framer's buffer grows with the
+/// line it holds, up to `max_frame + 1` bytes.
+pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
 /// The smallest wire limit: 64 bytes, room for a JSON-RPC error reply with a
 /// short id. A smaller limit would refuse every message, the answers to
 /// refused ones included. The one rule: [`FramerConfig::max_frame`] raises a
@@ -93,7 +95,7 @@ impl Default for FramerConfig {
 
 impl FramerConfig {
     /// Sets the wire limit: the most bytes a line may have before its `\n`,
-    /// counting a trailing `\r`. Default [`DEFAULT_MAX_FRAME`] (8 MiB).
+    /// counting a trailing `\r`. Default [`DEFAULT_MAX_FRAME`] (16 MiB).
     ///
     /// **At least [`MIN_MAX_FRAME`] (64 bytes)**: a smaller value is raised
     /// to it (a setter cannot fail), and
@@ -420,7 +422,7 @@ impl<'a> ReadRoom<'a> {
 ///
 /// # The limit
 ///
-/// [`FramerConfig::max_frame`] (default [`DEFAULT_MAX_FRAME`], 8 MiB) limits
+/// [`FramerConfig::max_frame`] (default [`DEFAULT_MAX_FRAME`], 16 MiB) limits
 /// the **line**: the bytes before `\n`, *including* a trailing `\r`. A line of
 /// exactly `max_frame` bytes passes; `max_frame + 1` bytes do not. Counting the
 /// `\r` keeps the rule identical to `crate::wire::message`'s encoders, which refuse
