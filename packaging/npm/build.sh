@@ -92,7 +92,8 @@ fi
 chmod 0755 "$stage/cli-$platform/bin/mcp-stdio"
 node -e '
 const fs = require("fs");
-const [dst, platform, version, license] = process.argv.slice(1);
+const [dst, platform, version, main] = process.argv.slice(1);
+const { license, homepage, repository } = require(main);
 const [os, cpu] = platform.split("-");
 const pkg = {
   name: `@mcp-stdio/cli-${platform}`,
@@ -100,6 +101,8 @@ const pkg = {
   description: `The mcp-stdio binary for ${platform}${os === "linux" ? " (glibc)" : ""}; ` +
     "installed and run by the mcp-stdio package.",
   license,
+  homepage,
+  repository: { ...repository, directory: "packaging/npm" },
   os: [os],
   cpu: [cpu],
   ...(os === "linux" ? { libc: ["glibc"] } : {}),
@@ -108,7 +111,7 @@ const pkg = {
 };
 fs.writeFileSync(dst, JSON.stringify(pkg, null, 2) + "\n");
 ' "$stage/cli-$platform/package.json" "$platform" "$version" \
-    "$(node -p 'require(process.argv[1]).license' "$main_json")"
+    "$main_json"
 printf '# @mcp-stdio/cli-%s\n\nThe `mcp-stdio` binary for %s. Install the `mcp-stdio` package, which runs it.\n' \
     "$platform" "$platform" > "$stage/cli-$platform/README.md"
 
