@@ -1,10 +1,17 @@
 //! The host-config snippets and CI example of the README and of the guide's
 //! "In MCP hosts and in CI" page: every JSON block parses, has its host's shape, and puts
 //! `mcp-stdio guard` in front of a server with flags the guard knows, launched
-//! the ways the packages install it (the binary on the `PATH`, `npx -y
-//! mcp-stdio`, `uvx --from mcp-stdio-cli mcp-stdio`: names checked against
-//! `packaging/`); so does the `claude mcp add` line; the CI example uses flags
-//! `check` knows.
+//! as the installed binary (`"command": "mcp-stdio"`: nothing is published
+//! yet, so `npx -y mcp-stdio` and `uvx --from mcp-stdio-cli mcp-stdio`, whose
+//! names are checked against `packaging/`, are for after the first release);
+//! so does the `claude mcp add` line; the CI example installs with cargo from
+//! the repository and uses flags `check` knows.
+//!
+//! The README's Rust quick starts: each is a file of `examples/` that CI
+//! builds, shown whole where the README says "A whole `src/main.rs`", else as
+//! lines of it in order; every crate the file uses is in the `[dependencies]`
+//! lines shown before it, tokio with the features `#[tokio::main]` needs, our
+//! crates from the repository the workspace names.
 
 use std::process::Command;
 
@@ -17,6 +24,9 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 const NPM_PACKAGE: &str = "mcp-stdio";
 /// The PyPI distribution that carries it (`packaging/python/pyproject.toml`).
 const PYPI_PACKAGE: &str = "mcp-stdio-cli";
+/// How every host config launches the guard until the first release: the
+/// binary `cargo install` put on the `PATH`.
+const INSTALLED: &str = "mcp-stdio";
 
 /// The guide's "In MCP hosts and in CI" page.
 fn section() -> String {
@@ -199,8 +209,8 @@ fn readme_host_snippets_are_valid_json_with_each_hosts_shape() {
     }
     assert_eq!(
         launchers.into_iter().collect::<Vec<_>>(),
-        ["mcp-stdio", "npx", "uvx"],
-        "each way of launching the guard has a snippet"
+        [INSTALLED],
+        "until the first release, every host config runs the installed binary"
     );
     eprintln!("{} host snippets checked", docs.len());
 }
@@ -225,6 +235,7 @@ fn readme_claude_code_line_adds_the_guard() {
         let command = words
             .get(dashes + 1)
             .unwrap_or_else(|| panic!("a command after `--`: {line}"));
+        assert_eq!(*command, INSTALLED, "the installed binary: {line}");
         assert_guarded_argv("claude mcp add", command, &words[dashes + 2..], &guard_help);
     }
 }
@@ -255,6 +266,7 @@ fn readme_ci_example_runs_check_with_flags_it_knows() {
     for needed in ["--junit", "--markdown"] {
         assert!(flags.contains(&needed), "{needed} in {command}");
     }
+    assert_installs_from_the_repository("the guide's workflow", yaml);
     for flag in flags {
         assert!(
             check_help.contains(&format!("{flag} ")) || check_help.contains(&format!("{flag}\n")),
@@ -272,14 +284,16 @@ fn readme_front_page_host_config_puts_the_guard_in_front_with_flags_it_knows() {
     let guard_help = help("guard");
     let servers = doc["mcpServers"].as_object().expect("mcpServers");
     for entry in servers.values() {
-        assert_guarded("README", entry, &guard_help);
+        assert_eq!(assert_guarded("README", entry, &guard_help), INSTALLED);
     }
-    // The CI line runs `check` with flags it knows.
+    // The CI lines install with cargo and run `check` with flags it knows.
     let check_help = help("check");
-    let line = text
+    let ci = section_of(&text, "### Run `check` in CI");
+    assert_installs_from_the_repository("the README's CI quick start", &ci);
+    let line = ci
         .lines()
-        .find(|l| l.starts_with("mcp-stdio check "))
-        .expect("a check line");
+        .find(|l| l.starts_with("mcp-stdio check ") && l.contains("--junit"))
+        .expect("a check line with --junit");
     for flag in line
         .split_whitespace()
         .filter(|w| w.starts_with("--") && *w != "--")
@@ -315,7 +329,7 @@ fn examples_host_configs_put_the_guard_in_front_with_flags_it_knows() {
             if stdio_type {
                 assert_eq!(server["type"], "stdio", "{name}");
             }
-            assert_guarded(&name, server, &guard_help);
+            assert_eq!(assert_guarded(&name, server, &guard_help), INSTALLED);
             checked += 1;
         }
     }
@@ -334,6 +348,12 @@ fn examples_ci_workflow_runs_check_with_flags_it_knows() {
     );
     let check_help = help("check");
     let flags: Vec<&str> = text
+        .split("mcp-stdio check")
+        .last()
+        .expect("split yields a part")
+        .split(" -- ")
+        .next()
+        .expect("split yields a part")
         .split_whitespace()
         .filter(|w| w.starts_with("--") && *w != "--")
         .collect();
@@ -341,4 +361,265 @@ fn examples_ci_workflow_runs_check_with_flags_it_knows() {
     for flag in flags {
         assert!(check_help.contains(flag), "check has no {flag}");
     }
+    assert_installs_from_the_repository("examples/ci/mcp-check.yml", &text);
+}
+
+/// The workspace's `repository` (`Cargo.toml`): the URL every install line names.
+fn repository() -> String {
+    quoted_value("Cargo.toml", "repository")
+}
+
+/// The part of `text` under `heading` (a whole line), up to the next heading of the
+/// same or a higher level.
+fn section_of(text: &str, heading: &str) -> String {
+    let level = heading.chars().take_while(|c| *c == '#').count();
+    let start = text
+        .lines()
+        .position(|l| l == heading)
+        .unwrap_or_else(|| panic!("no heading `{heading}`"));
+    text.lines()
+        .skip(start + 1)
+        .take_while(|l| {
+            let hashes = l.chars().take_while(|c| *c == '#').count();
+            !(hashes > 0 && hashes <= level && l[hashes..].starts_with(' '))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `text` installs `mcp-stdio` with cargo from the workspace's repository.
+fn assert_installs_from_the_repository(what: &str, text: &str) {
+    let line = format!(
+        "cargo install --locked --git {} mcp-stdio-cli",
+        repository()
+    );
+    assert!(text.contains(&line), "{what} installs by `{line}`:\n{text}");
+    for registry in ["npm install -g mcp-stdio", "pip install mcp-stdio-cli"] {
+        assert!(
+            !text.contains(registry),
+            "{what}: `{registry}` does not work before the first release"
+        );
+    }
+}
+
+/// The install lines of the README, the guide and the packages name one repository.
+#[test]
+fn readme_install_lines_name_the_workspace_repository() {
+    let repo = repository();
+    assert!(repo.starts_with("https://github.com/"), "{repo}");
+    let install = section_of(&readme(), "## Install");
+    assert!(
+        install.contains(&format!("git clone {repo} && cd mcp-stdio")),
+        "the README clones {repo}:\n{install}"
+    );
+    assert!(
+        install.contains("cargo install --locked --path cli"),
+        "{install}"
+    );
+    assert!(
+        install.contains(&format!(
+            "cargo install --locked --git {repo} mcp-stdio-cli"
+        )),
+        "{install}"
+    );
+    // The registries' lines come after the checkout's, marked as the first release's.
+    let registries = install
+        .find("npx -y mcp-stdio")
+        .expect("the npm line is kept");
+    let release = install
+        .find("After the first release")
+        .expect("the registries' lines are marked");
+    assert!(
+        release < registries && install.find("--path cli").is_some_and(|c| c < release),
+        "the README leads with what works today:\n{install}"
+    );
+    let guide = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../guide/src/install.md"
+    ))
+    .expect("the guide's install page");
+    assert!(guide.contains(&format!("git clone {repo} && cd mcp-stdio")));
+    assert!(
+        !guide.contains("<repository URL>"),
+        "the guide names the URL"
+    );
+    let npm = quoted_value("packaging/npm/mcp-stdio/package.json", "\"url\"");
+    assert_eq!(
+        npm,
+        format!("git+{repo}.git"),
+        "the npm package's repository"
+    );
+    assert_eq!(
+        quoted_value("packaging/python/pyproject.toml", "Repository"),
+        repo,
+        "the wheel's repository"
+    );
+}
+
+/// A fenced block of the README and what precedes it since the block before.
+struct Block {
+    lang: String,
+    body: String,
+    prose: String,
+}
+
+fn blocks(text: &str) -> Vec<Block> {
+    let mut out = Vec::new();
+    let mut prose = String::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if let Some(lang) = line.strip_prefix("```") {
+            let mut body = String::new();
+            for l in lines.by_ref() {
+                if l.starts_with("```") {
+                    break;
+                }
+                body.push_str(l);
+                body.push('\n');
+            }
+            out.push(Block {
+                lang: lang.to_owned(),
+                body,
+                prose: std::mem::take(&mut prose),
+            });
+        } else {
+            prose.push_str(line);
+            prose.push('\n');
+        }
+    }
+    out
+}
+
+/// The crates a Rust file names by path (`name::…`), but the standard library's.
+fn crates_used(code: &str) -> std::collections::BTreeSet<String> {
+    let mut used = std::collections::BTreeSet::new();
+    for (i, _) in code.match_indices("::") {
+        let name: String = code[..i]
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let before = code[..i - name.len()].chars().next_back();
+        let first_segment = before.is_none_or(|c| c != ':');
+        if first_segment
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && !["std", "core", "alloc", "crate", "self", "super"].contains(&name.as_str())
+        {
+            used.insert(name.replace('_', "-"));
+        }
+    }
+    used
+}
+
+/// `[dependencies]` lines: each crate's name and the rest of its line.
+fn dependencies(toml: &str) -> std::collections::BTreeMap<String, String> {
+    toml.lines()
+        .filter(|l| !l.starts_with('[') && !l.trim_start().starts_with('#'))
+        .filter_map(|l| {
+            let (name, spec) = l.split_once('=')?;
+            // Cargo takes `serde_json` and `serde-json` alike.
+            Some((name.trim().replace('_', "-"), spec.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// The README's Rust quick starts are the compiled `examples/quickstart_*.rs`.
+#[test]
+fn readme_rust_quick_starts_are_the_compiled_examples() {
+    let text = section_of(&readme(), "## Quick starts");
+    let repo = repository();
+    let rmcp_version = quoted_value("adapter-rmcp/Cargo.toml", "rmcp = { version")
+        .split('"')
+        .next()
+        .expect("a version")
+        .to_owned();
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples");
+    let mut shown = std::collections::BTreeSet::new();
+    let mut deps = None;
+    // The prose since the last Rust block: a quick start's link may come before its toml.
+    let mut prose = String::new();
+    for block in blocks(&text) {
+        prose.push_str(&block.prose);
+        if block.lang == "toml" {
+            deps = Some(dependencies(&block.body));
+            continue;
+        }
+        if block.lang != "rust" {
+            continue;
+        }
+        let prose = std::mem::take(&mut prose);
+        let name = prose
+            .split("(examples/")
+            .skip(1)
+            .find_map(|s| s.split(')').next().filter(|f| f.starts_with("quickstart_")))
+            .unwrap_or_else(|| {
+                panic!("a Rust quick start links its examples/quickstart_*.rs:\n{prose}")
+            });
+        let file = std::fs::read_to_string(format!("{examples}/{name}"))
+            .unwrap_or_else(|e| panic!("examples/{name}: {e}"));
+        if prose.contains("A whole `src/main.rs`") {
+            assert_eq!(
+                block.body, file,
+                "the README shows examples/{name} whole: copy the file into the README"
+            );
+        } else {
+            // Lines of the file, in order (indentation aside).
+            let mut rest = file.lines().map(str::trim);
+            for line in block.body.lines().map(str::trim).filter(|l| !l.is_empty()) {
+                assert!(
+                    rest.any(|l| l == line),
+                    "the README's `{line}` is not (in this order) in examples/{name}"
+                );
+            }
+            assert!(block.body.lines().count() >= 5, "{}", block.body);
+        }
+        let deps = deps
+            .as_ref()
+            .unwrap_or_else(|| panic!("[dependencies] lines before examples/{name}"));
+        for krate in crates_used(&file) {
+            let spec = deps.get(&krate).unwrap_or_else(|| {
+                panic!(
+                    "examples/{name} uses {krate}: the README's [dependencies] lack it: {deps:?}"
+                )
+            });
+            if krate.starts_with("mcp-stdio") {
+                assert!(
+                    spec.contains(&format!("git = \"{repo}\"")),
+                    "{krate} from the repository: {spec}"
+                );
+            }
+            if krate == "rmcp" {
+                assert!(spec.contains(&format!("\"{rmcp_version}\"")), "{spec}");
+                if file.contains("#[tool_router]") {
+                    assert!(spec.contains("\"macros\""), "rmcp's macros: {spec}");
+                }
+            }
+        }
+        if file.contains("#[tokio::main]") {
+            let tokio = &deps["tokio"];
+            for feature in ["\"macros\"", "\"rt-multi-thread\""] {
+                assert!(tokio.contains(feature), "tokio needs {feature}: {tokio}");
+            }
+        }
+        shown.insert(name.to_owned());
+    }
+    let mut files: Vec<String> = std::fs::read_dir(examples)
+        .expect("examples/")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|f| f.starts_with("quickstart_") && f.ends_with(".rs"))
+        .collect();
+    files.sort();
+    assert_eq!(
+        shown.into_iter().collect::<Vec<_>>(),
+        files,
+        "the README shows every quick start, each once"
+    );
 }
