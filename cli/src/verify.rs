@@ -95,7 +95,8 @@ pub(crate) struct VerifyArgs {
     /// Fail (exit 1) when the log, or a session in it, is not sealed, instead of exit 3.
     #[arg(long)]
     pub(crate) require_seal: bool,
-    /// Compare the verified log with the lifecycle in FILE (see the README for the format).
+    /// Compare the verified log with the lifecycle in FILE (its format: the guide's page
+    /// guide/src/verify.md, "--expect FILE: the expected lifecycle").
     #[arg(long, value_name = "FILE")]
     pub(crate) expect: Option<PathBuf>,
     /// Print the result as JSON on stdout.

@@ -49,7 +49,9 @@ its tools `big` and `slow` for the large, slow-reader and cancel rows), so the c
 shows real findings on a fresh machine.",
     after_long_help = ROWS_HELP,
     after_help = "Rows: initialize, stdout hygiene, malformed line, large response, slow reader, \
-cancel, stdin EOF, SIGTERM, stderr volume, leftover processes (see --help for each rule).\n\
+cancel, stdin EOF, SIGTERM, stderr volume, leftover processes (see --help for each rule). \
+Rows 1-8 run once per protocol revision the server speaks (2025-11-25, then 2026-07-28): 10 rows \
+for a server that speaks one, 18 for one that speaks both.\n\
 Exit status: 0 when no row FAILs (PASS/WARN/SKIP only), 1 when any row FAILs, 2 on usage errors \
 or when the --junit file cannot be written.\n\n\
 Example:\n  mcp-stdio check -- node build/index.js\n  mcp-stdio check --json --large-tool search \
@@ -119,7 +121,9 @@ pub(crate) struct CheckArgs {
 
 /// The rows and their rules, for `check --help`.
 const ROWS_HELP: &str = "\
-Rows (each PASS / WARN / FAIL / SKIP with its measured value):
+Rows (each PASS / WARN / FAIL / SKIP with its measured value). Rows 1-8 run once per protocol
+revision the server speaks (2025-11-25, then 2026-07-28; the title says which), rows 9-10 once
+over every session: 10 rows for a server that speaks one revision, 18 for one that speaks both.
    1  initialize handshake
         latency, negotiated protocol version, server name and version.
         FAIL: no answer within --timeout, an error, or an unsupported version.
