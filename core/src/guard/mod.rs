@@ -10,6 +10,7 @@ mod crash;
 pub(crate) mod pin;
 pub(crate) mod proxy;
 pub(crate) mod restart;
+mod secrets;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -19,10 +20,11 @@ use serde::Serialize;
 use crate::driver::{exit_before_end, LookForExit};
 use crate::guard::proxy::{Entry, HostClosed, Proxy, ProxyConfig, ProxyEvent, ProxyMetrics};
 use crate::guard::restart::{GuardPhase, RestartConfig};
+use crate::guard::secrets::SessionSecrets;
 use crate::io_result::{ChildStream, ReadResult, WriteResult};
 use crate::outbox::Outgoing;
 use crate::process::capture::{CaptureConfig, CaptureSummary, OutputCapture, SharedRetentionPool};
-use crate::process::secrets::{Secrets, SessionSecrets};
+use crate::process::secrets::Secrets;
 use crate::process::supervisor::{
     ChildPipes, ExitStatus, ProcessAction, ProcessOutcome, ProcessSupervisor, Signal,
     SupervisorConfig,
