@@ -317,13 +317,85 @@ impl std::ops::Deref for Client {
 #[derive(Debug)]
 pub struct ProgressStream {
     queue: Arc<ProgressQueue>,
+    changed: Arc<Changes>,
+}
+
+/// How a blocking reader waits for its progress queue: the core's queue
+/// never waits (it is pushed by the I/O thread and polled), so its wake
+/// counts a change here and wakes the reader's condition variable.
+#[derive(Debug, Default)]
+struct Changes {
+    count: Mutex<u64>,
+    changed: Condvar,
+}
+
+impl Changes {
+    fn lock(&self) -> MutexGuard<'_, u64> {
+        // Nothing panics under the lock; a poisoned count is still a count.
+        self.count.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A push or the close happened: wakes the waiting reader.
+    fn notify(&self) {
+        *self.lock() += 1;
+        self.changed.notify_all();
+    }
+
+    /// Changes so far; read before looking at the queue, so a push after
+    /// the look is seen by [`wait_past`](Self::wait_past).
+    fn seen(&self) -> u64 {
+        *self.lock()
+    }
+
+    /// Waits until a change after `seen`, or the `deadline` (`None`:
+    /// forever); whether there was one.
+    fn wait_past(&self, seen: u64, deadline: Option<Instant>) -> bool {
+        let mut count = self.lock();
+        while *count == seen {
+            count = match deadline {
+                None => self
+                    .changed
+                    .wait(count)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return false;
+                    }
+                    self.changed
+                        .wait_timeout(count, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+        true
+    }
 }
 
 impl ProgressStream {
     fn new() -> Self {
-        // Blocking readers wait on the queue itself: no waker.
+        let changed = Arc::new(Changes::default());
+        let wake = changed.clone();
         Self {
-            queue: ProgressQueue::new(|| {}),
+            queue: ProgressQueue::new(move || wake.notify()),
+            changed,
+        }
+    }
+
+    /// The next update, or why there is none, waiting until `deadline`
+    /// (`None`: as long as it takes).
+    fn wait(&self, deadline: Option<Instant>) -> ProgressPoll {
+        loop {
+            let seen = self.changed.seen();
+            match self.queue.try_next() {
+                ProgressPoll::Empty => {}
+                found => return found,
+            }
+            if !self.changed.wait_past(seen, deadline) {
+                // No push or close since `seen`: the queue is still empty.
+                return ProgressPoll::Empty;
+            }
         }
     }
 
@@ -331,7 +403,7 @@ impl ProgressStream {
     /// none came in time, `Ended` once the request completed and every
     /// update was taken.
     pub fn next_timeout(&self, timeout: Duration) -> ProgressPoll {
-        self.queue.wait_next(timeout)
+        self.wait(Instant::now().checked_add(timeout))
     }
 
     /// Updates dropped because this stream fell behind.
@@ -345,12 +417,9 @@ impl Iterator for ProgressStream {
 
     /// Blocks until the next update; `None` once the request completed.
     fn next(&mut self) -> Option<Progress> {
-        loop {
-            match self.queue.wait_next(Duration::from_secs(3600)) {
-                ProgressPoll::Update(u) => return Some(u),
-                ProgressPoll::Ended => return None,
-                ProgressPoll::Empty => {}
-            }
+        match self.wait(None) {
+            ProgressPoll::Update(u) => Some(u),
+            _ => None,
         }
     }
 }
@@ -1172,6 +1241,50 @@ mod tests {
     thread_local! {
         /// Spawns from this thread use the `try_wait` tick, not a pidfd.
         pub(super) static NO_PIDFD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// A progress stream waits for the next update or its timeout, woken
+    /// by the core's queue (which never waits itself), then ends with the
+    /// request. A core session in memory pushes the updates: no process.
+    #[test]
+    fn a_progress_stream_waits_for_the_next_update_or_its_timeout_then_ends() {
+        use mcp_stdio_core::{ClientConfig, ClientSession, FramerConfig};
+        let t0 = Instant::now();
+        let mut session = ClientSession::new(ClientConfig::default(), FramerConfig::default());
+        let mut stream = ProgressStream::new();
+        let id = session
+            .request_with_progress(t0, "slow", None, None, stream.queue.clone())
+            .expect("sent");
+        let waited = Instant::now();
+        assert_eq!(
+            stream.next_timeout(Duration::from_millis(20)),
+            ProgressPoll::Empty
+        );
+        assert!(waited.elapsed() >= Duration::from_millis(20));
+        let progress = format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\
+             \"params\":{{\"progressToken\":{id},\"progress\":7}}}}\n"
+        );
+        let answer = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{}}}}\n");
+        let reader = std::thread::spawn(move || {
+            let first = stream.next_timeout(Duration::from_secs(10));
+            let rest: Vec<Progress> = stream.by_ref().collect();
+            (first, rest, stream.next_timeout(Duration::from_secs(10)))
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        session.handle_stdout(t0, progress.as_bytes());
+        std::thread::sleep(Duration::from_millis(20));
+        session.handle_stdout(t0, progress.as_bytes());
+        session.handle_stdout(t0, answer.as_bytes());
+        // The queue closes once the completion is polled.
+        while session.poll_event().is_some() {}
+        let (first, rest, after) = reader.join().expect("the reader returns");
+        assert!(
+            matches!(&first, ProgressPoll::Update(u) if u.progress == 7.0),
+            "{first:?}"
+        );
+        assert_eq!(rest.len(), 1, "{rest:?}");
+        assert_eq!(after, ProgressPoll::Ended);
     }
 
     /// A session that cannot start gives its stderr grant back.

@@ -10,6 +10,9 @@
 //! - **No clock.** It never calls `Instant::now()`. Time is an argument
 //!   (`handle_timeout(now)`, `poll_timeout() -> Option<Instant>`); a spurious
 //!   timeout call does nothing.
+//! - **No waiting.** It never sleeps or waits on a condition variable: what
+//!   crosses threads (a request's [`ProgressQueue`]) is pushed and polled,
+//!   and tells its reader through a wake the adapter gives.
 //! - **No processes, no threads, no signals.** It decides *when* to close stdin,
 //!   send `SIGTERM` or `SIGKILL`; the adapters make the system calls.
 //! - **No unbounded growth.** Every buffer, queue and map has a named limit,

@@ -19,11 +19,17 @@
 //! the work is now. One queue per request in flight, so at most
 //! `max_in_flight` of them. Pushing never blocks the session's loop: one
 //! `std` mutex held for a `VecDeque` push or pop, then the reader's wake.
+//!
+//! # No waiting here
+//!
+//! The queue never waits: a reader polls it ([`ProgressQueue::try_next`])
+//! and is told of each push and of the close by the `wake` it gave. How a
+//! reader waits is its adapter's business (an async task's waker, a
+//! blocking thread's condition variable), as the core reads no clock.
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::Deserialize;
 
@@ -92,7 +98,6 @@ struct State {
 /// (a task, a thread). Shared through an `Arc`.
 pub struct ProgressQueue {
     state: Mutex<State>,
-    changed: Condvar,
     wake: Box<dyn Fn() + Send + Sync>,
 }
 
@@ -108,9 +113,9 @@ impl fmt::Debug for ProgressQueue {
 }
 
 impl ProgressQueue {
-    /// A queue whose pushes and close call `wake` (an async reader's waker;
-    /// it must not block). A blocking reader needs none:
-    /// [`wait_next`](Self::wait_next) waits on the queue itself.
+    /// A queue whose pushes and close call `wake` (after the queue's lock
+    /// is released; it must not block): an async reader's waker, or what
+    /// wakes a blocking reader's condition variable.
     pub fn new(wake: impl Fn() + Send + Sync + 'static) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(State {
@@ -119,7 +124,6 @@ impl ProgressQueue {
                 dropped: 0,
                 received: 0,
             }),
-            changed: Condvar::new(),
             wake: Box::new(wake),
         })
     }
@@ -144,14 +148,12 @@ impl ProgressQueue {
             }
             s.updates.push_back(update);
         }
-        self.changed.notify_all();
         (self.wake)();
     }
 
     /// Ends the queue: the request completed.
     pub(crate) fn close(&self) {
         self.lock().closed = true;
-        self.changed.notify_all();
         (self.wake)();
     }
 
@@ -162,33 +164,6 @@ impl ProgressQueue {
             Some(u) => ProgressPoll::Update(u),
             None if s.closed => ProgressPoll::Ended,
             None => ProgressPoll::Empty,
-        }
-    }
-
-    /// The oldest update, waiting up to `timeout` for one (a blocking
-    /// reader's call); [`ProgressPoll::Empty`] when none came in time.
-    pub fn wait_next(&self, timeout: Duration) -> ProgressPoll {
-        let deadline = Instant::now().checked_add(timeout);
-        let mut s = self.lock();
-        loop {
-            if let Some(u) = s.updates.pop_front() {
-                return ProgressPoll::Update(u);
-            }
-            if s.closed {
-                return ProgressPoll::Ended;
-            }
-            let left = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()),
-                None => Duration::from_secs(3600),
-            };
-            if left.is_zero() {
-                return ProgressPoll::Empty;
-            }
-            s = self
-                .changed
-                .wait_timeout(s, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
         }
     }
 
@@ -212,6 +187,7 @@ impl ProgressQueue {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Instant;
 
     fn update(n: f64) -> Progress {
         Progress {
@@ -248,19 +224,6 @@ mod tests {
         }
         assert_eq!(q.dropped(), 5);
         assert_eq!(q.try_next(), ProgressPoll::Update(update(5.0)));
-    }
-
-    #[test]
-    fn a_blocking_reader_waits_for_the_next_update_or_its_timeout() {
-        let q = ProgressQueue::new(|| {});
-        assert_eq!(q.wait_next(Duration::from_millis(10)), ProgressPoll::Empty);
-        let q2 = q.clone();
-        let t = std::thread::spawn(move || q2.wait_next(Duration::from_secs(10)));
-        std::thread::sleep(Duration::from_millis(20));
-        q.push(update(7.0));
-        assert_eq!(t.join().expect("joins"), ProgressPoll::Update(update(7.0)));
-        q.close();
-        assert_eq!(q.wait_next(Duration::from_secs(10)), ProgressPoll::Ended);
     }
 
     fn session() -> (crate::ClientSession, Instant) {
