@@ -209,7 +209,7 @@ pub use session::basics::{
     BasicsError, BasicsMetrics, ClientHello, ServerBasics, CACHEABLE_METHODS,
     MAX_CAPABILITIES_BYTES, MAX_ECHOED_VERSION_BYTES, MAX_EXTRA_METHODS, MAX_INSTRUCTIONS_BYTES,
     MAX_METHOD_NAME_BYTES, MAX_SERVER_INFO_BYTES, MAX_TOOLS, MAX_TOOL_LIST_BYTES,
-    MAX_TOOL_NAME_BYTES,
+    MAX_TOOL_NAME_BYTES, PING,
 };
 pub use session::budget::{
     BudgetConfig, BudgetError, BudgetedResult, FinishError, PushError, ResultBudget,
@@ -218,7 +218,7 @@ pub use session::budget::{
 pub use session::calls::{tools_call_params, tools_list_params, TOOLS_CALL, TOOLS_LIST};
 pub use session::client::{
     CancelError, ClientConfig, ClientEvent, ClientMetrics, ClientSession, CloseReason, Deadline,
-    Incoming, OverloadPolicy, RequestError, RequestFailure, SendError, CANCELLED,
+    Incoming, OverloadPolicy, RequestError, RequestFailure, SendError, CANCELLED, INITIALIZE,
 };
 pub use session::handshake::initialize_params_at;
 pub use session::handshake::{

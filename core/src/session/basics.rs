@@ -23,7 +23,7 @@ use crate::wire::message::{
 use crate::wire::object::insert_missing;
 
 /// The method of a ping (removed in 2026-07-28).
-pub(crate) const PING: &str = "ping";
+pub const PING: &str = "ping";
 /// The method that sets the log level (removed in 2026-07-28: a modern
 /// request asks for log messages in its own `_meta`).
 pub(crate) const SET_LEVEL: &str = "logging/setLevel";

@@ -60,8 +60,9 @@ use crate::wire::message::{
 use crate::wire::object::merge_meta;
 use std::sync::Arc;
 
-/// The method name of the MCP handshake request, which must never be cancelled.
-pub(crate) const INITIALIZE: &str = "initialize";
+/// The method name of the MCP handshake request (up to 2025-11-25), which
+/// must never be cancelled.
+pub const INITIALIZE: &str = "initialize";
 
 /// Whether `method` opens a session (`initialize`, `server/discover`): such
 /// a request is never cancelled, on timeout or otherwise (G6).
