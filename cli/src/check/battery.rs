@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_core::{
     initialize_params, is_modern, Implementation, Negotiated, NegotiatedVia, RequestStamp,
-    VersionPolicy, DISCOVER, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS,
+    VersionPolicy, DISCOVER, INITIALIZE, INITIALIZED, LATEST_HANDSHAKE_VERSION,
+    MODERN_PROTOCOL_VERSIONS, PING, TOOLS_CALL, TOOLS_LIST,
 };
 use mcp_stdio_core::{to_raw, Id, Message, RawResult, RawValue};
 use mcp_stdio_core::{ClientMetrics, RequestFailure};
@@ -57,7 +58,7 @@ pub(crate) struct Settings {
     pub(crate) quiet: bool,
 }
 
-const INITIALIZE: RowSpec = RowSpec {
+const HANDSHAKE_ROW: RowSpec = RowSpec {
     id: "initialize",
     title: "initialize handshake",
 };
@@ -140,7 +141,7 @@ impl Revision {
         if self.is_modern() {
             DISCOVER
         } else {
-            "ping"
+            PING
         }
     }
 
@@ -464,7 +465,7 @@ impl Battery<'_> {
     // ---- rows 1 and 2 ----
 
     async fn handshake(&mut self) -> Result<[Row; 2], String> {
-        self.progress(INITIALIZE);
+        self.progress(HANDSHAKE_ROW);
         let client = self.spawn()?;
         let row1 = match self.initialize(&client).await {
             Ok((init, took)) => {
@@ -473,7 +474,7 @@ impl Battery<'_> {
                 let unnamed = Implementation::new("", "");
                 let info = init.server_info.as_ref().unwrap_or(&unnamed);
                 Row::new(
-                    INITIALIZE,
+                    HANDSHAKE_ROW,
                     Status::Pass,
                     format!(
                         "{}; protocol {}; {} {}",
@@ -490,13 +491,13 @@ impl Battery<'_> {
                     "handshake",
                     match init.via {
                         NegotiatedVia::Discover => DISCOVER,
-                        _ => "initialize",
+                        _ => INITIALIZE,
                     },
                 )
                 .measure("server_name", info.name.as_str())
                 .measure("server_version", info.version.as_str())
             }
-            Err(e) => Row::new(INITIALIZE, Status::Fail, e)
+            Err(e) => Row::new(HANDSHAKE_ROW, Status::Fail, e)
                 .detail("a host cannot start a session: every other row that needs one is skipped"),
         };
 
@@ -516,14 +517,14 @@ impl Battery<'_> {
             }
             let listed = tokio::time::timeout(
                 self.s.timeout + SLACK,
-                client.request_with_timeout("tools/list", None, Some(self.s.timeout)),
+                client.request_with_timeout(TOOLS_LIST, None, Some(self.s.timeout)),
             )
             .await;
             match listed {
                 Ok(Ok(raw)) => tools = count_tools(&raw),
                 Ok(Err(e)) if e.server_error().is_some() => {}
-                Ok(Err(e)) => problems.push(format!("tools/list: {}", self.describe(&e))),
-                Err(_) => problems.push(format!("tools/list: {}", self.no_answer())),
+                Ok(Err(e)) => problems.push(format!("{TOOLS_LIST}: {}", self.describe(&e))),
+                Err(_) => problems.push(format!("{TOOLS_LIST}: {}", self.no_answer())),
             }
             // Give trailing junk (a log line after the last answer) a moment.
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -762,7 +763,7 @@ impl Battery<'_> {
         let t = Instant::now();
         let result = tokio::time::timeout(
             self.s.timeout + SLACK,
-            client.request_with_timeout("tools/call", Some(tool.params()), Some(self.s.timeout)),
+            client.request_with_timeout(TOOLS_CALL, Some(tool.params()), Some(self.s.timeout)),
         )
         .await;
         let took = t.elapsed();
@@ -909,7 +910,7 @@ impl Battery<'_> {
         }
         let call = self
             .rev
-            .stamp(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            .stamp(json!({"jsonrpc": "2.0", "id": 2, "method": TOOLS_CALL,
             "params": {"name": tool.name, "arguments": tool.arguments}}));
         if let Err(e) = raw.send(&call, self.deadline()).await {
             return Row::new(SLOW_READER, Status::Fail, format!("sending the call: {e}"));
@@ -1097,7 +1098,7 @@ impl Battery<'_> {
         let before = client.metrics().await.unwrap_or_default();
         let started = Instant::now();
         let mut pending = match client
-            .start_request("tools/call", Some(tool.params()), Some(self.s.timeout))
+            .start_request(TOOLS_CALL, Some(tool.params()), Some(self.s.timeout))
             .await
         {
             Ok(p) => p,
@@ -1453,14 +1454,11 @@ async fn raw_handshake(
     }
     let params: Value = serde_json::from_str(initialize_params(&check_client(), None).get())
         .expect("the core's initialize params are JSON");
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params});
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": INITIALIZE, "params": params});
     raw.send(&init, deadline).await?;
     raw.wait_for(&Id::Number(1), deadline, |_| {}).await?;
-    raw.send(
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        deadline,
-    )
-    .await
+    raw.send(&json!({"jsonrpc": "2.0", "method": INITIALIZED}), deadline)
+        .await
 }
 
 /// Adds how the server ended when the session closed under the row.
