@@ -5,6 +5,10 @@
 //! wait is bounded by `--timeout` (a little slack is added around the
 //! client's own deadlines), and every session ends with the supervisor's
 //! sequence, so a hung server costs time only up to those bounds.
+//!
+//! This file runs the sessions and gathers what they showed; what that
+//! makes of each row (the verdict, the value, the hint) is decided in
+//! `rows.rs`.
 
 use std::time::{Duration, Instant};
 
@@ -13,17 +17,24 @@ use mcp_stdio_core::{
     VersionPolicy, DISCOVER, INITIALIZE, INITIALIZED, LATEST_HANDSHAKE_VERSION,
     MODERN_PROTOCOL_VERSIONS, PING, TOOLS_CALL, TOOLS_LIST,
 };
-use mcp_stdio_core::{to_raw, Id, Message, RawResult, RawValue};
-use mcp_stdio_core::{ClientMetrics, RequestFailure};
-use mcp_stdio_core::{ClientOptions, InitializeError, RequestError};
-use mcp_stdio_core::{CommandSpec, ExitStatus, SessionRecord};
+use mcp_stdio_core::{to_raw, Id, Message, RawValue};
+use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, RequestFailure};
+use mcp_stdio_core::{CommandSpec, SessionRecord};
 use mcp_stdio_core::{EndedBy, Signal};
 use mcp_stdio_tokio::Client;
 use serde_json::{json, Value};
 
-use super::procs::{self, Leftover};
+use super::procs;
 use super::raw::{RawError, RawEvent, RawServer};
-use super::report::{fmt_bytes, fmt_duration, Report, Row, RowSpec, Status};
+use super::report::{Report, Row, RowSpec, Status};
+use super::rows::{
+    cancel_row, cancel_without_ping, count_tools, fmt_status, handshake_failed, handshake_passed,
+    hygiene_row, is_error_result, large_row, leftovers_row, malformed_row, no_answer, sigterm_row,
+    sigterm_too_late, slow_reader_lost, slow_reader_row, stderr_volume_row, stdin_eof_row,
+    with_exit, with_server_end, CancelSeen, LargeOutcome, LargeSeen, MalformedSeen, ServerEnd,
+    SessionNote, SigtermSeen, SlowSeen, CANCEL, HANDSHAKE_ROW, LARGE, LATE_WINDOW, LEFTOVERS,
+    MALFORMED, SESSION_CLOSED, SIGTERM, SLOW_READER, STDERR_VOLUME, STDIN_EOF, STDOUT_HYGIENE,
+};
 
 /// A tool and its arguments, named on the command line.
 #[derive(Debug, Clone)]
@@ -58,59 +69,12 @@ pub(crate) struct Settings {
     pub(crate) quiet: bool,
 }
 
-const HANDSHAKE_ROW: RowSpec = RowSpec {
-    id: "initialize",
-    title: "initialize handshake",
-};
-const STDOUT_HYGIENE: RowSpec = RowSpec {
-    id: "stdout_hygiene",
-    title: "stdout hygiene",
-};
-const MALFORMED: RowSpec = RowSpec {
-    id: "malformed_line",
-    title: "survives a malformed line",
-};
-const LARGE: RowSpec = RowSpec {
-    id: "large_response",
-    title: "large response",
-};
-const SLOW_READER: RowSpec = RowSpec {
-    id: "slow_reader",
-    title: "slow reader",
-};
-const CANCEL: RowSpec = RowSpec {
-    id: "cancel",
-    title: "cancel + second request",
-};
-const STDIN_EOF: RowSpec = RowSpec {
-    id: "stdin_eof",
-    title: "exits on stdin EOF",
-};
-const SIGTERM: RowSpec = RowSpec {
-    id: "sigterm",
-    title: "exits on SIGTERM",
-};
-const STDERR_VOLUME: RowSpec = RowSpec {
-    id: "stderr_volume",
-    title: "stderr volume",
-};
-const LEFTOVERS: RowSpec = RowSpec {
-    id: "leftover_processes",
-    title: "leftover processes",
-};
 const ROW_COUNT: usize = 10;
 
-/// A second request slower than this after a cancel is not "prompt" (G8).
-const PROMPT: Duration = Duration::from_millis(500);
-/// How long the cancel row watches for a late response to the cancelled id.
-const LATE_WINDOW: Duration = Duration::from_secs(1);
 /// Slack around the client's own deadlines, so they fire first.
 const SLACK: Duration = Duration::from_secs(1);
 /// Sampling period of the stdout pipe while it is left unread.
 const SAMPLE: Duration = Duration::from_millis(10);
-/// Why a request failed when the server went away; row 1 replaces it with
-/// what the session's record shows.
-const SESSION_CLOSED: &str = "the session closed (the server closed its stdout or exited)";
 /// The malformed line of row 3: an object cut off after `"id":`.
 const MALFORMED_LINE: &[u8] = b"{\"jsonrpc\":\"2.0\",\"method\":\"tools/list\",\"id\":\n";
 
@@ -165,17 +129,6 @@ impl Revision {
 /// Who `check` says it is, on every session.
 fn check_client() -> Implementation {
     Implementation::new("mcp-stdio-check", env!("CARGO_PKG_VERSION"))
-}
-
-/// What one session's end showed, for rows 9 and 10.
-#[derive(Debug)]
-struct SessionNote {
-    label: &'static str,
-    pid: u32,
-    stderr_seen: u64,
-    stderr_note: Option<String>,
-    /// `None` where process groups cannot be scanned.
-    leftovers: Option<Vec<Leftover>>,
 }
 
 /// How a `Client` session is ended.
@@ -398,7 +351,7 @@ impl Battery<'_> {
     }
 
     fn no_answer(&self) -> String {
-        format!("no answer within {}", fmt_duration(self.s.timeout))
+        no_answer(self.s.timeout)
     }
 
     fn describe(&self, e: &RequestError) -> String {
@@ -470,35 +423,9 @@ impl Battery<'_> {
         let row1 = match self.initialize(&client).await {
             Ok((init, took)) => {
                 self.init_ok = true;
-                // A handshake always names the server.
-                let unnamed = Implementation::new("", "");
-                let info = init.server_info.as_ref().unwrap_or(&unnamed);
-                Row::new(
-                    HANDSHAKE_ROW,
-                    Status::Pass,
-                    format!(
-                        "{}; protocol {}; {} {}",
-                        fmt_duration(took),
-                        init.protocol_version,
-                        info.name,
-                        info.version
-                    ),
-                )
-                .measure_ms("latency_ms", took)
-                .measure("protocol_version", init.protocol_version.as_str())
-                .measure("proposed_version", self.rev.version())
-                .measure(
-                    "handshake",
-                    match init.via {
-                        NegotiatedVia::Discover => DISCOVER,
-                        _ => INITIALIZE,
-                    },
-                )
-                .measure("server_name", info.name.as_str())
-                .measure("server_version", info.version.as_str())
+                handshake_passed(&init, took, self.rev.version())
             }
-            Err(e) => Row::new(HANDSHAKE_ROW, Status::Fail, e)
-                .detail("a host cannot start a session: every other row that needs one is skipped"),
+            Err(e) => handshake_failed(e),
         };
 
         self.progress(STDOUT_HYGIENE);
@@ -533,10 +460,10 @@ impl Battery<'_> {
         let row1 = if self.init_ok {
             row1
         } else {
-            with_server_end(row1, record.as_ref())
+            with_server_end(row1, record.as_ref().map(ServerEnd::of))
         };
         let row2 = match record {
-            Some(r) => self.hygiene(&r.metrics, &pings, tools, &problems),
+            Some(r) => hygiene_row(&r.metrics, &pings, tools, &problems, self.init_ok),
             None => Row::new(
                 STDOUT_HYGIENE,
                 Status::Fail,
@@ -544,93 +471,6 @@ impl Battery<'_> {
             ),
         };
         Ok([row1, row2])
-    }
-
-    fn hygiene(
-        &self,
-        m: &ClientMetrics,
-        pings: &[Duration],
-        tools: Option<usize>,
-        problems: &[String],
-    ) -> Row {
-        let junk: u64 = m.parse_errors.values().sum();
-        let kinds = m
-            .parse_errors
-            .iter()
-            .map(|(k, v)| format!("{}: {v}", kind_label(k)))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let ping = pings.iter().min().copied();
-        let mut row = if junk > 0 {
-            Row::new(
-                STDOUT_HYGIENE,
-                Status::Fail,
-                format!(
-                    "{junk} of {} lines on stdout are not protocol messages ({kinds})",
-                    m.frames
-                ),
-            )
-            .detail(
-                "stdout belongs to the protocol (the MCP spec: a server MUST NOT write anything \
-                 else there); send logs and banners to stderr",
-            )
-        } else if m.unknown_id_responses > 0 {
-            Row::new(
-                STDOUT_HYGIENE,
-                Status::Warn,
-                format!(
-                    "{} responses to ids never sent, in {} messages",
-                    m.unknown_id_responses, m.frames
-                ),
-            )
-            .detail("a response must answer a request the client sent")
-        } else if !problems.is_empty() {
-            Row::new(
-                STDOUT_HYGIENE,
-                Status::Warn,
-                format!("0 non-protocol lines in {} messages", m.frames),
-            )
-            .detail(problems.join("; "))
-        } else if !self.init_ok && m.frames == 0 {
-            Row::new(
-                STDOUT_HYGIENE,
-                Status::Skip,
-                "nothing on stdout to judge (the handshake failed)",
-            )
-        } else {
-            let mut value = format!(
-                "0 non-protocol lines in {} messages ({})",
-                m.frames,
-                fmt_bytes(m.stdout_bytes)
-            );
-            if let Some(p) = ping {
-                value.push_str(&format!("; ping {}", fmt_duration(p)));
-            }
-            Row::new(STDOUT_HYGIENE, Status::Pass, value)
-        };
-        if junk > 0 && !problems.is_empty() {
-            row.detail = Some(format!(
-                "{}; also: {}",
-                row.detail.unwrap_or_default(),
-                problems.join("; ")
-            ));
-        }
-        row = row
-            .measure("non_protocol_lines", junk)
-            .measure("messages", m.frames)
-            .measure("stdout_bytes", m.stdout_bytes)
-            .measure("unknown_id_responses", m.unknown_id_responses)
-            .measure(
-                "parse_errors",
-                serde_json::to_value(&m.parse_errors).unwrap_or_default(),
-            );
-        if let Some(p) = ping {
-            row = row.measure_ms("ping_ms", p);
-        }
-        if let Some(t) = tools {
-            row = row.measure("tools", t);
-        }
-        row
     }
 
     // ---- row 3 ----
@@ -688,51 +528,17 @@ impl Battery<'_> {
             Err(e) => Err(e),
         };
         let took = t.elapsed();
-        match answer {
-            Ok(_) => {
-                let replied = match reply {
-                    Some(code) => format!("it answered the bad line with error {code}"),
-                    None => "no error reply to the bad line".to_owned(),
-                };
-                Row::new(
-                    MALFORMED,
-                    Status::Pass,
-                    format!(
-                        "ping answered in {} after the malformed line; {replied}",
-                        fmt_duration(took)
-                    ),
-                )
-                .measure_ms("ping_ms", took)
-                .measure("error_reply_code", reply)
-                .measure("non_protocol_lines", junk)
-            }
-            Err(RawError::Timeout) => {
-                let alive = raw.try_exit().is_none();
-                Row::new(
-                    MALFORMED,
-                    Status::Fail,
-                    format!("no ping answer within {} after the malformed line", fmt_duration(self.s.timeout)),
-                )
-                .detail(if alive {
-                    "the server is still running but stopped answering: one bad line must not end a session"
-                } else {
-                    "the server exited: one bad line must not end a session"
-                })
-            }
-            Err(e) => {
-                let status = raw.wait_exit(Duration::from_secs(1)).await;
-                let what = match status {
-                    Some(s) => format!(
-                        "the server exited ({}) after the malformed line",
-                        fmt_status(Some(s))
-                    ),
-                    None => format!("after the malformed line: {e}"),
-                };
-                Row::new(MALFORMED, Status::Fail, what).detail(
-                    "answer an unparsable line with JSON-RPC error -32700 (id null) and keep reading",
-                )
-            }
-        }
+        let seen = match answer {
+            Ok(_) => MalformedSeen::Answered { took, reply, junk },
+            Err(RawError::Timeout) => MalformedSeen::NoAnswer {
+                alive: raw.try_exit().is_none(),
+            },
+            Err(e) => MalformedSeen::Lost {
+                exit: raw.wait_exit(Duration::from_secs(1)).await,
+                error: e.to_string(),
+            },
+        };
+        malformed_row(seen, self.s.timeout)
     }
 
     // ---- row 4 ----
@@ -752,14 +558,13 @@ impl Battery<'_> {
         };
         let row = self.large_on(&client, &tool).await;
         let record = self.end("large response", client, End::Kill).await;
-        with_exit(row, record.as_ref())
+        with_exit(row, record.as_ref().map(|r| &r.process))
     }
 
     async fn large_on(&self, client: &Client, tool: &ToolCall) -> Row {
         if let Err(e) = self.initialize(client).await {
             return Row::new(LARGE, Status::Fail, format!("initialize: {e}"));
         }
-        let limit = fmt_bytes(self.s.max_frame as u64);
         let t = Instant::now();
         let result = tokio::time::timeout(
             self.s.timeout + SLACK,
@@ -771,57 +576,21 @@ impl Battery<'_> {
             result,
             Err(_) | Ok(Err(RequestError::Failed(RequestFailure::TimedOut { .. })))
         );
-        let mut result_bytes = None;
-        let mut refused = false;
-        let (mut status, mut value, mut detail) = match result {
-            Ok(Ok(raw)) => {
+        let outcome = match result {
+            Ok(Ok(raw)) => LargeOutcome::Result {
                 // The result alone; its line adds a small JSON-RPC envelope.
-                let size = raw.get().len() as u64;
-                result_bytes = Some(size);
-                let flag = if is_error_result(&raw) {
-                    " (isError: true)"
-                } else {
-                    ""
-                };
-                (
-                    Status::Pass,
-                    format!(
-                        "{} result in {}{flag}, under the {limit} limit",
-                        fmt_bytes(size),
-                        fmt_duration(took)
-                    ),
-                    None,
-                )
-            }
+                bytes: raw.get().len() as u64,
+                is_error: is_error_result(&raw),
+            },
+            // Worded once the discarded size is known (after the ping).
             Ok(Err(RequestError::Failed(RequestFailure::ResponseTooLarge { .. }))) => {
-                // Worded once the discarded size is known (after the ping).
-                refused = true;
-                (Status::Pass, String::new(), None)
+                LargeOutcome::Refused
             }
-            Ok(Err(e)) if e.server_error().is_some() => (
-                Status::Warn,
-                format!("the tool answered an error: {e}"),
-                Some(
-                    "the large path was not exercised: check --large-tool and --large-args"
-                        .to_owned(),
-                ),
-            ),
-            Ok(Err(e)) => (
-                Status::Fail,
-                format!("{}: {}", tool.name, self.describe(&e)),
-                Some(
-                    "a large result must complete or fail cleanly; the session must survive it"
-                        .to_owned(),
-                ),
-            ),
-            Err(_) => (
-                Status::Fail,
-                format!("{}: {}", tool.name, self.no_answer()),
-                Some(
-                    "a large result must complete or fail cleanly; the session must survive it"
-                        .to_owned(),
-                ),
-            ),
+            Ok(Err(e)) => match e.server_error() {
+                Some(_) => LargeOutcome::ServerError(e.to_string()),
+                None => LargeOutcome::Failed(self.describe(&e)),
+            },
+            Err(_) => LargeOutcome::NoAnswer,
         };
         // The session must still answer, whatever happened to the big one.
         let ping = if client.is_finished() {
@@ -829,55 +598,17 @@ impl Battery<'_> {
         } else {
             self.ping(client).await
         };
-        let m = client.metrics().await.unwrap_or_default();
-        if refused {
-            // A sequential server ends the oversized line before answering
-            // the ping, so its full size is usually known by now.
-            let size = match m.oversized_bytes_discarded {
-                0 => "a".to_owned(),
-                n => format!("{} ", fmt_bytes(n)),
-            };
-            value = format!(
-                "{size}response refused at the {limit} wire limit after {} (discarded unparsed)",
-                fmt_duration(took)
-            );
-        }
-        if timed_out && m.oversized_ids_missing > 0 {
-            // The server did answer, over the limit, in a frame whose id we
-            // could not recover: our blind spot, not the server's fault.
-            status = Status::Warn;
-            value = format!(
-                "the server sent {} over the {limit} wire limit (discarded unparsed) without a usable top-level id, so it could not be tied to the call",
-                fmt_bytes(m.oversized_bytes_discarded)
-            );
-            detail = Some(
-                "raise --max-frame to see the result; the request itself ran to its timeout"
-                    .to_owned(),
-            );
-        }
-        match &ping {
-            Ok(p) => value.push_str(&format!("; then ping {}", fmt_duration(*p))),
-            Err(e) => {
-                status = Status::Fail;
-                value.push_str(&format!("; then no ping answer ({e})"));
-                detail
-                    .get_or_insert_with(|| "the session must survive a large response".to_owned());
-            }
-        }
-        let mut row = Row::new(LARGE, status, value)
-            .measure_ms("call_ms", took)
-            .measure("largest_frame_bytes", m.largest_frame)
-            .measure("oversized_frames", m.oversized_frames)
-            .measure("oversized_bytes_discarded", m.oversized_bytes_discarded)
-            .measure("max_frame", self.s.max_frame as u64);
-        if let Ok(p) = ping {
-            row = row.measure_ms("ping_ms", p);
-        }
-        if let Some(n) = result_bytes {
-            row = row.measure("result_bytes", n);
-        }
-        row.detail = detail;
-        row
+        let metrics = client.metrics().await.unwrap_or_default();
+        large_row(LargeSeen {
+            tool: &tool.name,
+            outcome,
+            took,
+            timed_out,
+            ping,
+            metrics: &metrics,
+            max_frame: self.s.max_frame,
+            timeout: self.s.timeout,
+        })
     }
 
     // ---- row 5 ----
@@ -944,20 +675,11 @@ impl Battery<'_> {
             Ok(RawEvent::Message(Message::Response(r), bytes)) => (false, bytes, r.result.err()),
             Ok(_) => (true, 0, None),
             Err(e) => {
-                let status = match died {
+                let exit = match died {
                     Some(s) => Some(s),
                     None => raw.wait_exit(Duration::from_millis(200)).await,
                 };
-                let what = match status {
-                    Some(s) => format!(
-                        "the server exited ({}) while its stdout was unread",
-                        fmt_status(Some(s))
-                    ),
-                    None => format!("no response after reading resumed: {e}"),
-                };
-                return Row::new(SLOW_READER, Status::Fail, what)
-                    .detail("a server blocked by a slow reader must resume when reading resumes")
-                    .measure_ms("stall_ms", self.s.stall);
+                return slow_reader_lost(exit, &e.to_string(), self.s.stall);
             }
         };
         let ping_sent = Instant::now();
@@ -974,100 +696,18 @@ impl Battery<'_> {
         if oversized {
             size = raw.discarded_bytes();
         }
-        let size_text = if oversized {
-            format!("{} response (refused at the wire limit)", fmt_bytes(size))
-        } else {
-            format!("{} response", fmt_bytes(size))
-        };
-        let mut row = match ping {
-            Err(e) => Row::new(
-                SLOW_READER,
-                Status::Fail,
-                format!("{size_text} arrived, then no ping answer: {e}"),
-            )
-            .detail("after a stall the session must answer the next request"),
-            Ok(p) if tool_error.is_some() => Row::new(
-                SLOW_READER,
-                Status::Warn,
-                format!(
-                    "the tool answered an error ({}); ping {}",
-                    tool_error
-                        .map(|e| format!("{}: {}", e.code, e.message))
-                        .unwrap_or_default(),
-                    fmt_duration(p)
-                ),
-            )
-            .detail("nothing was exercised: check --large-tool and --large-args")
-            .measure_ms("ping_ms", p),
-            Ok(p) => {
-                // Blocked in write(): the response did not fit and the pipe
-                // was full (where its capacity is unknown: held anything).
-                let full = |n: u64| capacity.map_or(n > 0, |c| n >= c);
-                match in_pipe {
-                    Some(n) if size <= n => Row::new(
-                        SLOW_READER,
-                        Status::Warn,
-                        format!(
-                            "the {size_text} fit in the pipe; the server never blocked; ping {}",
-                            fmt_duration(p)
-                        ),
-                    )
-                    .detail(
-                        "nothing was exercised: choose --large-args for a result larger than \
-                         the pipe buffer",
-                    ),
-                    Some(n) if full(n) => Row::new(
-                        SLOW_READER,
-                        Status::Pass,
-                        format!(
-                            "blocked in write() {} with {} in the pipe; resumed: {size_text} \
-                             in {}, ping {}",
-                            fmt_duration(stalled),
-                            fmt_bytes(n),
-                            fmt_duration(drained),
-                            fmt_duration(p)
-                        ),
-                    )
-                    .measure_ms("blocked_ms", stalled),
-                    Some(n) => Row::new(
-                        SLOW_READER,
-                        Status::Pass,
-                        format!(
-                            "the pipe held {} (not full) after {}: still producing; resumed: \
-                             {size_text} in {}, ping {}",
-                            fmt_bytes(n),
-                            fmt_duration(self.s.stall),
-                            fmt_duration(drained),
-                            fmt_duration(p)
-                        ),
-                    ),
-                    None => Row::new(
-                        SLOW_READER,
-                        Status::Pass,
-                        format!(
-                            "stdout unread {}; resumed: {size_text} in {}, ping {}",
-                            fmt_duration(self.s.stall),
-                            fmt_duration(drained),
-                            fmt_duration(p)
-                        ),
-                    ),
-                }
-                .measure_ms("ping_ms", p)
-            }
-        };
-        row = row
-            .measure_ms("unread_ms", self.s.stall)
-            .measure_ms("drain_ms", drained)
-            .measure("response_bytes", size)
-            .measure("stdout_bytes", raw.stdout_bytes())
-            .measure("oversized", oversized);
-        if let Some(n) = in_pipe {
-            row = row.measure("bytes_in_pipe", n);
-        }
-        if let Some(c) = capacity {
-            row = row.measure("pipe_capacity", c);
-        }
-        row
+        slow_reader_row(SlowSeen {
+            oversized,
+            size,
+            tool_error,
+            ping: ping.map_err(|e| e.to_string()),
+            in_pipe,
+            capacity,
+            stalled,
+            drained,
+            stall: self.s.stall,
+            stdout_bytes: raw.stdout_bytes(),
+        })
     }
 
     // ---- row 6 ----
@@ -1088,7 +728,7 @@ impl Battery<'_> {
         };
         let row = self.cancel_on(&client, &tool).await;
         let record = self.end("cancel", client, End::Kill).await;
-        with_exit(row, record.as_ref())
+        with_exit(row, record.as_ref().map(|r| &r.process))
     }
 
     async fn cancel_on(&self, client: &Client, tool: &ToolCall) -> Row {
@@ -1104,76 +744,27 @@ impl Battery<'_> {
             Ok(p) => p,
             Err(e) => return Row::new(CANCEL, Status::Fail, format!("{}: {e}", tool.name)),
         };
-        let mut problems = Vec::new();
-        let mut status = Status::Pass;
-        match tokio::time::timeout(self.s.cancel_after, &mut pending).await {
-            Ok(outcome) => {
-                status = Status::Warn;
-                problems.push(format!(
-                    "the slow tool ended in {} ({}), before the cancel at {}: nothing was \
-                     cancelled; choose slower --slow-args",
-                    fmt_duration(started.elapsed()),
-                    if outcome.is_ok() { "result" } else { "error" },
-                    fmt_duration(self.s.cancel_after)
-                ));
-            }
+        let ended_early = match tokio::time::timeout(self.s.cancel_after, &mut pending).await {
+            Ok(outcome) => Some((started.elapsed(), outcome.is_ok())),
             Err(_) => {
                 pending.cancel("mcp-stdio check: cancel test");
                 let _ = pending.await;
+                None
             }
-        }
-        let ping = self.ping(client).await;
-        let ping = match ping {
+        };
+        let ping = match self.ping(client).await {
             Ok(p) => p,
-            Err(e) => {
-                return Row::new(
-                    CANCEL,
-                    Status::Fail,
-                    format!("no answer to a ping after the cancel: {e}"),
-                )
-                .detail("after a cancel, a second request must complete promptly (G8)");
-            }
+            Err(e) => return cancel_without_ping(&e),
         };
         tokio::time::sleep(LATE_WINDOW).await;
         let after = client.metrics().await.unwrap_or_default();
-        let late = after.late_responses.saturating_sub(before.late_responses);
-        if late > 0 {
-            status = Status::Warn;
-            problems.push(format!(
-                "the server answered the cancelled request anyway ({late} late response{}); \
-                 the spec says it MUST NOT",
-                if late == 1 { "" } else { "s" }
-            ));
-        }
-        if ping > PROMPT {
-            status = Status::Warn;
-            problems.push(format!(
-                "the second request took {} (more than {}): blocked behind the cancelled work?",
-                fmt_duration(ping),
-                fmt_duration(PROMPT)
-            ));
-        }
-        let mut row = Row::new(
-            CANCEL,
-            status,
-            format!(
-                "cancel at {}; ping {}; late responses in {}: {late}",
-                fmt_duration(self.s.cancel_after),
-                fmt_duration(ping),
-                fmt_duration(LATE_WINDOW)
-            ),
-        )
-        .measure_ms("cancel_after_ms", self.s.cancel_after)
-        .measure_ms("ping_ms", ping)
-        .measure("late_responses", late)
-        .measure(
-            "cancels_sent",
-            after.cancels_sent.saturating_sub(before.cancels_sent),
-        );
-        if !problems.is_empty() {
-            row = row.detail(problems.join("; "));
-        }
-        row
+        cancel_row(&CancelSeen {
+            cancel_after: self.s.cancel_after,
+            ended_early,
+            ping,
+            late: after.late_responses.saturating_sub(before.late_responses),
+            cancels_sent: after.cancels_sent.saturating_sub(before.cancels_sent),
+        })
     }
 
     // ---- row 7 ----
@@ -1194,84 +785,7 @@ impl Battery<'_> {
                 "the session did not end within its bounds",
             );
         };
-        let p = &record.process;
-        let status = fmt_status(p.exit_status);
-        // The host closes stdin by itself when the server closes its stdout:
-        // a close (or an exit) stamped before ours was the server's doing.
-        // (The record's times run from a spawn instant a little before ours.)
-        let on_its_own = p.stdin_closed_at.is_some_and(|c| c < eof_offset)
-            || p.exited_at.is_some_and(|e| e < eof_offset);
-        if on_its_own {
-            return Row::new(
-                STDIN_EOF,
-                Status::Fail,
-                format!("ended by itself ({status}) before stdin was closed"),
-            )
-            .detail("the server closed its stdout or exited on its own")
-            .measure("exit_status", status);
-        }
-        let since = |at: Option<Duration>| {
-            p.exited_at
-                .zip(at)
-                .map(|(e, a)| e.saturating_sub(a))
-                .unwrap_or_default()
-        };
-        let grace = fmt_duration(self.s.grace);
-        let row = match p.ended_by {
-            // `check` passes no signal on: the second never comes here.
-            EndedBy::ExitedAfterStdinClose | EndedBy::ExitedAfterForwardedSignal => Row::new(
-                STDIN_EOF,
-                Status::Pass,
-                format!(
-                    "exited ({status}) {} after stdin EOF",
-                    fmt_duration(since(p.stdin_closed_at))
-                ),
-            ),
-            EndedBy::ExitedAfterTerm => Row::new(
-                STDIN_EOF,
-                Status::Warn,
-                format!(
-                    "ignored stdin EOF for {grace}; exited ({status}) {} after SIGTERM",
-                    fmt_duration(since(p.term_sent_at))
-                ),
-            )
-            .detail("a stdio server should exit when its stdin closes; TERM was needed"),
-            EndedBy::ExitedAfterKill => Row::new(
-                STDIN_EOF,
-                Status::Fail,
-                format!(
-                    "ignored stdin EOF and SIGTERM ({grace} each); ended by SIGKILL ({status})"
-                ),
-            )
-            .detail("a stdio server must exit when its stdin closes"),
-            EndedBy::ExitNotObserved => Row::new(
-                STDIN_EOF,
-                Status::Fail,
-                "no exit observed, even after SIGKILL",
-            ),
-            EndedBy::ExitedByItself => Row::new(
-                STDIN_EOF,
-                Status::Fail,
-                format!("exited by itself ({status}) before stdin was closed"),
-            )
-            .detail("the server died on its own"),
-            EndedBy::Crashed => Row::new(
-                STDIN_EOF,
-                Status::Fail,
-                format!("crashed ({status}) while its stdin was being closed"),
-            )
-            .detail("the server died of a signal nobody sent it"),
-        };
-        let mut row = row
-            .measure(
-                "ended_by",
-                serde_json::to_value(p.ended_by).unwrap_or_default(),
-            )
-            .measure("exit_status", status);
-        if let Some(d) = p.shutdown_to_exit {
-            row = row.measure_ms("eof_to_exit_ms", d);
-        }
-        row
+        stdin_eof_row(&record.process, eof_offset, self.s.grace)
     }
 
     // ---- row 8 ----
@@ -1286,12 +800,7 @@ impl Battery<'_> {
         self.settle(&client).await;
         if client.is_finished() {
             let record = self.end("SIGTERM", client, End::Wait).await;
-            let status = fmt_status(record.and_then(|r| r.process.exit_status));
-            return Row::new(
-                SIGTERM,
-                Status::Fail,
-                format!("exited by itself ({status}) before the signal"),
-            );
+            return sigterm_too_late(record.and_then(|r| r.process.exit_status));
         }
         let term_at = Instant::now();
         // Through the Client: never to a group id it has already reaped.
@@ -1305,137 +814,23 @@ impl Battery<'_> {
             let _ = client.signal_group(Signal::Kill);
         }
         let record = self.end("SIGTERM", client, End::Wait).await;
-        let exit = record.as_ref().and_then(|r| r.process.exit_status);
-        let exited_at = record.as_ref().and_then(|r| r.process.exited_at);
-        let term_offset = term_at.duration_since(spawned);
-        let took = exited_at.map(|e| e.saturating_sub(term_offset));
-        let status = fmt_status(exit);
-        // Spawn time is taken just after `Client::spawn`, so an exit stamped
-        // before the signal's offset happened before the signal.
-        let before_signal = exited_at.is_some_and(|e| e < term_offset);
-        let mut row = if before_signal {
-            Row::new(
-                SIGTERM,
-                Status::Fail,
-                format!("exited by itself ({status}) before the signal"),
-            )
-            .detail("the server died on its own")
-        } else if needed_kill {
-            Row::new(
-                SIGTERM,
-                Status::Fail,
-                format!(
-                    "still running {} after SIGTERM; ended by SIGKILL ({status})",
-                    fmt_duration(self.s.grace)
-                ),
-            )
-            .detail("a server must exit on SIGTERM; hosts and supervisors rely on it")
-        } else {
-            Row::new(
-                SIGTERM,
-                Status::Pass,
-                format!(
-                    "exited ({status}) {} after SIGTERM, stdin still open",
-                    took.map_or_else(|| "?".to_owned(), fmt_duration)
-                ),
-            )
-        };
-        row = row
-            .measure("exit_status", status)
-            .measure("needed_kill", needed_kill);
-        if let Some(d) = took {
-            row = row.measure_ms("term_to_exit_ms", d);
-        }
-        row
+        sigterm_row(&SigtermSeen {
+            exit: record.as_ref().and_then(|r| r.process.exit_status),
+            exited_at: record.as_ref().and_then(|r| r.process.exited_at),
+            term_offset: term_at.duration_since(spawned),
+            needed_kill,
+            grace: self.s.grace,
+        })
     }
 
     // ---- rows 9 and 10 ----
 
     fn stderr_volume(&self) -> Row {
-        let total: u64 = self.notes.iter().map(|n| n.stderr_seen).sum();
-        let noisiest = self.notes.iter().max_by_key(|n| n.stderr_seen);
-        let mut value = format!("{} over {} sessions", fmt_bytes(total), self.notes.len());
-        if let Some(n) = noisiest.filter(|n| n.stderr_seen > 0) {
-            value.push_str(&format!(
-                " (most: {} in {})",
-                fmt_bytes(n.stderr_seen),
-                n.label
-            ));
-        }
-        let mut row = if total > self.s.stderr_warn {
-            // The record of a `Client` session says what its bounded capture kept.
-            let note = self
-                .notes
-                .iter()
-                .filter(|n| n.stderr_note.is_some())
-                .max_by_key(|n| n.stderr_seen)
-                .and_then(|n| n.stderr_note.clone())
-                .map(|t| format!("; a host keeps only a bounded tail: {t}"))
-                .unwrap_or_default();
-            Row::new(STDERR_VOLUME, Status::Warn, value).detail(format!(
-                "more than {} of stderr{note}; log less, or at a lower level",
-                fmt_bytes(self.s.stderr_warn)
-            ))
-        } else {
-            Row::new(STDERR_VOLUME, Status::Pass, value)
-        };
-        row = row
-            .measure("stderr_bytes", total)
-            .measure("warn_above", self.s.stderr_warn)
-            .measure(
-                "per_session",
-                self.notes
-                    .iter()
-                    .map(|n| json!({"session": n.label, "bytes": n.stderr_seen, "truncation": n.stderr_note}))
-                    .collect::<Vec<_>>(),
-            );
-        row
+        stderr_volume_row(&self.notes, self.s.stderr_warn)
     }
 
     fn leftovers(&self) -> Row {
-        if self.notes.iter().any(|n| n.leftovers.is_none()) {
-            return Row::new(
-                LEFTOVERS,
-                Status::Skip,
-                "process groups are scanned on Linux only (/proc)",
-            );
-        }
-        let mut found = Vec::new();
-        for n in &self.notes {
-            for l in n.leftovers.iter().flatten() {
-                found.push((n, l));
-            }
-        }
-        let groups = self.notes.len();
-        let list = found
-            .iter()
-            .map(|(n, l)| json!({"session": n.label, "pgid": n.pid, "pid": l.pid, "name": l.name}))
-            .collect::<Vec<_>>();
-        if found.is_empty() {
-            return Row::new(
-                LEFTOVERS,
-                Status::Pass,
-                format!("none in {groups} process groups after each session ended"),
-            )
-            .measure("groups_scanned", groups)
-            .measure("leftovers", list);
-        }
-        let names = found
-            .iter()
-            .map(|(n, l)| format!("pid {} ({}) after {}", l.pid, l.name, n.label))
-            .collect::<Vec<_>>()
-            .join(", ");
-        Row::new(
-            LEFTOVERS,
-            Status::Fail,
-            format!("{} left running: {names}; killed", found.len()),
-        )
-        .detail(
-            "a server's children must end with it: stop them on exit (or keep them in the \
-             server's process group so the host's signal reaches them)",
-        )
-        .measure("groups_scanned", groups)
-        .measure("leftovers", list)
+        leftovers_row(&self.notes)
     }
 }
 
@@ -1459,107 +854,4 @@ async fn raw_handshake(
     raw.wait_for(&Id::Number(1), deadline, |_| {}).await?;
     raw.send(&json!({"jsonrpc": "2.0", "method": INITIALIZED}), deadline)
         .await
-}
-
-/// Adds how the server ended when the session closed under the row.
-fn with_exit(row: Row, record: Option<&SessionRecord>) -> Row {
-    match record {
-        Some(r) if r.process.ended_by == EndedBy::ExitedByItself => {
-            let status = fmt_status(r.process.exit_status);
-            let mut row = row.measure("exit_status", status.as_str());
-            if row.status == Status::Fail {
-                row.value.push_str(&format!(" (server exited: {status})"));
-            }
-            row
-        }
-        _ => row,
-    }
-}
-
-/// Row 1 failed: adds how the server ended (when it went away first) and
-/// the end of its stderr, bounded (see [`crate::diagnose::StderrExcerpt`]).
-fn with_server_end(mut row: Row, record: Option<&SessionRecord>) -> Row {
-    let Some(r) = record else {
-        return row;
-    };
-    let p = &r.process;
-    let went_away = row.value == SESSION_CLOSED && crate::diagnose::ended_on_its_own(p);
-    if went_away {
-        let ours = p.ended_by != EndedBy::ExitedByItself;
-        row.value = match p.exit_status {
-            // A signal after our own SIGTERM may be ours: say only what the server did.
-            Some(ExitStatus::Signal(_)) | None if ours => {
-                "the server closed its stdout before answering initialize".to_owned()
-            }
-            status => format!(
-                "the server {} before answering initialize",
-                crate::diagnose::status_words(status)
-            ),
-        };
-        row = row.measure("exit_status", fmt_status(p.exit_status));
-    }
-    row = row.measure("stderr_bytes", r.stderr.seen);
-    match crate::diagnose::StderrExcerpt::of(&r.stderr_tail, r.stderr.seen, r.stderr.truncated) {
-        Some(excerpt) => {
-            row.detail = Some(format!(
-                "{}; {}\n{}",
-                row.detail.unwrap_or_default(),
-                excerpt.header(),
-                excerpt.indented("| ")
-            ));
-            row.measure("stderr_excerpt", excerpt.lines.join("\n"))
-                .measure("stderr_excerpt_cut", excerpt.cut)
-        }
-        None if went_away => {
-            row.detail = Some(format!(
-                "{}; it wrote nothing to stderr: run the command by itself to see why",
-                row.detail.unwrap_or_default()
-            ));
-            row
-        }
-        None => row,
-    }
-}
-
-fn fmt_status(status: Option<ExitStatus>) -> String {
-    match status {
-        Some(ExitStatus::Code(c)) => format!("code {c}"),
-        Some(ExitStatus::Signal(s)) => format!("signal {s}"),
-        None => "no exit status observed".to_owned(),
-    }
-}
-
-fn count_tools(raw: &RawResult) -> Option<usize> {
-    #[derive(serde::Deserialize)]
-    struct Listed {
-        tools: Vec<serde::de::IgnoredAny>,
-    }
-    serde_json::from_str::<Listed>(raw.get())
-        .ok()
-        .map(|l| l.tools.len())
-}
-
-fn is_error_result(raw: &RawResult) -> bool {
-    #[derive(serde::Deserialize)]
-    struct ToolResult {
-        #[serde(rename = "isError", default)]
-        is_error: bool,
-    }
-    serde_json::from_str::<ToolResult>(raw.get()).is_ok_and(|r| r.is_error)
-}
-
-/// What a decoder error kind means, for people.
-fn kind_label(kind: &str) -> &str {
-    match kind {
-        "json" => "not JSON",
-        "not_object" => "JSON but not an object",
-        "batch" => "a batch array",
-        "bad_version" => "no \"jsonrpc\": \"2.0\"",
-        "invalid_id" => "an invalid id",
-        "bad_member" => "a malformed member",
-        "shape" => "neither request, response nor notification",
-        "invalid_utf8" => "invalid UTF-8",
-        "truncated_at_eof" => "an unterminated last line",
-        other => other,
-    }
 }

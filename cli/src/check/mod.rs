@@ -14,6 +14,7 @@ mod ci;
 mod procs;
 mod raw;
 mod report;
+mod rows;
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
