@@ -384,7 +384,7 @@ pub(super) fn large_row(seen: LargeSeen<'_>) -> Row {
             // A sequential server ends the oversized line before answering
             // the ping, so its full size is usually known by now.
             let size = match m.oversized_bytes_discarded {
-                0 => "a".to_owned(),
+                0 => "a ".to_owned(),
                 n => format!("{} ", fmt_bytes(n)),
             };
             (

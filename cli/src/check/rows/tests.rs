@@ -210,9 +210,15 @@ fn row4_passes_a_result_under_the_limit_and_flags_is_error() {
 #[test]
 fn g3_row4_passes_a_refusal_at_our_limit_with_its_size_when_known() {
     let mut m = ClientMetrics::default();
-    m.oversized_bytes_discarded = 3 << 20;
     let row = large(LargeOutcome::Refused, &m);
     assert_eq!(row.status, Status::Pass);
+    assert_eq!(
+        row.value,
+        "a response refused at the 1.0 MiB wire limit after 40 ms (discarded unparsed); \
+         then ping 1.00 ms"
+    );
+    m.oversized_bytes_discarded = 3 << 20;
+    let row = large(LargeOutcome::Refused, &m);
     assert!(
         row.value
             .starts_with("3.0 MiB response refused at the 1.0 MiB wire limit"),
