@@ -655,6 +655,47 @@ fn g3_large_response_row_warns_on_an_over_limit_answer_without_an_id() {
     assert!(value.contains("then ping"), "{row:#}");
 }
 
+/// Issue 34: a server whose own wire limit refuses the large result (here a
+/// guard at 1 MiB in front of the fixture, as the guard's default once
+/// refused a 9 MiB result) gets rows 4 and 5 that name that limit as the
+/// cause, not the arguments.
+#[test]
+fn g9_large_rows_name_the_servers_own_limit_when_it_refused_the_result() {
+    let server = fixture_server().to_string_lossy().into_owned();
+    let (doc, _) = check_json(&[
+        "--quiet",
+        "--timeout",
+        "5",
+        "--stall",
+        "0.5",
+        "--large-tool",
+        "big",
+        "--large-args",
+        r#"{"bytes":2000000}"#,
+        "--",
+        BIN,
+        "guard",
+        "--max-frame",
+        "1048576",
+        "--",
+        &server,
+    ]);
+    let rows = rows(&doc);
+    for id in ["large_response", "slow_reader"] {
+        let row = &rows[id];
+        assert_eq!(status(&rows, id), "WARN", "{row:#}");
+        let value = row["value"].as_str().unwrap_or_default();
+        assert!(
+            value.starts_with("the server's own 1.0 MiB wire limit refused the result"),
+            "{row:#}"
+        );
+        let hint = row["detail"].as_str().unwrap_or_default();
+        assert!(hint.contains("the arguments are not the cause"), "{row:#}");
+        assert!(!hint.contains("check --large-tool"), "{row:#}");
+        assert_eq!(row["measured"]["server_limit_bytes"], 1_048_576, "{row:#}");
+    }
+}
+
 /// A fresh path for one test's report file, in a temporary folder removed when the test ends.
 fn temp_report(name: &str) -> mcp_stdio_tests::TempPath {
     mcp_stdio_tests::TempPath::new(&format!("check-{name}.xml"))

@@ -587,7 +587,10 @@ impl Battery<'_> {
                 LargeOutcome::Refused
             }
             Ok(Err(e)) => match e.server_error() {
-                Some(_) => LargeOutcome::ServerError(e.to_string()),
+                Some(error) => LargeOutcome::ServerError {
+                    error: error.clone(),
+                    text: e.to_string(),
+                },
                 None => LargeOutcome::Failed(self.describe(&e)),
             },
             Err(_) => LargeOutcome::NoAnswer,
@@ -707,6 +710,7 @@ impl Battery<'_> {
             drained,
             stall: self.s.stall,
             stdout_bytes: raw.stdout_bytes(),
+            max_frame: self.s.max_frame,
         })
     }
 

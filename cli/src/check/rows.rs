@@ -10,7 +10,7 @@ use std::time::Duration;
 use mcp_stdio_core::{CaptureSummary, Implementation};
 use mcp_stdio_core::{
     ClientMetrics, EndedBy, ErrorObject, ExitStatus, Negotiated, NegotiatedVia, ProcessOutcome,
-    RawResult, SessionRecord, DISCOVER, INITIALIZE,
+    RawResult, SessionRecord, DISCOVER, INITIALIZE, WIRE_LIMIT_EXCEEDED,
 };
 use serde_json::json;
 
@@ -322,8 +322,8 @@ pub(super) enum LargeOutcome {
     Result { bytes: u64, is_error: bool },
     /// Refused at our wire limit, discarded unparsed.
     Refused,
-    /// The server answered a JSON-RPC error, as the client words it.
-    ServerError(String),
+    /// The server answered a JSON-RPC error: `text` as the client words it.
+    ServerError { text: String, error: ErrorObject },
     /// The call failed otherwise, described.
     Failed(String),
     /// No outcome before our own backstop.
@@ -366,6 +366,7 @@ pub(super) fn large_row(seen: LargeSeen<'_>) -> Row {
         Some("a large result must complete or fail cleanly; the session must survive it".to_owned())
     };
     let mut result_bytes = None;
+    let mut server_limit = None;
     let (mut status, mut value, mut detail) = match outcome {
         LargeOutcome::Result { bytes, is_error } => {
             result_bytes = Some(bytes);
@@ -396,13 +397,25 @@ pub(super) fn large_row(seen: LargeSeen<'_>) -> Row {
                 None,
             )
         }
-        LargeOutcome::ServerError(text) => (
-            Status::Warn,
-            format!("the tool answered an error: {text}"),
-            Some(
-                "the large path was not exercised: check --large-tool and --large-args".to_owned(),
+        LargeOutcome::ServerError { text, error } => match own_limit(&error) {
+            // The server's setting refused, not the arguments: say so.
+            Some(theirs) => {
+                server_limit = Some(theirs);
+                (
+                    Status::Warn,
+                    format!("{} refused the result: {text}", theirs.words()),
+                    Some(theirs.hint(max_frame)),
+                )
+            }
+            None => (
+                Status::Warn,
+                format!("the tool answered an error: {text}"),
+                Some(
+                    "the large path was not exercised: check --large-tool and --large-args"
+                        .to_owned(),
+                ),
             ),
-        ),
+        },
         LargeOutcome::Failed(e) => (Status::Fail, format!("{tool}: {e}"), failed()),
         LargeOutcome::NoAnswer => (
             Status::Fail,
@@ -442,8 +455,81 @@ pub(super) fn large_row(seen: LargeSeen<'_>) -> Row {
     if let Some(n) = result_bytes {
         row = row.measure("result_bytes", n);
     }
+    if let Some(theirs) = server_limit {
+        row = theirs.measure(row);
+    }
     row.detail = detail;
     row
+}
+
+/// The server refused its own result at its own wire limit, as the error
+/// it answered shows: our `serve`, the guard and the rmcp transports answer
+/// [`WIRE_LIMIT_EXCEEDED`] with `data: {"limit": N, "seen": M}` (G9), and
+/// any error whose message names a "wire limit" counts too. The cause is
+/// then the server's setting, not the arguments: the tool ran, and its
+/// result never reached this client's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct OwnLimit {
+    /// The server's limit in bytes, when its error gave it.
+    pub(super) limit: Option<u64>,
+    /// The error's code.
+    pub(super) code: i64,
+}
+
+/// The server's own limit behind `error`; `None` for any other error (the
+/// tool's own).
+pub(super) fn own_limit(error: &ErrorObject) -> Option<OwnLimit> {
+    #[derive(serde::Deserialize)]
+    struct Data {
+        limit: u64,
+    }
+    let limit = error
+        .data
+        .as_ref()
+        .and_then(|d| serde_json::from_str::<Data>(d.get()).ok())
+        .map(|d| d.limit);
+    let ours = error.code == WIRE_LIMIT_EXCEEDED && limit.is_some();
+    let named = error.message.to_ascii_lowercase().contains("wire limit");
+    (ours || named).then_some(OwnLimit {
+        limit,
+        code: error.code,
+    })
+}
+
+impl OwnLimit {
+    /// `the server's own 1.0 MiB wire limit`.
+    fn words(self) -> String {
+        match self.limit {
+            Some(l) => format!("the server's own {} wire limit", fmt_bytes(l)),
+            None => "the server's own wire limit".to_owned(),
+        }
+    }
+
+    /// What was measured and what to do, for a row whose large result the
+    /// server would not send.
+    fn hint(self, max_frame: usize) -> String {
+        let under = match self.limit {
+            Some(l) => format!(" under {}", fmt_bytes(l)),
+            None => String::new(),
+        };
+        format!(
+            "the tool ran, but {} (or that of a proxy in front of it) refused to send its \
+             result: the arguments are not the cause, and this client's --max-frame ({}) was \
+             never reached; raise the server's limit (its error names the setting), or choose \
+             --large-args for a result{under}",
+            self.words(),
+            fmt_bytes(max_frame as u64)
+        )
+    }
+
+    /// Adds `server_error_code` and, when known, `server_limit_bytes`.
+    fn measure(self, row: Row) -> Row {
+        let row = row.measure("server_error_code", self.code);
+        match self.limit {
+            Some(l) => row.measure("server_limit_bytes", l),
+            None => row,
+        }
+    }
 }
 
 // ---- row 5 ----
@@ -487,6 +573,8 @@ pub(super) struct SlowSeen {
     pub(super) stall: Duration,
     /// Bytes read from stdout in all.
     pub(super) stdout_bytes: u64,
+    /// Our wire limit (`--max-frame`).
+    pub(super) max_frame: usize,
 }
 
 /// Row 5 from what the stall showed.
@@ -502,33 +590,46 @@ pub(super) fn slow_reader_row(seen: SlowSeen) -> Row {
         drained,
         stall,
         stdout_bytes,
+        max_frame,
     } = seen;
     let size_text = if oversized {
         format!("{} response (refused at the wire limit)", fmt_bytes(size))
     } else {
         format!("{} response", fmt_bytes(size))
     };
-    let mut row = match ping {
-        Err(e) => Row::new(
+    let mut row = match (ping, tool_error) {
+        (Err(e), _) => Row::new(
             SLOW_READER,
             Status::Fail,
             format!("{size_text} arrived, then no ping answer: {e}"),
         )
         .detail("after a stall the session must answer the next request"),
-        Ok(p) if tool_error.is_some() => Row::new(
-            SLOW_READER,
-            Status::Warn,
-            format!(
-                "the tool answered an error ({}); ping {}",
-                tool_error
-                    .map(|e| format!("{}: {}", e.code, e.message))
-                    .unwrap_or_default(),
-                fmt_duration(p)
-            ),
-        )
-        .detail("nothing was exercised: check --large-tool and --large-args")
-        .measure_ms("ping_ms", p),
-        Ok(p) => {
+        (Ok(p), Some(e)) => {
+            let error = format!("{}: {}", e.code, e.message);
+            let ping = fmt_duration(p);
+            match own_limit(&e) {
+                // The server's setting refused, not the arguments: say so.
+                Some(theirs) => theirs.measure(
+                    Row::new(
+                        SLOW_READER,
+                        Status::Warn,
+                        format!(
+                            "{} refused the result ({error}); ping {ping}",
+                            theirs.words()
+                        ),
+                    )
+                    .detail(format!("nothing was exercised: {}", theirs.hint(max_frame))),
+                ),
+                None => Row::new(
+                    SLOW_READER,
+                    Status::Warn,
+                    format!("the tool answered an error ({error}); ping {ping}"),
+                )
+                .detail("nothing was exercised: check --large-tool and --large-args"),
+            }
+            .measure_ms("ping_ms", p)
+        }
+        (Ok(p), None) => {
             // Blocked in write(): the response did not fit and the pipe
             // was full (where its capacity is unknown: held anything).
             let full = |n: u64| capacity.map_or(n > 0, |c| n >= c);

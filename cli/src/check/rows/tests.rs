@@ -231,7 +231,10 @@ fn g3_row4_passes_a_refusal_at_our_limit_with_its_size_when_known() {
 fn row4_warns_on_a_tool_error_and_fails_a_call_that_failed() {
     let m = ClientMetrics::default();
     let row = large(
-        LargeOutcome::ServerError("server error -32602: unknown tool".to_owned()),
+        LargeOutcome::ServerError {
+            text: "server error -32602: unknown tool".to_owned(),
+            error: ErrorObject::new(-32602, "unknown tool"),
+        },
         &m,
     );
     assert_eq!(row.status, Status::Warn);
@@ -246,6 +249,103 @@ fn row4_warns_on_a_tool_error_and_fails_a_call_that_failed() {
     let row = large(LargeOutcome::NoAnswer, &m);
     assert!(row.value.starts_with("big: no answer within 10.00 s"));
     assert!(detail(&row).contains("must complete or fail cleanly"));
+}
+
+/// What a server that refuses its own result at its own wire limit answers
+/// (G9): -32000 with `data: {limit, seen}`, as our `serve` and guard do.
+fn refused_at(limit: u64) -> ErrorObject {
+    ErrorObject {
+        data: Some(
+            RawValue::from_string(format!(r#"{{"limit":{limit},"seen":{}}}"#, limit + 1))
+                .expect("JSON"),
+        ),
+        ..ErrorObject::new(
+            WIRE_LIMIT_EXCEEDED,
+            format!(
+                "response exceeded the wire limit ({limit} bytes; {} bytes seen); raise --max-frame",
+                limit + 1
+            ),
+        )
+    }
+}
+
+/// Issue 34: when the server's own wire limit refused its result (G9 on
+/// its side), the hint names that limit as the cause, not the arguments.
+#[test]
+fn g9_row4_names_the_servers_own_limit_as_the_cause_not_the_arguments() {
+    let m = ClientMetrics::default();
+    let error = refused_at(1 << 20);
+    let text = format!("server error -32000: {}", error.message);
+    let row = large(LargeOutcome::ServerError { text, error }, &m);
+    assert_eq!(row.status, Status::Warn);
+    assert!(
+        row.value.starts_with(
+            "the server's own 1.0 MiB wire limit refused the result: server error -32000: \
+             response exceeded the wire limit (1048576 bytes"
+        ),
+        "{}",
+        row.value
+    );
+    let hint = detail(&row);
+    assert!(
+        hint.starts_with("the tool ran, but the server's own 1.0 MiB wire limit"),
+        "{hint}"
+    );
+    assert!(hint.contains("the arguments are not the cause"), "{hint}");
+    assert!(
+        hint.contains("this client's --max-frame (1.0 MiB) was never reached"),
+        "{hint}"
+    );
+    assert!(
+        hint.ends_with("or choose --large-args for a result under 1.0 MiB"),
+        "{hint}"
+    );
+    assert!(!hint.contains("check --large-tool"), "{hint}");
+    assert_eq!(row.measured["server_limit_bytes"], 1 << 20);
+    assert_eq!(row.measured["server_error_code"], -32000);
+}
+
+#[test]
+fn g9_the_servers_own_limit_is_read_from_its_error_and_a_tools_error_is_not_one() {
+    assert_eq!(
+        own_limit(&refused_at(4096)),
+        Some(OwnLimit {
+            limit: Some(4096),
+            code: -32000
+        })
+    );
+    // Named in words only: still the server's limit, its size unknown.
+    let worded = ErrorObject::new(-32603, "Result exceeds the WIRE LIMIT");
+    assert_eq!(
+        own_limit(&worded),
+        Some(OwnLimit {
+            limit: None,
+            code: -32603
+        })
+    );
+    let row = large(
+        LargeOutcome::ServerError {
+            text: "x".to_owned(),
+            error: worded,
+        },
+        &ClientMetrics::default(),
+    );
+    assert!(row
+        .value
+        .starts_with("the server's own wire limit refused the result"));
+    assert!(detail(&row).ends_with("for a result"), "{row:?}");
+    assert!(!row.measured.contains_key("server_limit_bytes"));
+    // A tool's own errors, -32000 ones included, are not the limit.
+    for other in [
+        ErrorObject::new(-32000, "rate limit exceeded"),
+        ErrorObject::new(-32602, "unknown tool"),
+        ErrorObject {
+            data: Some(RawValue::from_string(r#"{"limit":"none"}"#.to_owned()).expect("JSON")),
+            ..ErrorObject::new(-32000, "bad")
+        },
+    ] {
+        assert_eq!(own_limit(&other), None, "{other:?}");
+    }
 }
 
 /// G3's blind spot: an answer over the limit whose id could not be found
@@ -308,6 +408,7 @@ fn slow(in_pipe: Option<u64>, capacity: Option<u64>, size: u64) -> SlowSeen {
         drained: ms(30),
         stall: ms(2000),
         stdout_bytes: size + 100,
+        max_frame: 8 << 20,
     }
 }
 
@@ -358,6 +459,21 @@ fn row5_warns_on_a_tool_error_and_fails_without_a_ping_or_a_response() {
         row.value,
         "3.0 MiB response (refused at the wire limit) arrived, then no ping answer: no answer before the deadline"
     );
+    // The server's own limit refused: the hint says so.
+    let mut seen = slow(Some(300), Some(65536), 200);
+    seen.tool_error = Some(refused_at(1 << 20));
+    let row = slow_reader_row(seen);
+    assert_eq!(row.status, Status::Warn);
+    assert!(
+        row.value
+            .starts_with("the server's own 1.0 MiB wire limit refused the result (-32000: "),
+        "{}",
+        row.value
+    );
+    assert!(row.value.ends_with("; ping 1.00 ms"), "{}", row.value);
+    assert!(detail(&row).starts_with("nothing was exercised: the tool ran, but"));
+    assert!(detail(&row).contains("--max-frame (8.0 MiB) was never reached"));
+    assert_eq!(row.measured["server_limit_bytes"], 1 << 20);
     let row = slow_reader_lost(Some(ExitStatus::Signal(13)), "x", ms(2000));
     assert_eq!(row.status, Status::Fail);
     assert_eq!(
