@@ -308,6 +308,35 @@ fn fixture_ignoring_stdin_eof_warns_that_sigterm_was_needed() {
     assert_eq!(code, 0, "WARN alone exits 0: {doc:#}");
 }
 
+/// Issue 34: a server that exits with a failure status on stdin EOF gets a
+/// WARN that shows the end of its stderr, not a silent PASS.
+#[test]
+fn fixture_exiting_with_a_failure_status_on_eof_warns_with_its_stderr() {
+    let server = fixture_server().to_string_lossy().into_owned();
+    let (doc, code) = check_json(&["--quiet", "--", &server, "--exit-code", "1"]);
+    let rows = rows(&doc);
+    let row = &rows["stdin_eof"];
+    assert_eq!(status(&rows, "stdin_eof"), "WARN", "{row:#}");
+    assert!(
+        row["value"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("after stdin EOF: a failure status"),
+        "{row:#}"
+    );
+    assert_eq!(row["measured"]["exit_status"], "code 1", "{row:#}");
+    let hint = row["detail"].as_str().unwrap_or_default();
+    assert!(hint.contains("| fixture: exiting with 1"), "{row:#}");
+    assert!(
+        row["measured"]["stderr_excerpt"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("fixture: stdin EOF"),
+        "{row:#}"
+    );
+    assert_eq!(code, 0, "a WARN alone exits 0: {doc:#}");
+}
+
 #[test]
 fn fixture_ignoring_sigterm_fails_the_signal_rows() {
     let server = fixture_server();

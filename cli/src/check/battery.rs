@@ -789,7 +789,7 @@ impl Battery<'_> {
                 "the session did not end within its bounds",
             );
         };
-        stdin_eof_row(&record.process, eof_offset, self.s.grace)
+        stdin_eof_row(ServerEnd::of(&record), eof_offset, self.s.grace)
     }
 
     // ---- row 8 ----

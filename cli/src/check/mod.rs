@@ -139,8 +139,9 @@ over every session: 10 rows for a server that speaks one revision, 18 for one th
         tools/call --large-tool with --large-args; reports the response size.
         PASS: completes under --max-frame, or is refused at that limit and the
         session still answers a ping (the id is found anywhere in the refused
-        line, first or last member); WARN: the tool answers with an error, or
-        an over-limit line without a usable id arrived instead of the answer;
+        line, first or last member); WARN: the tool answers with an error
+        (named as such when the server's own wire limit refused the result),
+        or an over-limit line without a usable id arrived instead of the answer;
         FAIL: the session dies or hangs. SKIP without --large-tool.
    5  slow reader
         raw pipe: the large call, stdout left unread for --stall seconds,
@@ -153,8 +154,10 @@ over every session: 10 rows for a server that speaks one revision, 18 for one th
         (< 500 ms) and no late response; WARN: a late response (the spec says
         MUST NOT) or a slow ping; FAIL: no ping answer. SKIP without --slow-tool.
    7  exits on stdin EOF
-        fresh process, stdin closed. PASS: exits within --shutdown-grace;
-        WARN: SIGTERM was needed; FAIL: SIGKILL was needed.
+        fresh process, stdin closed. PASS: exits with status 0 within
+        --shutdown-grace; WARN: exits with a failure status (the end of its
+        stderr is shown), or SIGTERM was needed; FAIL: SIGKILL was needed,
+        or it crashed.
    8  exits on SIGTERM
         fresh process, SIGTERM to its process group with stdin still open.
         PASS: exits within --shutdown-grace; FAIL: SIGKILL was needed.

@@ -788,8 +788,11 @@ pub(super) fn cancel_row(seen: &CancelSeen) -> Row {
 // ---- row 7 ----
 
 /// Row 7 from how the server ended: `eof_offset` is when our shutdown
-/// began (from our spawn instant), `grace` each step's grace.
-pub(super) fn stdin_eof_row(p: &ProcessOutcome, eof_offset: Duration, grace: Duration) -> Row {
+/// began (from our spawn instant), `grace` each step's grace. An exit on
+/// EOF with a failure status is a WARN, and a crash a FAIL, each with the
+/// end of the server's stderr (what it said about it).
+pub(super) fn stdin_eof_row(end: ServerEnd<'_>, eof_offset: Duration, grace: Duration) -> Row {
+    let p = end.process;
     let status = fmt_status(p.exit_status);
     // The host closes stdin by itself when the server closes its stdout:
     // a close (or an exit) stamped before ours was the server's doing.
@@ -813,14 +816,29 @@ pub(super) fn stdin_eof_row(p: &ProcessOutcome, eof_offset: Duration, grace: Dur
     };
     let grace = fmt_duration(grace);
     let row = match p.ended_by {
-        // `check` passes no signal on: the second never comes here.
-        EndedBy::ExitedAfterStdinClose | EndedBy::ExitedAfterForwardedSignal => Row::new(
+        EndedBy::ExitedAfterStdinClose if p.exit_status == Some(ExitStatus::Code(0)) => Row::new(
             STDIN_EOF,
             Status::Pass,
             format!(
                 "exited ({status}) {} after stdin EOF",
                 fmt_duration(since(p.stdin_closed_at))
             ),
+        ),
+        // `check` passes no signal on: the second never comes here.
+        EndedBy::ExitedAfterStdinClose | EndedBy::ExitedAfterForwardedSignal => with_stderr(
+            Row::new(
+                STDIN_EOF,
+                Status::Warn,
+                format!(
+                    "exited ({status}) {} after stdin EOF: a failure status",
+                    fmt_duration(since(p.stdin_closed_at))
+                ),
+            )
+            .detail(
+                "stdin EOF is the normal end of a stdio session: exit with status 0 then; \
+                 a failure status tells the host something went wrong",
+            ),
+            &end,
         ),
         EndedBy::ExitedAfterTerm => Row::new(
             STDIN_EOF,
@@ -848,12 +866,15 @@ pub(super) fn stdin_eof_row(p: &ProcessOutcome, eof_offset: Duration, grace: Dur
             format!("exited by itself ({status}) before stdin was closed"),
         )
         .detail("the server died on its own"),
-        EndedBy::Crashed => Row::new(
-            STDIN_EOF,
-            Status::Fail,
-            format!("crashed ({status}) while its stdin was being closed"),
-        )
-        .detail("the server died of a signal nobody sent it"),
+        EndedBy::Crashed => with_stderr(
+            Row::new(
+                STDIN_EOF,
+                Status::Fail,
+                format!("crashed ({status}) while its stdin was being closed"),
+            )
+            .detail("the server died of a signal nobody sent it"),
+            &end,
+        ),
     };
     let mut row = row
         .measure(
@@ -1068,16 +1089,7 @@ pub(super) fn with_server_end(mut row: Row, end: Option<ServerEnd<'_>>) -> Row {
     }
     row = row.measure("stderr_bytes", end.stderr.seen);
     match end.excerpt() {
-        Some(excerpt) => {
-            row.detail = Some(format!(
-                "{}; {}\n{}",
-                row.detail.unwrap_or_default(),
-                excerpt.header(),
-                excerpt.indented("| ")
-            ));
-            row.measure("stderr_excerpt", excerpt.lines.join("\n"))
-                .measure("stderr_excerpt_cut", excerpt.cut)
-        }
+        Some(excerpt) => with_excerpt(row, &excerpt),
         None if went_away => {
             row.detail = Some(format!(
                 "{}; it wrote nothing to stderr: run the command by itself to see why",
@@ -1087,6 +1099,34 @@ pub(super) fn with_server_end(mut row: Row, end: Option<ServerEnd<'_>>) -> Row {
         }
         None => row,
     }
+}
+
+/// Adds the end of the server's stderr to the row's hint (or that it
+/// wrote none), and its bytes to the measures.
+fn with_stderr(row: Row, end: &ServerEnd<'_>) -> Row {
+    let row = row.measure("stderr_bytes", end.stderr.seen);
+    match end.excerpt() {
+        Some(excerpt) => with_excerpt(row, &excerpt),
+        None => {
+            let mut row = row;
+            row.detail = Some(match row.detail.take() {
+                Some(d) => format!("{d}; it wrote nothing to stderr"),
+                None => "it wrote nothing to stderr".to_owned(),
+            });
+            row
+        }
+    }
+}
+
+/// Adds `excerpt` under the row's hint, and to the measures.
+fn with_excerpt(mut row: Row, excerpt: &crate::diagnose::StderrExcerpt) -> Row {
+    let lines = format!("{}\n{}", excerpt.header(), excerpt.indented("| "));
+    row.detail = Some(match row.detail.take() {
+        Some(d) => format!("{d}; {lines}"),
+        None => lines,
+    });
+    row.measure("stderr_excerpt", excerpt.lines.join("\n"))
+        .measure("stderr_excerpt_cut", excerpt.cut)
 }
 
 // ---- words ----

@@ -533,6 +533,15 @@ fn g6_g8_row6_passes_a_real_cancel_and_warns_on_each_fault() {
 
 // ---- row 7 ----
 
+/// A server's end with nothing on stderr.
+fn quiet(process: &ProcessOutcome) -> ServerEnd<'_> {
+    ServerEnd {
+        process,
+        stderr_tail: "",
+        stderr: CaptureSummary::default(),
+    }
+}
+
 #[test]
 fn row7_passes_an_exit_after_eof_and_grades_what_it_took_more() {
     let grace = ms(2000);
@@ -541,7 +550,7 @@ fn row7_passes_an_exit_after_eof_and_grades_what_it_took_more() {
         json!({"code": 0}),
         json!({"stdin_closed_at_ms": 300.0, "exited_at_ms": 305.0, "shutdown_to_exit_ms": 5.0}),
     );
-    let row = stdin_eof_row(&p, ms(250), grace);
+    let row = stdin_eof_row(quiet(&p), ms(250), grace);
     assert_eq!(row.status, Status::Pass);
     assert_eq!(row.value, "exited (code 0) 5.00 ms after stdin EOF");
     assert_eq!(row.measured["ended_by"], "exited_after_stdin_close");
@@ -551,7 +560,7 @@ fn row7_passes_an_exit_after_eof_and_grades_what_it_took_more() {
         json!({"signal": 15}),
         json!({"stdin_closed_at_ms": 300.0, "term_sent_at_ms": 2300.0, "exited_at_ms": 2301.0}),
     );
-    let row = stdin_eof_row(&p, ms(250), grace);
+    let row = stdin_eof_row(quiet(&p), ms(250), grace);
     assert_eq!(row.status, Status::Warn);
     assert_eq!(
         row.value,
@@ -562,19 +571,83 @@ fn row7_passes_an_exit_after_eof_and_grades_what_it_took_more() {
         json!({"signal": 9}),
         json!({"stdin_closed_at_ms": 300.0, "exited_at_ms": 4301.0}),
     );
-    let row = stdin_eof_row(&p, ms(250), grace);
+    let row = stdin_eof_row(quiet(&p), ms(250), grace);
     assert_eq!(row.status, Status::Fail);
     assert!(row.value.contains("ended by SIGKILL (signal 9)"));
     let p = outcome("exit_not_observed", Value::Null, json!({}));
-    assert_eq!(stdin_eof_row(&p, ms(250), grace).status, Status::Fail);
+    assert_eq!(
+        stdin_eof_row(quiet(&p), ms(250), grace).status,
+        Status::Fail
+    );
     let p = outcome(
         "crashed",
         json!({"signal": 11}),
         json!({"stdin_closed_at_ms": 300.0, "exited_at_ms": 301.0}),
     );
-    assert!(stdin_eof_row(&p, ms(250), grace)
+    assert!(stdin_eof_row(quiet(&p), ms(250), grace)
         .value
         .starts_with("crashed (signal 11)"));
+}
+
+/// Issue 34: an exit with a failure status on stdin EOF is a WARN that
+/// shows what the server wrote to stderr about it (an rmcp server at
+/// 2026-07-28 exited 1 with `Error: ConnectionClosed("initialize request")`
+/// and the row passed without a word).
+#[test]
+fn row7_warns_on_a_failure_status_after_eof_and_shows_the_stderr() {
+    let p = outcome(
+        "exited_after_stdin_close",
+        json!({"code": 1}),
+        json!({"stdin_closed_at_ms": 300.0, "exited_at_ms": 300.5, "shutdown_to_exit_ms": 0.5}),
+    );
+    let tail = "starting\nError: ConnectionClosed(\"initialize request\")\n";
+    let end = ServerEnd {
+        process: &p,
+        stderr_tail: tail,
+        stderr: stderr(tail.len() as u64),
+    };
+    let row = stdin_eof_row(end, ms(250), ms(2000));
+    assert_eq!(row.status, Status::Warn);
+    assert_eq!(
+        row.value,
+        "exited (code 1) 0.50 ms after stdin EOF: a failure status"
+    );
+    assert_eq!(
+        detail(&row),
+        "stdin EOF is the normal end of a stdio session: exit with status 0 then; a failure \
+         status tells the host something went wrong; its stderr:\n| starting\n\
+         | Error: ConnectionClosed(\"initialize request\")"
+    );
+    assert_eq!(
+        row.measured["stderr_excerpt"],
+        "starting\nError: ConnectionClosed(\"initialize request\")"
+    );
+    assert_eq!(row.measured["exit_status"], "code 1");
+    // Nothing on stderr: said too.
+    let row = stdin_eof_row(quiet(&p), ms(250), ms(2000));
+    assert_eq!(row.status, Status::Warn);
+    assert!(
+        detail(&row).ends_with("; it wrote nothing to stderr"),
+        "{row:?}"
+    );
+    // A crash on EOF shows its stderr too.
+    let p = outcome(
+        "crashed",
+        json!({"signal": 6}),
+        json!({"stdin_closed_at_ms": 300.0, "exited_at_ms": 301.0}),
+    );
+    let tail = "panicked at src/main.rs:3:5\n";
+    let end = ServerEnd {
+        process: &p,
+        stderr_tail: tail,
+        stderr: stderr(tail.len() as u64),
+    };
+    let row = stdin_eof_row(end, ms(250), ms(2000));
+    assert_eq!(row.status, Status::Fail);
+    assert!(
+        detail(&row).ends_with("its stderr:\n| panicked at src/main.rs:3:5"),
+        "{row:?}"
+    );
 }
 
 #[test]
@@ -584,14 +657,14 @@ fn row7_fails_a_server_that_ended_before_stdin_was_closed() {
         json!({"code": 0}),
         json!({"stdin_closed_at_ms": 100.0, "exited_at_ms": 101.0}),
     );
-    let row = stdin_eof_row(&p, ms(250), ms(2000));
+    let row = stdin_eof_row(quiet(&p), ms(250), ms(2000));
     assert_eq!(row.status, Status::Fail);
     assert_eq!(
         row.value,
         "ended by itself (code 0) before stdin was closed"
     );
     let p = outcome("exited_by_itself", json!({"code": 3}), json!({}));
-    let row = stdin_eof_row(&p, ms(250), ms(2000));
+    let row = stdin_eof_row(quiet(&p), ms(250), ms(2000));
     assert_eq!(
         row.value,
         "exited by itself (code 3) before stdin was closed"
