@@ -198,9 +198,9 @@ pub use wire::json::{compact_json_in_place, LimitedWriter};
 pub use wire::message::{
     encode_error, encode_notification, encode_request, encode_result, to_raw, wire_limit_error,
     wire_limit_message, DecodeError, EncodeError, ErrorObject, Id, IdError, Message, Notification,
-    Oversized, RawResult, RawValue, Request, Response, INTERNAL_ERROR, INVALID_PARAMS,
-    INVALID_REQUEST, MAX_FRAME_KNOB, METHOD_NOT_FOUND, PARSE_ERROR, SERVER_ERROR,
-    WIRE_LIMIT_EXCEEDED,
+    Oversized, RawResult, RawValue, Request, Response, CLIENT_MAX_FRAME_KNOB, INTERNAL_ERROR,
+    INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, SERVER_ERROR,
+    SERVE_MAX_FRAME_KNOB, WIRE_LIMIT_EXCEEDED,
 };
 pub use wire::object::{insert_missing, member, merge_meta};
 

@@ -474,10 +474,18 @@ fn g3_oversized_response_fails_its_request_at_once_then_ping_succeeds() {
         let bytes = p.server.poll_transmit().unwrap();
         p.client.handle_stdout(p.now, &bytes[..100 * 1024]);
         p.collect_client_events();
+        let failure = p.completion(&big);
         assert!(matches!(
-            p.completion(&big),
+            failure,
             Err(RequestFailure::ResponseTooLarge { limit, .. }) if *limit == 64 * 1024
         ));
+        // Issue 34: the error names the client's knob as its user writes it.
+        let text = failure.as_ref().map_err(ToString::to_string).unwrap_err();
+        assert!(
+            text.starts_with("response exceeded the wire limit (65536 bytes; ")
+                && text.ends_with("; raise ClientOptions::framer_mut().max_frame(bytes)"),
+            "{text}"
+        );
         p.client.handle_stdout(p.now, &bytes[100 * 1024..]);
         // The session goes on: a small request completes.
         let ping = p.client.request(p.now, "ping", None, None).unwrap();
@@ -514,7 +522,8 @@ fn g9_server_replaces_an_oversized_result_with_an_error() {
             assert_eq!(e.code, WIRE_LIMIT_EXCEEDED);
             assert_eq!(
                 e.message,
-                "result exceeded the wire limit (1024 bytes; 1025 bytes seen); raise max_frame"
+                "result exceeded the wire limit (1024 bytes; 1025 bytes seen); \
+                 raise ServeOptions::framer_mut().max_frame(bytes)"
             );
             assert_eq!(
                 e.data.as_ref().map(|d| d.get()),

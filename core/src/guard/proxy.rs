@@ -109,8 +109,8 @@ use crate::wire::frame::{
 };
 use crate::wire::idset::RecentIds;
 use crate::wire::message::{
-    encode_error, wire_limit_error, Decoded, ErrorObject, Id, Message, Oversized, MAX_FRAME_KNOB,
-    PARSE_ERROR, SERVER_ERROR,
+    encode_error, wire_limit_error, Decoded, ErrorObject, Id, Message, Oversized, PARSE_ERROR,
+    SERVER_ERROR,
 };
 use fields::{
     cancelled_id, id_json, link_hash, progress_token, request_context, special_result_type,
@@ -167,7 +167,7 @@ pub struct ProxyConfig {
 impl Default for ProxyConfig {
     fn default() -> Self {
         Self {
-            limit_knob: MAX_FRAME_KNOB.to_owned(),
+            limit_knob: "GuardConfig::framer_mut().max_frame(bytes)".to_owned(),
             max_buffered: DEFAULT_MAX_BUFFERED,
             noise_budget: DEFAULT_NOISE_BUDGET,
             max_tracked: DEFAULT_MAX_TRACKED,
@@ -183,7 +183,8 @@ impl Default for ProxyConfig {
 impl ProxyConfig {
     /// Sets the name of the setting that raises the wire limit, written in
     /// every wire-limit error the proxy sends ([`wire_limit_error`]); the
-    /// guard names its flag (default `max_frame`).
+    /// CLI names its flag (default, for a guard built from the library:
+    /// `GuardConfig::framer_mut().max_frame(bytes)`).
     pub fn limit_knob(&mut self, knob: &str) -> &mut Self {
         knob.clone_into(&mut self.limit_knob);
         self

@@ -54,8 +54,8 @@ use crate::wire::idset::RecentIds;
 use crate::wire::message::{
     encode_error, encode_notification, encode_request, encode_result, wire_limit_error,
     wire_limit_message, DecodeError, EncodeError, ErrorObject, Id, Message, Notification,
-    Oversized, RawResult, RawValue, Request, INTERNAL_ERROR, MAX_FRAME_KNOB, METHOD_NOT_FOUND,
-    SERVER_ERROR,
+    Oversized, RawResult, RawValue, Request, CLIENT_MAX_FRAME_KNOB, INTERNAL_ERROR,
+    METHOD_NOT_FOUND, SERVER_ERROR,
 };
 use crate::wire::object::merge_meta;
 use std::sync::Arc;
@@ -204,7 +204,7 @@ pub enum RequestFailure {
     /// The response passed the wire limit and was discarded unparsed (G3).
     /// Its text is [`wire_limit_message`]; [`RequestFailure::to_error_object`]
     /// gives the JSON-RPC error every other component sends for it.
-    #[error("{}", wire_limit_message(Oversized::Response, *limit, *seen, MAX_FRAME_KNOB))]
+    #[error("{}", wire_limit_message(Oversized::Response, *limit, *seen, CLIENT_MAX_FRAME_KNOB))]
     ResponseTooLarge {
         /// The wire limit in bytes.
         limit: usize,
@@ -243,7 +243,7 @@ impl RequestFailure {
         match self {
             Self::Server(e) => e.clone(),
             Self::ResponseTooLarge { limit, seen } => {
-                wire_limit_error(Oversized::Response, *limit, *seen, MAX_FRAME_KNOB)
+                wire_limit_error(Oversized::Response, *limit, *seen, CLIENT_MAX_FRAME_KNOB)
             }
             other => ErrorObject::new(INTERNAL_ERROR, other.to_string()),
         }

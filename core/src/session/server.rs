@@ -16,7 +16,8 @@
 //!   `initialize`, are ignored and counted.
 //! - **G9**: a result above the wire limit becomes a JSON-RPC error response
 //!   ([`wire_limit_error`]: -32000, "result exceeded the wire limit (N
-//!   bytes; …); raise max_frame", with `data {limit, seen}`) for that id;
+//!   bytes; …); raise ServeOptions::framer_mut().max_frame(bytes)", with
+//!   `data {limit, seen}`) for that id;
 //!   nothing above the limit is ever written.
 //!
 //! # Worst-case memory
@@ -43,7 +44,7 @@ use crate::wire::idset::RecentIds;
 use crate::wire::message::{
     encode_error, encode_notification, encode_result, wire_limit_error, DecodeError, EncodeError,
     ErrorObject, Id, Message, Notification, Oversized, RawValue, Request, INTERNAL_ERROR,
-    INVALID_REQUEST, MAX_FRAME_KNOB, PARSE_ERROR, SERVER_ERROR,
+    INVALID_REQUEST, PARSE_ERROR, SERVER_ERROR, SERVE_MAX_FRAME_KNOB,
 };
 
 /// Limits of a [`ServerSession`].
@@ -442,8 +443,12 @@ impl ServerSession {
             Err(EncodeError::TooLarge { limit }) => {
                 s.metrics.responses_too_large += 1;
                 // The encoder stops at the limit: the size is known to pass it.
-                let err =
-                    wire_limit_error(Oversized::Result, limit, limit as u64 + 1, MAX_FRAME_KNOB);
+                let err = wire_limit_error(
+                    Oversized::Result,
+                    limit,
+                    limit as u64 + 1,
+                    SERVE_MAX_FRAME_KNOB,
+                );
                 // A fixed short message always fits any sane limit; if the
                 // limit is absurdly small even this cannot be sent.
                 match encode_error(Some(id), &err, max) {
@@ -623,7 +628,7 @@ impl ServerState {
     /// The request `id` passed the wire limit: it gets an error.
     fn reply_oversized(&mut self, id: &Id, seen: u64) {
         let limit = self.framing.get_max_frame();
-        let err = wire_limit_error(Oversized::Request, limit, seen, MAX_FRAME_KNOB);
+        let err = wire_limit_error(Oversized::Request, limit, seen, SERVE_MAX_FRAME_KNOB);
         self.reply_error(Some(id), &err);
     }
 

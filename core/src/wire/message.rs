@@ -43,9 +43,19 @@ pub const SERVER_ERROR: i64 = -32000;
 /// [`RequestFailure::ResponseTooLarge`]: crate::session::client::RequestFailure::ResponseTooLarge
 pub const WIRE_LIMIT_EXCEEDED: i64 = -32000;
 
-/// The setting that raises the wire limit in the library (`ClientOptions`,
-/// `ServeOptions`, `FramerConfig`), named in its wire-limit errors.
-pub const MAX_FRAME_KNOB: &str = "max_frame";
+/// How a client's user raises its wire limit, as they would write it:
+/// every adapter's `Client` (and the rmcp client transport) takes
+/// `ClientOptions`. Named in the wire-limit errors a client gives
+/// ([`RequestFailure::ResponseTooLarge`]).
+///
+/// [`RequestFailure::ResponseTooLarge`]: crate::session::client::RequestFailure::ResponseTooLarge
+pub const CLIENT_MAX_FRAME_KNOB: &str = "ClientOptions::framer_mut().max_frame(bytes)";
+
+/// How a server's author raises its wire limit, as they would write it:
+/// every adapter's `serve` (and the rmcp server transport) takes
+/// `ServeOptions`. Named in the wire-limit errors a served session sends,
+/// so the peer reading one learns that the server's setting refused.
+pub const SERVE_MAX_FRAME_KNOB: &str = "ServeOptions::framer_mut().max_frame(bytes)";
 
 /// What passed a wire limit, for [`wire_limit_error`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,9 +80,11 @@ impl Oversized {
 }
 
 /// The one message for "over the wire limit", everywhere:
-/// `response exceeded the wire limit (8388608 bytes; 9000000 bytes seen); raise max_frame`.
-/// `knob` names the setting the reader turns to accept it (`max_frame` in
-/// the library, `--max-frame` for the guard). `seen` is the message's size
+/// `response exceeded the wire limit (8388608 bytes; 9000000 bytes seen);
+/// raise ClientOptions::framer_mut().max_frame(bytes)`. `knob` names the
+/// setting the reader turns to accept it, as they would write it
+/// ([`CLIENT_MAX_FRAME_KNOB`] for a `Client`, [`SERVE_MAX_FRAME_KNOB`] for
+/// `serve`, `--max-frame` for the guard). `seen` is the message's size
 /// when known, else a lower bound (`limit + 1` when it was refused as soon
 /// as it passed the limit).
 pub fn wire_limit_message(what: Oversized, limit: usize, seen: u64, knob: &str) -> String {
