@@ -500,6 +500,33 @@ fn g3_oversized_response_fails_its_request_at_once_then_ping_succeeds() {
     }
 }
 
+/// Issue 34: a message we would send over our own wire limit is refused
+/// with a text that names the knob as its reader writes it.
+#[test]
+fn g2_a_message_over_our_own_limit_names_the_knob_that_raises_it() {
+    let now = Instant::now();
+    let mut c = ClientSession::new(ClientConfig::default(), framer(1024));
+    let params = raw(&format!("{{\"text\":\"{}\"}}", "x".repeat(2000)));
+    let err = c
+        .request(now, "tools/call", Some(&params), None)
+        .expect_err("over the limit");
+    assert!(matches!(err, SendError::Encode(_)), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "message exceeds the wire limit of 1024 bytes; \
+         raise ClientOptions::framer_mut().max_frame(bytes)"
+    );
+    let mut server = ServerSession::new(ServerConfig::default(), framer(1024));
+    let err = server
+        .notify("notifications/message", Some(&params))
+        .expect_err("over the limit");
+    assert_eq!(
+        err.to_string(),
+        "message exceeds the wire limit of 1024 bytes; \
+         raise ServeOptions::framer_mut().max_frame(bytes)"
+    );
+}
+
 #[test]
 fn g9_server_replaces_an_oversized_result_with_an_error() {
     let mut p = Pair::framed(

@@ -268,8 +268,9 @@ pub enum SendError {
         /// The configured limit.
         limit: usize,
     },
-    /// The message would pass the wire limit.
-    #[error(transparent)]
+    /// The message would pass the wire limit (the framer's `max_frame`
+    /// bounds what the session sends too); the text names the knob.
+    #[error("{0}; raise {CLIENT_MAX_FRAME_KNOB}")]
     Encode(#[from] EncodeError),
     /// In a modern session a request's params must be a JSON object, to
     /// carry its `_meta`; these were not.

@@ -161,8 +161,8 @@ pub enum NotifyError {
         /// The configured limit.
         limit: usize,
     },
-    /// The message would pass the wire limit.
-    #[error(transparent)]
+    /// The message would pass the wire limit; the text names the knob.
+    #[error("{0}; raise {SERVE_MAX_FRAME_KNOB}")]
     Encode(#[from] EncodeError),
     /// The session is over: nothing more is written.
     #[error("the session is closed")]
