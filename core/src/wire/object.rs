@@ -16,6 +16,17 @@
 //! is the output plus one `(key, &RawValue)` pair per top-level member.
 //! Input that is not a JSON object gives `None` (the caller keeps it as it
 //! is); nothing here panics on input.
+//!
+//! A JSON object is RFC 8259's: its syntax, member names that are Unicode
+//! strings, values as the text they are. A value serde_json's `Value`
+//! cannot represent is still valid JSON and still a member: a number beyond
+//! `f64` (`{"a":1e48188}`), a lone surrogate escape in a string. A proxy
+//! that must be transparent carries such members on byte for byte and lets
+//! the peer's reader decide what they mean; refusing them would make a
+//! 2026-07-28 result unanswerable, or a request unsendable, for a number
+//! the transport never needed to read. (The `json_edit` fuzz target checks
+//! the editors against serde_json's map of names to raw values, which
+//! holds the same view.)
 
 use std::borrow::Cow;
 use std::fmt;
@@ -244,6 +255,31 @@ mod tests {
         );
         assert_eq!(merge_meta(Some("[1]"), &meta), None);
         assert_eq!(merge_meta(Some("{\"a\":1"), &meta), None);
+    }
+
+    /// Values serde_json's `Value` refuses but RFC 8259 allows are members
+    /// like any other, kept byte for byte (issue 34: the fuzz target stopped
+    /// on `{"a":1e48188}`).
+    #[test]
+    fn values_beyond_what_serde_represents_are_kept_as_they_came() {
+        for text in [r#"{"a":1e48188}"#, r#"{"a":"\ud800","b":-1e-999999}"#] {
+            assert!(serde_json::from_str::<Value>(text).is_err(), "{text}");
+            assert_eq!(
+                insert_missing(text, &[("resultType", r#""complete""#)]),
+                Some(format!(r#"{{"resultType":"complete",{}"#, &text[1..]))
+            );
+            let merged = merge_meta(Some(text), &[("p", "1")]).expect("an object");
+            assert_eq!(
+                merged,
+                format!(r#"{},"_meta":{{"p":1}}}}"#, &text[..text.len() - 1])
+            );
+        }
+        assert_eq!(
+            member(r#"{"a":1e48188}"#, "a").map(|v| v.get()),
+            Some("1e48188")
+        );
+        // A name must be a Unicode string: one that is not is no member.
+        assert_eq!(insert_missing(r#"{"\ud800":1}"#, &[("a", "1")]), None);
     }
 
     #[test]
