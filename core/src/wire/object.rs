@@ -110,7 +110,8 @@ pub fn insert_missing(text: &str, fields: &[(&str, &str)]) -> Option<String> {
 /// `params` (a JSON object, or none) with the keys of `meta` (a JSON object's
 /// members as `(key, json)`) set in its `_meta` object: added when absent,
 /// replaced when present; the caller's other `_meta` keys and other members
-/// stay, in their order. A `_meta` that is not an object is replaced.
+/// stay, in their order. A `_meta` that is not an object is replaced; a
+/// repeated `_meta` gets the keys in each occurrence.
 /// `None` when `params` is given and is not a JSON object.
 ///
 /// ```
@@ -149,7 +150,9 @@ pub fn merge_meta(params: Option<&str>, meta: &[(&str, &str)]) -> Option<String>
             out.push(',');
         }
         push_key(&mut out, key);
-        if key == "_meta" && !merged {
+        // Every `_meta`, should the name repeat: readers differ on which
+        // one counts (the first or the last), so each gets the keys.
+        if key == "_meta" {
             let old = members(value.get()).unwrap_or_default();
             push_object(&mut out, &old, meta);
             merged = true;
@@ -252,6 +255,12 @@ mod tests {
         assert_eq!(
             merge_meta(Some("{}"), &meta).as_deref(),
             Some(r#"{"_meta":{"p":"v","c":{}}}"#)
+        );
+        // A repeated `_meta` gets the keys in each (issue 34: found by the
+        // fuzz target, whose oracle keeps the last, as many readers do).
+        assert_eq!(
+            merge_meta(Some(r#"{"_meta":{"x":1},"a":2,"_meta":{"y":3}}"#), &meta).as_deref(),
+            Some(r#"{"_meta":{"x":1,"p":"v","c":{}},"a":2,"_meta":{"y":3,"p":"v","c":{}}}"#)
         );
         assert_eq!(merge_meta(Some("[1]"), &meta), None);
         assert_eq!(merge_meta(Some("{\"a\":1"), &meta), None);
