@@ -464,7 +464,7 @@ pub(super) fn large_row(seen: LargeSeen<'_>) -> Row {
 
 /// The server refused its own result at its own wire limit, as the error
 /// it answered shows: our `serve`, the guard and the rmcp transports answer
-/// [`WIRE_LIMIT_EXCEEDED`] with `data: {"limit": N, "seen": M}` (G9), and
+/// `WIRE_LIMIT_EXCEEDED` (-32000) with `data: {"limit": N, "seen": M}` (G9), and
 /// any error whose message names a "wire limit" counts too. The cause is
 /// then the server's setting, not the arguments: the tool ran, and its
 /// result never reached this client's limit.
