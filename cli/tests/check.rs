@@ -3,12 +3,14 @@
 //! stdin EOF), a server that never answers, `--help` and usage errors.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+#[path = "support/built.rs"]
+mod built;
+use built::fixture_server;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-stdio");
 
@@ -25,45 +27,6 @@ const ROW_IDS: [&str; 10] = [
     "stderr_volume",
     "leftover_processes",
 ];
-
-/// The fixture server of the tests crate. Cargo builds only this package's
-/// binaries for its tests, so it is built here (once), then located.
-/// `MCP_STDIO_FIXTURE_SERVER` overrides both steps.
-fn fixture_server() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(p) = std::env::var_os("MCP_STDIO_FIXTURE_SERVER") {
-            return PathBuf::from(p);
-        }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("the cli crate lives inside the workspace");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let built = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "mcp-stdio-tests",
-                "--bin",
-                "fixture-server",
-            ])
-            .current_dir(root)
-            .status();
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .map_or_else(|| root.join("target"), |t| root.join(t));
-        let path = target.join("debug").join("fixture-server");
-        assert!(
-            path.is_file(),
-            "fixture-server not found at {} (building it: {built:?}); run \
-             `cargo build -p mcp-stdio-tests --bins` or set MCP_STDIO_FIXTURE_SERVER",
-            path.display()
-        );
-        path
-    })
-    .clone()
-}
 
 fn check(args: &[&str]) -> (Output, Duration) {
     let start = Instant::now();

@@ -8,8 +8,11 @@
 //! When `check`'s output changes on purpose, rewrite the samples from a real
 //! run: `MCP_STDIO_BLESS_GUIDE=1 cargo test -p mcp-stdio-cli --test guide_check_sample`.
 
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+#[path = "support/built.rs"]
+mod built;
+use built::fixture_server;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-stdio");
 /// The guide's page, from the cli crate.
@@ -27,38 +30,6 @@ const FIXTURE_ARGS: [&str; 8] = [
     "--slow-args",
     r#"{"chunks":100,"delay_ms":50,"honour_cancel":true}"#,
 ];
-
-/// The fixture server of the tests crate, built (once) for this test.
-fn fixture_server() -> PathBuf {
-    if let Some(p) = std::env::var_os("MCP_STDIO_FIXTURE_SERVER") {
-        return PathBuf::from(p);
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the cli crate lives inside the workspace");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let built = Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "mcp-stdio-tests",
-            "--bin",
-            "fixture-server",
-        ])
-        .current_dir(root)
-        .status();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map_or_else(|| root.join("target"), |t| root.join(t));
-    let path = target.join("debug").join("fixture-server");
-    assert!(
-        path.is_file(),
-        "fixture-server not found at {} (building it: {built:?})",
-        path.display()
-    );
-    path
-}
 
 /// The body of the first fenced ```text block at or after `marker` on the
 /// page (a block that begins with `marker` is found too), and where it starts.
