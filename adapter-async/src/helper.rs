@@ -42,12 +42,11 @@ use mcp_stdio_core::{
     HelperAction, HelperInput, HelperOptions, HelperOutcome, HelperOutput, HelperRun, RecordTap,
 };
 use mcp_stdio_sys::stamp;
-use tokio_util::sync::WaitForCancellationFutureOwned;
 
+use crate::cancel::{CancelSignal, CancelToken, Cancelled};
 use crate::leader::Leader;
 use crate::pipe::Pipe;
 use crate::runtime::{DeadlineTimer, Runtime};
-use crate::serve::CancelToken;
 
 /// Bytes read per read call, for each stream (one buffer each, reused).
 const READ_CHUNK: usize = 16 * 1024;
@@ -100,7 +99,7 @@ impl Approver for NoApprover {
 pub async fn run_helper<R: Runtime>(
     command: &CommandSpec,
     options: &HelperOptions,
-    cancel: &CancelToken,
+    cancel: &impl CancelSignal,
 ) -> HelperOutcome {
     run_helper_with_approval::<R, _>(command, options, cancel, &NoApprover).await
 }
@@ -132,7 +131,7 @@ enum Relay {
 pub async fn run_helper_with_approval<R: Runtime, A: Approver>(
     command: &CommandSpec,
     options: &HelperOptions,
-    cancel: &CancelToken,
+    cancel: &impl CancelSignal,
     approver: &A,
 ) -> HelperOutcome {
     let (ask_tx, asks) = async_channel::bounded::<Ask>(1);
@@ -143,7 +142,7 @@ pub async fn run_helper_with_approval<R: Runtime, A: Approver>(
             rt.clone(),
             command.clone(),
             options.clone(),
-            cancel.clone(),
+            (cancel.is_cancelled(), cancel.cancelled_owned()),
             caller_gone.clone(),
             ask_tx,
         );
@@ -250,8 +249,8 @@ struct Owner<R: Runtime> {
     err_buf: Vec<u8>,
     asks: Sender<Ask>,
     approval: Option<Pin<Box<Receiver<bool>>>>,
-    cancelled: Pin<Box<WaitForCancellationFutureOwned>>,
-    gone: Pin<Box<WaitForCancellationFutureOwned>>,
+    cancelled: Cancelled,
+    gone: Cancelled,
     cancel_seen: bool,
     timer: DeadlineTimer<R>,
     /// The run's next deadline, from its last drained output.
@@ -267,13 +266,12 @@ impl<R: Runtime> Owner<R> {
         rt: R,
         command: CommandSpec,
         options: HelperOptions,
-        cancel: CancelToken,
+        (cancel_seen, cancelled): (bool, Cancelled),
         caller_gone: CancelToken,
         asks: Sender<Ask>,
     ) -> Self {
         let _ticket = mcp_stdio_sys::helper_owners::OwnerTicket::new();
         let mut run = options.start(stamp());
-        let cancel_seen = cancel.is_cancelled();
         if cancel_seen {
             // Cancelled before the run began: it ends without a spawn (G7).
             run.handle_input(stamp(), HelperInput::Cancel);
@@ -292,7 +290,7 @@ impl<R: Runtime> Owner<R> {
             err_buf: vec![0; READ_CHUNK],
             asks,
             approval: None,
-            cancelled: Box::pin(cancel.cancelled_owned()),
+            cancelled,
             gone: Box::pin(caller_gone.cancelled_owned()),
             cancel_seen,
             deadline: None,

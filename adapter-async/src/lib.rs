@@ -66,6 +66,7 @@
 
 #[cfg(feature = "async-io")]
 mod async_io_rt;
+mod cancel;
 mod client;
 mod helper;
 mod io;
@@ -83,6 +84,7 @@ pub use mcp_stdio_core as core;
 
 #[cfg(feature = "async-io")]
 pub use async_io_rt::{spawn_thread, AsyncIo};
+pub use cancel::{CancelSignal, Cancelled};
 pub use client::{
     CancelHandle, Client, ClientHandle, IncomingMessage, PendingRequest, ProgressStream, Responder,
 };

@@ -44,14 +44,7 @@ const HELPER_LOOK: Duration = Duration::from_millis(10);
 /// What a handler returns: a raw result, or a JSON-RPC error.
 pub type HandlerResult = Result<Box<RawValue>, ErrorObject>;
 
-/// A cancellation signal that reaches a handler (G7): tokio-util's
-/// [`CancellationToken`], which needs no tokio runtime, so a token a tokio
-/// application already holds (or a child of it) is what
-/// [`RequestContext::cancel_token`] gives and `run_helper` takes, on every
-/// runtime alike.
-///
-/// [`CancellationToken`]: https://docs.rs/tokio-util/0.7/tokio_util/sync/struct.CancellationToken.html
-pub type CancelToken = tokio_util::sync::CancellationToken;
+pub use crate::cancel::CancelToken;
 
 /// What a handler gets besides its request.
 #[derive(Debug, Clone)]

@@ -82,7 +82,7 @@ macro_rules! runtime_api {
         pub async fn run_helper(
             command: &$crate::surface::CommandSpec,
             options: &$crate::surface::HelperOptions,
-            cancel: &$crate::CancelToken,
+            cancel: &impl $crate::CancelSignal,
         ) -> $crate::surface::HelperOutcome {
             $crate::run_helper::<$rt>(command, options, cancel).await
         }
@@ -93,7 +93,7 @@ macro_rules! runtime_api {
         pub async fn run_helper_with_approval<A: $crate::Approver>(
             command: &$crate::surface::CommandSpec,
             options: &$crate::surface::HelperOptions,
-            cancel: &$crate::CancelToken,
+            cancel: &impl $crate::CancelSignal,
             approver: &A,
         ) -> $crate::surface::HelperOutcome {
             $crate::run_helper_with_approval::<$rt, A>(command, options, cancel, approver).await
