@@ -90,6 +90,8 @@ mod client;
 mod helper;
 #[cfg(unix)]
 mod os;
+#[cfg(unix)]
+pub mod runtime;
 mod serve;
 
 #[cfg(unix)]
