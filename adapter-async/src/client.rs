@@ -332,7 +332,9 @@ impl<R: Runtime> Client<R> {
         let rt = R::current()?;
         let (mut client, driver) = Self::start(&rt, command, options)?;
         let (record_tx, record) = async_channel::bounded(1);
-        let name = format!("mcp-stdio-driver-{}", client.handle.pid);
+        // Short enough for the kernel's 15-byte thread names (`ps -L`,
+        // `/proc/<pid>/task/*/comm`), where a runtime gives it a thread.
+        let name = format!("mcp-io-{}", client.handle.pid);
         // No driver, no session: dropped with the future, the driver's
         // `Leader` kills the group and reaps it.
         rt.spawn_driver(

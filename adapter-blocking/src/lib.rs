@@ -93,6 +93,8 @@ mod os;
 #[cfg(unix)]
 pub mod runtime;
 mod serve;
+#[cfg(unix)]
+mod wait;
 
 #[cfg(unix)]
 pub use client::{

@@ -4,7 +4,7 @@
 //! non-reaping exit observation and the pidfd (Linux) that makes the exit a
 //! readiness event.
 
-pub(crate) use mcp_stdio_sys::{command, exit_status};
+pub(crate) use mcp_stdio_sys::command;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -46,17 +46,6 @@ pub(crate) fn read_ready(
         }
         other => Some(other),
     }
-}
-
-/// A machine's note, to the log relay (which never blocks the loop).
-pub(crate) fn log_note(pid: u32, note: mcp_stdio_core::Note) {
-    use mcp_stdio_core::NoteLevel;
-    use mcp_stdio_sys::log_relay::{event, Level};
-    let level = match note.level {
-        NoteLevel::Warn => Level::Warn,
-        _ => Level::Debug,
-    };
-    event(pid, level, note.message, note.detail);
 }
 
 /// The leader's pidfd (Linux), registered readable under `token`: the exit
