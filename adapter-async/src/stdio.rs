@@ -2,7 +2,8 @@
 //! sockets non-blocking in the runtime's reactor (a write never waits for
 //! the client to read, G1; their flags come back on drop); anything else (a
 //! terminal, a file, which cannot be polled) through a thread that owns the
-//! blocking call behind a capacity-1 channel.
+//! blocking call behind a capacity-1 channel ([`ThreadReader`],
+//! [`ThreadWriter`], which serve any blocking reader or writer the same way).
 
 use std::fmt;
 use std::fs::File;
@@ -31,12 +32,74 @@ pub struct Stdin<R: Runtime> {
 
 enum InputKind<R: Runtime> {
     Pipe(Pipe<R>),
+    Thread(ThreadReader),
+}
+
+/// A blocking reader as a [`Source`]: a thread of its own owns the blocking
+/// `read` (64 KiB at a time) and hands each chunk over a channel of
+/// capacity 1. The thread stays blocked in `read` until the next chunk or
+/// the end, also after the reader is dropped (as any reader of a terminal
+/// would be).
+pub struct ThreadReader {
     /// Chunks from the reader thread, and what is left of the last one.
-    Thread {
-        chunks: Pin<Box<Receiver<io::Result<Vec<u8>>>>>,
-        rest: Vec<u8>,
-        at: usize,
-    },
+    chunks: Pin<Box<Receiver<io::Result<Vec<u8>>>>>,
+    rest: Vec<u8>,
+    at: usize,
+}
+
+impl fmt::Debug for ThreadReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadReader").finish_non_exhaustive()
+    }
+}
+
+impl ThreadReader {
+    /// Starts the thread (named `name`) that reads `reader`.
+    ///
+    /// # Errors
+    /// The thread could not be started.
+    pub fn new<Rd: Read + Send + 'static>(mut reader: Rd, name: &str) -> io::Result<Self> {
+        let (tx, rx) = async_channel::bounded(1);
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || loop {
+                let mut chunk = vec![0; BLOCKING_READ];
+                let r = reader.read(&mut chunk).map(|n| {
+                    chunk.truncate(n);
+                    chunk
+                });
+                let end = !matches!(&r, Ok(c) if !c.is_empty());
+                if tx.send_blocking(r).is_err() || end {
+                    return;
+                }
+            })?;
+        Ok(Self {
+            chunks: Box::pin(rx),
+            rest: Vec::new(),
+            at: 0,
+        })
+    }
+}
+
+impl Source for ThreadReader {
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        if self.at == self.rest.len() {
+            match self.chunks.as_mut().poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                // The thread ended after the end or an error.
+                Poll::Ready(None) => return Poll::Ready(Ok(0)),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+                Poll::Ready(Some(Ok(chunk))) => {
+                    self.rest = chunk;
+                    self.at = 0;
+                }
+            }
+        }
+        let n = buf.len().min(self.rest.len() - self.at);
+        buf[..n].copy_from_slice(&self.rest[self.at..self.at + n]);
+        self.at += n;
+        Poll::Ready(Ok(n))
+    }
 }
 
 /// Stdout, as `serve` writes it.
@@ -81,29 +144,9 @@ impl<R: Runtime> Stdin<R> {
                 _flags: Some(flags),
             });
         }
-        let mut file = File::from(std::os::fd::AsFd::as_fd(&io::stdin()).try_clone_to_owned()?);
-        let (tx, rx) = async_channel::bounded(1);
-        // Blocked in `read` until the next chunk, also after `serve` returned
-        // (as any reader of a terminal would be).
-        std::thread::Builder::new()
-            .name("mcp-stdio-stdin".into())
-            .spawn(move || loop {
-                let mut chunk = vec![0; BLOCKING_READ];
-                let r = file.read(&mut chunk).map(|n| {
-                    chunk.truncate(n);
-                    chunk
-                });
-                let end = !matches!(&r, Ok(c) if !c.is_empty());
-                if tx.send_blocking(r).is_err() || end {
-                    return;
-                }
-            })?;
+        let file = File::from(std::os::fd::AsFd::as_fd(&io::stdin()).try_clone_to_owned()?);
         Ok(Self {
-            kind: InputKind::Thread {
-                chunks: Box::pin(rx),
-                rest: Vec::new(),
-                at: 0,
-            },
+            kind: InputKind::Thread(ThreadReader::new(file, "mcp-stdio-stdin")?),
             _flags: None,
         })
     }
@@ -113,24 +156,7 @@ impl<R: Runtime> Source for Stdin<R> {
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         match &mut self.kind {
             InputKind::Pipe(p) => p.poll_read(cx, buf),
-            InputKind::Thread { chunks, rest, at } => {
-                if *at == rest.len() {
-                    match chunks.as_mut().poll_next(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        // The thread ended after the end or an error.
-                        Poll::Ready(None) => return Poll::Ready(Ok(0)),
-                        Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
-                        Poll::Ready(Some(Ok(chunk))) => {
-                            *rest = chunk;
-                            *at = 0;
-                        }
-                    }
-                }
-                let n = buf.len().min(rest.len() - *at);
-                buf[..n].copy_from_slice(&rest[*at..*at + n]);
-                *at += n;
-                Poll::Ready(Ok(n))
-            }
+            InputKind::Thread(t) => t.poll_read(cx, buf),
         }
     }
 }
@@ -150,7 +176,7 @@ impl<R: Runtime> Stdout<R> {
         // Not `std::io::Stdout`: it takes EBADF for success.
         let file = mcp_stdio_sys::stdout_file()?;
         Ok(Self {
-            kind: OutputKind::Thread(ThreadWriter::new(file)?),
+            kind: OutputKind::Thread(ThreadWriter::new(file, "mcp-stdio-stdout")?),
             _flags: None,
         })
     }
@@ -181,21 +207,33 @@ enum Job {
 
 type Handover = Pin<Box<dyn Future<Output = Result<(), async_channel::SendError<Job>>> + Send>>;
 
-/// A thread that owns the blocking writes: bytes are accepted once handed
-/// over (at most one job in the channel and one in flight), and a flush
-/// answers when the thread has written them.
-struct ThreadWriter {
+/// A blocking writer as a [`Sink`]: a thread of its own owns the blocking
+/// writes; bytes are accepted once handed over (at most one job in the
+/// channel and one in flight), and a flush answers when the thread has
+/// written them. A writer the client never reads leaves the thread blocked,
+/// never the loop (G1).
+pub struct ThreadWriter {
     jobs: Sender<Job>,
     /// The job being handed over while the channel is full.
     handover: Option<Handover>,
     flushed: Option<Pin<Box<Receiver<io::Result<()>>>>>,
 }
 
+impl fmt::Debug for ThreadWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadWriter").finish_non_exhaustive()
+    }
+}
+
 impl ThreadWriter {
-    fn new(mut file: File) -> io::Result<Self> {
+    /// Starts the thread (named `name`) that writes to `file`.
+    ///
+    /// # Errors
+    /// The thread could not be started.
+    pub fn new<W: Write + Send + 'static>(mut file: W, name: &str) -> io::Result<Self> {
         let (jobs, rx) = async_channel::bounded::<Job>(1);
         std::thread::Builder::new()
-            .name("mcp-stdio-stdout".into())
+            .name(name.into())
             .spawn(move || {
                 // The first failure, answered to every flush after it.
                 let mut failed: Option<io::Error> = None;
@@ -242,7 +280,9 @@ impl ThreadWriter {
             self.handover = Some(h);
         }
     }
+}
 
+impl Sink for ThreadWriter {
     fn poll_write(&mut self, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
         std::task::ready!(self.poll_handover(cx))?;
         self.hand_over(cx, Job::Write(bytes.to_vec()));

@@ -92,6 +92,7 @@ mod helper;
 mod os;
 #[cfg(unix)]
 pub mod runtime;
+#[cfg(unix)]
 mod serve;
 #[cfg(unix)]
 mod wait;
@@ -103,6 +104,7 @@ pub use client::{
 #[cfg(unix)]
 pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
 pub use mcp_stdio_core::{LiveSnapshot, Progress, ProgressPoll};
+#[cfg(unix)]
 pub use serve::{
     serve, serve_io, CancelToken, Handler, HandlerResult, RequestContext, ServeEnd, ServeOptions,
     ServeReport,

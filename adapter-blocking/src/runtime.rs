@@ -255,11 +255,78 @@ impl Runtime for Mio {
     }
 
     fn spawn(&self, future: BoxFuture) {
+        pool::run(future);
+    }
+}
+
+/// The threads [`Runtime::spawn`] runs tasks on (request handlers): an idle
+/// one takes the next task, else a new one starts; a thread idle for
+/// [`POOL_IDLE`](pool::POOL_IDLE) ends. The pool itself has no bound: what
+/// spawns bounds it (`serve` admits at most `max_concurrent` requests), and
+/// it holds at most as many threads as were ever busy at once.
+mod pool {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use mcp_stdio_async::BoxFuture;
+
+    use super::lock;
+
+    /// How long a thread waits for its next task before it ends.
+    pub(super) const POOL_IDLE: Duration = Duration::from_secs(30);
+
+    /// Idle threads, each by id with the sender of its next task.
+    static IDLE: Mutex<Vec<(u64, Sender<BoxFuture>)>> = Mutex::new(Vec::new());
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+
+    /// Runs `task` on an idle thread, or a new one.
+    pub(super) fn run(mut task: BoxFuture) {
+        loop {
+            let Some((_, worker)) = lock(&IDLE).pop() else {
+                break;
+            };
+            match worker.send(task) {
+                Ok(()) => return,
+                // It ended meanwhile: the next one.
+                Err(mpsc::SendError(back)) => task = back,
+            }
+        }
         let spawned = std::thread::Builder::new()
-            .name("mcp-stdio-task".into())
-            .spawn(move || futures_lite::future::block_on(future));
+            .name("mcp-stdio-handler".into())
+            .spawn(move || work(task));
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "no thread for a task; it does not run");
+        }
+    }
+
+    fn work(first: BoxFuture) {
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel::<BoxFuture>();
+        let mut task = Some(first);
+        while let Some(t) = task.take() {
+            futures_lite::future::block_on(t);
+            lock(&IDLE).push((id, tx.clone()));
+            task = match rx.recv_timeout(POOL_IDLE) {
+                Ok(next) => Some(next),
+                Err(RecvTimeoutError::Disconnected) => None,
+                Err(RecvTimeoutError::Timeout) => {
+                    let mut idle = lock(&IDLE);
+                    match idle.iter().position(|(i, _)| *i == id) {
+                        // Still idle: nobody will send; end.
+                        Some(at) => {
+                            idle.swap_remove(at);
+                            None
+                        }
+                        // Taken meanwhile: its task is on its way.
+                        None => {
+                            drop(idle);
+                            rx.recv().ok()
+                        }
+                    }
+                }
+            };
         }
     }
 }
