@@ -134,63 +134,117 @@ pub async fn run_helper_with_approval<R: Runtime, A: Approver>(
     cancel: &impl CancelSignal,
     approver: &A,
 ) -> HelperOutcome {
+    let started = R::current().and_then(|rt| {
+        let (owner, relay) = start(&rt, command, options, cancel);
+        rt.spawn_driver("mcp-stdio-helper".into(), owner)?;
+        Ok(relay)
+    });
+    match started {
+        Ok(relay) => relay.run(approver).await,
+        Err(e) => {
+            // No owner: the run ends before anything is spawned, and says why.
+            tracing::warn!(error = %e, "no task or thread for a helper run's owner");
+            unstarted(options)
+        }
+    }
+}
+
+/// [`run_helper_with_approval`] with the run's owner inside this future
+/// instead of a task or a thread of its own, its pipes in `rt`'s reactor:
+/// for a caller that drives this future to its end on `rt` (the blocking
+/// adapter's `block_on`), so the run needs no thread besides the caller's.
+/// Dropped unfinished, it drops the owner too, whose leader kills the
+/// helper's group: use [`run_helper_with_approval`] where a caller's future
+/// may be dropped (a cancelled handler) and the run must still finish.
+pub async fn run_helper_here<R: Runtime, A: Approver>(
+    rt: &R,
+    command: &CommandSpec,
+    options: &HelperOptions,
+    cancel: &impl CancelSignal,
+    approver: &A,
+) -> HelperOutcome {
+    let (owner, relay) = start(rt, command, options, cancel);
+    futures_lite::future::or(relay.run(approver), async move {
+        owner.await;
+        // The relay ends with the outcome the owner just sent.
+        std::future::pending().await
+    })
+    .await
+}
+
+/// The run's owner (a future that ends once it sent the outcome) and the
+/// caller's side of it.
+fn start<R: Runtime>(
+    rt: &R,
+    command: &CommandSpec,
+    options: &HelperOptions,
+    cancel: &impl CancelSignal,
+) -> (crate::BoxFuture, Relayed) {
     let (ask_tx, asks) = async_channel::bounded::<Ask>(1);
     let (done_tx, done) = async_channel::bounded::<Outcome>(1);
     let caller_gone = CancelToken::new();
-    let started = R::current().and_then(|rt| {
-        let owner = Owner::new(
-            rt.clone(),
-            command.clone(),
-            options.clone(),
-            (cancel.is_cancelled(), cancel.cancelled_owned()),
-            caller_gone.clone(),
-            ask_tx,
-        );
-        rt.spawn_driver(
-            "mcp-stdio-helper".into(),
-            Box::pin(async move {
-                let mut owner = owner;
-                let run = futures_lite::future::poll_fn(move |cx| owner.poll_run(cx));
-                let r = AssertUnwindSafe(run).catch_unwind().await;
-                let _ = done_tx.try_send(r.map(Box::new));
-            }),
-        )
+    let mut owner = Owner::new(
+        rt.clone(),
+        command.clone(),
+        options.clone(),
+        (cancel.is_cancelled(), cancel.cancelled_owned()),
+        caller_gone.clone(),
+        ask_tx,
+    );
+    let owner = Box::pin(async move {
+        let run = futures_lite::future::poll_fn(move |cx| owner.poll_run(cx));
+        let r = AssertUnwindSafe(run).catch_unwind().await;
+        let _ = done_tx.try_send(r.map(Box::new));
     });
-    if let Err(e) = started {
-        // No owner: the run ends before anything is spawned, and says why.
-        tracing::warn!(error = %e, "no task or thread for a helper run's owner");
-        return unstarted(options);
-    }
-    // Dropped unfinished: the owner cancels the run and finishes it.
-    let _gone = CancelOnDrop(caller_gone);
-    loop {
-        let next = race(async { Relay::Done(done.recv().await) }, async {
-            asks.recv()
-                .await
-                .map_or(Relay::Idle, |ask| Relay::Ask(Box::new(ask)))
-        })
-        .await;
-        match next {
-            Relay::Done(r) => return finish(r),
-            Relay::Ask(ask) => {
-                let Ask { request, answer } = *ask;
-                // The owner may end the run while the card is up (deadline,
-                // cancel): then its outcome wins.
-                let decided = race(
-                    async { Relay::Approved(approver.approve(request).await) },
-                    async { Relay::Done(done.recv().await) },
-                )
-                .await;
-                match decided {
-                    Relay::Approved(approved) => {
-                        let _ = answer.try_send(approved);
+    let relay = Relayed {
+        asks,
+        done,
+        gone: CancelOnDrop(caller_gone),
+    };
+    (owner, relay)
+}
+
+/// The caller's side of a run: the approvals it asks for, and its outcome.
+struct Relayed {
+    asks: Receiver<Ask>,
+    done: Receiver<Outcome>,
+    /// Dropped unfinished: the owner cancels the run and finishes it.
+    gone: CancelOnDrop,
+}
+
+impl Relayed {
+    async fn run<A: Approver>(self, approver: &A) -> HelperOutcome {
+        let Self { asks, done, gone } = self;
+        let _gone = gone;
+        loop {
+            let next = race(async { Relay::Done(done.recv().await) }, async {
+                asks.recv()
+                    .await
+                    .map_or(Relay::Idle, |ask| Relay::Ask(Box::new(ask)))
+            })
+            .await;
+            match next {
+                Relay::Done(r) => return finish(r),
+                Relay::Ask(ask) => {
+                    let Ask { request, answer } = *ask;
+                    // The owner may end the run while the card is up (deadline,
+                    // cancel): then its outcome wins.
+                    let decided = race(
+                        async { Relay::Approved(approver.approve(request).await) },
+                        async { Relay::Done(done.recv().await) },
+                    )
+                    .await;
+                    match decided {
+                        Relay::Approved(approved) => {
+                            let _ = answer.try_send(approved);
+                        }
+                        Relay::Done(r) => return finish(r),
+                        _ => {}
                     }
-                    Relay::Done(r) => return finish(r),
-                    _ => {}
                 }
+                Relay::Idle => return finish(done.recv().await),
+                Relay::Approved(_) => {}
             }
-            Relay::Idle => return finish(done.recv().await),
-            Relay::Approved(_) => {}
         }
     }
 }

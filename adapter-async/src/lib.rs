@@ -88,7 +88,9 @@ pub use cancel::{CancelSignal, Cancelled};
 pub use client::{
     CancelHandle, Client, ClientHandle, IncomingMessage, PendingRequest, ProgressStream, Responder,
 };
-pub use helper::{run_helper, run_helper_with_approval, ApprovalRequest, Approver};
+pub use helper::{
+    run_helper, run_helper_here, run_helper_with_approval, ApprovalRequest, Approver,
+};
 pub use io::{FuturesIo, Sink, Source};
 pub use pipe::Pipe;
 pub use runtime::{BoxFuture, DeadlineTimer, Interest, IoOp, IoPoll, Readiness, Runtime, Timer};

@@ -89,8 +89,6 @@ mod client;
 #[cfg(unix)]
 mod helper;
 #[cfg(unix)]
-mod os;
-#[cfg(unix)]
 pub mod runtime;
 #[cfg(unix)]
 mod serve;
