@@ -241,7 +241,6 @@ pub struct ClientHandle<R: Runtime> {
     cancels: Arc<CancelRegistry>,
     pid: u32,
     finished: Arc<AtomicBool>,
-    request_timeout: Option<Duration>,
     runtime: PhantomData<fn() -> R>,
 }
 
@@ -252,7 +251,6 @@ impl<R: Runtime> Clone for ClientHandle<R> {
             cancels: self.cancels.clone(),
             pid: self.pid,
             finished: self.finished.clone(),
-            request_timeout: self.request_timeout,
             runtime: PhantomData,
         }
     }
@@ -370,7 +368,6 @@ impl<R: Runtime> Client<R> {
             let _ = wake_tx.try_send(());
         });
 
-        let request_timeout = options.get_session().get_default_timeout();
         let negotiation = options.negotiation();
         let now = Instant::now();
         let mut core = ClientDriver::new(options, pid, now, cancels.clone());
@@ -427,7 +424,6 @@ impl<R: Runtime> Client<R> {
                 cancels,
                 pid,
                 finished,
-                request_timeout,
                 runtime: PhantomData,
             },
             incoming,
@@ -473,7 +469,7 @@ impl<R: Runtime> Client<R> {
                     params,
                     timeout,
                 } => {
-                    let timeout = timeout.or(self.request_timeout);
+                    // `None`: the session's default, the core's to apply.
                     let outcome = self
                         .request_with_timeout(method, Some(params), timeout)
                         .await;
@@ -556,8 +552,8 @@ impl<R: Runtime> ClientHandle<R> {
 
     /// Sends a request with the configured default timeout and waits for its result.
     pub async fn request(&self, method: &str, params: Option<Box<RawValue>>) -> Outcome {
-        self.request_with_timeout(method, params, self.request_timeout)
-            .await
+        // `None` is the session's default: the core applies it.
+        self.request_with_timeout(method, params, None).await
     }
 
     /// Sends a request with an explicit deadline — the session's default,

@@ -14,6 +14,7 @@ use std::task::{Context, Poll};
 
 use async_channel::{Receiver, Sender};
 use futures_lite::Stream;
+use mcp_stdio_core::ReadResult;
 use mcp_stdio_sys::NonBlockingStdio;
 
 use crate::io::{Sink, Source};
@@ -64,11 +65,15 @@ impl ThreadReader {
             .name(name.into())
             .spawn(move || loop {
                 let mut chunk = vec![0; BLOCKING_READ];
-                let r = reader.read(&mut chunk).map(|n| {
+                let r = reader.read(&mut chunk);
+                // The core's rule: an interrupted read is read again; the
+                // machine takes what the read came to, the thread only stops
+                // at what ends the stream.
+                let end = ReadResult::ends_stream(&r);
+                let r = r.map(|n| {
                     chunk.truncate(n);
                     chunk
                 });
-                let end = !matches!(&r, Ok(c) if !c.is_empty());
                 if tx.send_blocking(r).is_err() || end {
                     return;
                 }

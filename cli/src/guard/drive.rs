@@ -557,22 +557,18 @@ impl GuardLoop<'_> {
                 GuardOutput::ToHost(out) => {
                     let r = match self.host_out.as_mut() {
                         Some(host) => match host.poll_write(cx, out.bytes()) {
-                            Poll::Ready(Ok(0)) => Err(io::ErrorKind::WriteZero.into()),
                             Poll::Ready(r) => r,
                             Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
                         },
                         None => Err(io::ErrorKind::BrokenPipe.into()),
                     };
-                    let input = match r {
-                        Ok(n) => GuardInput::HostTaken(n),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            self.host_parked = true;
-                            GuardInput::HostFull
-                        }
-                        Err(e) => GuardInput::HostWriteFailed(e),
-                    };
-                    moved |= !matches!(input, GuardInput::HostFull);
-                    self.session.handle_input(at, input);
+                    let parked = r
+                        .as_ref()
+                        .is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock);
+                    self.host_parked |= parked;
+                    moved |= !parked;
+                    // What the write came to is the session's to judge.
+                    self.session.handle_input(at, GuardInput::HostWrote(r));
                 }
                 GuardOutput::Stderr(bytes) => {
                     crate::stderr_sink::write(&bytes);

@@ -274,6 +274,14 @@ pub enum GuardInput<'a> {
     /// is pending): the host's message is not offered again until
     /// [`HostWritable`](Self::HostWritable).
     HostFull,
+    /// A write of [`GuardOutput::ToHost`]'s message returned this, as it
+    /// came (the rule: [`WriteResult`]): bytes taken, `WouldBlock` (or a
+    /// pending write) parks it until [`HostWritable`](Self::HostWritable),
+    /// `EINTR` offers it again, a 0-byte write or an error closes the host
+    /// side. The one input a loop needs for a host write; [`HostTaken`](Self::HostTaken),
+    /// [`HostFull`](Self::HostFull) and [`HostWriteFailed`](Self::HostWriteFailed)
+    /// say the same, already sorted.
+    HostWrote(std::io::Result<usize>),
     /// The host's writer can take bytes again.
     HostWritable,
     /// This many records given by [`GuardOutput::Record`], counted from the
@@ -317,6 +325,7 @@ impl std::fmt::Debug for GuardInput<'_> {
             Self::ServerWritable => f.write_str("ServerWritable"),
             Self::HostTaken(n) => f.debug_tuple("HostTaken").field(n).finish(),
             Self::HostFull => f.write_str("HostFull"),
+            Self::HostWrote(r) => f.debug_tuple("HostWrote").field(r).finish(),
             Self::HostWritable => f.write_str("HostWritable"),
             Self::RecordsDurable(n) => f.debug_tuple("RecordsDurable").field(n).finish(),
             Self::HostWritten(n) => f.debug_tuple("HostWritten").field(n).finish(),
@@ -646,6 +655,17 @@ impl GuardSession {
                 self.proxy.host_outbox_mut().advance(n);
             }
             GuardInput::HostFull => self.host_parked = true,
+            GuardInput::HostWrote(r) => match WriteResult::from(r) {
+                WriteResult::Bytes(n) => {
+                    self.proxy.host_outbox_mut().advance(n);
+                }
+                WriteResult::Again => {}
+                WriteResult::Full => self.host_parked = true,
+                WriteResult::Failed(e) => {
+                    tracing::debug!(error = %e, "writing stdout failed");
+                    self.handle_host_write_error(at);
+                }
+            },
             GuardInput::HostWritable => self.host_parked = false,
             GuardInput::RecordsDurable(n) => {
                 self.records_durable = self.records_durable.max(n.min(self.records_given));

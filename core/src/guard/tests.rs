@@ -587,3 +587,33 @@ fn a_host_write_error_shuts_the_server_down_without_exit_75() {
     );
     assert_eq!(s.closed_by_guard(), None);
 }
+
+/// A host write's result is the session's to judge (the rule of
+/// `WriteResult`): `EINTR` offers the message again, `WouldBlock` parks it
+/// until the host is writable, a 0-byte write closes the host side.
+#[test]
+fn a_host_write_result_is_judged_by_the_session() {
+    let (mut s, clock) = session(1 << 20);
+    s.handle_server_stdout(clock.at(1), b"{\"jsonrpc\":\"2.0\",\"method\":\"n\"}\n");
+    let interrupted = || std::io::Error::from(std::io::ErrorKind::Interrupted);
+    let would_block = || std::io::Error::from(std::io::ErrorKind::WouldBlock);
+    let offered = |s: &mut GuardSession| loop {
+        match s.poll_output() {
+            GuardOutput::ToHost(out) => break Some(out.bytes().len()),
+            GuardOutput::Timeout(_) => break None,
+            _ => {}
+        }
+    };
+    let len = offered(&mut s).expect("the message is offered");
+    s.handle_input(clock.at(2), GuardInput::HostWrote(Err(interrupted())));
+    assert_eq!(offered(&mut s), Some(len), "EINTR: offered again");
+    s.handle_input(clock.at(3), GuardInput::HostWrote(Err(would_block())));
+    assert_eq!(offered(&mut s), None, "parked until writable");
+    s.handle_input(clock.at(4), GuardInput::HostWritable);
+    assert_eq!(offered(&mut s), Some(len));
+    s.handle_input(clock.at(5), GuardInput::HostWrote(Ok(0)));
+    assert_eq!(
+        actions(&mut s),
+        [GuardAction::CloseHostOutput, GuardAction::CloseServerStdin]
+    );
+}
