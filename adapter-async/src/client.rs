@@ -90,12 +90,13 @@ impl ReplyChannel for OneShot {
 
 type Command = mcp_stdio_core::Command<OneShot>;
 
-/// A server→client message.
+/// A server→client message. `Answer` is what answers a request: this
+/// crate's [`Responder`], or a blocking adapter's over it.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum IncomingMessage {
+pub enum IncomingMessage<Answer = Responder> {
     /// A request; answer it with [`Responder::respond`].
-    Request(Request, Responder),
+    Request(Request, Answer),
     /// A notification.
     Notification(Notification),
 }

@@ -17,7 +17,7 @@ use mcp_stdio_core::CommandSpec;
 use mcp_stdio_core::Signal;
 use mcp_stdio_core::{ClientMetrics, Deadline, LiveSnapshot, Progress, ProgressPoll};
 use mcp_stdio_core::{ClientOptions, InitializeError, RequestError, SessionRecord};
-use mcp_stdio_core::{ErrorObject, Id, Negotiated, Notification, RawResult, RawValue, Request};
+use mcp_stdio_core::{ErrorObject, Id, Negotiated, RawResult, RawValue};
 use mcp_stdio_sys::Signalled;
 
 use crate::runtime::Mio;
@@ -25,15 +25,9 @@ use crate::wait::{wait, wait_timeout};
 
 type Outcome = Result<RawResult, RequestError>;
 
-/// A server→client message.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum IncomingMessage {
-    /// A request; answer it with [`Responder::respond`].
-    Request(Request, Responder),
-    /// A notification.
-    Notification(Notification),
-}
+/// A server→client message: a request with its [`Responder`], or a
+/// notification.
+pub type IncomingMessage = mcp_stdio_async::IncomingMessage<Responder>;
 
 /// Answers one server→client request.
 #[derive(Debug)]
@@ -256,9 +250,9 @@ impl Client {
             let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
             return match wait_timeout(self.inner.next_incoming(), left)?? {
                 Async::Request(request, responder) => {
-                    Some(IncomingMessage::Request(request, Responder(responder)))
+                    Some(Async::Request(request, Responder(responder)))
                 }
-                Async::Notification(n) => Some(IncomingMessage::Notification(n)),
+                Async::Notification(n) => Some(Async::Notification(n)),
                 // A kind this adapter does not know yet: not the application's.
                 _ => continue,
             };

@@ -108,6 +108,12 @@ pub use serve::{
     ServeReport,
 };
 
+/// The async driver this crate's [`Client`], [`serve`] and [`run_helper`]
+/// run on its mio executor ([`runtime::Mio`]), documented here in full for
+/// the same reason as the core.
+#[cfg(unix)]
+#[doc(inline)]
+pub use mcp_stdio_async as driver;
 /// The sans-IO core, documented here in full: the core's docs inlined on this crate's pages
 /// link to core items, which then resolve to these pages when this crate is documented alone.
 #[doc(inline)]

@@ -26,9 +26,9 @@
 
 use std::future::Future;
 use std::io::{self, Read, Write};
-use std::time::Duration;
 
 use mcp_stdio_async::stdio::{Stdin, Stdout, ThreadReader, ThreadWriter};
+use mcp_stdio_async::{Sink, Source};
 use mcp_stdio_core::{ClientHello, ResultBudget};
 use mcp_stdio_core::{ErrorObject, Id, Notification, RawValue, Request};
 
@@ -41,11 +41,13 @@ pub type HandlerResult = Result<Box<RawValue>, ErrorObject>;
 pub use mcp_stdio_core::{ServeEnd, ServeOptions, ServeReport};
 
 /// A cancellation flag that reaches a handler (G7): the async adapters'
-/// token ([`mcp_stdio_async::CancelToken`]) with blocking waits.
+/// token ([`mcp_stdio_async::CancelToken`], whose methods it has: `cancel`,
+/// `is_cancelled`, `wait_timeout`, `child_token`) with a blocking
+/// [`cancelled`](Self::cancelled).
 ///
 /// Cheap to clone; every clone sees the same flag. Blocking waits
-/// ([`cancelled`](Self::cancelled), [`wait_timeout`](Self::wait_timeout))
-/// wake as soon as it is set.
+/// ([`cancelled`](Self::cancelled), `wait_timeout`) wake as soon as it is
+/// set.
 #[derive(Debug, Clone, Default)]
 pub struct CancelToken(mcp_stdio_async::CancelToken);
 
@@ -55,26 +57,17 @@ impl CancelToken {
         Self::default()
     }
 
-    /// Cancels: every waiter wakes.
-    pub fn cancel(&self) {
-        self.0.cancel();
-    }
-
-    /// Whether [`cancel`](Self::cancel) was called.
-    pub fn is_cancelled(&self) -> bool {
-        self.0.is_cancelled()
-    }
-
     /// Blocks until the token is cancelled.
     pub fn cancelled(&self) {
         self.0.wait();
     }
+}
 
-    /// Blocks until the token is cancelled or `timeout` passes; returns
-    /// whether it is cancelled. Use it instead of `thread::sleep` in a
-    /// handler, so a cancel ends the wait at once.
-    pub fn wait_timeout(&self, timeout: Duration) -> bool {
-        self.0.wait_timeout(timeout)
+impl std::ops::Deref for CancelToken {
+    type Target = mcp_stdio_async::CancelToken;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
 }
 
@@ -84,7 +77,7 @@ impl mcp_stdio_async::CancelSignal for CancelToken {
     }
 
     fn cancelled_owned(&self) -> mcp_stdio_async::Cancelled {
-        Box::pin(self.0.clone().cancelled_owned())
+        mcp_stdio_async::CancelSignal::cancelled_owned(&self.0)
     }
 }
 
@@ -212,13 +205,19 @@ pub fn serve<H: Handler>(options: ServeOptions, handler: H) -> io::Result<ServeR
     let rt = Mio::new()?;
     let input = Stdin::new(&rt)?;
     let output = Stdout::new(&rt)?;
-    rt.block_on(mcp_stdio_async::serve_io(
-        rt.clone(),
-        input,
-        output,
-        options,
-        OnThreads(handler),
-    ))
+    run(&rt, input, output, options, handler)
+}
+
+/// The driver's serve loop on `rt`, on the calling thread.
+fn run<I: Source, O: Sink, H: Handler>(
+    rt: &Mio,
+    input: I,
+    output: O,
+    options: ServeOptions,
+    handler: H,
+) -> io::Result<ServeReport> {
+    let serving = mcp_stdio_async::serve_io(rt.clone(), input, output, options, OnThreads(handler));
+    rt.block_on(serving)
 }
 
 /// [`serve`] over any reader and writer (a pipe, a socket, a test harness).
@@ -242,14 +241,7 @@ where
     W: Write + Send + 'static,
     H: Handler,
 {
-    let rt = Mio::new()?;
     let input = ThreadReader::new(input, "mcp-stdio-stdin")?;
     let output = ThreadWriter::new(output, "mcp-stdio-stdout")?;
-    rt.block_on(mcp_stdio_async::serve_io(
-        rt.clone(),
-        input,
-        output,
-        options,
-        OnThreads(handler),
-    ))
+    run(&Mio::new()?, input, output, options, handler)
 }

@@ -201,6 +201,21 @@ impl Terminate {
     }
 }
 
+/// What a write offered to a pipe came to, as the session takes it: a
+/// pending write is `WouldBlock` (and parks that pipe: the second value), a
+/// pipe already dropped a broken one.
+fn offered(written: Option<Poll<io::Result<usize>>>) -> (io::Result<usize>, bool) {
+    let r = match written {
+        Some(Poll::Ready(r)) => r,
+        Some(Poll::Pending) => Err(io::ErrorKind::WouldBlock.into()),
+        None => Err(io::ErrorKind::BrokenPipe.into()),
+    };
+    let parked = r
+        .as_ref()
+        .is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock);
+    (r, parked)
+}
+
 /// Waiting for the audit writer to put a batch on disk.
 type AuditWait = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -539,32 +554,16 @@ impl GuardLoop<'_> {
                     }
                 }
                 GuardOutput::ToServer(out) => {
-                    let r = match self.server_in.as_ref() {
-                        Some(pipe) => match pipe.poll_write(cx, out.bytes()) {
-                            Poll::Ready(r) => r,
-                            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-                        },
-                        None => Err(io::ErrorKind::BrokenPipe.into()),
-                    };
-                    let parked = r
-                        .as_ref()
-                        .is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock);
+                    let written = self.server_in.as_ref();
+                    let (r, parked) = offered(written.map(|p| p.poll_write(cx, out.bytes())));
                     self.server_parked |= parked;
                     moved |= !parked;
                     // A 0-byte write or an error is the session's to judge.
                     self.session.handle_input(at, GuardInput::ServerWritten(r));
                 }
                 GuardOutput::ToHost(out) => {
-                    let r = match self.host_out.as_mut() {
-                        Some(host) => match host.poll_write(cx, out.bytes()) {
-                            Poll::Ready(r) => r,
-                            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-                        },
-                        None => Err(io::ErrorKind::BrokenPipe.into()),
-                    };
-                    let parked = r
-                        .as_ref()
-                        .is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock);
+                    let written = self.host_out.as_mut();
+                    let (r, parked) = offered(written.map(|h| h.poll_write(cx, out.bytes())));
                     self.host_parked |= parked;
                     moved |= !parked;
                     // What the write came to is the session's to judge.
