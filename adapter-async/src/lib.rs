@@ -71,6 +71,8 @@ mod client;
 mod helper;
 mod io;
 pub mod leader;
+#[cfg(feature = "mio")]
+mod mio_rt;
 mod pipe;
 mod runtime;
 mod serve;
@@ -92,6 +94,8 @@ pub use helper::{
     run_helper, run_helper_here, run_helper_with_approval, ApprovalRequest, Approver,
 };
 pub use io::{FuturesIo, Sink, Source};
+#[cfg(feature = "mio")]
+pub use mio_rt::{Mio, MioFd, MioTimer};
 pub use pipe::Pipe;
 pub use runtime::{BoxFuture, DeadlineTimer, Interest, IoOp, IoPoll, Readiness, Runtime, Timer};
 pub use serve::{

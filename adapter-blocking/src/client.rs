@@ -29,7 +29,7 @@ type Outcome = Result<RawResult, RequestError>;
 /// notification.
 pub type IncomingMessage = mcp_stdio_async::IncomingMessage<Responder>;
 
-/// Answers one server→client request.
+/// Answers one server→client request (the driver's [`Responder`](mcp_stdio_async::Responder)).
 #[derive(Debug)]
 pub struct Responder(mcp_stdio_async::Responder);
 
@@ -39,17 +39,14 @@ impl Responder {
         self.0.id()
     }
 
-    /// Sends the answer: a raw result or an error object. Blocks until the
-    /// driver has queued it (or refused it: session closed, backpressure).
+    /// Sends the answer, blocking until the driver queued (or refused) it.
     pub fn respond(self, result: Result<Box<RawValue>, ErrorObject>) -> Result<(), RequestError> {
         wait(self.0.respond(result))
     }
 }
 
-/// A request in flight. [`wait`](Self::wait) for its result;
-/// [`cancel`](Self::cancel) it, or drop it, to cancel it on the server (G6):
-/// a UI timeout that drops the handle is a real cancel, not a forgotten
-/// request.
+/// A request in flight: [`wait`](Self::wait) for its result, or
+/// [`cancel`](Self::cancel) or drop it to cancel it on the server (G6).
 #[derive(Debug)]
 pub struct PendingRequest {
     inner: mcp_stdio_async::PendingRequest,
@@ -68,14 +65,12 @@ impl PendingRequest {
         self.inner.cancel_handle()
     }
 
-    /// Cancels the request: it completes with `Cancelled` and the server is
-    /// sent `notifications/cancelled`.
+    /// Cancels it: it completes with `Cancelled`; the server gets `notifications/cancelled`.
     pub fn cancel(&self, reason: &str) {
         self.inner.cancel(reason);
     }
 
-    /// Blocks until the request completes (result, error, timeout, cancel or
-    /// the end of the session).
+    /// Blocks until the request completes (result, error, timeout, cancel, session end).
     pub fn wait(self) -> Outcome {
         if self.given {
             return Err(mcp_stdio_core::RequestFailure::SessionClosed.into());
@@ -83,9 +78,8 @@ impl PendingRequest {
         wait(self.inner)
     }
 
-    /// Blocks at most `timeout` for the outcome; `None` if the request is
-    /// still in flight (it stays in flight: wait again, or cancel it). Returns
-    /// `Some` once; asked again after that, it reports `SessionClosed`.
+    /// Blocks at most `timeout`; `None` while still in flight. `Some` once,
+    /// then `SessionClosed`.
     pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Outcome> {
         if self.given {
             return Some(Err(mcp_stdio_core::RequestFailure::SessionClosed.into()));
@@ -96,22 +90,11 @@ impl PendingRequest {
     }
 }
 
-/// A spawned MCP server and its session, for threads without an async runtime.
-///
-/// The session is the async driver's, on a thread of its own with a mio
-/// reactor ([`Mio`]): it reads the server's stdout and stderr continuously,
-/// whatever the application threads do (G1), writes stdin without ever
-/// blocking those reads, applies deadlines and runs the shutdown sequence
-/// (G11). Application threads talk to it through a bounded command queue
-/// (cancels bypass it and are never lost); every method may be called from
-/// any thread (`Client` is `Send + Sync`). The decisions are the core's
-/// `ClientDriver`.
-///
-/// Dropping a `Client` without [`shutdown`](Self::shutdown) kills the
-/// server's process group at once (one `killpg` system call); the driver
-/// then observes the exit, reaps the child and ends by itself. `Drop` never
-/// waits for it, and never signals a group whose leader the driver already
-/// reaped (its id could have been reused).
+/// A spawned MCP server and its session, for threads without an async
+/// runtime: the driver's [`Client`](mcp_stdio_async::Client) on a thread of
+/// its own (see the module docs), each method blocking the calling thread.
+/// `Send + Sync`; dropping it without [`shutdown`](Self::shutdown) kills the
+/// server's process group at once.
 #[derive(Debug)]
 pub struct Client {
     /// Requests, notifications, cancels and counters; `Deref` gives its
@@ -120,13 +103,9 @@ pub struct Client {
     inner: mcp_stdio_async::Client<Mio>,
 }
 
-/// A handle on a running session that can be cloned into other threads:
-/// requests, notifications, cancels, progress, counters and the live stderr
-/// tail — everything but ending the session, which stays the [`Client`]'s
-/// ([`shutdown`](Client::shutdown), [`kill`](Client::kill), dropping it).
-/// A handle does not keep the session alive: once the `Client` ended it,
-/// the handle's requests fail with `SessionClosed`. Every method is also
-/// the `Client`'s (it dereferences to its handle).
+/// A cloneable handle on a running session for other threads: everything
+/// but ending it (see the driver's [`ClientHandle`](mcp_stdio_async::ClientHandle)).
+/// The [`Client`] dereferences to it.
 #[derive(Debug, Clone)]
 pub struct ClientHandle(mcp_stdio_async::ClientHandle<Mio>);
 
@@ -138,11 +117,9 @@ impl std::ops::Deref for Client {
     }
 }
 
-/// The progress of one request (`notifications/progress`), as they come: an
-/// iterator whose `next` blocks until the next update, and ends once the
-/// request completed and every update was taken. At most
-/// [`MAX_PROGRESS_QUEUED`](mcp_stdio_core::MAX_PROGRESS_QUEUED) wait; past
-/// it the oldest is dropped ([`dropped`](Self::dropped)).
+/// The progress of one request, as an iterator whose `next` blocks until
+/// the next update and ends with the request (see the driver's
+/// [`ProgressStream`](mcp_stdio_async::ProgressStream)).
 #[derive(Debug)]
 pub struct ProgressStream(Mutex<mcp_stdio_async::ProgressStream>);
 
@@ -185,18 +162,10 @@ impl Iterator for ProgressStream {
 }
 
 impl Client {
-    /// Spawns `command` (no shell; its own process group) with stdin, stdout
-    /// and stderr piped, and starts its driver thread.
-    ///
-    /// On Linux the server is tied to this process: if this process dies
-    /// without shutting it down (even by `SIGKILL`), the kernel kills the
-    /// server (`PR_SET_PDEATHSIG`, set from one long-lived spawner thread so
-    /// the thread that called `spawn` may exit). Elsewhere the server sees
-    /// its stdin close.
+    /// Spawns `command` (no shell; its own process group, tied to this process on Linux) and starts its driver thread.
     ///
     /// # Errors
-    /// The spawn failed, or no reactor or thread for the driver (the server
-    /// is killed then).
+    /// The spawn failed, or no reactor or thread for the driver.
     pub fn spawn(command: &CommandSpec, options: ClientOptions) -> io::Result<Self> {
         let inner = mcp_stdio_async::Client::<Mio>::spawn(command, options)?;
         Ok(Self {
@@ -205,44 +174,27 @@ impl Client {
         })
     }
 
-    /// Sends `signal` to the server's process group, as a host's own
-    /// `SIGTERM` would, while that group id is still the server's: after the
-    /// session reaped the server nothing is sent ([`Signalled::Refused`]).
+    /// Sends `signal` to the server's group while its id is still the server's ([`Signalled`]).
     pub fn signal_group(&self, signal: Signal) -> Signalled {
         self.inner.signal_group(signal)
     }
 
-    /// A handle on this session to clone into other threads (see
-    /// [`ClientHandle`]).
+    /// A handle on this session to clone into other threads.
     pub fn handle(&self) -> ClientHandle {
         self.handle.clone()
     }
 
-    /// Agrees on a protocol revision with the server, under the options'
-    /// [`VersionPolicy`](mcp_stdio_core::VersionPolicy): by default a
-    /// `server/discover` probe (2026-07-28) and, when it does not settle a
-    /// modern version, the `initialize` handshake (then
-    /// `notifications/initialized`); see
-    /// [`Negotiation`](mcp_stdio_core::Negotiation). Once a modern version
-    /// is agreed, every request this client sends carries it and the
-    /// client's context in `_meta`, and requests from the server are
-    /// refused. Neither handshake request is ever cancelled. Notifications
-    /// the server sends meanwhile are kept for
-    /// [`next_incoming`](Self::next_incoming).
+    /// Agrees on a protocol revision (see the driver's [`Client::initialize`](mcp_stdio_async::Client::initialize)).
     pub fn initialize(&self) -> Result<Negotiated, InitializeError> {
         wait(self.inner.initialize())
     }
 
-    /// What [`initialize`](Self::initialize) agreed (its first success), if
-    /// it has run.
+    /// What [`initialize`](Self::initialize) agreed, if it has run.
     pub fn negotiated(&self) -> Option<&Negotiated> {
         self.inner.negotiated()
     }
 
-    /// The next server→client request or notification, waiting at most
-    /// `timeout` (`None`: as long as it takes); `None` on timeout or once the
-    /// session is over. Messages wait in the core's bounded inbox meanwhile;
-    /// when it is full its overload policy applies and the reader goes on (G5).
+    /// The next server→client message, waiting at most `timeout` (`None`: as long as it takes); `None` on timeout or at the session's end.
     pub fn next_incoming(&self, timeout: Option<Duration>) -> Option<IncomingMessage> {
         use mcp_stdio_async::IncomingMessage as Async;
         let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
@@ -259,15 +211,12 @@ impl Client {
         }
     }
 
-    /// Graceful shutdown (G11): pending requests fail, stdin is closed, then
-    /// `SIGTERM` and `SIGKILL` to the group after their graces, the readers
-    /// drain with a deadline, and the record of what was observed is returned.
-    /// Blocks until the driver has ended.
+    /// Graceful shutdown (G11): stdin closed, `SIGTERM`, `SIGKILL`; the record of what was observed.
     pub fn shutdown(self) -> SessionRecord {
         wait(self.inner.shutdown())
     }
 
-    /// Like [`shutdown`](Self::shutdown) but starts with `SIGTERM` at once.
+    /// Like [`shutdown`](Self::shutdown), starting with `SIGTERM`.
     pub fn kill(self) -> SessionRecord {
         wait(self.inner.kill())
     }
@@ -280,20 +229,17 @@ impl Client {
 }
 
 impl ClientHandle {
-    /// The server's process id (also its process group id).
+    /// The server's process id (also its group id).
     pub fn pid(&self) -> u32 {
         self.0.pid()
     }
 
-    /// Sends a request with the configured default timeout and blocks until
-    /// its result.
+    /// Sends a request with the session's default timeout; its result.
     pub fn request(&self, method: &str, params: Option<Box<RawValue>>) -> Outcome {
         wait(self.0.request(method, params))
     }
 
-    /// Sends a request with an explicit deadline — the session's default,
-    /// none at all, or after a duration ([`Deadline`]) — and blocks until its
-    /// result.
+    /// Sends a request with an explicit [`Deadline`]; its result.
     pub fn request_with_deadline(
         &self,
         method: &str,
@@ -303,10 +249,7 @@ impl ClientHandle {
         wait(self.0.request_with_deadline(method, params, deadline))
     }
 
-    /// Sends a request with its own timeout and blocks until its result.
-    /// `None` takes the session's default timeout; for no deadline at all use
-    /// [`request_with_deadline`](Self::request_with_deadline) with
-    /// [`Deadline::None`].
+    /// Sends a request with its own timeout (`None`: the session's default); its result.
     pub fn request_with_timeout(
         &self,
         method: &str,
@@ -316,8 +259,7 @@ impl ClientHandle {
         wait(self.0.request_with_timeout(method, params, timeout))
     }
 
-    /// Sends a request and returns it in flight, to be waited for or
-    /// cancelled. Blocks only until the driver has queued it.
+    /// Sends a request and returns it in flight.
     pub fn start_request(
         &self,
         method: &str,
@@ -331,36 +273,30 @@ impl ClientHandle {
         })
     }
 
-    /// Sends a notification. Blocks only until the driver has queued it.
+    /// Sends a notification.
     pub fn notify(&self, method: &str, params: Option<Box<RawValue>>) -> Result<(), RequestError> {
         wait(self.0.notify(method, params))
     }
 
-    /// Cancels a request by id (see [`PendingRequest::cancel`]); a no-op for
-    /// an id not in flight. Never blocks and is never lost.
+    /// Cancels a request by id; never blocks, never lost.
     pub fn cancel(&self, id: &Id, reason: &str) {
         self.0.cancel(id, reason);
     }
 
-    /// The session's counters now; `None` once the session is over.
+    /// The session's counters; `None` once it is over.
     pub fn metrics(&self) -> Option<ClientMetrics> {
         wait(self.0.metrics())
     }
 
-    /// Whether the session is over (the server's process was seen to end).
+    /// Whether the session is over.
     pub fn is_finished(&self) -> bool {
         self.0.is_finished()
     }
 
-    /// Starts a request whose progress the server may report: its params
-    /// get `_meta.progressToken` (the request's own id), and each
-    /// `notifications/progress` for it goes to the returned stream instead
-    /// of [`next_incoming`](Client::next_incoming). The stream ends when the
-    /// request completes. `timeout` as in [`start_request`](Self::start_request).
+    /// Sends a request whose progress goes to the returned stream.
     ///
     /// # Errors
-    /// As [`start_request`](Self::start_request); params that are not an
-    /// object cannot carry the token.
+    /// As [`start_request`](Self::start_request); params that are not an object.
     pub fn start_request_with_progress(
         &self,
         method: &str,
@@ -377,22 +313,17 @@ impl ClientHandle {
         ))
     }
 
-    /// One page of the server's tools (`tools/list` from `cursor`), raw: the
-    /// result's `tools` and `nextCursor` as the server sent them.
+    /// One page of the server's tools, raw.
     pub fn list_tools(&self, cursor: Option<&str>) -> Outcome {
         wait(self.0.list_tools(cursor))
     }
 
-    /// Calls the tool `name` with `arguments` (an object, or `null`), with
-    /// the session's default timeout; the result raw (`content`,
-    /// `structuredContent`, `isError`).
+    /// Calls the tool `name` with `arguments`; the result raw.
     pub fn call_tool(&self, name: &str, arguments: &serde_json::Value) -> Outcome {
         wait(self.0.call_tool(name, arguments))
     }
 
-    /// [`call_tool`](Self::call_tool) with its progress: the call in flight,
-    /// to wait for or cancel, and the stream of its progress updates (see
-    /// [`start_request_with_progress`](Self::start_request_with_progress)).
+    /// [`call_tool`](Self::call_tool) with its progress.
     ///
     /// # Errors
     /// `arguments` is not an object, or the request could not be sent.
@@ -411,9 +342,7 @@ impl ClientHandle {
         ))
     }
 
-    /// The session's counters and the newest `stderr_bytes` bytes the server
-    /// wrote to stderr (of the tail the session keeps), while it runs;
-    /// `None` once the session is over (the record has them then).
+    /// The session's counters and the newest `stderr_bytes` of its stderr tail; `None` once it is over.
     pub fn snapshot(&self, stderr_bytes: usize) -> Option<LiveSnapshot> {
         wait(self.0.snapshot(stderr_bytes))
     }

@@ -2,20 +2,23 @@
 //!
 //! The blocking adapter of mcp-stdio, for hosts that cannot use an async
 //! runtime: plain threads and [`mio`], and no async runtime anywhere in the
-//! dependency tree. Every decision comes from the sans-IO core
-//! ([`mcp_stdio_core`]); this crate only does the pipe I/O, the timers and
-//! the process management.
+//! dependency tree. It is a synchronous facade over the one driver
+//! ([`mcp_stdio_async`], inlined here as [`driver`]) run on an executor of
+//! its own ([`runtime::Mio`]: a mio reactor, one timer, a single-future
+//! `block_on`): the same loops as the tokio and async-std adapters, so a
+//! behaviour lives in one place. Every decision comes from the sans-IO core
+//! ([`mcp_stdio_core`]).
 //!
 //! - [`Client`] spawns an MCP server (never through a shell, in its own
-//!   process group) and runs the session on one I/O thread per server: stdout
+//!   process group) and runs the session on one driver thread per server: stdout
 //!   and stderr are read for the whole life of the process whatever the
 //!   application threads do (G1), requests have deadlines and real cancels
 //!   (G6), stderr is budgeted (G10), and the shutdown sequence ends with a
 //!   record of what was observed (G11, G12). Its methods block the calling
-//!   thread, never the I/O thread.
-//! - [`serve`] runs an MCP server on this process's stdin and stdout, with a
-//!   reader thread, a writer thread and a bounded pool of handler threads,
-//!   each request with a [`CancelToken`] (G7), bounded concurrency and the
+//!   thread, never the driver thread.
+//! - [`serve`] runs an MCP server on this process's stdin and stdout, the
+//!   loop on the calling thread and the handlers on a pool of threads, each
+//!   request with a [`CancelToken`] (G7), bounded concurrency and the
 //!   outgoing wire limit (G9).
 //! - [`run_helper`] runs a command-line helper from inside a tool on the
 //!   calling thread: both streams captured under budgets and drained to EOF
@@ -73,12 +76,11 @@
 //! One difference is in the nature of threads: a handler thread cannot be
 //! aborted. A cancel sets the request's [`CancelToken`] and suppresses its
 //! response; the handler must look at the token to stop early (see
-//! [`RequestContext::cancel_token`]). Pass that token to [`run_helper`]: the
-//! run looks at it at least every 10 ms, so a cancel reaches the helper's
-//! process group within that (the token has no hook a poller can wait on).
+//! [`RequestContext::cancel_token`]). Pass that token to [`run_helper`]: a
+//! cancel wakes the run at once and reaches the helper's process group.
 //!
-//! [`Client`] and [`run_helper`] are Unix-only (process groups, non-blocking
-//! pipes); [`serve`] needs only `std`.
+//! The crate is Unix-only (process groups, non-blocking pipes, mio's
+//! reactor).
 //!
 //! [`mio`]: https://docs.rs/mio/1
 #![forbid(unsafe_code)]
@@ -88,8 +90,14 @@
 mod client;
 #[cfg(unix)]
 mod helper;
+/// The executor every driver of this crate runs on: the driver's mio
+/// runtime (a reactor per driver, a thread of its own per `Client`, the
+/// calling thread for `serve` and `run_helper`, a pool of threads for
+/// handlers).
 #[cfg(unix)]
-pub mod runtime;
+pub mod runtime {
+    pub use mcp_stdio_async::Mio;
+}
 #[cfg(unix)]
 mod serve;
 #[cfg(unix)]

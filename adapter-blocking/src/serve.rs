@@ -1,36 +1,25 @@
-//! `serve`: an MCP server on this process's stdin and stdout, with threads.
+//! `serve`: an MCP server on this process's stdin and stdout, with threads:
+//! the driver's serve loop ([`mcp_stdio_async::serve_io`]) on the calling
+//! thread in a [`Mio`] reactor (stdin and stdout non-blocking when they are
+//! pipes or sockets, G1), handlers plain functions on a pool of threads
+//! (`mcp-stdio-handler`, reused while idle; the core admits at most
+//! `max_concurrent` requests, so a request never waits for one).
 //!
-//! The loop is the async driver's ([`mcp_stdio_async::serve_io`]) on this
-//! crate's mio executor ([`Mio`]), on the thread that called [`serve`]: it
-//! reads stdin and writes stdout non-blocking when they are pipes or sockets
-//! (a thread owns the blocking call for a terminal, a file, or the reader and
-//! writer of [`serve_io`]), so a client that stops reading stdout never
-//! stops the loop from reading stdin, serving cancels, or ending at the
-//! drain deadline (G1). Every decision is the core's `ServeLifecycle`.
-//! Handlers are plain functions on a pool of threads
-//! (`mcp-stdio-handler`, reused while idle); the core admits at most
-//! `max_concurrent` requests at a time, so a request never waits for one.
-//!
-//! # Cancellation: how this differs from the async adapters
-//!
-//! A thread cannot be aborted from outside. On a cancel (G7) the request's
-//! [`CancelToken`] is set, and the session suppresses the handler's response
-//! whatever it returns; the handler stops when it next looks at the token.
-//! Its slot counts against `max_concurrent` until it returns. Long-running
-//! handlers should check [`CancelToken::is_cancelled`] between steps, or wait
-//! with [`CancelToken::wait_timeout`] instead of sleeping, and pass the token
-//! on to whatever they start. The same holds for handlers still running when
-//! the drain after stdin EOF times out: their tokens are set and their
-//! threads are left to finish on their own (counted in
-//! [`ServeReport::aborted_at_exit`]).
+//! A thread cannot be aborted from outside: on a cancel (G7) the request's
+//! [`CancelToken`] is set and the session suppresses the handler's response
+//! whatever it returns; its slot counts against `max_concurrent` until it
+//! returns. Long handlers should check [`CancelToken::is_cancelled`] between
+//! steps, or wait with [`CancelToken::wait_timeout`] instead of sleeping,
+//! and pass the token on. Handlers still running when the drain after stdin
+//! EOF times out get their tokens set and are left to finish
+//! ([`ServeReport::aborted_at_exit`]).
 
 use std::future::Future;
 use std::io::{self, Read, Write};
 
 use mcp_stdio_async::stdio::{Stdin, Stdout, ThreadReader, ThreadWriter};
 use mcp_stdio_async::{Sink, Source};
-use mcp_stdio_core::{ClientHello, ResultBudget};
-use mcp_stdio_core::{ErrorObject, Id, Notification, RawValue, Request};
+use mcp_stdio_core::{ErrorObject, Notification, RawValue, Request};
 
 use crate::runtime::Mio;
 use crate::wait::wait;
@@ -81,38 +70,25 @@ impl mcp_stdio_async::CancelSignal for CancelToken {
     }
 }
 
-/// What a handler gets besides its request.
+/// What a handler gets besides its request: the driver's context
+/// ([`mcp_stdio_async::RequestContext`], whose `id`, `protocol_version`,
+/// `client` and `result_budget` it has), with a blocking token and blocking
+/// notifications.
 #[derive(Debug, Clone)]
 pub struct RequestContext {
     inner: mcp_stdio_async::RequestContext,
     cancel: CancelToken,
 }
 
+impl std::ops::Deref for RequestContext {
+    type Target = mcp_stdio_async::RequestContext;
+
+    fn deref(&self) -> &Self::Target {
+        &self.inner
+    }
+}
+
 impl RequestContext {
-    /// The request id.
-    pub fn id(&self) -> &Id {
-        self.inner.id()
-    }
-
-    /// The protocol revision this request is handled under: the version
-    /// its `params._meta` named (2026-07-28: the result then gets the
-    /// fields that revision requires, e.g. `resultType`, added by `serve`
-    /// when the handler leaves them out), else the one `initialize`
-    /// negotiated; `None` before `initialize` (or, with the basics off,
-    /// for a request that names none).
-    pub fn protocol_version(&self) -> Option<&'static str> {
-        self.inner.protocol_version()
-    }
-
-    /// What the client said about itself (`clientInfo`, `capabilities`)
-    /// for this request: in its `_meta` for a 2026-07-28 request, else in
-    /// `initialize` when `serve` answered it before this request (`None`
-    /// with the basics off and no version in `_meta`: the handler saw
-    /// `initialize` itself).
-    pub fn client(&self) -> Option<&ClientHello> {
-        self.inner.client()
-    }
-
     /// The request's cancellation token. A thread cannot be aborted from
     /// outside: check it between steps (or wait on it), and pass it on to
     /// subprocesses and I/O the handler starts, so a cancel reaches them.
@@ -120,30 +96,17 @@ impl RequestContext {
         &self.cancel
     }
 
-    /// Sends a notification about this request to the client (progress,
-    /// logging), blocking while the handlers' notification queue is full.
-    /// Past the session's outgoing limit (the client is not reading stdout)
-    /// it is refused and counted in [`ServeReport::notifications_refused`].
-    /// Once the client cancelled the request (or it was answered) it is
-    /// dropped and counted
-    /// ([`ServeReport::notifications_after_cancel_dropped`]): nothing about
-    /// a cancelled request leaves `serve` after the cancel arrived (G7),
-    /// even from a handler thread that has not yet looked at its token.
+    /// Sends a notification about this request to the client, blocking
+    /// while the handlers' notification queue is full; nothing about a
+    /// cancelled request leaves `serve` after the cancel arrived (G7).
     pub fn notify(&self, method: &str, params: Option<Box<RawValue>>) {
         wait(self.inner.notify(method, params));
     }
 
-    /// Sends a notification not about this request (a list change), as
-    /// [`notify`](Self::notify) but never dropped for this request's
-    /// cancel or end.
+    /// A notification not about this request (a list change), never dropped
+    /// for this request's cancel or end.
     pub fn notify_server_wide(&self, method: &str, params: Option<Box<RawValue>>) {
         wait(self.inner.notify_server_wide(method, params));
-    }
-
-    /// A content budget for this request's result: its size leaves room for
-    /// the JSON-RPC envelope under the wire limit (G9).
-    pub fn result_budget(&self) -> Option<ResultBudget> {
-        self.inner.result_budget()
     }
 }
 

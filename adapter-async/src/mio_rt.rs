@@ -1,5 +1,6 @@
-//! The blocking adapter's executor: the async driver's [`Runtime`] on mio,
-//! with no async runtime in the tree. A [`Mio`] is one reactor (a
+//! The mio runtime (feature `mio`): the driver's [`Runtime`] on a mio
+//! reactor, with no async runtime in the tree; the blocking adapter
+//! (`mcp-stdio-blocking`) runs every driver on it. A [`Mio`] is one reactor (a
 //! `mio::Poll`); [`Mio::block_on`] runs one future on the calling thread,
 //! sleeping in the poll until a descriptor is ready, the one nearest timer
 //! is due or a waker fires. [`Runtime::spawn_driver`] gives a driver a thread
@@ -21,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
-use mcp_stdio_async::{BoxFuture, Interest, IoOp, IoPoll, Readiness, Runtime, Timer};
+use crate::runtime::{BoxFuture, Interest, IoOp, IoPoll, Readiness, Runtime, Timer};
 use mio::unix::SourceFd;
 
 /// The token of the reactor's own waker.
@@ -270,7 +271,7 @@ mod pool {
     use std::sync::Mutex;
     use std::time::Duration;
 
-    use mcp_stdio_async::BoxFuture;
+    use crate::runtime::BoxFuture;
 
     use super::lock;
 
@@ -435,7 +436,7 @@ impl Timer for MioTimer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mcp_stdio_async::{DeadlineTimer, Pipe};
+    use crate::{DeadlineTimer, Pipe};
     use std::io::Write;
     use std::time::Duration;
 
