@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     first_text, fixture, group_members, options, pid_alive, pid_exists, thread_cpu_ticks,
-    thread_names, tool, wait_until,
+    thread_names, thread_wakeups, tool, wait_until,
 };
 use mcp_stdio_blocking::core::EndedBy;
 use mcp_stdio_blocking::core::ExitStatus;
@@ -450,12 +450,21 @@ fn exit_is_observed_promptly_and_the_session_reports_closed() {
 fn an_idle_session_does_not_spin() {
     let client = start(&[], options(4 << 20));
     let name = format!("mcp-io-{}", client.pid());
+    // Settled: the handshake's replies are out.
+    std::thread::sleep(Duration::from_millis(200));
     let before = thread_cpu_ticks(&name).expect("the I/O thread");
-    std::thread::sleep(Duration::from_secs(1));
+    let woken = thread_wakeups(&name).expect("the I/O thread");
+    std::thread::sleep(Duration::from_secs(2));
     let after = thread_cpu_ticks(&name).expect("the I/O thread");
-    eprintln!("I/O thread CPU over 1 s idle: {} ticks", after - before);
-    // A tick is 10 ms; a busy loop would take ~100.
+    let wakeups = thread_wakeups(&name).expect("the I/O thread") - woken;
+    eprintln!(
+        "I/O thread over 2 s idle: {} CPU ticks, {wakeups} wake-ups",
+        after - before
+    );
+    // A tick is 10 ms; a busy loop would take ~200. An idle driver sleeps
+    // in its poll without a timeout: no wake-up at all.
     assert!(after - before <= 2, "{} ticks", after - before);
+    assert_eq!(wakeups, 0, "an idle driver woke up");
     client.shutdown();
 }
 

@@ -159,3 +159,21 @@ pub fn thread_cpu_ticks(name: &str) -> Option<u64> {
     }
     None
 }
+
+/// Times the thread named `name` of this process was woken (its voluntary
+/// context switches, `/proc/self/task/*/status`; Linux).
+pub fn thread_wakeups(name: &str) -> Option<u64> {
+    let dir = std::fs::read_dir("/proc/self/task").ok()?;
+    for task in dir.filter_map(Result::ok) {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("voluntary_ctxt_switches:"))?;
+        return line.split_whitespace().nth(1)?.parse().ok();
+    }
+    None
+}
