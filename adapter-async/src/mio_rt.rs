@@ -9,8 +9,11 @@
 //!
 //! Readiness is edge-triggered (mio's): each registered descriptor keeps a
 //! "ready" mark per direction, set by the reactor's events and cleared when
-//! a call finds it spurious (`WouldBlock`), so a wake is never lost between
-//! the call and the registration of the waker.
+//! a call finds it spurious (`WouldBlock`); a direction not marked ready
+//! costs no system call, only a registered waker. An event counter per
+//! direction tells a call that found nothing whether an event came since it
+//! began, so a wake is never lost between the call and the registration of
+//! the waker.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -62,10 +65,23 @@ struct Reactor {
 }
 
 /// What the reactor saw of one descriptor, per direction (read, write).
-#[derive(Default)]
 struct Ready {
+    /// Worth a call: an event came since a call last found nothing (it
+    /// starts so: what the descriptor holds is not known yet).
     ready: [bool; 2],
+    /// Events seen, for a call to tell whether one came while it ran.
+    events: [u64; 2],
     wakers: [Option<Waker>; 2],
+}
+
+impl Default for Ready {
+    fn default() -> Self {
+        Self {
+            ready: [true; 2],
+            events: [0; 2],
+            wakers: [None, None],
+        }
+    }
 }
 
 #[derive(Default)]
@@ -181,6 +197,7 @@ impl Reactor {
         for (i, hit) in sides.into_iter().enumerate() {
             if hit {
                 s.ready[i] = true;
+                s.events[i] += 1;
                 if let Some(w) = s.wakers[i].take() {
                     w.wake();
                 }
@@ -366,17 +383,26 @@ impl Readiness for MioFd {
             Interest::Write => 1,
         };
         loop {
+            let seen = {
+                let mut s = lock(&self.ready);
+                if !s.ready[side] {
+                    // Nothing came since a call found nothing: no call now.
+                    s.wakers[side] = Some(cx.waker().clone());
+                    return Poll::Pending;
+                }
+                s.events[side]
+            };
             match op(self.fd.as_fd()) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 r => return Poll::Ready(r),
             }
             let mut s = lock(&self.ready);
-            // An event since the call: try again; else wait for the next one.
-            if std::mem::take(&mut s.ready[side]) {
-                continue;
+            // An event while the call ran: try again; else wait for the next.
+            if s.events[side] == seen {
+                s.ready[side] = false;
+                s.wakers[side] = Some(cx.waker().clone());
+                return Poll::Pending;
             }
-            s.wakers[side] = Some(cx.waker().clone());
-            return Poll::Pending;
         }
     }
 }
