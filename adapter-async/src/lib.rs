@@ -95,7 +95,7 @@ pub use helper::{
 };
 pub use io::{FuturesIo, Sink, Source};
 #[cfg(feature = "mio")]
-pub use mio_rt::{Mio, MioFd, MioTimer};
+pub use mio_rt::{wait, Mio, MioFd, MioTimer};
 pub use pipe::Pipe;
 pub use runtime::{BoxFuture, DeadlineTimer, Interest, IoOp, IoPoll, Readiness, Runtime, Timer};
 pub use serve::{

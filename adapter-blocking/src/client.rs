@@ -21,7 +21,7 @@ use mcp_stdio_core::{ErrorObject, Id, Negotiated, RawResult, RawValue};
 use mcp_stdio_sys::Signalled;
 
 use crate::runtime::Mio;
-use crate::wait::{wait, wait_timeout};
+use mcp_stdio_async::wait::{wait, wait_timeout};
 
 type Outcome = Result<RawResult, RequestError>;
 
@@ -55,6 +55,13 @@ pub struct PendingRequest {
 }
 
 impl PendingRequest {
+    fn new(inner: mcp_stdio_async::PendingRequest) -> Self {
+        Self {
+            inner,
+            given: false,
+        }
+    }
+
     /// The request's id.
     pub fn id(&self) -> &Id {
         self.inner.id()
@@ -228,35 +235,50 @@ impl Client {
     }
 }
 
+/// Methods that wait on the calling thread for the driver's method of the
+/// same name (its docs say the rest).
+macro_rules! waiting {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(&self, $($arg: $ty),*) -> $ret {
+            wait(self.0.$name($($arg),*))
+        }
+    )*};
+}
+
 impl ClientHandle {
+    waiting! {
+        /// Sends a request with the session's default timeout; its result.
+        fn request(method: &str, params: Option<Box<RawValue>>) -> Outcome;
+        /// Sends a request with an explicit [`Deadline`]; its result.
+        fn request_with_deadline(method: &str, params: Option<Box<RawValue>>, deadline: Deadline) -> Outcome;
+        /// Sends a request with its own timeout (`None`: the session's default); its result.
+        fn request_with_timeout(method: &str, params: Option<Box<RawValue>>, timeout: Option<Duration>) -> Outcome;
+        /// Sends a notification.
+        fn notify(method: &str, params: Option<Box<RawValue>>) -> Result<(), RequestError>;
+        /// The session's counters; `None` once it is over.
+        fn metrics() -> Option<ClientMetrics>;
+        /// One page of the server's tools, raw.
+        fn list_tools(cursor: Option<&str>) -> Outcome;
+        /// Calls the tool `name` with `arguments`; the result raw.
+        fn call_tool(name: &str, arguments: &serde_json::Value) -> Outcome;
+        /// The session's counters and the newest `stderr_bytes` of its stderr tail; `None` once it is over.
+        fn snapshot(stderr_bytes: usize) -> Option<LiveSnapshot>;
+    }
+
     /// The server's process id (also its group id).
     pub fn pid(&self) -> u32 {
         self.0.pid()
     }
 
-    /// Sends a request with the session's default timeout; its result.
-    pub fn request(&self, method: &str, params: Option<Box<RawValue>>) -> Outcome {
-        wait(self.0.request(method, params))
+    /// Cancels a request by id; never blocks, never lost.
+    pub fn cancel(&self, id: &Id, reason: &str) {
+        self.0.cancel(id, reason);
     }
 
-    /// Sends a request with an explicit [`Deadline`]; its result.
-    pub fn request_with_deadline(
-        &self,
-        method: &str,
-        params: Option<Box<RawValue>>,
-        deadline: Deadline,
-    ) -> Outcome {
-        wait(self.0.request_with_deadline(method, params, deadline))
-    }
-
-    /// Sends a request with its own timeout (`None`: the session's default); its result.
-    pub fn request_with_timeout(
-        &self,
-        method: &str,
-        params: Option<Box<RawValue>>,
-        timeout: Option<Duration>,
-    ) -> Outcome {
-        wait(self.0.request_with_timeout(method, params, timeout))
+    /// Whether the session is over.
+    pub fn is_finished(&self) -> bool {
+        self.0.is_finished()
     }
 
     /// Sends a request and returns it in flight.
@@ -266,31 +288,7 @@ impl ClientHandle {
         params: Option<Box<RawValue>>,
         timeout: Option<Duration>,
     ) -> Result<PendingRequest, RequestError> {
-        let inner = wait(self.0.start_request(method, params, timeout))?;
-        Ok(PendingRequest {
-            inner,
-            given: false,
-        })
-    }
-
-    /// Sends a notification.
-    pub fn notify(&self, method: &str, params: Option<Box<RawValue>>) -> Result<(), RequestError> {
-        wait(self.0.notify(method, params))
-    }
-
-    /// Cancels a request by id; never blocks, never lost.
-    pub fn cancel(&self, id: &Id, reason: &str) {
-        self.0.cancel(id, reason);
-    }
-
-    /// The session's counters; `None` once it is over.
-    pub fn metrics(&self) -> Option<ClientMetrics> {
-        wait(self.0.metrics())
-    }
-
-    /// Whether the session is over.
-    pub fn is_finished(&self) -> bool {
-        self.0.is_finished()
+        wait(self.0.start_request(method, params, timeout)).map(PendingRequest::new)
     }
 
     /// Sends a request whose progress goes to the returned stream.
@@ -303,24 +301,8 @@ impl ClientHandle {
         params: Option<Box<RawValue>>,
         timeout: Option<Duration>,
     ) -> Result<(PendingRequest, ProgressStream), RequestError> {
-        let (inner, progress) = wait(self.0.start_request_with_progress(method, params, timeout))?;
-        Ok((
-            PendingRequest {
-                inner,
-                given: false,
-            },
-            ProgressStream::new(progress),
-        ))
-    }
-
-    /// One page of the server's tools, raw.
-    pub fn list_tools(&self, cursor: Option<&str>) -> Outcome {
-        wait(self.0.list_tools(cursor))
-    }
-
-    /// Calls the tool `name` with `arguments`; the result raw.
-    pub fn call_tool(&self, name: &str, arguments: &serde_json::Value) -> Outcome {
-        wait(self.0.call_tool(name, arguments))
+        let started = self.0.start_request_with_progress(method, params, timeout);
+        wait(started).map(with_progress)
     }
 
     /// [`call_tool`](Self::call_tool) with its progress.
@@ -332,18 +314,16 @@ impl ClientHandle {
         name: &str,
         arguments: &serde_json::Value,
     ) -> Result<(PendingRequest, ProgressStream), RequestError> {
-        let (inner, progress) = wait(self.0.call_tool_with_progress(name, arguments))?;
-        Ok((
-            PendingRequest {
-                inner,
-                given: false,
-            },
-            ProgressStream::new(progress),
-        ))
+        wait(self.0.call_tool_with_progress(name, arguments)).map(with_progress)
     }
+}
 
-    /// The session's counters and the newest `stderr_bytes` of its stderr tail; `None` once it is over.
-    pub fn snapshot(&self, stderr_bytes: usize) -> Option<LiveSnapshot> {
-        wait(self.0.snapshot(stderr_bytes))
-    }
+/// A call in flight and its progress, as this crate waits on them.
+fn with_progress(
+    (inner, progress): (
+        mcp_stdio_async::PendingRequest,
+        mcp_stdio_async::ProgressStream,
+    ),
+) -> (PendingRequest, ProgressStream) {
+    (PendingRequest::new(inner), ProgressStream::new(progress))
 }

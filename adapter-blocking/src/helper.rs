@@ -1,15 +1,7 @@
-//! `run_helper`: run a command-line helper from inside a tool, blocking the
-//! calling thread.
-//!
-//! The run is the async driver's owner ([`mcp_stdio_async::run_helper_here`])
-//! on the calling thread, in a [`Mio`] reactor of its own: the two output
-//! pipes non-blocking and, on Linux, a pidfd that makes the exit a readiness
-//! event; every decision is the core's `HelperRun`. A cancel of the
-//! [`CancelToken`] from another thread wakes the run at once (G7). An
-//! approval step asks the [`Approver`] on a thread of its own
-//! (`mcp-approval`): the run waits for its answer, the deadline or a cancel,
-//! whichever comes first, and never for the thread; an approver that answers
-//! late, or never, is left behind and its answer is dropped.
+//! `run_helper` on the calling thread: the driver's helper owner
+//! ([`mcp_stdio_async::run_helper_here`]) in a [`Mio`] reactor of its own;
+//! an approver on a thread of its own (`mcp-approval`), never waited for
+//! past the deadline or a cancel.
 
 use std::future::Future;
 
@@ -18,7 +10,7 @@ use mcp_stdio_core::{HelperOptions, HelperOutcome};
 
 use crate::runtime::Mio;
 use crate::serve::CancelToken;
-use crate::wait::wait;
+use mcp_stdio_async::wait::wait;
 
 pub use mcp_stdio_core::ApprovalRequest;
 
@@ -67,14 +59,9 @@ impl<A: Approver + Clone + 'static> mcp_stdio_async::Approver for OnThread<A> {
     }
 }
 
-/// Runs `command` as a helper, blocking the calling thread until it is over:
-/// its own process group, stdin from `/dev/null`, stdout and stderr each
-/// captured within its budget and read to EOF even past it (G10). A cancel
-/// of `cancel` from another thread → `SIGTERM` to the group → grace →
-/// `SIGKILL` (G7, G11). The outcome holds the exit status actually observed,
-/// both captures and the call record (G12).
-///
-/// If the run unwinds (a panic), the helper's process group is killed.
+/// Runs `command` as a helper, blocking the calling thread until it is
+/// over (see the driver's [`run_helper`](mcp_stdio_async::run_helper): its
+/// group, budgets, cancel path and outcome). A panic kills its group.
 pub fn run_helper(
     command: &CommandSpec,
     options: &HelperOptions,
@@ -83,16 +70,10 @@ pub fn run_helper(
     run_helper_with_approval(command, options, cancel, &|_| false)
 }
 
-/// [`run_helper`] with an approval step when `options.get_approval()` gives an
-/// approval deadline: the request is raised before the spawn, without
-/// waiting for any output, and its deadline runs on the clock alone.
-///
-/// The approver runs on its own thread and the run returns at the deadline
-/// (denied, `approval_timeout`) or at a cancel (`cancelled`) without waiting
-/// for it. That thread may outlive this call, so the approver is cloned into
-/// it: hence `Clone + 'static`, which the tokio adapter (whose approval
-/// future is simply dropped) does not need. A closure that captures
-/// `Arc`s or owned `Clone` values qualifies.
+/// [`run_helper`] with an approval step (see the driver's
+/// [`run_helper_with_approval`](mcp_stdio_async::run_helper_with_approval)).
+/// The approver runs on a thread that may outlive this call (the run returns
+/// at the deadline or a cancel): hence `Clone + 'static`.
 pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
     command: &CommandSpec,
     options: &HelperOptions,

@@ -3,40 +3,28 @@
 //! The blocking adapter of mcp-stdio, for hosts that cannot use an async
 //! runtime: plain threads and [`mio`], and no async runtime anywhere in the
 //! dependency tree. It is a synchronous facade over the one driver
-//! ([`mcp_stdio_async`], inlined here as [`driver`]) run on an executor of
-//! its own ([`runtime::Mio`]: a mio reactor, one timer, a single-future
-//! `block_on`): the same loops as the tokio and async-std adapters, so a
-//! behaviour lives in one place. Every decision comes from the sans-IO core
-//! ([`mcp_stdio_core`]).
+//! ([`mcp_stdio_async`], inlined here as [`driver`]) run on its mio runtime
+//! ([`runtime::Mio`]): the same loops as the tokio and async-std adapters,
+//! every decision the sans-IO core's ([`mcp_stdio_core`]).
 //!
-//! - [`Client`] spawns an MCP server (never through a shell, in its own
-//!   process group) and runs the session on one driver thread per server: stdout
-//!   and stderr are read for the whole life of the process whatever the
-//!   application threads do (G1), requests have deadlines and real cancels
-//!   (G6), stderr is budgeted (G10), and the shutdown sequence ends with a
-//!   record of what was observed (G11, G12). Its methods block the calling
-//!   thread, never the driver thread.
-//! - [`serve`] runs an MCP server on this process's stdin and stdout, the
-//!   loop on the calling thread and the handlers on a pool of threads, each
-//!   request with a [`CancelToken`] (G7), bounded concurrency and the
-//!   outgoing wire limit (G9).
-//! - [`run_helper`] runs a command-line helper from inside a tool on the
-//!   calling thread: both streams captured under budgets and drained to EOF
-//!   (G10), a [`CancelToken`] whose cancel reaches the helper's process
-//!   group (`SIGTERM`, grace, `SIGKILL`; G7, G11), and an outcome with the
-//!   exit status actually observed and the call record (G12).
-//!   [`run_helper_with_approval`] adds an approval step before the spawn,
-//!   whose deadline the run enforces whatever the [`Approver`] does.
+//! - [`Client`] spawns an MCP server (no shell, its own process group) and
+//!   runs the session on a driver thread of its own: stdout and stderr are
+//!   read whatever the application does (G1), requests have deadlines and
+//!   real cancels (G6), stderr is budgeted (G10), and the shutdown ends with
+//!   a record of what was observed (G11, G12).
+//! - [`serve`] runs an MCP server on stdin and stdout, the loop on the
+//!   calling thread, handlers on a pool of threads, each request with a
+//!   [`CancelToken`] (G7), bounded concurrency and the wire limit (G9).
+//! - [`run_helper`] runs a command-line helper on the calling thread, both
+//!   streams captured under budgets (G10), its [`CancelToken`] reaching the
+//!   helper's group (G7, G11); [`run_helper_with_approval`] adds an approval
+//!   step whose deadline the run enforces whatever the [`Approver`] does.
 //!
-//! The same API, with the same names and types, exists in
-//! `mcp-stdio-tokio` and `mcp-stdio-async-std`: switching adapters is a
-//! change of import. Where those return futures, this crate blocks:
-//! `async fn`s are plain functions, a [`PendingRequest`] is waited for with
-//! [`PendingRequest::wait`] (or [`PendingRequest::wait_timeout`]), and
-//! [`Client::next_incoming`] takes a timeout. An [`Approver`] answers with a
-//! plain `bool` on a thread of its own, which the run may leave behind at the
-//! deadline, so [`run_helper_with_approval`] takes an approver that is
-//! `Clone + 'static`.
+//! The API is the async adapters', names and types, with the waits made
+//! blocking: a [`PendingRequest`] is waited for with [`PendingRequest::wait`]
+//! (or `wait_timeout`), [`Client::next_incoming`] takes a timeout, and an
+//! [`Approver`] answers a plain `bool` on a thread of its own (hence
+//! `Clone + 'static`).
 //!
 //! ## Example: a host on plain threads
 //!
@@ -73,14 +61,9 @@
 //! }
 //! ```
 //!
-//! One difference is in the nature of threads: a handler thread cannot be
-//! aborted. A cancel sets the request's [`CancelToken`] and suppresses its
-//! response; the handler must look at the token to stop early (see
-//! [`RequestContext::cancel_token`]). Pass that token to [`run_helper`]: a
-//! cancel wakes the run at once and reaches the helper's process group.
-//!
-//! The crate is Unix-only (process groups, non-blocking pipes, mio's
-//! reactor).
+//! A handler thread cannot be aborted: a cancel sets the request's
+//! [`CancelToken`] and suppresses its response; the handler looks at the
+//! token to stop early, and passes it to [`run_helper`]. Unix-only.
 //!
 //! [`mio`]: https://docs.rs/mio/1
 #![forbid(unsafe_code)]
@@ -100,8 +83,6 @@ pub mod runtime {
 }
 #[cfg(unix)]
 mod serve;
-#[cfg(unix)]
-mod wait;
 
 #[cfg(unix)]
 pub use client::{

@@ -22,7 +22,7 @@ use mcp_stdio_async::{Sink, Source};
 use mcp_stdio_core::{ErrorObject, Notification, RawValue, Request};
 
 use crate::runtime::Mio;
-use crate::wait::wait;
+use mcp_stdio_async::wait::wait;
 
 /// What a handler returns: a raw result, or a JSON-RPC error.
 pub type HandlerResult = Result<Box<RawValue>, ErrorObject>;
@@ -130,9 +130,7 @@ where
     }
 }
 
-/// A plain handler as the async loop's: its call runs on the pool thread
-/// that runs the request's task ([`Mio`]'s `spawn`), as that task is first
-/// polled.
+/// A plain handler as the loop's: it runs on the pool thread of its task.
 struct OnThreads<H>(H);
 
 impl<H: Handler> mcp_stdio_async::Handler for OnThreads<H> {
@@ -152,14 +150,9 @@ impl<H: Handler> mcp_stdio_async::Handler for OnThreads<H> {
 }
 
 /// Serves MCP on this process's stdin and stdout until stdin closes and
-/// in-flight work drains (bounded by `drain_timeout`). Only protocol messages
-/// go to stdout (G13); log with `tracing` to stderr.
-///
-/// `initialize` (with version negotiation), `ping`, unknown methods and,
-/// with tools given, `tools/list` are answered by `serve` itself from
-/// [`ServeOptions::basics`] (see [`ServerBasics`](crate::ServerBasics)); the
-/// handler sees the rest. [`ServerBasics::passthrough`](crate::ServerBasics::passthrough)
-/// hands it every request.
+/// in-flight work drains (see the driver's [`serve`](mcp_stdio_async::serve):
+/// what it answers itself, how it reads and writes). Only protocol messages
+/// go to stdout (G13).
 ///
 /// # Errors
 /// Writing stdout failed (the client went away): every handler's token was
@@ -183,13 +176,9 @@ fn run<I: Source, O: Sink, H: Handler>(
     rt.block_on(serving)
 }
 
-/// [`serve`] over any reader and writer (a pipe, a socket, a test harness).
-///
-/// The reader and the writer each get a thread of their own, which outlive
-/// `serve_io` when they are blocked in a call that only the client can end:
-/// the reader until its EOF, the writer until the client reads or goes away
-/// (a client that stops reading stdout for good holds it at most until the
-/// process exits) — hence `'static`.
+/// [`serve`] over any reader and writer (a pipe, a socket, a test
+/// harness), each on a thread of its own that outlives the call while
+/// blocked in a call only the client can end — hence `'static`.
 ///
 /// # Errors
 /// Writing `output` failed: every handler's token was cancelled.
