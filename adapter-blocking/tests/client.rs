@@ -123,7 +123,13 @@ fn g1_8_mib_response_is_read_while_the_application_sleeps() {
          (complete then: {complete_after_sleep}); done after {:?}",
         t.elapsed()
     );
-    assert!(read_while_asleep > 1 << 20, "{read_while_asleep}");
+    // Either far more than a pipeful came in while the application slept,
+    // or all 8 MiB already had (a fast machine reads it before the sleep
+    // begins): the driver read it without the application asking.
+    assert!(
+        read_while_asleep > 1 << 20 || complete_after_sleep,
+        "{read_while_asleep}"
+    );
     // The same transfer, timed on its own.
     let t = Instant::now();
     let r = client
