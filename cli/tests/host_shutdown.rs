@@ -140,8 +140,10 @@ impl Hosted {
             }
         }
         self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        // Let the server act on `initialized` (server-everything asks for roots).
-        std::thread::sleep(Duration::from_millis(300));
+        if roots {
+            // Let the server act on `initialized` (server-everything asks for roots).
+            std::thread::sleep(Duration::from_millis(300));
+        }
     }
 
     fn pid(&self) -> u32 {
@@ -376,6 +378,61 @@ fn f1_gemini_leaving_at_once_leaves_nothing_after_a_second() {
         (fixture(&["--ignore-stdin-eof"]), "ignores EOF"),
     ] {
         case(&GEMINI, &server, false, label);
+    }
+}
+
+/// F1: the server meets the host's signal before its stdin closes, so it
+/// ends as it would have directly (by that signal, not by an EOF that came
+/// first), and the guard's own status says so: `128 + N`, every time. (An
+/// EOF that won the race made the guard exit 0 now and then.)
+#[test]
+fn f1_the_server_ends_by_the_hosts_signal_as_it_would_directly() {
+    use std::collections::BTreeMap;
+    use std::os::unix::process::ExitStatusExt;
+    const RUNS: usize = 40;
+    let guard = std::env::var_os("MCP_STDIO_GUARD_UNDER_TEST")
+        .map_or_else(|| PathBuf::from(guard_bin()), PathBuf::from);
+    let server = fixture_server();
+    let args = vec![
+        "guard".to_owned(),
+        "--".to_owned(),
+        server.to_str().expect("utf-8").to_owned(),
+    ];
+    for (signal, n) in [
+        (Signal::SIGTERM, 15),
+        (Signal::SIGINT, 2),
+        (Signal::SIGHUP, 1),
+    ] {
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        let t = Instant::now();
+        for _ in 0..RUNS {
+            let mut guarded = Hosted::spawn(&guard, &args);
+            guarded.initialize(false);
+            let _ = signal_pid(guarded.pid(), signal);
+            let mut status = None;
+            mcp_stdio_tests::wait_until(Duration::from_secs(10), Duration::from_millis(2), || {
+                status = guarded.child.try_wait().expect("try_wait");
+                status.is_some()
+            });
+            let _ = guarded.child.kill();
+            let _ = guarded.child.wait();
+            let how = status.map_or_else(
+                || "no exit within 10 s".to_owned(),
+                |s| {
+                    s.code().map_or_else(
+                        || format!("signal {}", s.signal().unwrap_or(0)),
+                        |c| format!("code {c}"),
+                    )
+                },
+            );
+            *seen.entry(how).or_default() += 1;
+        }
+        eprintln!(
+            "{signal:?} to the guard, {RUNS} runs in {:.1} s: {seen:?}",
+            t.elapsed().as_secs_f64()
+        );
+        let want: BTreeMap<String, usize> = [(format!("code {}", 128 + n), RUNS)].into();
+        assert_eq!(seen, want, "{signal:?}: the guard's statuses");
     }
 }
 

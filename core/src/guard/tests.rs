@@ -411,8 +411,8 @@ fn f1_a_host_signal_is_passed_on_at_once_and_the_next_climbs() {
     assert_eq!(
         actions(&mut s),
         [
-            GuardAction::CloseServerStdin,
-            GuardAction::SignalServerGroup(Signal::Interrupt)
+            GuardAction::SignalServerGroup(Signal::Interrupt),
+            GuardAction::CloseServerStdin
         ]
     );
     assert_eq!(s.exit_code(), EXIT_UNKNOWN, "no exit observed yet");
@@ -453,8 +453,8 @@ fn f1_sigterm_first_is_passed_on_and_the_next_is_sigkill() {
     assert_eq!(
         actions(&mut s),
         [
-            GuardAction::CloseServerStdin,
-            GuardAction::SignalServerGroup(Signal::Term)
+            GuardAction::SignalServerGroup(Signal::Term),
+            GuardAction::CloseServerStdin
         ]
     );
     // Without another signal, SIGKILL follows the term grace (1 s here).
@@ -481,8 +481,8 @@ fn f1_a_signal_after_the_hosts_eof_is_passed_on_at_once() {
     assert_eq!(
         actions(&mut s),
         [
-            GuardAction::CloseServerStdin,
-            GuardAction::SignalServerGroup(Signal::Interrupt)
+            GuardAction::SignalServerGroup(Signal::Interrupt),
+            GuardAction::CloseServerStdin
         ]
     );
     // SIGTERM by itself one stdin grace (1 s) after the signal.

@@ -794,28 +794,29 @@ impl ProcessSupervisor {
             || self.term_at.is_some()
             || matches!(signal, Signal::Term | Signal::Kill);
         self.shutdown_at.get_or_insert(now);
-        self.close_stdin(now);
+        // The signal goes out before stdin closes: the server meets the
+        // host's signal first, as it would directly, and not an EOF that
+        // could end it first, with another status.
         if self.exit.is_some() {
             // No signal for a leader that is gone; a grandchild holding a
             // pipe gets SIGKILL at the next one.
             if !first && self.any_stream_open() && self.kill_at.is_none() {
                 self.send_kill(now);
             }
-            return;
-        }
-        if climbing {
+        } else if climbing {
             if self.term_at.is_none() {
                 self.send_term(now);
             } else {
                 self.send_kill(now);
             }
-            return;
+        } else {
+            self.actions.push(Queued::Forward(signal));
+            // A shutdown's SIGTERM already due keeps its time.
+            if self.timer.is_none() {
+                self.set_timer(now, self.config.stdin_close_grace, Expiry::SendTerm);
+            }
         }
-        self.actions.push(Queued::Forward(signal));
-        // A shutdown's SIGTERM already due keeps its time.
-        if self.timer.is_none() {
-            self.set_timer(now, self.config.stdin_close_grace, Expiry::SendTerm);
-        }
+        self.close_stdin(now);
     }
 
     // ----- outputs -----

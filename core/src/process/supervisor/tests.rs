@@ -578,8 +578,8 @@ fn g11_actions_wait_in_the_queue_unpolled() {
     assert_eq!(
         actions[..5],
         [
-            ProcessAction::CloseStdin,
             INT,
+            ProcessAction::CloseStdin,
             TERM,
             KILL,
             ProcessAction::AbandonReaders
@@ -704,14 +704,14 @@ fn g12_process_outcome_times_are_milliseconds_and_read_back() {
 
 const INT: ProcessAction = ProcessAction::SignalGroup(Signal::Interrupt);
 
-/// F1: a signal the application got is passed on at once with the stdin
-/// close; without another, the ladder goes on by the deadlines.
+/// F1: a signal the application got is passed on at once, before the
+/// stdin close (the server meets the signal first, as it would directly); without another, the ladder goes on by the deadlines.
 #[test]
 fn f1_a_forwarded_signal_goes_at_once_then_the_ladder_by_deadlines() {
     let t0 = Instant::now();
     let mut sup = spawned(t0, ChildPipes::ALL);
     sup.forward(t0 + S, Signal::Interrupt);
-    assert_eq!(drain(&mut sup), [ProcessAction::CloseStdin, INT]);
+    assert_eq!(drain(&mut sup), [INT, ProcessAction::CloseStdin]);
     assert_eq!(
         sup.poll_timeout(),
         Some(t0 + 3 * S),
@@ -739,8 +739,8 @@ fn f1_each_further_signal_climbs_at_once() {
     assert_eq!(
         drain(&mut sup),
         [
-            ProcessAction::CloseStdin,
-            ProcessAction::SignalGroup(Signal::Hangup)
+            ProcessAction::SignalGroup(Signal::Hangup),
+            ProcessAction::CloseStdin
         ]
     );
     sup.forward(t0 + 100 * MS, Signal::Interrupt);
@@ -757,7 +757,7 @@ fn f1_a_forwarded_sigterm_is_sigterm_then_sigkill() {
     let t0 = Instant::now();
     let mut sup = spawned(t0, ChildPipes::ALL);
     sup.forward(t0, Signal::Term);
-    assert_eq!(drain(&mut sup), [ProcessAction::CloseStdin, TERM]);
+    assert_eq!(drain(&mut sup), [TERM, ProcessAction::CloseStdin]);
     assert_eq!(sup.poll_timeout(), Some(t0 + 2 * S));
     sup.handle_exited(t0 + 10 * MS, ExitStatus::Signal(15));
     sup.handle_stdout_eof(t0 + 10 * MS);
