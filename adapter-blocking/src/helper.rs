@@ -1,25 +1,20 @@
-//! `run_helper` on the calling thread: the driver's helper owner
-//! ([`mcp_stdio_async::run_helper_here`]) in a [`Mio`] reactor of its own;
-//! an approver on a thread of its own (`mcp-approval`), never waited for
-//! past the deadline or a cancel.
+//! `run_helper`: the driver's helper owner ([`run_helper_here`]) on the calling
+//! thread, an approver on a thread of its own, never waited for past the deadline.
 
 use std::future::Future;
 
-use mcp_stdio_core::CommandSpec;
-use mcp_stdio_core::{HelperOptions, HelperOutcome};
+use mcp_stdio_core::{CommandSpec, HelperOptions, HelperOutcome};
 
 use crate::runtime::Mio;
 use crate::serve::CancelToken;
 use mcp_stdio_async::wait::wait;
+use mcp_stdio_async::{run_helper_here, run_helper_with_approval as unowned};
 
 pub use mcp_stdio_core::ApprovalRequest;
 
-/// Decides approval requests: `true` approves, `false` denies.
-///
-/// [`approve`](Self::approve) blocks for as long as it takes (a dialog, a
-/// policy service). It runs on a thread of its own; the deadline is enforced
-/// by [`run_helper_with_approval`], not by the approver, and an answer that
-/// comes after it is ignored.
+/// Decides approval requests: `true` approves, `false` denies. It may block
+/// (a dialog, a policy service) on its thread of its own: the deadline is
+/// [`run_helper_with_approval`]'s, and an answer after it is ignored.
 pub trait Approver: Send + Sync {
     /// Asks for a decision.
     fn approve(&self, request: ApprovalRequest) -> bool;
@@ -80,17 +75,10 @@ pub fn run_helper_with_approval<A: Approver + Clone + 'static>(
     cancel: &CancelToken,
     approver: &A,
 ) -> HelperOutcome {
-    let approver = OnThread(approver.clone());
+    let (approver, cancel) = (OnThread(approver.clone()), &**cancel);
     match Mio::new() {
-        Ok(rt) => rt.block_on(mcp_stdio_async::run_helper_here(
-            &rt, command, options, cancel, &approver,
-        )),
-        // No reactor here: the driver's own way says why the run did not start.
-        Err(e) => {
-            tracing::warn!(error = %e, "no reactor for a helper run");
-            wait(mcp_stdio_async::run_helper_with_approval::<Mio, _>(
-                command, options, cancel, &approver,
-            ))
-        }
+        Ok(rt) => rt.block_on(run_helper_here(&rt, command, options, cancel, &approver)),
+        // No reactor: the driver's own way says why the run did not start.
+        Err(_) => wait(unowned::<Mio, _>(command, options, cancel, &approver)),
     }
 }

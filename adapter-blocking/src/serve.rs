@@ -1,22 +1,13 @@
-//! `serve`: an MCP server on this process's stdin and stdout, with threads:
-//! the driver's serve loop ([`mcp_stdio_async::serve_io`]) on the calling
-//! thread in a [`Mio`] reactor (stdin and stdout non-blocking when they are
-//! pipes or sockets, G1), handlers plain functions on a pool of threads
-//! (`mcp-stdio-handler`, reused while idle; the core admits at most
-//! `max_concurrent` requests, so a request never waits for one).
-//!
-//! A thread cannot be aborted from outside: on a cancel (G7) the request's
-//! [`CancelToken`] is set and the session suppresses the handler's response
-//! whatever it returns; its slot counts against `max_concurrent` until it
-//! returns. Long handlers should check [`CancelToken::is_cancelled`] between
-//! steps, or wait with [`CancelToken::wait_timeout`] instead of sleeping,
-//! and pass the token on. Handlers still running when the drain after stdin
-//! EOF times out get their tokens set and are left to finish
-//! ([`ServeReport::aborted_at_exit`]).
+//! `serve`: the driver's serve loop ([`mcp_stdio_async::serve_io`]) on the
+//! calling thread in a [`Mio`] reactor, handlers plain functions on the
+//! runtime's pool of threads (`mcp-stdio-handler`). A handler thread cannot
+//! be aborted: a cancel (G7) sets its [`CancelToken`] and suppresses its
+//! response; its slot counts against `max_concurrent` until it returns.
 
 use std::future::Future;
 use std::io::{self, Read, Write};
 
+use mcp_stdio_async::serve_io as serve_loop;
 use mcp_stdio_async::stdio::{Stdin, Stdout, ThreadReader, ThreadWriter};
 use mcp_stdio_async::{Sink, Source};
 use mcp_stdio_core::{ErrorObject, Notification, RawValue, Request};
@@ -29,14 +20,12 @@ pub type HandlerResult = Result<Box<RawValue>, ErrorObject>;
 
 pub use mcp_stdio_core::{ServeEnd, ServeOptions, ServeReport};
 
-/// A cancellation flag that reaches a handler (G7): the async adapters'
-/// token ([`mcp_stdio_async::CancelToken`], whose methods it has: `cancel`,
-/// `is_cancelled`, `wait_timeout`, `child_token`) with a blocking
-/// [`cancelled`](Self::cancelled).
-///
-/// Cheap to clone; every clone sees the same flag. Blocking waits
-/// ([`cancelled`](Self::cancelled), `wait_timeout`) wake as soon as it is
-/// set.
+type Served = io::Result<ServeReport>;
+
+/// A cancellation flag that reaches a handler (G7): the driver's token
+/// ([`mcp_stdio_async::CancelToken`]: `cancel`, `is_cancelled`, a blocking
+/// `wait_timeout`, `child_token`) with a blocking [`cancelled`](Self::cancelled).
+/// Every clone sees the same flag; waits wake as soon as it is set.
 #[derive(Debug, Clone, Default)]
 pub struct CancelToken(mcp_stdio_async::CancelToken);
 
@@ -60,20 +49,9 @@ impl std::ops::Deref for CancelToken {
     }
 }
 
-impl mcp_stdio_async::CancelSignal for CancelToken {
-    fn is_cancelled(&self) -> bool {
-        self.0.is_cancelled()
-    }
-
-    fn cancelled_owned(&self) -> mcp_stdio_async::Cancelled {
-        mcp_stdio_async::CancelSignal::cancelled_owned(&self.0)
-    }
-}
-
 /// What a handler gets besides its request: the driver's context
-/// ([`mcp_stdio_async::RequestContext`], whose `id`, `protocol_version`,
-/// `client` and `result_budget` it has), with a blocking token and blocking
-/// notifications.
+/// ([`mcp_stdio_async::RequestContext`]: `id`, `protocol_version`, `client`,
+/// `result_budget`) with a blocking token and blocking notifications.
 #[derive(Debug, Clone)]
 pub struct RequestContext {
     inner: mcp_stdio_async::RequestContext,
@@ -150,35 +128,19 @@ impl<H: Handler> mcp_stdio_async::Handler for OnThreads<H> {
 }
 
 /// Serves MCP on this process's stdin and stdout until stdin closes and
-/// in-flight work drains (see the driver's [`serve`](mcp_stdio_async::serve):
-/// what it answers itself, how it reads and writes). Only protocol messages
-/// go to stdout (G13).
+/// in-flight work drains (the driver's [`serve`](mcp_stdio_async::serve)
+/// says the rest). Only protocol messages go to stdout (G13).
 ///
 /// # Errors
-/// Writing stdout failed (the client went away): every handler's token was
-/// cancelled.
+/// Writing stdout failed (the client went away): every token was cancelled.
 pub fn serve<H: Handler>(options: ServeOptions, handler: H) -> io::Result<ServeReport> {
     let rt = Mio::new()?;
-    let input = Stdin::new(&rt)?;
-    let output = Stdout::new(&rt)?;
-    run(&rt, input, output, options, handler)
+    let (input, output) = (Stdin::new(&rt)?, Stdout::new(&rt)?);
+    run(rt, (input, output), options, handler)
 }
 
-/// The driver's serve loop on `rt`, on the calling thread.
-fn run<I: Source, O: Sink, H: Handler>(
-    rt: &Mio,
-    input: I,
-    output: O,
-    options: ServeOptions,
-    handler: H,
-) -> io::Result<ServeReport> {
-    let serving = mcp_stdio_async::serve_io(rt.clone(), input, output, options, OnThreads(handler));
-    rt.block_on(serving)
-}
-
-/// [`serve`] over any reader and writer (a pipe, a socket, a test
-/// harness), each on a thread of its own that outlives the call while
-/// blocked in a call only the client can end — hence `'static`.
+/// [`serve`] over any reader and writer, each on a thread of its own that
+/// may outlive the call, blocked in a call only the peer can end: `'static`.
 ///
 /// # Errors
 /// Writing `output` failed: every handler's token was cancelled.
@@ -195,5 +157,10 @@ where
 {
     let input = ThreadReader::new(input, "mcp-stdio-stdin")?;
     let output = ThreadWriter::new(output, "mcp-stdio-stdout")?;
-    run(&Mio::new()?, input, output, options, handler)
+    run(Mio::new()?, (input, output), options, handler)
+}
+
+/// The driver's serve loop on the calling thread.
+fn run<H: Handler>(rt: Mio, io: (impl Source, impl Sink), options: ServeOptions, h: H) -> Served {
+    rt.block_on(serve_loop(rt.clone(), io.0, io.1, options, OnThreads(h)))
 }
