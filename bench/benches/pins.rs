@@ -92,7 +92,7 @@ impl Round {
                 GuardOutput::ToHost(out) => {
                     let n = out.bytes().len();
                     host += n;
-                    self.session.handle_input(at, GuardInput::HostTaken(n));
+                    self.session.handle_input(at, GuardInput::HostWrote(Ok(n)));
                     self.session.handle_input(at, GuardInput::HostWritten(n));
                 }
                 GuardOutput::Timeout(_) => return host,

@@ -704,7 +704,7 @@ impl GuardLoop<'_> {
                         0 => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                         n => n,
                     };
-                    session.handle_input(at, GuardInput::HostTaken(n));
+                    session.handle_input(at, GuardInput::HostWrote(Ok(n)));
                 }
                 GuardOutput::Stderr(bytes) => {
                     crate::stderr_sink::write(&bytes);

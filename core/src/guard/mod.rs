@@ -267,20 +267,11 @@ pub enum GuardInput<'a> {
     /// The server's stdin can take bytes again, after a write of
     /// [`GuardOutput::ToServer`] returned `WouldBlock` (which parks it).
     ServerWritable,
-    /// The host's writer took this many bytes of [`GuardOutput::ToHost`]'s
-    /// message: the next message is offered once all of it is.
-    HostTaken(usize),
-    /// The host's writer takes nothing now (a write returned `WouldBlock` or
-    /// is pending): the host's message is not offered again until
-    /// [`HostWritable`](Self::HostWritable).
-    HostFull,
     /// A write of [`GuardOutput::ToHost`]'s message returned this, as it
     /// came (the rule: [`WriteResult`]): bytes taken, `WouldBlock` (or a
     /// pending write) parks it until [`HostWritable`](Self::HostWritable),
     /// `EINTR` offers it again, a 0-byte write or an error closes the host
-    /// side. The one input a loop needs for a host write; [`HostTaken`](Self::HostTaken),
-    /// [`HostFull`](Self::HostFull) and [`HostWriteFailed`](Self::HostWriteFailed)
-    /// say the same, already sorted.
+    /// side. The next message is offered once all of this one was taken.
     HostWrote(std::io::Result<usize>),
     /// The host's writer can take bytes again.
     HostWritable,
@@ -323,8 +314,6 @@ impl std::fmt::Debug for GuardInput<'_> {
                 .finish_non_exhaustive(),
             Self::ServerWritten(r) => f.debug_tuple("ServerWritten").field(r).finish(),
             Self::ServerWritable => f.write_str("ServerWritable"),
-            Self::HostTaken(n) => f.debug_tuple("HostTaken").field(n).finish(),
-            Self::HostFull => f.write_str("HostFull"),
             Self::HostWrote(r) => f.debug_tuple("HostWrote").field(r).finish(),
             Self::HostWritable => f.write_str("HostWritable"),
             Self::RecordsDurable(n) => f.debug_tuple("RecordsDurable").field(n).finish(),
@@ -365,8 +354,7 @@ pub enum GuardOutput<'a> {
     /// pending write) parks it until [`GuardInput::ServerWritable`].
     ToServer(Outgoing<'a>),
     /// Write what the host's writer takes of this message now and report
-    /// it ([`GuardInput::HostTaken`], or [`GuardInput::HostFull`] when it
-    /// takes nothing). One message at a time while the session runs, so a
+    /// the write's result as it came ([`GuardInput::HostWrote`]). One message at a time while the session runs, so a
     /// cancel can still withdraw a response not yet started.
     ToHost(Outgoing<'a>),
     /// Hand these bytes to our own stderr (never blocking): the server's
@@ -467,7 +455,7 @@ pub struct GuardReport {
 ///         ToServer(b)  => write what the server's stdin takes of b now,
 ///                         feed ServerWritten (WouldBlock parks it),
 ///         ToHost(b)    => write what the host takes of b now (one message
-///                         at a time), feed HostTaken or HostFull,
+///                         at a time), feed HostWrote (WouldBlock parks it),
 ///         Stderr(b)    => hand to a non-blocking stderr writer,
 ///         Timeout(t)   => break,
 ///     }
@@ -651,10 +639,6 @@ impl GuardSession {
             }
             GuardInput::ServerWritten(r) => self.handle_server_write_result(r),
             GuardInput::ServerWritable => self.server_parked = false,
-            GuardInput::HostTaken(n) => {
-                self.proxy.host_outbox_mut().advance(n);
-            }
-            GuardInput::HostFull => self.host_parked = true,
             GuardInput::HostWrote(r) => match WriteResult::from(r) {
                 WriteResult::Bytes(n) => {
                     self.proxy.host_outbox_mut().advance(n);

@@ -92,7 +92,10 @@ fn the_output_stream_orders_records_and_gives_the_host_one_message_at_a_time() {
     };
     assert!(first.ends_with(b"\"a\"}\n"), "{first:?}");
     // The host's writer takes nothing now: nothing is offered until it can.
-    s.handle_input(clock.at(3), GuardInput::HostFull);
+    s.handle_input(
+        clock.at(3),
+        GuardInput::HostWrote(Err(std::io::ErrorKind::WouldBlock.into())),
+    );
     assert!(
         !std::iter::from_fn(|| match s.poll_output() {
             GuardOutput::Timeout(_) => None,
@@ -103,12 +106,12 @@ fn the_output_stream_orders_records_and_gives_the_host_one_message_at_a_time() {
     );
     s.handle_input(clock.at(3), GuardInput::HostWritable);
     // Part of it taken: the rest is offered, not the second message.
-    s.handle_input(clock.at(3), GuardInput::HostTaken(3));
+    s.handle_input(clock.at(3), GuardInput::HostWrote(Ok(3)));
     let GuardOutput::ToHost(rest) = s.poll_output() else {
         panic!("the rest of the first message");
     };
     assert_eq!(rest.bytes(), &first[3..]);
-    s.handle_input(clock.at(3), GuardInput::HostTaken(first.len() - 3));
+    s.handle_input(clock.at(3), GuardInput::HostWrote(Ok(first.len() - 3)));
     let GuardOutput::ToHost(second) = s.poll_output() else {
         panic!("the second message once the first is taken");
     };
@@ -507,7 +510,7 @@ fn outputs(s: &mut GuardSession, at: Stamp) -> Vec<&'static str> {
             }
             GuardOutput::ToHost(b) => {
                 let n = b.take().len();
-                s.handle_input(at, GuardInput::HostTaken(n));
+                s.handle_input(at, GuardInput::HostWrote(Ok(n)));
                 "to_host"
             }
             GuardOutput::Stderr(_) => "stderr",

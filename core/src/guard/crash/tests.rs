@@ -57,7 +57,7 @@ fn drain(s: &mut GuardSession, at: Stamp) -> Drained {
             GuardOutput::ToHost(out) => {
                 let b = out.take();
                 d.to_host.push(String::from_utf8(b.clone()).expect("UTF-8"));
-                s.handle_input(at, crate::GuardInput::HostTaken(b.len()));
+                s.handle_input(at, crate::GuardInput::HostWrote(Ok(b.len())));
                 s.handle_input(at, crate::GuardInput::HostWritten(b.len()));
             }
             GuardOutput::Stderr(b) => d.stderr.push_str(&String::from_utf8_lossy(&b)),
