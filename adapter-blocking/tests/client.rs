@@ -253,6 +253,36 @@ fn g6_timeout_sends_a_cancel_and_the_session_goes_on() {
     client.shutdown();
 }
 
+/// `wait_timeout` gives the outcome once; asked again, `SessionClosed`,
+/// at once, and the session goes on.
+#[test]
+fn wait_timeout_gives_the_outcome_once() {
+    let client = start(&[], options(4 << 20));
+    let mut pending = client.start_request("ping", None, None).expect("sent");
+    let first = pending
+        .wait_timeout(Duration::from_secs(30))
+        .expect("answered within 30 s");
+    assert!(first.is_ok(), "{first:?}");
+    let t = Instant::now();
+    let again = pending.wait_timeout(Duration::from_secs(30));
+    assert!(
+        matches!(
+            again,
+            Some(Err(RequestError::Failed(RequestFailure::SessionClosed)))
+        ),
+        "{again:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    drop(pending);
+    ping(&client);
+    assert_eq!(
+        client.metrics().expect("live").cancels_sent,
+        0,
+        "nothing to cancel"
+    );
+    client.shutdown();
+}
+
 #[test]
 fn g6_dropping_a_pending_request_cancels_it() {
     let client = start(&[], options(4 << 20));
