@@ -164,6 +164,8 @@ impl Reactor {
                 return r;
             }
             self.wake.sleeping.store(true, Ordering::SeqCst);
+            // Woken already: no poll, and none of the last poll's events again.
+            events.clear();
             if !self.wake.woken.load(Ordering::SeqCst) {
                 let timeout = self
                     .next_deadline()
