@@ -7,13 +7,14 @@
 //! ([`ProcessGroup`]), reading an exit status in the core's terms, spawning a
 //! server tied to this process's life
 //! ([`spawn_tied`]), switching this process's stdin/stdout pipes to
-//! non-blocking mode for `serve` ([`NonBlockingStdio`]), and writing this
-//! process's stderr without ever blocking ([`NonBlockingStderr`]), and
+//! non-blocking mode for `serve` ([`NonBlockingStdio`]), writing this
+//! process's stderr without ever blocking ([`NonBlockingStderr`]),
 //! confining a child in its `mcp_stdio_core::Sandbox`
-//! ([`sandbox`], Linux). The core decides when; this crate does it. No async
-//! runtime. The `unsafe` blocks are the `pre_exec` hooks (the request to kill
-//! the child when we die, and the sandbox's confinement) and the `unshare`
-//! inside the latter.
+//! ([`sandbox`], Linux), and keeping the per-user runtime folder and the
+//! guard's status sockets in it ([`runtime_dir`], Unix). The core decides
+//! when; this crate does it. No async runtime. The `unsafe` blocks are the
+//! `pre_exec` hooks (the request to kill the child when we die, and the
+//! sandbox's confinement) and the `unshare` inside the latter.
 //!
 //! ## Example: a server in its own group, in a sandbox
 //!
@@ -58,6 +59,8 @@ pub mod log_relay;
 #[cfg(unix)]
 pub mod pipe_io;
 pub mod poll_once;
+#[cfg(unix)]
+pub mod runtime_dir;
 pub mod sandbox;
 
 use mcp_stdio_core::Signal;
