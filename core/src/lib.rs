@@ -174,6 +174,7 @@ mod process;
 mod records;
 mod serve;
 mod session;
+mod status;
 mod time;
 mod wire;
 
@@ -298,6 +299,10 @@ pub use guard::restart::{
     MAX_SUBSCRIPTION_URI_BYTES, REPLAY_ID_PREFIX, REPLAY_TIMEOUT, RESTART_RESET_AFTER,
     SERVER_CRASHED,
 };
+pub use guard::status::{
+    ByteCounts, GuardStatus, OperationLatency, ProcessStats, RequestCounts, ServerName,
+    StatusIdentity, StderrCounts, StreamCounts, MAX_STATUS_OPERATIONS,
+};
 pub use guard::{
     GuardAction, GuardConfig, GuardInput, GuardOutput, GuardReport, GuardSession,
     DEFAULT_FINAL_FLUSH, DEFAULT_MAX_WAITING_RECORDS, DEFAULT_STDERR_FORWARD, EXIT_GUARD_CLOSED,
@@ -315,4 +320,9 @@ pub use serve::{
     result_budget, ServeAction, ServeEnd, ServeInput, ServeLifecycle, ServeOptions, ServeOutput,
     ServeReport, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HELPER_GRACE, EXIT_WRITE_GRACE,
     RESULT_ENVELOPE_HEADROOM,
+};
+pub use status::{
+    Admission, StatusConn, StatusOutput, StatusPort, StatusPortCounters, StatusRequest,
+    MAX_STATUS_CLIENTS, MAX_STATUS_LOG_BYTES, MAX_STATUS_REPLY, MAX_STATUS_REQUEST,
+    STATUS_CLIENT_DEADLINE, STATUS_SCHEMA,
 };

@@ -11,6 +11,7 @@ pub(crate) mod pin;
 pub(crate) mod proxy;
 pub(crate) mod restart;
 mod secrets;
+pub(crate) mod status;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -532,6 +533,10 @@ pub struct GuardSession {
     /// The servers of this session: which is up, the crashes, restarts.
     lives: crash::Lives,
     secrets: SessionSecrets,
+    /// Calls counted as their records are given, for the status.
+    calls: status::CallStats,
+    /// Signals given to the server's group ([`GuardAction::SignalServerGroup`]).
+    signals_sent: u64,
 }
 
 impl GuardSession {
@@ -566,6 +571,8 @@ impl GuardSession {
             host_signals: 0,
             lives: crash::Lives::default(),
             secrets: SessionSecrets::new(&config.secrets),
+            calls: status::CallStats::default(),
+            signals_sent: 0,
             config,
         }
     }
@@ -676,6 +683,9 @@ impl GuardSession {
             return GuardOutput::Action(action);
         }
         if let Some(action) = self.poll_action() {
+            if matches!(action, GuardAction::SignalServerGroup(_)) {
+                self.signals_sent += 1;
+            }
             if matches!(action, GuardAction::CloseHostOutput) {
                 self.proxy.host_outbox_mut().clear_writing();
             }
@@ -684,7 +694,10 @@ impl GuardSession {
         if let Some(entry) = self.proxy.poll_entry() {
             self.records_given += 1;
             return match entry {
-                Entry::Call(record) => GuardOutput::Record(self.secrets.record(record)),
+                Entry::Call(record) => {
+                    self.calls.see(&record);
+                    GuardOutput::Record(self.secrets.record(record))
+                }
                 Entry::Phase(phase) => GuardOutput::Phase(phase),
             };
         }

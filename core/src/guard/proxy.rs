@@ -490,6 +490,9 @@ struct State {
     /// to `initialize`, or a request's `_meta` (at most
     /// [`MAX_VERSION_BYTES`]).
     protocol_version: Option<String>,
+    /// The server's `serverInfo` name and version from its handshake
+    /// answer, each cut to [`MAX_VERSION_BYTES`] characters.
+    server_info: Option<(String, String)>,
     next_call: u64,
     noise_shown: u64,
     metrics: ProxyMetrics,
@@ -527,6 +530,7 @@ impl Proxy {
                 cancelled_progress: RecentIds::new(config.max_cancelled),
                 tasks: VecDeque::new(),
                 protocol_version: None,
+                server_info: None,
                 next_call: 1,
                 noise_shown: 0,
                 metrics: ProxyMetrics {
@@ -556,7 +560,6 @@ impl Proxy {
         &self.state.metrics
     }
 
-    #[cfg(any(test, feature = "fuzzing"))]
     /// Bytes waiting for the host: queued here plus taken by the adapter and
     /// not yet reported written.
     pub(crate) fn host_backlog(&self) -> usize {
@@ -586,7 +589,14 @@ impl Proxy {
         self.state.protocol_version.as_deref()
     }
 
-    #[cfg(any(test, feature = "fuzzing"))]
+    /// The server's name and version, as its handshake answer gave them.
+    pub(crate) fn server_info(&self) -> Option<(&str, &str)> {
+        self.state
+            .server_info
+            .as_ref()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
     /// Requests being tracked now.
     pub(crate) fn tracked(&self) -> usize {
         self.state.tracked.len()
@@ -1325,10 +1335,23 @@ impl State {
             protocol_version: Option<String>,
             #[serde(default)]
             supported_versions: Option<Vec<String>>,
+            #[serde(default)]
+            server_info: Option<Info>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Info {
+            #[serde(default)]
+            name: String,
+            #[serde(default)]
+            version: String,
         }
         let Ok(answer) = serde_json::from_str::<Answer>(result) else {
             return String::new();
         };
+        if let Some(info) = answer.server_info {
+            let cut = |s: &str| s.chars().take(MAX_VERSION_BYTES).collect::<String>();
+            self.server_info = Some((cut(&info.name), cut(&info.version)));
+        }
         if let Some(v) = answer
             .protocol_version
             .filter(|v| v.len() <= MAX_VERSION_BYTES)

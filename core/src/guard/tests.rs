@@ -3,6 +3,7 @@
 use super::*;
 use crate::process::supervisor::EndedBy;
 use crate::records::call::CallState;
+use crate::{ProcessStats, StatusIdentity, StatusPortCounters};
 
 struct Clock {
     base: Instant,
@@ -619,4 +620,111 @@ fn a_host_write_result_is_judged_by_the_session() {
         actions(&mut s),
         [GuardAction::CloseHostOutput, GuardAction::CloseServerStdin]
     );
+}
+
+/// Drains every output, taking what is offered to either side whole.
+fn drain_all(s: &mut GuardSession) {
+    loop {
+        match s.poll_output() {
+            GuardOutput::ToServer(out) => {
+                let n = out.bytes().len();
+                s.handle_input_written_to_server(n);
+            }
+            GuardOutput::ToHost(out) => {
+                let n = out.bytes().len();
+                s.handle_input(clock_free(), GuardInput::HostWrote(Ok(n)));
+            }
+            GuardOutput::Timeout(_) => break,
+            _ => {}
+        }
+    }
+}
+
+fn clock_free() -> Stamp {
+    Stamp::new(Instant::now(), 1_700_000_000_000)
+}
+
+impl GuardSession {
+    fn handle_input_written_to_server(&mut self, n: usize) {
+        self.handle_input(clock_free(), GuardInput::ServerWritten(Ok(n)));
+    }
+}
+
+/// F3: the status counts the calls by how they ended, keeps each
+/// operation's latency, names the server, and masks nothing it need not.
+#[test]
+fn f3_the_status_counts_calls_and_names_the_server() {
+    let (mut s, clock) = session(1 << 20);
+    let init = b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"h\",\"version\":\"1\"}}}\n";
+    s.handle_host(clock.at(1), init);
+    drain_all(&mut s);
+    let identity = StatusIdentity {
+        name: "weather".into(),
+        guard_pid: 7,
+        command: vec!["srv".into(), "--flag".into()],
+        ..StatusIdentity::default()
+    };
+    let st = s.status(
+        &identity,
+        ProcessStats::default(),
+        StatusPortCounters::default(),
+    );
+    assert_eq!(st.state, "starting");
+    assert_eq!(st.requests.in_flight, 1);
+    s.handle_server_stdout(
+        clock.at(3),
+        b"{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"serverInfo\":{\"name\":\"weather-srv\",\"version\":\"2.1\"}}}\n",
+    );
+    drain_all(&mut s);
+    for (i, (method, at, answer)) in [
+        ("ping", 10, "\"result\":{}"),
+        ("ping", 20, "\"result\":{}"),
+        (
+            "tools/list",
+            40,
+            "\"error\":{\"code\":-32601,\"message\":\"no\"}",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = i + 1;
+        let req = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\"}}\n");
+        s.handle_host(clock.at(at), req.as_bytes());
+        drain_all(&mut s);
+        let resp = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},{answer}}}\n");
+        s.handle_server_stdout(clock.at(at + 3), resp.as_bytes());
+        drain_all(&mut s);
+    }
+    let st = s.status(
+        &identity,
+        ProcessStats::default(),
+        StatusPortCounters::default(),
+    );
+    assert_eq!(st.state, "running");
+    assert_eq!(st.protocol_version.as_deref(), Some("2025-06-18"));
+    let server = st.server.as_ref().expect("serverInfo");
+    assert_eq!(
+        (server.name.as_str(), server.version.as_str()),
+        ("weather-srv", "2.1")
+    );
+    let r = st.requests;
+    assert_eq!((r.total, r.in_flight, r.ok, r.error), (4, 0, 3, 1), "{r:?}");
+    let ping = st
+        .latency
+        .iter()
+        .find(|l| l.operation == "ping")
+        .expect("ping");
+    assert_eq!((ping.calls, ping.errors, ping.p50_ms), (2, 0, Some(5)));
+    let list = st
+        .latency
+        .iter()
+        .find(|l| l.operation == "tools/list")
+        .expect("list");
+    assert_eq!((list.calls, list.errors), (1, 1));
+    assert_eq!(st.command, ["srv", "--flag"]);
+    assert_eq!(st.schema, crate::STATUS_SCHEMA);
+    let json = serde_json::to_value(&st).expect("json");
+    assert_eq!(json["name"], "weather");
+    assert!(json["stream"]["largest_frame"].as_u64() > Some(0));
 }
