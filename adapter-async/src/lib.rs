@@ -96,6 +96,8 @@ pub use helper::{
 pub use io::{FuturesIo, Sink, Source};
 #[cfg(feature = "mio")]
 pub use mio_rt::{wait, Mio, MioFd, MioTimer};
+#[cfg(unix)]
+pub use pipe::Listener;
 pub use pipe::Pipe;
 pub use runtime::{BoxFuture, DeadlineTimer, Interest, IoOp, IoPoll, Readiness, Runtime, Timer};
 pub use serve::{

@@ -48,3 +48,48 @@ impl<R: Runtime> Pipe<R> {
             .poll_io(cx, Interest::Write, &mut |fd| pipe_io::write(fd, bytes))
     }
 }
+
+/// A listening Unix socket in the runtime's reactor: each accept is one
+/// system call, made when the runtime reports a connection waiting, and
+/// gives a non-blocking descriptor (wrap it in a [`Pipe`]).
+#[cfg(unix)]
+pub struct Listener<R: Runtime> {
+    fd: R::Fd,
+}
+
+#[cfg(unix)]
+impl<R: Runtime> fmt::Debug for Listener<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Listener").field("fd", &self.fd).finish()
+    }
+}
+
+#[cfg(unix)]
+impl<R: Runtime> Listener<R> {
+    /// Makes `listener` non-blocking and registers it with `rt`.
+    ///
+    /// # Errors
+    /// `fcntl` failed, or the reactor refused the descriptor.
+    pub fn new(rt: &R, listener: std::os::unix::net::UnixListener) -> io::Result<Self> {
+        listener.set_nonblocking(true)?;
+        Ok(Self {
+            fd: rt.register(OwnedFd::from(listener))?,
+        })
+    }
+
+    /// The next waiting connection, when one is there.
+    pub fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
+        let mut accepted = None;
+        let r = self.fd.poll_io(cx, Interest::Read, &mut |fd| {
+            accepted = Some(mcp_stdio_sys::runtime_dir::accept(fd)?);
+            Ok(0)
+        });
+        r.map(|r| {
+            r.and_then(|_| {
+                accepted
+                    .take()
+                    .ok_or_else(|| io::ErrorKind::WouldBlock.into())
+            })
+        })
+    }
+}

@@ -4,6 +4,7 @@
 //! - `check`: the release-gate battery against any server;
 //! - `verify`: offline verification of a guard's audit log.
 //! - `pin`: review and accept the tool definitions `guard --pin` pinned.
+//! - `ps`, `logs`: the running guards of this user, and a server's stderr.
 //!
 //! stdout belongs to the protocol (G13): `guard` writes only protocol
 //! messages there; everything a person reads goes to stderr, except the
@@ -19,6 +20,8 @@ use clap::{Parser, Subcommand};
 mod check;
 mod config;
 mod diagnose;
+#[cfg(unix)]
+mod fleet;
 mod guard;
 mod pin;
 mod stderr_sink;
@@ -44,6 +47,12 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// Review and accept the tool definitions `guard --pin FILE` pinned and saw change.
     Pin(pin::PinArgs),
+    /// List the running guards of this user: name, state, calls, errors, latency, memory, CPU.
+    #[cfg(unix)]
+    Ps(fleet::PsArgs),
+    /// Print a guarded server's kept stderr (by its name or its guard's pid).
+    #[cfg(unix)]
+    Logs(fleet::LogsArgs),
     /// The deliberately misbehaving MCP server that `check` runs when given no command.
     #[command(hide = true)]
     BuiltinServer(check::builtin::BuiltinArgs),
@@ -99,6 +108,10 @@ fn main() -> ExitCode {
         Command::Check(args) => runtime().block_on(check::run(args)),
         Command::Verify(args) => verify::run(&args),
         Command::Pin(args) => pin::run(&args),
+        #[cfg(unix)]
+        Command::Ps(args) => fleet::ps(&args),
+        #[cfg(unix)]
+        Command::Logs(args) => fleet::logs(&args),
         Command::BuiltinServer(args) => check::builtin::run(&args),
     }
 }

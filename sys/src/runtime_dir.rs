@@ -42,7 +42,7 @@
 use std::fmt;
 use std::fs;
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -242,6 +242,16 @@ pub fn peer_uid(fd: BorrowedFd<'_>) -> io::Result<u32> {
         io::ErrorKind::Unsupported,
         "the peer's uid is read on Linux only",
     ))
+}
+
+/// One connection from a listening socket's queue: non-blocking and
+/// close-on-exec (`WouldBlock` when none waits).
+pub fn accept(listener: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    use rustix::net::{accept_with, SocketFlags};
+    Ok(accept_with(
+        listener,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+    )?)
 }
 
 /// What is at a socket path.

@@ -36,6 +36,7 @@ use mcp_stdio_tokio::driver::{DeadlineTimer, Pipe, Sink, Source};
 use mcp_stdio_tokio::leader::Leader;
 use mcp_stdio_tokio::runtime::Tokio;
 
+use super::announce::Announced;
 use super::audit_log::AuditLog;
 use crate::pin::PinWriter;
 
@@ -252,6 +253,8 @@ struct GuardLoop<'a> {
     /// The pin file's writer (`--pin`): takes `GuardOutput::Pins` without waiting.
     pins: Option<&'a PinWriter>,
     terminate: Terminate,
+    /// The status socket and its clients (none with `--no-announce`).
+    status: Option<Announced>,
     timer: DeadlineTimer<Tokio>,
     /// The session's next deadline, from its last drained output.
     deadline: Option<Instant>,
@@ -264,8 +267,7 @@ pub(super) async fn drive(
     rt: &Tokio,
     session: &mut GuardSession,
     (spec, leader, pipes): (&CommandSpec, Leader, ServerPipes),
-    audit: Option<AuditLog>,
-    pins: Option<&PinWriter>,
+    (audit, pins, status): (Option<AuditLog>, Option<&PinWriter>, Option<Announced>),
 ) -> u8 {
     let mut first_read = None;
     let host_in = match Stdin::new(rt) {
@@ -298,6 +300,7 @@ pub(super) async fn drive(
         audit_wait: None,
         pins,
         terminate: Terminate::new(),
+        status,
         timer: DeadlineTimer::new(rt),
         deadline: None,
         ending: None,
@@ -334,6 +337,7 @@ impl GuardLoop<'_> {
                 Self::poll_server_stderr,
                 Self::poll_host_stdin,
                 Self::poll_audit,
+                Self::poll_status,
                 Self::poll_terminate,
                 Self::poll_timer,
             ] {
@@ -486,9 +490,26 @@ impl GuardLoop<'_> {
         }
     }
 
+    /// The status socket's clients: accepted, read, answered, written as
+    /// far as each takes now (a client never slows the session: G1).
+    fn poll_status(&mut self, cx: &mut Context<'_>, at: Stamp) -> bool {
+        let Some(status) = self.status.as_mut() else {
+            return false;
+        };
+        status.poll(cx, at.instant, self.session, self.leader.pid())
+    }
+
     fn poll_timer(&mut self, cx: &mut Context<'_>, _at: Stamp) -> bool {
-        match self.timer.poll(cx, self.deadline) {
+        let clients = self.status.as_ref().and_then(Announced::deadline);
+        let deadline = match (self.deadline, clients) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match self.timer.poll(cx, deadline) {
             Poll::Ready(now) => {
+                if let Some(status) = self.status.as_mut() {
+                    status.handle_timeout(now);
+                }
                 self.session.handle_input(stamp(now), GuardInput::Timeout);
                 true
             }

@@ -9,6 +9,7 @@
 //! keeps its tail (G10), drops anything for a cancelled id (G6), runs the
 //! shutdown sequence (G11), and can write a hash-chained audit log (G12).
 
+mod announce;
 mod audit_log;
 mod drive;
 mod ended;
@@ -86,6 +87,13 @@ pub(crate) struct GuardArgs {
     /// Write the session's metrics as JSON to FILE at exit.
     #[arg(long, value_name = "FILE", help_heading = "Audit and metrics")]
     pub(crate) metrics: Option<PathBuf>,
+    /// The server's name in `mcp-stdio ps` and `logs` (default: the server program's file
+    /// name).
+    #[arg(long, value_name = "NAME", help_heading = "Status and logs")]
+    pub(crate) name: Option<String>,
+    /// Open no status socket: `mcp-stdio ps` and `logs` do not see this guard.
+    #[arg(long, help_heading = "Status and logs")]
+    pub(crate) no_announce: bool,
     /// The server command and its arguments: everything from the first argument that is not
     /// an option of the guard's (a `--` before it is allowed). No shell is involved.
     #[arg(
@@ -148,6 +156,43 @@ fn sandboxed(
     let record = plan.record(&sb);
     server.sandbox(sb);
     Ok(Some((record, tmp)))
+}
+
+/// Who this guard is, for its status: `--name` (or the server program's
+/// file name), the pids, the host's program, the command, the start.
+fn identity(
+    args: &GuardArgs,
+    spec: &CommandSpec,
+    sandbox: Option<&SandboxRecord>,
+    settings: &GuardSettings,
+) -> mcp_stdio_core::StatusIdentity {
+    let program = std::path::Path::new(spec.get_program());
+    let name = args.name.clone().unwrap_or_else(|| {
+        program
+            .file_name()
+            .unwrap_or(program.as_os_str())
+            .to_string_lossy()
+            .into_owned()
+    });
+    let host_pid = std::os::unix::process::parent_id();
+    let host_program = std::fs::read_to_string(format!("/proc/{host_pid}/comm"))
+        .ok()
+        .map(|c| c.trim_end().to_owned());
+    let command = std::iter::once(spec.get_program())
+        .chain(spec.get_args().iter().map(|a| a.as_os_str()))
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    mcp_stdio_core::StatusIdentity {
+        name,
+        guard_pid: std::process::id(),
+        host_pid: Some(host_pid),
+        host_program,
+        command,
+        started_unix_ms: stamp(Instant::now()).unix_ms,
+        audit_log: args.audit.as_ref().map(|p| p.display().to_string()),
+        sandbox: sandbox.map(|_| "on".to_owned()),
+        pins: settings.pin.as_ref().map(|p| p.path.display().to_string()),
+    }
 }
 
 /// Runs the guard; returns the process exit status.
@@ -275,12 +320,17 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         config.audit_gate(Some(DEFAULT_MAX_WAITING_RECORDS));
     }
     let mut session = GuardSession::new(config);
+    let announced = (!args.no_announce)
+        .then(|| {
+            let identity = identity(&args, &spec, sandbox_record.as_ref(), &settings);
+            announce::announce(&rt, identity)
+        })
+        .flatten();
     let code = drive::drive(
         &rt,
         &mut session,
         (&server_spec, leader, pipes),
-        audit,
-        pin_writer.as_ref(),
+        (audit, pin_writer.as_ref(), announced),
     )
     .await;
     if let Some(w) = pin_writer {

@@ -1,0 +1,214 @@
+//! The guard's status socket (F3): `<runtime folder>/<guard pid>.sock`, served
+//! by the guard's own loop on the driver's pieces (a `Listener`, a `Pipe`
+//! per client). Every decision is the core's `StatusPort`'s (who is served,
+//! what is asked, who is dropped: G1); this side accepts, reads, writes
+//! what a socket takes now, closes, and measures the server's group in
+//! `/proc` when the status is asked for.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use mcp_stdio_core::{Admission, GuardSession, ProcessStats, StatusIdentity, StatusOutput};
+use mcp_stdio_core::{StatusConn, StatusPort, StatusRequest, MAX_STATUS_REQUEST};
+use mcp_stdio_tokio::driver::{Listener, Pipe};
+use mcp_stdio_tokio::runtime::Tokio;
+
+/// Connections accepted per turn (more wait for the next turn).
+const ACCEPTS_PER_TURN: usize = 8;
+
+/// The status socket and its clients.
+pub(super) struct Announced {
+    rt: Tokio,
+    listener: Listener<Tokio>,
+    path: PathBuf,
+    port: StatusPort,
+    clients: Vec<(StatusConn, Pipe<Tokio>)>,
+    identity: StatusIdentity,
+    uid: u32,
+    buf: Vec<u8>,
+}
+
+impl Drop for Announced {
+    fn drop(&mut self) {
+        // Gone with the guard: `ps` lists live guards only.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Opens the status socket; `None` (with one line on stderr saying why)
+/// when the runtime folder or the socket cannot be had: the guard then runs
+/// unannounced.
+pub(super) fn announce(rt: &Tokio, identity: StatusIdentity) -> Option<Announced> {
+    let opened = (|| {
+        let dir = mcp_stdio_sys::runtime_dir::runtime_dir().map_err(|e| e.to_string())?;
+        let path = dir.join(format!("{}.sock", identity.guard_pid));
+        let listener = mcp_stdio_sys::runtime_dir::bind_listener(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let listener = Listener::new(rt, listener).map_err(|e| e.to_string())?;
+        Ok::<_, String>((listener, path))
+    })();
+    match opened {
+        Ok((listener, path)) => {
+            tracing::debug!(path = %path.display(), "status socket");
+            Some(Announced {
+                rt: rt.clone(),
+                listener,
+                path,
+                port: StatusPort::new(),
+                clients: Vec::new(),
+                identity,
+                uid: rustix::process::geteuid().as_raw(),
+                buf: vec![0; MAX_STATUS_REQUEST],
+            })
+        }
+        Err(e) => {
+            crate::stderr_sink::line(&format!(
+                "mcp-stdio guard: not announced (`mcp-stdio ps` will not list it): {e}"
+            ));
+            None
+        }
+    }
+}
+
+impl Announced {
+    /// Accepts, reads, answers and writes what the sockets take now; never
+    /// waits. `true` if anything moved.
+    pub(super) fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        now: Instant,
+        session: &mut GuardSession,
+        server_pid: u32,
+    ) -> bool {
+        let mut busy = false;
+        for _ in 0..ACCEPTS_PER_TURN {
+            let Poll::Ready(accepted) = self.listener.poll_accept(cx) else {
+                break;
+            };
+            busy = true;
+            let Ok(fd) = accepted else { continue };
+            let peer = peer_uid(&fd, self.uid);
+            if let Admission::Served(id) = self.port.admit(now, peer, self.uid) {
+                match Pipe::new(&self.rt, fd) {
+                    Ok(pipe) => self.clients.push((id, pipe)),
+                    // Not in the reactor: the port hears it as a closed client.
+                    Err(e) => self.port.handle_read(id, Err(e), &[]),
+                }
+            }
+        }
+        for (id, pipe) in &self.clients {
+            self.port.handle_writable(*id);
+            while self.port.wants_read(*id) {
+                let Poll::Ready(r) = pipe.poll_read(cx, &mut self.buf) else {
+                    break;
+                };
+                busy = true;
+                self.port.handle_read(*id, r, &self.buf);
+            }
+        }
+        while let Some(output) = self.port.poll_output() {
+            match output {
+                StatusOutput::Request(id, request) => {
+                    let answer = match request {
+                        StatusRequest::Logs { bytes } => serde_json::to_vec(&serde_json::json!({
+                            "schema": mcp_stdio_core::STATUS_SCHEMA,
+                            "name": self.identity.name,
+                            "guard_pid": self.identity.guard_pid,
+                            "stderr": session.stderr_newest(bytes),
+                        })),
+                        _ => {
+                            let counters = self.port.counters();
+                            let process = group_usage(server_pid);
+                            serde_json::to_vec(&session.status(&self.identity, process, counters))
+                        }
+                    };
+                    self.port.reply(id, answer.unwrap_or_default());
+                }
+                StatusOutput::Write(id, bytes) => {
+                    let Some((_, pipe)) = self.clients.iter().find(|(c, _)| *c == id) else {
+                        break;
+                    };
+                    let r = match pipe.poll_write(cx, bytes) {
+                        Poll::Ready(r) => r,
+                        Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+                    };
+                    busy |= r.is_ok();
+                    self.port.handle_written(id, r);
+                }
+                StatusOutput::Close(id) => {
+                    self.clients.retain(|(c, _)| *c != id);
+                }
+            }
+        }
+        busy
+    }
+
+    /// The earliest client deadline.
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        self.port.poll_timeout()
+    }
+
+    /// Drops the clients past their deadline.
+    pub(super) fn handle_timeout(&mut self, now: Instant) {
+        self.port.handle_timeout(now);
+    }
+}
+
+/// The peer's uid; where the kernel cannot say (not Linux), the folder's
+/// and the socket's modes (0700, 0600) are what keeps others out.
+fn peer_uid(fd: &std::os::fd::OwnedFd, own: u32) -> io::Result<u32> {
+    match mcp_stdio_sys::runtime_dir::peer_uid(fd.as_fd()) {
+        Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(own),
+        r => r,
+    }
+}
+
+/// The server's process group in `/proc`: members, resident memory, CPU
+/// time (Linux; `pid` alone elsewhere).
+fn group_usage(pgid: u32) -> ProcessStats {
+    let mut stats = ProcessStats {
+        pid: Some(pgid),
+        ..ProcessStats::default()
+    };
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return stats;
+        };
+        let page = rustix::param::page_size() as u64;
+        let tick = rustix::param::clock_ticks_per_second().max(1);
+        let (mut n, mut rss, mut ticks) = (0u32, 0u64, 0u64);
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // Processes come and go while we read: a vanished one is skipped.
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // The fields after the name (which may hold spaces and parentheses).
+            let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 1..)) else {
+                continue;
+            };
+            let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+            let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+            if field(2) != Some(u64::from(pgid)) || matches!(f.first(), Some(&"Z" | &"X")) {
+                continue;
+            }
+            n += 1;
+            ticks += field(11).unwrap_or(0) + field(12).unwrap_or(0);
+            rss += field(21).unwrap_or(0) * page;
+        }
+        stats.processes = Some(n);
+        stats.rss_bytes = Some(rss);
+        stats.cpu_ms = Some(ticks * 1000 / tick);
+    }
+    stats
+}

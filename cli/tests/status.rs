@@ -1,0 +1,373 @@
+//! F3, every running guard can be found and asked: the guard's status
+//! socket, `mcp-stdio ps` and `mcp-stdio logs`, with real guards in front
+//! of the fixture server, each test in a runtime folder of its own
+//! (`XDG_RUNTIME_DIR`). G1 for the socket: a bounded number of clients,
+//! clients that send nothing are dropped at their deadline, and none of it
+//! slows the host's session.
+#![cfg(target_os = "linux")]
+
+#[path = "support/guarded.rs"]
+mod support;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{fixture_server, guard_bin, guard_command, tmp, Guarded};
+
+/// A runtime base of the test's own: `XDG_RUNTIME_DIR` for its guards.
+struct Base(mcp_stdio_tests::TempPath);
+
+impl Base {
+    fn new() -> Self {
+        let t = tmp("xdg");
+        std::fs::create_dir(t.path()).expect("base");
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o700)).expect("0700");
+        Self(t)
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    fn folder(&self) -> PathBuf {
+        self.path().join("mcp-stdio")
+    }
+
+    fn guard(&self, name: &str, server_args: &[&str]) -> Guarded {
+        let base = self.path().to_str().expect("utf-8");
+        let mut cmd = guard_command(
+            &["--name", name],
+            &[&fixture_server()],
+            &[("XDG_RUNTIME_DIR", base)],
+        );
+        cmd.args(server_args);
+        Guarded::spawn(cmd)
+    }
+
+    /// `mcp-stdio ARGS` in this base: (status, stdout, stderr).
+    fn run(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let out = Command::new(guard_bin())
+            .args(args)
+            .env("XDG_RUNTIME_DIR", self.path())
+            .output()
+            .expect("run mcp-stdio");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn ps(&self) -> Vec<Value> {
+        let (code, out, err) = self.run(&["ps", "--json"]);
+        assert_eq!(code, Some(0), "ps: {err}");
+        serde_json::from_str(&out).expect("ps --json is JSON")
+    }
+
+    fn socket(&self, pid: u32) -> PathBuf {
+        self.folder().join(format!("{pid}.sock"))
+    }
+}
+
+fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !done() {
+        assert!(t.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One request on the socket, the answer (all of it, to EOF; nothing when
+/// the guard closed it unanswered, which may reset it).
+fn ask(path: &Path, request: &[u8]) -> Vec<u8> {
+    let mut s = UnixStream::connect(path).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let _ = s.write_all(request);
+    let mut answer = Vec::new();
+    match s.read_to_end(&mut answer) {
+        Ok(_) => answer,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => answer,
+        Err(e) => panic!("no answer: {e}"),
+    }
+}
+
+fn ping(g: &mut Guarded, id: i64) -> Duration {
+    let t = Instant::now();
+    g.send(&json!({"jsonrpc": "2.0", "id": id, "method": "ping"}));
+    let r = g.reply(id);
+    assert!(r.get("result").is_some(), "{r}");
+    t.elapsed()
+}
+
+/// F3: `ps` lists every live guard of this user (20 here) well within a
+/// second, and the socket a SIGKILLed guard left behind is cleaned away.
+#[test]
+fn f3_ps_lists_twenty_guards_and_cleans_a_dead_ones_socket() {
+    let base = Base::new();
+    let mut guards: Vec<Guarded> = (0..20)
+        .map(|i| base.guard(&format!("srv{i:02}"), &[]))
+        .collect();
+    for g in &guards {
+        let sock = base.socket(g.child.id());
+        wait_for("the status socket", Duration::from_secs(20), || {
+            sock.exists()
+        });
+    }
+    let t = Instant::now();
+    let rows = base.ps();
+    let took = t.elapsed();
+    eprintln!("ps over 20 guards: {:.1} ms", took.as_secs_f64() * 1e3);
+    assert_eq!(rows.len(), 20, "{rows:?}");
+    let mut names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names[0], "srv00");
+    assert_eq!(names[19], "srv19");
+    for r in &rows {
+        assert_eq!(r["schema"], 1);
+        assert!(r["process"]["pid"].as_u64().is_some(), "{r}");
+        assert!(r["process"]["rss_bytes"].as_u64() > Some(0), "{r}");
+    }
+    // Generous: the figure itself is printed above.
+    assert!(took < Duration::from_secs(5), "ps took {took:?}");
+    let (code, table, _) = base.run(&["ps"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(table.lines().count(), 21, "{table}");
+    assert!(table.starts_with("NAME"), "{table}");
+
+    // A guard killed outright leaves its socket; `ps` removes it.
+    let mut dead = guards.remove(7);
+    let dead_pid = dead.child.id();
+    dead.child.kill().expect("kill");
+    dead.child.wait().expect("reaped");
+    assert!(base.socket(dead_pid).exists(), "SIGKILL leaves the socket");
+    let rows = base.ps();
+    assert_eq!(rows.len(), 19);
+    assert!(
+        !base.socket(dead_pid).exists(),
+        "ps cleaned the dead guard's socket"
+    );
+    let (code, _, err) = base.run(&["logs", &dead_pid.to_string()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no running guard"), "{err}");
+
+    // A guard that ends as a host ends it removes its own socket.
+    let g = guards.remove(0);
+    let pid = g.child.id();
+    g.close();
+    assert!(!base.socket(pid).exists());
+}
+
+/// G1: clients that connect and send nothing hold at most their slots
+/// (8) until their deadline (2 s); one more is refused at once; the host's
+/// pings go on at their pace all the while, and the port serves again
+/// once they are dropped.
+#[test]
+fn g1_status_clients_that_stall_never_slow_the_session() {
+    let base = Base::new();
+    let mut g = base.guard("stalled", &[]);
+    g.initialize();
+    let sock = base.socket(g.child.id());
+    wait_for("the status socket", Duration::from_secs(10), || {
+        sock.exists()
+    });
+    let silent: Vec<UnixStream> = (0..8)
+        .map(|_| UnixStream::connect(&sock).expect("connect"))
+        .collect();
+    // The ninth is refused: closed without an answer.
+    std::thread::sleep(Duration::from_millis(200));
+    let refused = ask(&sock, b"{\"request\":\"status\"}\n");
+    assert!(refused.is_empty(), "{}", String::from_utf8_lossy(&refused));
+    let mut worst = Duration::ZERO;
+    for id in 1..=20 {
+        worst = worst.max(ping(&mut g, id));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "host pings while 8 status clients stalled: worst {:.1} ms",
+        worst.as_secs_f64() * 1e3
+    );
+    assert!(worst < Duration::from_secs(1), "{worst:?}");
+    // Each silent client is dropped at its deadline: EOF for it.
+    for mut s in silent {
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).expect("closed by the guard");
+        assert!(rest.is_empty());
+    }
+    let status: Value =
+        serde_json::from_slice(&ask(&sock, b"{\"request\":\"status\"}\n")).expect("a status");
+    assert_eq!(status["status_port"]["dropped"], 8, "{status}");
+    assert_eq!(status["status_port"]["refused_full"], 1, "{status}");
+    assert_eq!(status["requests"]["ok"], 21, "{status}");
+    assert!(status["latency"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l["operation"] == "ping"));
+    g.close();
+}
+
+/// Bad input: a request that is not valid gets one error line and the
+/// connection closes; the guard keeps serving.
+#[test]
+fn f3_a_bad_status_request_gets_an_error_and_a_close() {
+    let base = Base::new();
+    let mut g = base.guard("bad-input", &[]);
+    g.initialize();
+    let sock = base.socket(g.child.id());
+    wait_for("the status socket", Duration::from_secs(10), || {
+        sock.exists()
+    });
+    for bad in [
+        &b"status\n"[..],
+        b"{\"request\":\"restart\"}\n",
+        &[b'x'; 2000][..],
+    ] {
+        let answer: Value = serde_json::from_slice(&ask(&sock, bad)).expect("one JSON line");
+        assert!(answer["error"].is_string(), "{answer}");
+    }
+    ping(&mut g, 1);
+    let status: Value =
+        serde_json::from_slice(&ask(&sock, b"{\"request\":\"status\"}\n")).expect("status");
+    assert_eq!(status["status_port"]["bad_requests"], 3);
+    assert_eq!(status["server"]["name"], "fixture-server", "{status}");
+    assert_eq!(status["state"], "running");
+    g.close();
+}
+
+/// `logs` prints the server's kept stderr, by name or by pid.
+#[test]
+fn f3_logs_prints_the_servers_stderr() {
+    let base = Base::new();
+    let mut g = base.guard("noisy", &[]);
+    g.initialize();
+    let pid = g.child.id();
+    wait_for("the status socket", Duration::from_secs(10), || {
+        base.socket(pid).exists()
+    });
+    let (code, out, err) = base.run(&["logs", "noisy", "-n", "50"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("fixture: started pid"), "{out}");
+    let last = out.lines().last().expect("a line").to_owned();
+    let (code, out, err) = base.run(&["logs", &pid.to_string(), "-n", "1"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.lines().collect::<Vec<_>>(), [last.as_str()]);
+    let (code, _, err) = base.run(&["logs", "nobody-by-this-name"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no running guard"), "{err}");
+    g.close();
+}
+
+/// A runtime folder open to others is not used: one line says why, the
+/// guard runs unannounced and serves its host as ever; `--no-announce`
+/// opens nothing.
+#[test]
+fn f3_a_runtime_folder_open_to_others_is_refused() {
+    let base = Base::new();
+    std::fs::create_dir(base.folder()).expect("folder");
+    std::fs::set_permissions(base.folder(), std::fs::Permissions::from_mode(0o755)).expect("0755");
+    let mut g = base.guard("open", &[]);
+    g.initialize();
+    ping(&mut g, 1);
+    assert!(!base.socket(g.child.id()).exists());
+    let (_, err) = g.close();
+    assert!(err.contains("not announced"), "{err}");
+    assert!(err.contains("open to others (mode 0755)"), "{err}");
+    let mode = std::fs::metadata(base.folder())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o755, "left as it was");
+
+    let base = Base::new();
+    let base_path = base.path().to_str().unwrap().to_owned();
+    let cmd = guard_command(
+        &["--no-announce"],
+        &[&fixture_server()],
+        &[("XDG_RUNTIME_DIR", &base_path)],
+    );
+    let mut g = Guarded::spawn(cmd);
+    g.initialize();
+    assert!(!base.socket(g.child.id()).exists());
+    assert!(base.ps().is_empty());
+    g.close();
+}
+
+/// Only the guard's uid is answered: a peer of another uid (`nobody`) is
+/// closed without an answer even when the folder and socket are opened
+/// to it on purpose (the kernel's peer credentials decide, not the modes).
+#[test]
+fn f3_a_peer_of_another_uid_is_refused() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: switching to nobody needs root");
+        return;
+    }
+    let base = Base::new();
+    let mut g = base.guard("private", &[]);
+    g.initialize();
+    let sock = base.socket(g.child.id());
+    wait_for("the status socket", Duration::from_secs(10), || {
+        sock.exists()
+    });
+    // Open the way to the socket, as a careless chmod would.
+    let above = base.path().parent().expect("the test's folder").to_owned();
+    for (p, mode) in [
+        (above.as_path(), 0o755),
+        (base.path(), 0o755),
+        (&base.folder(), 0o755),
+        (&sock, 0o777),
+    ] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    // What nobody gets: the bytes of an answer (0 when closed or reset unanswered).
+    let script = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sys.argv[1])
+d = b""
+try:
+    s.sendall(b'{"request":"status"}\n')
+    while True:
+        c = s.recv(65536)
+        if not c:
+            break
+        d += c
+except ConnectionResetError:
+    pass
+print(len(d))
+"#;
+    use std::os::unix::process::CommandExt;
+    let out = match Command::new("python3")
+        .args(["-c", script])
+        .arg(&sock)
+        .uid(65534)
+        .gid(65534)
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("skipped: python3 as nobody: {e}");
+            g.close();
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim(), "0", "nobody got an answer");
+    let status: Value =
+        serde_json::from_slice(&ask(&sock, b"{\"request\":\"status\"}\n")).expect("status");
+    assert_eq!(status["status_port"]["refused_other_user"], 1, "{status}");
+    g.close();
+}
