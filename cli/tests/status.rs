@@ -371,3 +371,51 @@ print(len(d))
     assert_eq!(status["status_port"]["refused_other_user"], 1, "{status}");
     g.close();
 }
+
+/// Context switches of every thread of `pid` so far.
+fn switches(pid: u32) -> u64 {
+    let mut n = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .flatten()
+    {
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        for line in status.lines() {
+            if let Some(v) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                n += v.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    n
+}
+
+/// F3, free when idle: an announced guard with nothing to do sleeps (its
+/// socket costs no wake-up), and a status request wakes it once.
+#[test]
+fn f3_an_idle_announced_guard_makes_no_wake_ups() {
+    let base = Base::new();
+    let mut g = base.guard("idle", &[]);
+    g.initialize();
+    let pid = g.child.id();
+    wait_for("the status socket", Duration::from_secs(10), || {
+        base.socket(pid).exists()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let before = switches(pid);
+    std::thread::sleep(Duration::from_secs(3));
+    let idle = switches(pid) - before;
+    let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    eprintln!("idle announced guard: {idle} context switches in 3 s; RSS {rss_kib} KiB");
+    assert!(idle <= 1, "{idle} wake-ups while idle");
+    assert_eq!(base.ps().len(), 1);
+    assert!(switches(pid) > before + idle, "a request wakes it");
+    g.close();
+}

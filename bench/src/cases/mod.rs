@@ -194,14 +194,21 @@ pub(crate) fn guard() -> PathBuf {
 }
 
 /// The server command of `scenario`, run directly or behind `mcp-stdio guard`
-/// (wire limit [`LARGE_LIMIT`] both ways, so the 8 MiB response passes).
+/// (wire limit [`LARGE_LIMIT`] both ways, so the 8 MiB response passes;
+/// `MCP_STDIO_BENCH_GUARD_FLAGS` adds guard flags).
 pub(crate) fn command_for(scenario: &str, guarded: bool) -> mcp_stdio_core::CommandSpec {
     let server = server_for(scenario);
     if !guarded {
         return mcp_stdio_core::CommandSpec::new(server);
     }
     let mut spec = mcp_stdio_core::CommandSpec::new(guard());
-    spec.args(["guard", "--max-frame", &LARGE_LIMIT.to_string(), "--"]);
+    spec.args(["guard", "--max-frame", &LARGE_LIMIT.to_string()]);
+    // Extra guard flags for a side-by-side of two guard settings
+    // (`--no-announce` against the default, say), split on whitespace.
+    if let Some(flags) = std::env::var_os("MCP_STDIO_BENCH_GUARD_FLAGS") {
+        spec.args(flags.to_string_lossy().split_whitespace());
+    }
+    spec.arg("--");
     spec.arg(server);
     spec
 }

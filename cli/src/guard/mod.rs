@@ -158,6 +158,53 @@ fn sandboxed(
     Ok(Some((record, tmp)))
 }
 
+/// A server's name when `--name` gives none: the program's file name, or,
+/// for a launcher (`npx`, `uvx`, `node`, `python`, `uv run`, `docker
+/// run`…), the package or script it runs: `npx -y @scope/server-x@1.2`
+/// is `server-x`, `node build/index.js` is `index`.
+fn default_name(spec: &CommandSpec) -> String {
+    const LAUNCHERS: &[&str] = &[
+        "npx", "pnpx", "bunx", "uvx", "pipx", "uv", "node", "nodejs", "deno", "bun", "python",
+        "python3", "docker", "podman",
+    ];
+    let base = |s: &std::ffi::OsStr| {
+        std::path::Path::new(s)
+            .file_name()
+            .unwrap_or(s)
+            .to_string_lossy()
+            .into_owned()
+    };
+    let program = base(spec.get_program());
+    if !LAUNCHERS.contains(&program.as_str()) {
+        return program;
+    }
+    let words = spec.get_args().iter().map(|a| a.to_string_lossy());
+    let Some(target) = words
+        .filter(|w| !w.starts_with('-'))
+        .find(|w| !matches!(w.as_ref(), "run" | "x" | "exec" | "tool" | "dlx"))
+    else {
+        return program;
+    };
+    // `@scope/name@version` → `name`; `path/to/index.js` → `index`.
+    let unscoped = target.rsplit('/').next().unwrap_or(&target);
+    let unversioned = match unscoped.rfind('@') {
+        Some(i) if i > 0 => &unscoped[..i],
+        _ => unscoped,
+    };
+    let name = unversioned
+        .rsplit_once(':')
+        .map_or(unversioned, |(image, _tag)| image);
+    let name = [".js", ".mjs", ".cjs", ".ts", ".py"]
+        .iter()
+        .find_map(|ext| name.strip_suffix(ext))
+        .unwrap_or(name);
+    if name.is_empty() {
+        program
+    } else {
+        name.to_owned()
+    }
+}
+
 /// Who this guard is, for its status: `--name` (or the server program's
 /// file name), the pids, the host's program, the command, the start.
 fn identity(
@@ -166,14 +213,7 @@ fn identity(
     sandbox: Option<&SandboxRecord>,
     settings: &GuardSettings,
 ) -> mcp_stdio_core::StatusIdentity {
-    let program = std::path::Path::new(spec.get_program());
-    let name = args.name.clone().unwrap_or_else(|| {
-        program
-            .file_name()
-            .unwrap_or(program.as_os_str())
-            .to_string_lossy()
-            .into_owned()
-    });
+    let name = args.name.clone().unwrap_or_else(|| default_name(spec));
     let host_pid = std::os::unix::process::parent_id();
     let host_program = std::fs::read_to_string(format!("/proc/{host_pid}/comm"))
         .ok()
@@ -357,4 +397,35 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         }
     }
     ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_servers_default_name_is_what_a_launcher_runs() {
+        let name = |argv: &[&str]| default_name(&CommandSpec::from_argv(argv).expect("argv"));
+        assert_eq!(
+            name(&["/usr/local/bin/weather-server", "--port", "1"]),
+            "weather-server"
+        );
+        assert_eq!(
+            name(&["npx", "-y", "@modelcontextprotocol/server-everything"]),
+            "server-everything"
+        );
+        assert_eq!(
+            name(&["npx", "-y", "@scope/server-x@1.2.3", "stdio"]),
+            "server-x"
+        );
+        assert_eq!(name(&["uvx", "mcp-server-fetch"]), "mcp-server-fetch");
+        assert_eq!(name(&["node", "build/index.js"]), "index");
+        assert_eq!(name(&["python3", "-u", "srv/server.py"]), "server");
+        assert_eq!(name(&["uv", "run", "server.py"]), "server");
+        assert_eq!(
+            name(&["docker", "run", "-i", "--rm", "mcp/github:latest"]),
+            "github"
+        );
+        assert_eq!(name(&["npx"]), "npx");
+    }
 }
