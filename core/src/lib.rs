@@ -283,6 +283,7 @@ pub use driver::{
     CallCancel, CancelHandle, CancelRegistry, ClientDriver, Command, DriverAction, DriverInput,
     DriverOutput, LookForExit, Outcome, ReplyChannel, StartReply, Started, ABANDONED,
 };
+pub use guard::log_copy::{MAX_LOG_LINE, MAX_LOG_PENDING};
 pub use guard::pin::{
     DigestFn, PinChange, PinChangeKind, PinDigest, PinError, PinMetrics, PinPolicy, PinUpdate,
     PinnedDefinition, ToolDefinition, ToolDigest, ToolPins, MAX_CHANGES_IN_ERROR,

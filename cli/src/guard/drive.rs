@@ -38,6 +38,7 @@ use mcp_stdio_tokio::runtime::Tokio;
 
 use super::announce::Announced;
 use super::audit_log::AuditLog;
+use super::log_file::LogFile;
 use crate::pin::PinWriter;
 
 /// How long the audit log may take to reach the disk at exit.
@@ -255,6 +256,8 @@ struct GuardLoop<'a> {
     terminate: Terminate,
     /// The status socket and its clients (none with `--no-announce`).
     status: Option<Announced>,
+    /// The log file's writer (`--log-file`): takes `GuardOutput::Log` without waiting.
+    log: Option<&'a LogFile>,
     timer: DeadlineTimer<Tokio>,
     /// The session's next deadline, from its last drained output.
     deadline: Option<Instant>,
@@ -268,6 +271,7 @@ pub(super) async fn drive(
     session: &mut GuardSession,
     (spec, leader, pipes): (&CommandSpec, Leader, ServerPipes),
     (audit, pins, status): (Option<AuditLog>, Option<&PinWriter>, Option<Announced>),
+    log: Option<&LogFile>,
 ) -> u8 {
     let mut first_read = None;
     let host_in = match Stdin::new(rt) {
@@ -301,6 +305,7 @@ pub(super) async fn drive(
         pins,
         terminate: Terminate::new(),
         status,
+        log,
         timer: DeadlineTimer::new(rt),
         deadline: None,
         ending: None,
@@ -593,6 +598,11 @@ impl GuardLoop<'_> {
                 GuardOutput::Stderr(bytes) => {
                     crate::stderr_sink::write(&bytes);
                 }
+                GuardOutput::Log(lines) => {
+                    if let Some(log) = self.log {
+                        log.push(lines);
+                    }
+                }
                 GuardOutput::Timeout(deadline) => {
                     // The turn's records go to the writer in one batch.
                     if let Some(a) = self.audit.as_mut() {
@@ -700,6 +710,11 @@ impl GuardLoop<'_> {
                 GuardOutput::Stderr(bytes) => {
                     crate::stderr_sink::write(&bytes);
                 }
+                GuardOutput::Log(lines) => {
+                    if let Some(log) = self.log {
+                        log.push(lines);
+                    }
+                }
                 GuardOutput::Pins(update) => {
                     if let Some(w) = self.pins {
                         w.send(update);
@@ -718,6 +733,7 @@ impl GuardLoop<'_> {
             return exit_code;
         };
         let session = &mut *self.session;
+        let log = self.log;
         let flush = std::future::poll_fn(|cx| loop {
             match session.poll_output() {
                 GuardOutput::ToHost(message) => {
@@ -729,6 +745,11 @@ impl GuardLoop<'_> {
                 }
                 GuardOutput::Stderr(bytes) => {
                     crate::stderr_sink::write(&bytes);
+                }
+                GuardOutput::Log(lines) => {
+                    if let Some(log) = log {
+                        log.push(lines);
+                    }
                 }
                 GuardOutput::Timeout(_) => {
                     if !out.in_flight() {

@@ -13,12 +13,13 @@ mod announce;
 mod audit_log;
 mod drive;
 mod ended;
+mod log_file;
 pub(crate) mod sandbox;
 pub(crate) mod server_env;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mcp_stdio_core::{CommandSpec, SandboxRecord};
 use mcp_stdio_core::{GuardConfig, GuardReport, GuardSession, DEFAULT_MAX_WAITING_RECORDS};
@@ -94,6 +95,30 @@ pub(crate) struct GuardArgs {
     /// Open no status socket: `mcp-stdio ps` and `logs` do not see this guard.
     #[arg(long, help_heading = "Status and logs")]
     pub(crate) no_announce: bool,
+    /// Also write the server's whole stderr and the guard's notes, timestamped, to FILE
+    /// (appended, mode 0600, size-rotated; a slow or full disk drops lines, never the session).
+    #[arg(long, value_name = "FILE", help_heading = "Status and logs")]
+    pub(crate) log_file: Option<PathBuf>,
+    /// Rotate the log file before it passes BYTES (FILE.1, FILE.2, …; at least 65536).
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 10 << 20,
+        requires = "log_file",
+        help_heading = "Status and logs",
+        hide_short_help = true
+    )]
+    pub(crate) log_file_max: u64,
+    /// Log files kept, the current one included.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 3,
+        requires = "log_file",
+        help_heading = "Status and logs",
+        hide_short_help = true
+    )]
+    pub(crate) log_file_count: u32,
     /// The server command and its arguments: everything from the first argument that is not
     /// an option of the guard's (a `--` before it is allowed). No shell is involved.
     #[arg(
@@ -112,6 +137,9 @@ struct MetricsFile {
     session: GuardReport,
     /// Bytes of our own stderr dropped because nobody read it.
     own_stderr_dropped_bytes: u64,
+    /// Bytes of the log file (`--log-file`) dropped: the disk was slow or full.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    log_file_dropped_bytes: Option<u64>,
     /// The server's sandbox as enforced (`--sandbox…`).
     #[serde(skip_serializing_if = "Option::is_none")]
     sandbox: Option<SandboxRecord>,
@@ -235,6 +263,9 @@ fn identity(
     }
 }
 
+/// How long the log file may take to reach the disk at exit.
+const LOG_CLOSE: Duration = Duration::from_secs(1);
+
 /// Runs the guard; returns the process exit status.
 pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     let settings = match GuardSettings::resolve(&args.settings) {
@@ -289,6 +320,30 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
                 Ok(a) => Some(a),
                 Err(e) => {
                     eprintln!("mcp-stdio guard: {e}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            }
+        }
+        None => None,
+    };
+    let log_file = match &args.log_file {
+        Some(path) => {
+            if args.log_file_max < log_file::MIN_LOG_FILE_MAX || args.log_file_count == 0 {
+                eprintln!(
+                    "mcp-stdio guard: --log-file-max is at least {} bytes and --log-file-count at least 1",
+                    log_file::MIN_LOG_FILE_MAX
+                );
+                return ExitCode::from(EXIT_USAGE);
+            }
+            let settings = log_file::LogFileSettings {
+                path: path.clone(),
+                max_bytes: args.log_file_max,
+                files: args.log_file_count,
+            };
+            match log_file::LogFile::open(settings) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    eprintln!("mcp-stdio guard: --log-file {}: {e}", path.display());
                     return ExitCode::from(EXIT_USAGE);
                 }
             }
@@ -355,6 +410,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     *config.stderr_capture_mut() = settings.stderr_capture.clone();
     *config.restart_mut() = settings.restart.clone();
     config.secrets(settings.server_env.secrets().clone());
+    config.log_copy(log_file.is_some());
     if audit.is_some() {
         // A request reaches the server only after its record is on disk (G12).
         config.audit_gate(Some(DEFAULT_MAX_WAITING_RECORDS));
@@ -371,8 +427,10 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         &mut session,
         (&server_spec, leader, pipes),
         (audit, pin_writer.as_ref(), announced),
+        log_file.as_ref(),
     )
     .await;
+    let log_file_dropped_bytes = log_file.map(|f| f.close(LOG_CLOSE));
     if let Some(w) = pin_writer {
         w.close(PIN_CLOSE);
     }
@@ -385,6 +443,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         let report = MetricsFile {
             session: report,
             own_stderr_dropped_bytes: crate::stderr_sink::dropped(),
+            log_file_dropped_bytes,
             sandbox: sandbox_record,
         };
         let json = serde_json::to_vec_pretty(&report).unwrap_or_default();

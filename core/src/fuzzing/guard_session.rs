@@ -40,6 +40,8 @@ enum Op {
     Timeout,
     TakeHost,
     TakeServer,
+    /// A status request (`mcp-stdio ps`): built from whatever state the session is in.
+    Status,
 }
 
 pub(super) fn run(data: &[u8]) {
@@ -60,6 +62,7 @@ pub(super) fn run(data: &[u8]) {
         .reader_drain_deadline(grace);
     let forward = u.int_in_range(0..=64u64).unwrap_or(16);
     config.stderr_forward(forward);
+    config.log_copy(u.arbitrary::<bool>().unwrap_or(false));
     // Sometimes an oversized line closes the session (the guard's
     // `--oversized-policy close`).
     if u.arbitrary::<bool>().unwrap_or(false) {
@@ -145,6 +148,17 @@ pub(super) fn run(data: &[u8]) {
                     server_taken += b.len();
                 }
             }
+            Op::Status => {
+                let identity = crate::StatusIdentity::default();
+                let st = s.status(
+                    &identity,
+                    crate::ProcessStats::default(),
+                    Default::default(),
+                );
+                let json = serde_json::to_vec(&st).expect("a status is JSON");
+                assert!(json.len() < crate::MAX_STATUS_REPLY, "{} bytes", json.len());
+                let _ = s.stderr_newest(crate::MAX_STATUS_LOG_BYTES);
+            }
         }
         while let Some(action) = s.poll_action() {
             assert!(!finished, "an action after Finished: {action:?}");
@@ -174,6 +188,7 @@ pub(super) fn run(data: &[u8]) {
         }
         while s.poll_record().is_some() {}
         while s.poll_stderr().is_some() {}
+        while s.poll_log().is_some() {}
         // Forwarded server stderr stays within its budget.
         assert!(s.stderr_forwarded <= forward);
         if !host_closed && s.proxy().host_closed().is_none() {

@@ -7,6 +7,7 @@
 //! The whole story is on [`GuardSession`].
 
 mod crash;
+pub(crate) mod log_copy;
 pub(crate) mod pin;
 pub(crate) mod proxy;
 pub(crate) mod restart;
@@ -85,6 +86,7 @@ pub struct GuardConfig {
     audit_gate: Option<u64>,
     restart: RestartConfig,
     pub(crate) secrets: Secrets,
+    log_copy: bool,
 }
 
 impl Default for GuardConfig {
@@ -101,6 +103,7 @@ impl Default for GuardConfig {
             audit_gate: None,
             restart: RestartConfig::default(),
             secrets: Secrets::default(),
+            log_copy: false,
         }
     }
 }
@@ -168,6 +171,15 @@ impl GuardConfig {
     /// then the rest is only counted and its tail kept.
     pub fn stderr_forward(&mut self, bytes: u64) -> &mut Self {
         self.stderr_forward = bytes;
+        self
+    }
+
+    /// Makes a log copy (off by default): the server's whole stderr and the
+    /// guard's notes as timestamped lines, given as [`GuardOutput::Log`]
+    /// (at most [`MAX_LOG_PENDING`](log_copy::MAX_LOG_PENDING) bytes waiting,
+    /// lines of at most [`MAX_LOG_LINE`](log_copy::MAX_LOG_LINE) bytes).
+    pub fn log_copy(&mut self, on: bool) -> &mut Self {
+        self.log_copy = on;
         self
     }
 
@@ -355,12 +367,17 @@ pub enum GuardOutput<'a> {
     /// pending write) parks it until [`GuardInput::ServerWritable`].
     ToServer(Outgoing<'a>),
     /// Write what the host's writer takes of this message now and report
-    /// the write's result as it came ([`GuardInput::HostWrote`]). One message at a time while the session runs, so a
-    /// cancel can still withdraw a response not yet started.
+    /// the write's result as it came ([`GuardInput::HostWrote`]). One
+    /// message at a time while the session runs, so a cancel can still
+    /// withdraw a response not yet started.
     ToHost(Outgoing<'a>),
     /// Hand these bytes to our own stderr (never blocking): the server's
     /// stderr within its budget, the budget marker, the proxy's notes.
     Stderr(Vec<u8>),
+    /// Hand these lines to the log file's writer (never blocking; what it
+    /// cannot take it drops and counts): with [`GuardConfig::log_copy`], the
+    /// server's whole stderr and the guard's notes, timestamped.
+    Log(Vec<u8>),
     /// Nothing more until the next input: wait for I/O, a signal, or this
     /// instant, then feed [`GuardInput::Timeout`]. `None`: no deadline.
     Timeout(Option<Instant>),
@@ -435,6 +452,9 @@ pub struct GuardReport {
     pub restarts_stopped: Option<String>,
     /// Secrets ([`GuardConfig::secrets`]) replaced in what the guard gave out.
     pub secrets_masked: u64,
+    /// Lines of the log copy ([`GuardConfig::log_copy`]) dropped because
+    /// more than [`MAX_LOG_PENDING`](log_copy::MAX_LOG_PENDING) bytes waited.
+    pub log_lines_dropped: u64,
 }
 
 /// The guard's whole session as one machine: the `Proxy` (host ↔ server
@@ -537,6 +557,8 @@ pub struct GuardSession {
     calls: status::CallStats,
     /// Signals given to the server's group ([`GuardAction::SignalServerGroup`]).
     signals_sent: u64,
+    /// The log copy, when on.
+    log: Option<log_copy::LogCopy>,
 }
 
 impl GuardSession {
@@ -573,6 +595,7 @@ impl GuardSession {
             secrets: SessionSecrets::new(&config.secrets),
             calls: status::CallStats::default(),
             signals_sent: 0,
+            log: config.log_copy.then(log_copy::LogCopy::default),
             config,
         }
     }
@@ -721,6 +744,9 @@ impl GuardSession {
         if let Some(bytes) = self.poll_stderr() {
             return GuardOutput::Stderr(bytes);
         }
+        if let Some(lines) = self.poll_log() {
+            return GuardOutput::Log(lines);
+        }
         GuardOutput::Timeout(self.poll_timeout())
     }
 
@@ -850,6 +876,9 @@ impl GuardSession {
     pub(crate) fn handle_server_stderr(&mut self, at: Stamp, chunk: &[u8]) {
         let chunk: &[u8] = &self.secrets.stderr(chunk);
         self.see(at);
+        if let Some(log) = self.log.as_mut() {
+            log.stderr(at.unix_ms, chunk);
+        }
         self.stderr.push(chunk);
         self.lives.stderr(chunk);
         let room = self
@@ -877,6 +906,9 @@ impl GuardSession {
     pub(crate) fn handle_server_stderr_eof(&mut self, at: Stamp) {
         self.secrets.end_stderr();
         self.handle_server_stderr(at, &[]); // what the masking held back
+        if let Some(log) = self.log.as_mut() {
+            log.end_stderr(at.unix_ms);
+        }
         self.see(at);
         self.supervisor.handle_stderr_eof(at.instant);
     }
@@ -1129,9 +1161,17 @@ impl GuardSession {
         }
         self.proxy.poll_note().map(|note| {
             let mut note = self.secrets.note(note);
+            if let Some(log) = self.log.as_mut() {
+                log.note(self.latest.map_or(0, |l| l.unix_ms), &note);
+            }
             note.push('\n');
             note.into_bytes()
         })
+    }
+
+    /// The log copy's next lines (with [`GuardConfig::log_copy`]).
+    pub(crate) fn poll_log(&mut self) -> Option<Vec<u8>> {
+        self.log.as_mut().and_then(log_copy::LogCopy::poll)
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.
@@ -1167,6 +1207,7 @@ impl GuardSession {
             restarts: self.lives.restarts(),
             restarts_stopped: self.lives.stopped().map(str::to_owned),
             secrets_masked: self.secrets.masked(),
+            log_lines_dropped: self.log.as_ref().map_or(0, log_copy::LogCopy::dropped),
         }
     }
 

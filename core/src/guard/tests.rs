@@ -515,6 +515,7 @@ fn outputs(s: &mut GuardSession, at: Stamp) -> Vec<&'static str> {
                 "to_host"
             }
             GuardOutput::Stderr(_) => "stderr",
+            GuardOutput::Log(_) => "log",
             GuardOutput::Timeout(_) => return out,
         };
         out.push(name);
@@ -727,4 +728,41 @@ fn f3_the_status_counts_calls_and_names_the_server() {
     let json = serde_json::to_value(&st).expect("json");
     assert_eq!(json["name"], "weather");
     assert!(json["stream"]["largest_frame"].as_u64() > Some(0));
+}
+
+/// The log copy: the server's whole stderr (past the forwarding budget too)
+/// and the guard's notes, timestamped, in the session's order.
+#[test]
+fn the_log_copy_has_all_of_stderr_and_the_notes() {
+    let mut config = GuardConfig::default();
+    config.stderr_forward(10).log_copy(true);
+    let clock = Clock {
+        base: Instant::now(),
+    };
+    let mut s = GuardSession::new(config);
+    s.handle_spawned(clock.at(0));
+    s.handle_server_stderr(clock.at(1), b"starting up\nlistening on");
+    s.handle_server_stderr(clock.at(2), b" stdio\n");
+    s.handle_server_stdout(clock.at(3), b"not json\n");
+    let mut log = String::new();
+    let mut forwarded = String::new();
+    loop {
+        match s.poll_output() {
+            GuardOutput::Log(b) => log.push_str(&String::from_utf8_lossy(&b)),
+            GuardOutput::Stderr(b) => forwarded.push_str(&String::from_utf8_lossy(&b)),
+            GuardOutput::Timeout(_) => break,
+            _ => {}
+        }
+    }
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 3, "{log}");
+    assert!(lines[0].ends_with("Z stderr starting up"), "{log}");
+    assert!(lines[1].ends_with("Z stderr listening on stdio"), "{log}");
+    assert!(lines[2].contains(" guard "), "{log}");
+    assert!(lines[0].starts_with("2023-11-14T22:13:20.001Z"), "{log}");
+    assert!(
+        forwarded.len() < log.len(),
+        "the budget limits only the forwarding"
+    );
+    assert_eq!(s.report(0).log_lines_dropped, 0);
 }
