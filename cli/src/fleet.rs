@@ -34,6 +34,10 @@ pub(crate) struct LogsArgs {
     /// The last N lines.
     #[arg(short = 'n', long = "lines", value_name = "N", default_value_t = 50)]
     lines: usize,
+    /// Then the lines as they come (timestamped), until the guard ends or Ctrl-C; a reader
+    /// that falls 256 KiB behind is dropped by the guard, never waited for.
+    #[arg(short = 'f', long)]
+    follow: bool,
 }
 
 /// A guard's socket, and its pid (from the file name).
@@ -128,15 +132,12 @@ pub(crate) fn logs(args: &LogsArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.follow {
+        return follow(socket, args.lines);
+    }
     match ask(&socket.path, r#"{"request":"logs"}"#) {
         Asked::Answer(v) => {
-            let text = v["stderr"].as_str().unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            let from = lines.len().saturating_sub(args.lines);
-            let mut out = io::stdout().lock();
-            for line in &lines[from..] {
-                let _ = writeln!(out, "{line}");
-            }
+            print_tail(&v, args.lines);
             ExitCode::SUCCESS
         }
         Asked::Gone => {
@@ -149,6 +150,80 @@ pub(crate) fn logs(args: &LogsArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The last `n` lines of a `logs` answer's stderr.
+fn print_tail(answer: &Value, n: usize) {
+    let text = answer["stderr"].as_str().unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(n);
+    let mut out = io::stdout().lock();
+    for line in &lines[from..] {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
+}
+
+/// `logs -f`: the tail, then the lines as the guard sends them.
+fn follow(socket: &Socket, n: usize) -> ExitCode {
+    let stream = match UnixStream::connect(&socket.path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("mcp-stdio logs: guard {}: {e}", socket.pid);
+            return ExitCode::from(1);
+        }
+    };
+    let _ = stream.set_write_timeout(Some(ASK_DEADLINE));
+    if let Err(e) = (&stream).write_all(b"{\"request\":\"logs\",\"follow\":true}\n") {
+        eprintln!("mcp-stdio logs: guard {}: {e}", socket.pid);
+        return ExitCode::from(1);
+    }
+    let _ = stream.set_read_timeout(Some(ASK_DEADLINE));
+    let mut reader = io::BufReader::new(&stream);
+    let mut first = String::new();
+    if let Err(e) = io::BufRead::read_line(&mut reader, &mut first) {
+        eprintln!("mcp-stdio logs: guard {}: no answer: {e}", socket.pid);
+        return ExitCode::from(1);
+    }
+    match serde_json::from_str::<Value>(&first) {
+        Ok(v) if v["error"].is_null() => print_tail(&v, n),
+        Ok(v) => {
+            eprintln!(
+                "mcp-stdio logs: guard {} refused: {}",
+                socket.pid, v["error"]
+            );
+            return ExitCode::from(1);
+        }
+        Err(_) => {
+            eprintln!("mcp-stdio logs: guard {} did not answer", socket.pid);
+            return ExitCode::from(1);
+        }
+    }
+    // Live: as long as it takes.
+    let _ = stream.set_read_timeout(None);
+    let mut out = io::stdout().lock();
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => {
+                if out.write_all(&buf[..k]).and_then(|()| out.flush()).is_err() {
+                    // Our reader went away (a closed pipe): done.
+                    return ExitCode::SUCCESS;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                eprintln!("mcp-stdio logs: guard {}: {e}", socket.pid);
+                return ExitCode::from(1);
+            }
+        }
+    }
+    eprintln!(
+        "mcp-stdio logs: guard {} closed the stream (it ended, or this reader fell behind)",
+        socket.pid
+    );
+    ExitCode::SUCCESS
 }
 
 /// The status sockets in this user's runtime folder; those of guards that

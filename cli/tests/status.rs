@@ -419,3 +419,88 @@ fn f3_an_idle_announced_guard_makes_no_wake_ups() {
     assert!(switches(pid) > before + idle, "a request wakes it");
     g.close();
 }
+
+/// `logs -f`: the tail, then each line as the server writes it, until the
+/// guard ends.
+#[test]
+fn f3_logs_follow_gets_the_lines_as_they_come() {
+    use std::io::BufRead;
+    let base = Base::new();
+    let mut g = base.guard("followed", &[]);
+    g.initialize();
+    let pid = g.child.id();
+    wait_for("the status socket", Duration::from_secs(10), || {
+        base.socket(pid).exists()
+    });
+    let mut follower = Command::new(guard_bin())
+        .args(["logs", "followed", "-f", "-n", "1"])
+        .env("XDG_RUNTIME_DIR", base.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("logs -f");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = follower.stdout.take().expect("piped");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let tail = rx.recv_timeout(Duration::from_secs(10)).expect("the tail");
+    assert!(tail.starts_with("fixture: "), "{tail}");
+    let t = Instant::now();
+    ping(&mut g, 41);
+    let live = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a live line");
+        if line.contains("request 41") {
+            break line;
+        }
+    };
+    eprintln!(
+        "logs -f: the server's line arrived {:.1} ms after the ping was sent",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    assert!(live.contains("Z stderr fixture: "), "{live}");
+    g.close();
+    let status = follower.wait().expect("logs -f ends with the guard");
+    assert!(status.success());
+}
+
+/// G1: a follower that stops reading is dropped once it falls behind; the
+/// host's pings never wait for it.
+#[test]
+fn g1_a_follower_that_stops_reading_is_dropped() {
+    let base = Base::new();
+    let mut g = base.guard("flooded", &[]);
+    g.initialize();
+    let sock = base.socket(g.child.id());
+    wait_for("the status socket", Duration::from_secs(10), || {
+        sock.exists()
+    });
+    let mut stuck = UnixStream::connect(&sock).expect("connect");
+    stuck
+        .write_all(b"{\"request\":\"logs\",\"bytes\":1,\"follow\":true}\n")
+        .expect("follow");
+    std::thread::sleep(Duration::from_millis(200));
+    let r = g.call_tool(1, "stderr_flood", json!({"bytes": 8 << 20}));
+    assert!(r.get("result").is_some(), "{r}");
+    let mut worst = Duration::ZERO;
+    for id in 2..12 {
+        worst = worst.max(ping(&mut g, id));
+    }
+    eprintln!(
+        "host pings after 8 MiB of stderr with a follower that does not read: worst {:.1} ms",
+        worst.as_secs_f64() * 1e3
+    );
+    assert!(worst < Duration::from_secs(1), "{worst:?}");
+    let status: Value =
+        serde_json::from_slice(&ask(&sock, b"{\"request\":\"status\"}\n")).expect("status");
+    assert_eq!(status["status_port"]["dropped_behind"], 1, "{status}");
+    drop(stuck);
+    g.close();
+}

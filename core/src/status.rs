@@ -11,7 +11,10 @@
 //!
 //! The protocol: one JSON line in (`{"request":"status"}`, or
 //! `{"request":"logs","bytes":N}`), one JSON line out (the answer, or
-//! `{"schema":1,"error":"…"}`), then the guard closes.
+//! `{"schema":1,"error":"…"}`), then the guard closes. A `logs` request
+//! with `"follow":true` stays open after its answer and gets the log
+//! copy's lines as they come ([`StatusPort::follow`]), until the client
+//! closes, or falls [`MAX_FOLLOW_BUFFER`] bytes behind and is dropped.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -35,6 +38,9 @@ pub const MAX_STATUS_REPLY: usize = 512 * 1024;
 /// Bytes of the server's stderr a `logs` request may ask for.
 pub const MAX_STATUS_LOG_BYTES: usize = 64 * 1024;
 
+/// Bytes a following client (`logs -f`) may fall behind before it is dropped.
+pub const MAX_FOLLOW_BUFFER: usize = 256 * 1024;
+
 /// The time a client has for the whole exchange: its request in, the
 /// answer taken. Past it, it is dropped.
 pub const STATUS_CLIENT_DEADLINE: Duration = Duration::from_secs(2);
@@ -54,6 +60,8 @@ pub enum StatusRequest {
     Logs {
         /// Bytes asked for, already capped.
         bytes: usize,
+        /// Stay open for the lines that come next.
+        follow: bool,
     },
 }
 
@@ -94,6 +102,8 @@ pub struct StatusPortCounters {
     pub bad_requests: u64,
     /// Clients dropped at [`STATUS_CLIENT_DEADLINE`] or on a failed read or write.
     pub dropped: u64,
+    /// Following clients dropped because they fell [`MAX_FOLLOW_BUFFER`] behind.
+    pub dropped_behind: u64,
 }
 
 #[derive(Debug)]
@@ -102,7 +112,7 @@ enum Phase {
     Reading(Vec<u8>),
     /// The request was given out; waiting for [`StatusPort::reply`].
     Asked,
-    /// Writing the answer from this offset.
+    /// Writing the answer from this offset (a follower: and the lines after it).
     Writing(Vec<u8>, usize),
     /// Over: its `Close` is queued.
     Closing,
@@ -111,7 +121,10 @@ enum Phase {
 #[derive(Debug)]
 struct Conn {
     id: StatusConn,
-    deadline: Instant,
+    /// `None` for a follower once its request came.
+    deadline: Option<Instant>,
+    /// A `logs` request with `follow`: open after its answer.
+    follow: bool,
     phase: Phase,
     /// A write returned `WouldBlock`: not offered again until it is writable.
     parked: bool,
@@ -153,23 +166,60 @@ impl StatusPort {
         self.next += 1;
         self.conns.push(Conn {
             id,
-            deadline: now + STATUS_CLIENT_DEADLINE,
+            deadline: Some(now + STATUS_CLIENT_DEADLINE),
+            follow: false,
             phase: Phase::Reading(Vec::new()),
             parked: false,
         });
         Admission::Served(id)
     }
 
-    /// Whether `id` still reads its request (read it while so).
+    /// Whether `id` is to be read: its request, or a follower's end.
     pub fn wants_read(&self, id: StatusConn) -> bool {
-        self.conn(id)
-            .is_some_and(|c| matches!(c.phase, Phase::Reading(_)))
+        self.conn(id).is_some_and(|c| match c.phase {
+            Phase::Reading(_) => true,
+            Phase::Writing(..) => c.follow,
+            _ => false,
+        })
+    }
+
+    /// Following clients now: while there are any, feed them the log
+    /// copy's lines with [`follow`](Self::follow).
+    pub fn followers(&self) -> usize {
+        self.conns
+            .iter()
+            .filter(|c| c.follow && matches!(c.phase, Phase::Writing(..)))
+            .count()
+    }
+
+    /// Lines for the following clients; one that would fall more than
+    /// [`MAX_FOLLOW_BUFFER`] bytes behind is dropped instead (never waited for).
+    pub fn follow(&mut self, lines: &[u8]) {
+        for i in 0..self.conns.len() {
+            let c = &mut self.conns[i];
+            let (true, Phase::Writing(buf, at)) = (c.follow, &mut c.phase) else {
+                continue;
+            };
+            if buf.len() - *at + lines.len() > MAX_FOLLOW_BUFFER {
+                self.counters.dropped_behind += 1;
+                self.close_at(i);
+            } else {
+                buf.drain(..*at);
+                *at = 0;
+                buf.extend_from_slice(lines);
+            }
+        }
     }
 
     /// A read of `id` returned this (`buf` holds the bytes read).
     pub fn handle_read(&mut self, id: StatusConn, result: std::io::Result<usize>, buf: &[u8]) {
         let Some(i) = self.index(id) else { return };
         let n = match result {
+            // A follower's client closing is its ordinary end.
+            Ok(0) if self.conns[i].follow => {
+                self.counters.answered += 1;
+                return self.close_at(i);
+            }
             Ok(0) => return self.drop_at(i),
             Ok(n) => n.min(buf.len()),
             Err(e) if is_transient(&e) => return,
@@ -193,7 +243,12 @@ impl StatusPort {
         }
         match parse_request(line) {
             Ok(request) => {
-                self.conns[i].phase = Phase::Asked;
+                let conn = &mut self.conns[i];
+                conn.phase = Phase::Asked;
+                if let StatusRequest::Logs { follow: true, .. } = request {
+                    conn.follow = true;
+                    conn.deadline = None;
+                }
                 self.events.push_back(StatusOutput::Request(id, request));
             }
             Err(why) => self.refuse(i, why),
@@ -226,7 +281,8 @@ impl StatusPort {
             Ok(0) => self.drop_at(i),
             Ok(n) => {
                 *at = (*at + n).min(bytes.len());
-                if *at == bytes.len() {
+                // A follower stays, waiting for the next lines.
+                if *at == bytes.len() && !conn.follow {
                     self.counters.answered += 1;
                     self.close_at(i);
                 }
@@ -246,11 +302,9 @@ impl StatusPort {
 
     /// Time passed: clients past their deadline are dropped.
     pub fn handle_timeout(&mut self, now: Instant) {
-        while let Some(i) = self
-            .conns
-            .iter()
-            .position(|c| c.deadline <= now && !matches!(c.phase, Phase::Closing))
-        {
+        while let Some(i) = self.conns.iter().position(|c| {
+            c.deadline.is_some_and(|d| d <= now) && !matches!(c.phase, Phase::Closing)
+        }) {
             self.drop_at(i);
         }
     }
@@ -265,7 +319,7 @@ impl StatusPort {
             return Some(event);
         }
         self.conns.iter().find_map(|c| match &c.phase {
-            Phase::Writing(bytes, at) if !c.parked => {
+            Phase::Writing(bytes, at) if !c.parked && *at < bytes.len() => {
                 Some(StatusOutput::Write(c.id, &bytes[*at..]))
             }
             _ => None,
@@ -277,7 +331,7 @@ impl StatusPort {
         self.conns
             .iter()
             .filter(|c| !matches!(c.phase, Phase::Closing))
-            .map(|c| c.deadline)
+            .filter_map(|c| c.deadline)
             .min()
     }
 
@@ -342,20 +396,23 @@ fn parse_request(line: &[u8]) -> Result<StatusRequest, &'static str> {
         request: String,
         #[serde(default)]
         bytes: Option<u64>,
+        #[serde(default)]
+        follow: bool,
     }
     let wire: Wire = serde_json::from_slice(line).map_err(|_| {
         "not a request: send one JSON line, {\"request\":\"status\"} or {\"request\":\"logs\",\"bytes\":N}"
     })?;
     match (wire.request.as_str(), wire.bytes) {
-        ("status", None) => Ok(StatusRequest::Status),
+        ("status", None) if !wire.follow => Ok(StatusRequest::Status),
         ("logs", bytes) => Ok(StatusRequest::Logs {
             bytes: bytes.map_or(MAX_STATUS_LOG_BYTES, |b| {
                 usize::try_from(b)
                     .unwrap_or(usize::MAX)
                     .min(MAX_STATUS_LOG_BYTES)
             }),
+            follow: wire.follow,
         }),
-        ("status", Some(_)) => Err("`bytes` belongs to a logs request"),
+        ("status", _) => Err("`bytes` and `follow` belong to a logs request"),
         _ => Err("unknown request: this guard knows status and logs"),
     }
 }

@@ -19,6 +19,9 @@ use mcp_stdio_tokio::runtime::Tokio;
 /// Connections accepted per turn (more wait for the next turn).
 const ACCEPTS_PER_TURN: usize = 8;
 
+/// Bytes a closing client may have sent unread that are read and dropped.
+const UNREAD_DISCARDED: usize = 64 * 1024;
+
 /// The status socket and its clients.
 pub(super) struct Announced {
     rt: Tokio,
@@ -113,12 +116,14 @@ impl Announced {
             match output {
                 StatusOutput::Request(id, request) => {
                     let answer = match request {
-                        StatusRequest::Logs { bytes } => serde_json::to_vec(&serde_json::json!({
-                            "schema": mcp_stdio_core::STATUS_SCHEMA,
-                            "name": self.identity.name,
-                            "guard_pid": self.identity.guard_pid,
-                            "stderr": session.stderr_newest(bytes),
-                        })),
+                        StatusRequest::Logs { bytes, .. } => {
+                            serde_json::to_vec(&serde_json::json!({
+                                "schema": mcp_stdio_core::STATUS_SCHEMA,
+                                "name": self.identity.name,
+                                "guard_pid": self.identity.guard_pid,
+                                "stderr": session.stderr_newest(bytes),
+                            }))
+                        }
                         _ => {
                             let counters = self.port.counters();
                             let process = group_usage(server_pid);
@@ -139,11 +144,23 @@ impl Announced {
                     self.port.handle_written(id, r);
                 }
                 StatusOutput::Close(id) => {
-                    self.clients.retain(|(c, _)| *c != id);
+                    if let Some(i) = self.clients.iter().position(|(c, _)| *c == id) {
+                        let (_, pipe) = self.clients.swap_remove(i);
+                        discard_unread(cx, &pipe, &mut self.buf);
+                    }
                 }
             }
         }
+        // The log copy runs while someone follows (and with --log-file).
+        session.set_log_copy(self.port.followers() > 0);
         busy
+    }
+
+    /// The log copy's lines for the clients following the logs; `true` if
+    /// any follows (their bytes are written on the loop's next turn).
+    pub(super) fn follow(&mut self, lines: &[u8]) -> bool {
+        self.port.follow(lines);
+        self.port.followers() > 0
     }
 
     /// The earliest client deadline.
@@ -154,6 +171,19 @@ impl Announced {
     /// Drops the clients past their deadline.
     pub(super) fn handle_timeout(&mut self, now: Instant) {
         self.port.handle_timeout(now);
+    }
+}
+
+/// Reads what a client sent past its request (at most
+/// [`UNREAD_DISCARDED`] bytes, what is there now), so that closing does not
+/// reset the connection before the client read its answer.
+fn discard_unread(cx: &mut Context<'_>, pipe: &Pipe<Tokio>, buf: &mut [u8]) {
+    let mut left = UNREAD_DISCARDED;
+    while left > 0 {
+        match pipe.poll_read(cx, buf) {
+            Poll::Ready(Ok(n)) if n > 0 => left = left.saturating_sub(n),
+            _ => break,
+        }
     }
 }
 

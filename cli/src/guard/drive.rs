@@ -599,6 +599,9 @@ impl GuardLoop<'_> {
                     crate::stderr_sink::write(&bytes);
                 }
                 GuardOutput::Log(lines) => {
+                    if let Some(status) = self.status.as_mut() {
+                        moved |= status.follow(&lines);
+                    }
                     if let Some(log) = self.log {
                         log.push(lines);
                     }

@@ -1169,6 +1169,17 @@ impl GuardSession {
         })
     }
 
+    /// Turns the log copy on or off while the session runs: on while
+    /// someone follows the server's logs (`mcp-stdio logs -f`); always on
+    /// with [`GuardConfig::log_copy`]. A line already begun when it turns
+    /// on starts where the copy did.
+    pub fn set_log_copy(&mut self, on: bool) {
+        let on = on || self.config.log_copy;
+        if on != self.log.is_some() {
+            self.log = on.then(log_copy::LogCopy::default);
+        }
+    }
+
     /// The log copy's next lines (with [`GuardConfig::log_copy`]).
     pub(crate) fn poll_log(&mut self) -> Option<Vec<u8>> {
         self.log.as_mut().and_then(log_copy::LogCopy::poll)

@@ -60,7 +60,7 @@ fn f3_logs_asks_for_at_most_the_cap() {
     assert_eq!(
         drain(&mut port),
         [format!(
-            "request 0 Logs {{ bytes: {MAX_STATUS_LOG_BYTES} }}"
+            "request 0 Logs {{ bytes: {MAX_STATUS_LOG_BYTES}, follow: false }}"
         )]
     );
     let id = served(&mut port, t);
@@ -68,7 +68,7 @@ fn f3_logs_asks_for_at_most_the_cap() {
     assert_eq!(
         drain(&mut port),
         [format!(
-            "request 1 Logs {{ bytes: {MAX_STATUS_LOG_BYTES} }}"
+            "request 1 Logs {{ bytes: {MAX_STATUS_LOG_BYTES}, follow: false }}"
         )]
     );
 }
@@ -201,4 +201,74 @@ fn f3_limits_and_failures() {
     port.reply(id, b"{}".to_vec());
     port.handle_written(id, Ok(2));
     assert!(drain(&mut port).is_empty());
+}
+
+/// `logs -f`: the answer, then the lines as they come, until the client
+/// closes; nothing is owed to a client that has not asked to follow.
+#[test]
+fn f3_a_follower_gets_the_lines_as_they_come() {
+    let t = Instant::now();
+    let mut port = StatusPort::new();
+    let once = served(&mut port, t);
+    let id = served(&mut port, t);
+    read(
+        &mut port,
+        id,
+        b"{\"request\":\"logs\",\"bytes\":10,\"follow\":true}\n",
+    );
+    assert_eq!(
+        drain(&mut port),
+        [format!(
+            "request {} Logs {{ bytes: 10, follow: true }}",
+            id.0
+        )]
+    );
+    assert_eq!(port.followers(), 0, "not before its answer");
+    port.reply(id, b"{\"stderr\":\"tail\"}".to_vec());
+    assert_eq!(port.followers(), 1);
+    assert_eq!(
+        drain(&mut port),
+        [format!("write {} {{\"stderr\":\"tail\"}}", id.0)]
+    );
+    port.follow(b"line one\n");
+    port.follow(b"line two\n");
+    assert_eq!(
+        drain(&mut port),
+        [format!("write {} line one\nline two", id.0)]
+    );
+    assert!(port.wants_read(id), "read for its end");
+    assert!(!port.wants_read(StatusConn(99)));
+    // No deadline for a follower; the other client still has its own.
+    assert_eq!(port.poll_timeout(), Some(t + STATUS_CLIENT_DEADLINE));
+    port.handle_timeout(t + STATUS_CLIENT_DEADLINE * 10);
+    let closed = drain(&mut port);
+    assert_eq!(closed, [format!("close {}", once.0)]);
+    assert_eq!(port.followers(), 1);
+    port.handle_read(id, Ok(0), &[]);
+    assert_eq!(drain(&mut port), [format!("close {}", id.0)]);
+    assert_eq!(port.followers(), 0);
+    assert_eq!(port.counters().answered, 1);
+}
+
+/// G1: a follower that does not read is dropped once it falls
+/// `MAX_FOLLOW_BUFFER` behind; the lines never wait for it.
+#[test]
+fn g1_a_follower_that_falls_behind_is_dropped() {
+    let t = Instant::now();
+    let mut port = StatusPort::new();
+    let id = served(&mut port, t);
+    read(&mut port, id, b"{\"request\":\"logs\",\"follow\":true}\n");
+    drain_requests(&mut port);
+    port.reply(id, b"{}".to_vec());
+    port.handle_written(id, Err(ErrorKind::WouldBlock.into()));
+    let line = vec![b'l'; 1000];
+    let mut fed = 0;
+    while port.followers() == 1 {
+        port.follow(&line);
+        fed += 1;
+        assert!(fed < 1000, "never dropped");
+    }
+    assert_eq!(fed, MAX_FOLLOW_BUFFER / 1000 + 1);
+    assert_eq!(port.counters().dropped_behind, 1);
+    assert_eq!(drain(&mut port), [format!("close {}", id.0)]);
 }
