@@ -41,13 +41,13 @@ pub(crate) struct LogsArgs {
 }
 
 /// A guard's socket, and its pid (from the file name).
-struct Socket {
-    path: PathBuf,
-    pid: u32,
+pub(crate) struct Socket {
+    pub(crate) path: PathBuf,
+    pub(crate) pid: u32,
 }
 
 /// What a guard answered.
-enum Asked {
+pub(crate) enum Asked {
     Answer(Value),
     /// Its socket is there but nobody listens: the guard is gone.
     Gone,
@@ -228,7 +228,7 @@ fn follow(socket: &Socket, n: usize) -> ExitCode {
 
 /// The status sockets in this user's runtime folder; those of guards that
 /// are gone are removed on the way.
-fn sockets() -> Result<Vec<Socket>, String> {
+pub(crate) fn sockets() -> Result<Vec<Socket>, String> {
     let dir = runtime_dir().map_err(|e| e.to_string())?;
     let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut found = Vec::new();
@@ -257,7 +257,7 @@ fn forget(socket: &Socket) {
 }
 
 /// Asks every socket at once, each on a thread of its own.
-fn ask_all(sockets: &[Socket], request: &str) -> Vec<Asked> {
+pub(crate) fn ask_all(sockets: &[Socket], request: &str) -> Vec<Asked> {
     std::thread::scope(|scope| {
         let asks: Vec<_> = sockets
             .iter()
@@ -273,7 +273,7 @@ fn ask_all(sockets: &[Socket], request: &str) -> Vec<Asked> {
 }
 
 /// One request, one answer, within [`ASK_DEADLINE`].
-fn ask(path: &Path, request: &str) -> Asked {
+pub(crate) fn ask(path: &Path, request: &str) -> Asked {
     let mut stream = match UnixStream::connect(path) {
         Ok(s) => s,
         Err(e)
@@ -339,7 +339,7 @@ fn pid_alive(pid: u32) -> bool {
     )
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -400,11 +400,11 @@ fn table(rows: &[Value], now_ms: u64) -> String {
     out
 }
 
-fn mib(bytes: u64) -> String {
+pub(crate) fn mib(bytes: u64) -> String {
     format!("{:.1}M", bytes as f64 / (1024.0 * 1024.0))
 }
 
-fn duration(ms: u64) -> String {
+pub(crate) fn duration(ms: u64) -> String {
     let s = ms / 1000;
     match s {
         0..60 => format!("{s}s"),

@@ -4,7 +4,8 @@
 //! - `check`: the release-gate battery against any server;
 //! - `verify`: offline verification of a guard's audit log.
 //! - `pin`: review and accept the tool definitions `guard --pin` pinned.
-//! - `ps`, `logs`: the running guards of this user, and a server's stderr.
+//! - `ps`, `logs`, `top`: the running guards of this user, a server's
+//!   stderr, and a live view of them.
 //!
 //! stdout belongs to the protocol (G13): `guard` writes only protocol
 //! messages there; everything a person reads goes to stderr, except the
@@ -25,6 +26,8 @@ mod fleet;
 mod guard;
 mod pin;
 mod stderr_sink;
+#[cfg(unix)]
+mod top;
 mod verify;
 
 /// Hardened stdio transport for MCP servers.
@@ -50,9 +53,13 @@ enum Command {
     /// List the running guards of this user: name, state, calls, errors, latency, memory, CPU.
     #[cfg(unix)]
     Ps(fleet::PsArgs),
-    /// Print a guarded server's kept stderr (by its name or its guard's pid).
+    /// Print a guarded server's kept stderr (by its name or its guard's pid); -f follows it.
     #[cfg(unix)]
     Logs(fleet::LogsArgs),
+    /// Watch the running guards live, full screen: sort by CPU, memory, calls, errors; Enter
+    /// shows a server's stderr; q quits.
+    #[cfg(unix)]
+    Top(top::TopArgs),
     /// The deliberately misbehaving MCP server that `check` runs when given no command.
     #[command(hide = true)]
     BuiltinServer(check::builtin::BuiltinArgs),
@@ -112,6 +119,8 @@ fn main() -> ExitCode {
         Command::Ps(args) => fleet::ps(&args),
         #[cfg(unix)]
         Command::Logs(args) => fleet::logs(&args),
+        #[cfg(unix)]
+        Command::Top(args) => top::top(&args),
         Command::BuiltinServer(args) => check::builtin::run(&args),
     }
 }

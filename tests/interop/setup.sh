@@ -5,6 +5,8 @@
 #   $MCP_STDIO_INTEROP_DIR/npm   @modelcontextprotocol/server-everything and
 #                                @modelcontextprotocol/server-filesystem (npm)
 #   $MCP_STDIO_INTEROP_DIR/venv  a Python venv with the `mcp` package (PyPI)
+#   tmux                         where missing (Debian's package, as root):
+#                                the terminal `mcp-stdio top` is tested in
 #
 # MCP_STDIO_INTEROP_DIR defaults to <repo>/target/interop, where the tests look
 # when MCP_STDIO_SERVER_EVERYTHING / MCP_STDIO_PYTHON are not set.
@@ -67,4 +69,17 @@ else
     log "venv + pip install took $(( $(date +%s) - t )) s"
 fi
 
-log "ready in $(( $(date +%s) - start )) s: node $(node --version), server-everything $SERVER_EVERYTHING_VERSION, server-filesystem $SERVER_FILESYSTEM_VERSION, $("$venv/bin/python" --version 2>&1), mcp $MCP_PY_VERSION"
+# --- tmux, the terminal `mcp-stdio top`'s test runs in (Debian's package) ---
+if ! command -v tmux >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        t=$(date +%s)
+        log "installing tmux (apt-get)"
+        apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >&2
+        log "tmux installed in $(( $(date +%s) - t )) s"
+    else
+        log "tmux not found: install it (the \`mcp-stdio top\` test needs it)"
+        exit 1
+    fi
+fi
+
+log "ready in $(( $(date +%s) - start )) s: $(tmux -V), node $(node --version), server-everything $SERVER_EVERYTHING_VERSION, server-filesystem $SERVER_FILESYSTEM_VERSION, $("$venv/bin/python" --version 2>&1), mcp $MCP_PY_VERSION"
