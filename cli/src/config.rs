@@ -24,6 +24,11 @@
 //! env_file = { API_TOKEN = "api_token.txt" } # set to the file's contents (a secret: masked)
 //! pin_file = "pins.json"                    # pinned tool definitions (relative to this file's folder)
 //! pin_policy = "warn"                       # or "hide", "block": a changed or added tool
+//! name = "weather"                          # the server's name in `mcp-stdio ps`, `logs`, `top`
+//! announce = true                           # false: no status socket (`--no-announce`)
+//! log_file = "logs/weather.log"             # the server's whole stderr, timestamped (relative to this file's folder)
+//! log_file_max_bytes = 10485760             # rotated before it passes this
+//! log_file_count = 3                        # files kept, the current one included
 //!
 //! [sandbox]                                 # run the server in a sandbox (Linux; see guard::sandbox)
 //! profile = "npx"                           # or "base", "uvx"
@@ -221,6 +226,11 @@ struct FileSettings {
     env_file: Option<std::collections::BTreeMap<String, PathBuf>>,
     pin_file: Option<PathBuf>,
     pin_policy: Option<PinPolicyArg>,
+    name: Option<String>,
+    announce: Option<bool>,
+    log_file: Option<PathBuf>,
+    log_file_max_bytes: Option<u64>,
+    log_file_count: Option<u32>,
     sandbox: Option<FileSandbox>,
 }
 
@@ -245,6 +255,19 @@ pub(crate) struct GuardSettings {
     pub(crate) pin: Option<PinSettings>,
     /// The server's sandbox (`--sandbox…`, `[sandbox]`), if on.
     pub(crate) sandbox: Option<SandboxSettings>,
+    /// The config file's status and log keys (the guard's flags override them).
+    pub(crate) status: FileStatus,
+}
+
+/// `name`, `announce`, `log_file` (relative to the config file's folder),
+/// `log_file_max_bytes`, `log_file_count` from a config file.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FileStatus {
+    pub(crate) name: Option<String>,
+    pub(crate) announce: Option<bool>,
+    pub(crate) log_file: Option<PathBuf>,
+    pub(crate) log_file_max_bytes: Option<u64>,
+    pub(crate) log_file_count: Option<u32>,
 }
 
 /// `framer` with the wire limit `bytes`, which `setting` gave. The core
@@ -390,6 +413,16 @@ impl GuardSettings {
             stderr_excerpt_bytes: file.stderr_agent_excerpt_bytes.unwrap_or(DEFAULT_EXCERPT),
             server_env,
             pin,
+            status: FileStatus {
+                name: file.name.clone(),
+                announce: file.announce,
+                log_file: file.log_file.as_ref().map(|p| match &args.config {
+                    Some(config) => config.parent().map_or_else(|| p.clone(), |f| f.join(p)),
+                    None => p.clone(),
+                }),
+                log_file_max_bytes: file.log_file_max_bytes,
+                log_file_count: file.log_file_count,
+            },
         })
     }
 }

@@ -504,3 +504,45 @@ fn g1_a_follower_that_stops_reading_is_dropped() {
     drop(stuck);
     g.close();
 }
+
+/// The config file's keys: `name`, `log_file` (from the file's folder),
+/// `announce = false`; a flag overrides the file.
+#[test]
+fn f3_the_config_file_names_announces_and_logs() {
+    let base = Base::new();
+    let dir = tmp("config");
+    std::fs::create_dir_all(dir.path()).unwrap();
+    let config = dir.path().join("guard.toml");
+    std::fs::write(
+        &config,
+        "name = \"from-config\"\nlog_file = \"logs/srv.log\"\nlog_file_count = 2\n",
+    )
+    .unwrap();
+    let xdg = base.path().to_str().unwrap().to_owned();
+    let cfg = config.to_str().unwrap().to_owned();
+    let mut g = Guarded::spawn(guard_command(
+        &["--config", &cfg],
+        &[&fixture_server()],
+        &[("XDG_RUNTIME_DIR", &xdg)],
+    ));
+    g.initialize();
+    wait_for("the status socket", Duration::from_secs(10), || {
+        base.socket(g.child.id()).exists()
+    });
+    let rows = base.ps();
+    assert_eq!(rows[0]["name"], "from-config", "{rows:?}");
+    g.close();
+    let log = std::fs::read_to_string(dir.path().join("logs/srv.log")).expect("the log file");
+    assert!(log.contains(" stderr fixture: started pid"), "{log}");
+
+    std::fs::write(&config, "name = \"quiet\"\nannounce = false\n").unwrap();
+    let mut g = Guarded::spawn(guard_command(
+        &["--config", &cfg, "--name", "flag-wins"],
+        &[&fixture_server()],
+        &[("XDG_RUNTIME_DIR", &xdg)],
+    ));
+    g.initialize();
+    assert!(!base.socket(g.child.id()).exists());
+    assert!(base.ps().is_empty());
+    g.close();
+}

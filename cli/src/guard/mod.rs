@@ -99,26 +99,23 @@ pub(crate) struct GuardArgs {
     /// (appended, mode 0600, size-rotated; a slow or full disk drops lines, never the session).
     #[arg(long, value_name = "FILE", help_heading = "Status and logs")]
     pub(crate) log_file: Option<PathBuf>,
-    /// Rotate the log file before it passes BYTES (FILE.1, FILE.2, …; at least 65536).
+    /// Rotate the log file before it passes BYTES (FILE.1, FILE.2, …; at least 65536)
+    /// [default: 10485760].
     #[arg(
         long,
         value_name = "BYTES",
-        default_value_t = 10 << 20,
-        requires = "log_file",
         help_heading = "Status and logs",
         hide_short_help = true
     )]
-    pub(crate) log_file_max: u64,
-    /// Log files kept, the current one included.
+    pub(crate) log_file_max: Option<u64>,
+    /// Log files kept, the current one included [default: 3].
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 3,
-        requires = "log_file",
         help_heading = "Status and logs",
         hide_short_help = true
     )]
-    pub(crate) log_file_count: u32,
+    pub(crate) log_file_count: Option<u32>,
     /// The server command and its arguments: everything from the first argument that is not
     /// an option of the guard's (a `--` before it is allowed). No shell is involved.
     #[arg(
@@ -241,7 +238,9 @@ fn identity(
     sandbox: Option<&SandboxRecord>,
     settings: &GuardSettings,
 ) -> mcp_stdio_core::StatusIdentity {
-    let name = args.name.clone().unwrap_or_else(|| default_name(spec));
+    let name = (args.name.clone())
+        .or_else(|| settings.status.name.clone())
+        .unwrap_or_else(|| default_name(spec));
     let host_pid = std::os::unix::process::parent_id();
     let host_program = std::fs::read_to_string(format!("/proc/{host_pid}/comm"))
         .ok()
@@ -326,9 +325,15 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         }
         None => None,
     };
-    let log_file = match &args.log_file {
+    let file = &settings.status;
+    let log_file_max = args
+        .log_file_max
+        .or(file.log_file_max_bytes)
+        .unwrap_or(10 << 20);
+    let log_file_count = args.log_file_count.or(file.log_file_count).unwrap_or(3);
+    let log_file = match args.log_file.as_ref().or(file.log_file.as_ref()) {
         Some(path) => {
-            if args.log_file_max < log_file::MIN_LOG_FILE_MAX || args.log_file_count == 0 {
+            if log_file_max < log_file::MIN_LOG_FILE_MAX || log_file_count == 0 {
                 eprintln!(
                     "mcp-stdio guard: --log-file-max is at least {} bytes and --log-file-count at least 1",
                     log_file::MIN_LOG_FILE_MAX
@@ -337,8 +342,8 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
             }
             let settings = log_file::LogFileSettings {
                 path: path.clone(),
-                max_bytes: args.log_file_max,
-                files: args.log_file_count,
+                max_bytes: log_file_max,
+                files: log_file_count,
             };
             match log_file::LogFile::open(settings) {
                 Ok(f) => Some(f),
@@ -416,7 +421,8 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         config.audit_gate(Some(DEFAULT_MAX_WAITING_RECORDS));
     }
     let mut session = GuardSession::new(config);
-    let announced = (!args.no_announce)
+    let announce = !args.no_announce && settings.status.announce.unwrap_or(true);
+    let announced = announce
         .then(|| {
             let identity = identity(&args, &spec, sandbox_record.as_ref(), &settings);
             announce::announce(&rt, identity)
