@@ -49,6 +49,14 @@ pub const STATUS_CLIENT_DEADLINE: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StatusConn(u64);
 
+impl StatusConn {
+    /// A connection id no port gave (the fuzz harness asks about those too).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn for_fuzzing(n: u64) -> Self {
+        Self(u64::MAX - n)
+    }
+}
+
 /// What a client asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -22,6 +22,7 @@ mod helper_run;
 mod json_edit;
 mod proxy;
 mod serve;
+mod status_port;
 mod supervisor;
 
 pub use capture::fuzz_capture;
@@ -30,6 +31,7 @@ pub use helper_run::fuzz_helper_run;
 pub use json_edit::fuzz_json_edit;
 pub use proxy::fuzz_proxy;
 pub use serve::fuzz_serve;
+pub use status_port::fuzz_status_port;
 pub use supervisor::fuzz_supervisor;
 
 /// Runs `target` on the empty input, then on `runs` pseudo-random inputs of

@@ -272,3 +272,10 @@ fn g1_a_follower_that_falls_behind_is_dropped() {
     assert_eq!(port.counters().dropped_behind, 1);
     assert_eq!(drain(&mut port), [format!("close {}", id.0)]);
 }
+
+/// The fuzz harness's invariants over random inputs (the campaign runs it
+/// for longer: `fuzz/campaign 60 status_port`).
+#[test]
+fn fuzz_status_port_random_inputs() {
+    crate::fuzzing::run_random_inputs(0x5EED_57A7, 2000, 1024, crate::fuzzing::fuzz_status_port);
+}
