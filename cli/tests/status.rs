@@ -546,3 +546,41 @@ fn f3_the_config_file_names_announces_and_logs() {
     assert!(base.ps().is_empty());
     g.close();
 }
+
+/// A guard that does not answer (stopped with SIGSTOP) costs `ps` its
+/// deadline, not the others' rows, and `ps` says which one it was.
+#[test]
+fn f3_ps_lists_the_others_when_a_guard_hangs() {
+    use mcp_stdio_tests::{signal_pid, Signal};
+    let base = Base::new();
+    let mut guards: Vec<Guarded> = ["up-a", "hung", "up-b"]
+        .iter()
+        .map(|n| base.guard(n, &[]))
+        .collect();
+    for g in &guards {
+        let sock = base.socket(g.child.id());
+        wait_for("the status socket", Duration::from_secs(10), || {
+            sock.exists()
+        });
+    }
+    let hung = guards[1].child.id();
+    signal_pid(hung, Signal::SIGSTOP).expect("SIGSTOP");
+    let t = Instant::now();
+    let (code, out, err) = base.run(&["ps", "--json"]);
+    let took = t.elapsed();
+    signal_pid(hung, Signal::SIGCONT).expect("SIGCONT");
+    eprintln!(
+        "ps with one stopped guard: {:.0} ms",
+        took.as_secs_f64() * 1e3
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let rows: Vec<Value> = serde_json::from_str(&out).expect("JSON");
+    let mut names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["up-a", "up-b"]);
+    assert!(err.contains(&format!("guard {hung}:")), "{err}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    for g in guards.drain(..) {
+        g.close();
+    }
+}
