@@ -531,6 +531,13 @@ fn f3_the_config_file_names_announces_and_logs() {
     });
     let rows = base.ps();
     assert_eq!(rows[0]["name"], "from-config", "{rows:?}");
+    assert!(
+        rows[0]["log_file"]
+            .as_str()
+            .unwrap()
+            .ends_with("logs/srv.log"),
+        "{rows:?}"
+    );
     g.close();
     let log = std::fs::read_to_string(dir.path().join("logs/srv.log")).expect("the log file");
     assert!(log.contains(" stderr fixture: started pid"), "{log}");

@@ -257,6 +257,9 @@ fn identity(
         command,
         started_unix_ms: stamp(Instant::now()).unix_ms,
         audit_log: args.audit.as_ref().map(|p| p.display().to_string()),
+        log_file: (args.log_file.as_ref())
+            .or(settings.status.log_file.as_ref())
+            .map(|p| p.display().to_string()),
         sandbox: sandbox.map(|_| "on".to_owned()),
         pins: settings.pin.as_ref().map(|p| p.path.display().to_string()),
     }

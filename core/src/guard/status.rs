@@ -39,6 +39,8 @@ pub struct StatusIdentity {
     pub started_unix_ms: u64,
     /// The audit log's path (`--audit`).
     pub audit_log: Option<String>,
+    /// The log file's path (`--log-file`).
+    pub log_file: Option<String>,
     /// One line on the sandbox, when there is one.
     pub sandbox: Option<String>,
     /// One line on the pins, when they are on.
@@ -104,6 +106,8 @@ pub struct GuardStatus {
     pub process: ProcessStats,
     /// The audit log's path.
     pub audit_log: Option<String>,
+    /// The log file's path (`--log-file`), where the server's whole stderr is.
+    pub log_file: Option<String>,
     /// The sandbox, in one line.
     pub sandbox: Option<String>,
     /// The pins, in one line.
@@ -378,6 +382,7 @@ impl GuardSession {
             },
             process,
             audit_log: identity.audit_log.clone(),
+            log_file: identity.log_file.clone(),
             sandbox: identity.sandbox.clone(),
             pins: identity.pins.clone(),
             status_port,
