@@ -591,3 +591,48 @@ fn f3_ps_lists_the_others_when_a_guard_hangs() {
         g.close();
     }
 }
+
+/// G1: a client of the status socket that never stops sending (here a
+/// follower, whose bytes are ignored) cannot hold the guard's loop: the
+/// host's pings go on at their pace.
+#[test]
+fn g1_a_status_client_that_floods_the_socket_never_slows_the_session() {
+    let base = Base::new();
+    let mut g = base.guard("flood", &[]);
+    g.initialize();
+    let sock = base.socket(g.child.id());
+    wait_for("the status socket", Duration::from_secs(10), || {
+        sock.exists()
+    });
+    let mut flood = UnixStream::connect(&sock).expect("connect");
+    flood
+        .write_all(b"{\"request\":\"logs\",\"bytes\":1,\"follow\":true}\n")
+        .expect("follow");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopper = stop.clone();
+    let writer = std::thread::spawn(move || {
+        let junk = vec![b'j'; 64 * 1024];
+        let mut sent = 0u64;
+        while !stopper.load(std::sync::atomic::Ordering::Relaxed) {
+            match flood.write(&junk) {
+                Ok(n) => sent += n as u64,
+                Err(_) => break,
+            }
+        }
+        sent
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let mut worst = Duration::ZERO;
+    for id in 1..=20 {
+        worst = worst.max(ping(&mut g, id));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = writer.join().expect("writer");
+    eprintln!(
+        "host pings while a status client sent {} MiB: worst {:.1} ms",
+        sent >> 20,
+        worst.as_secs_f64() * 1e3
+    );
+    assert!(worst < Duration::from_secs(1), "{worst:?}");
+    g.close();
+}

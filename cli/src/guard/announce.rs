@@ -19,6 +19,9 @@ use mcp_stdio_tokio::runtime::Tokio;
 /// Connections accepted per turn (more wait for the next turn).
 const ACCEPTS_PER_TURN: usize = 8;
 
+/// Reads of one client per turn (1 KiB each, the request's bound).
+const READS_PER_CLIENT: usize = 4;
+
 /// Bytes a closing client may have sent unread that are read and dropped.
 const UNREAD_DISCARDED: usize = 64 * 1024;
 
@@ -104,7 +107,12 @@ impl Announced {
         }
         for (id, pipe) in &self.clients {
             self.port.handle_writable(*id);
-            while self.port.wants_read(*id) {
+            // Bounded per turn: a client that keeps sending (a follower's
+            // bytes are ignored) cannot hold the loop.
+            for _ in 0..READS_PER_CLIENT {
+                if !self.port.wants_read(*id) {
+                    break;
+                }
                 let Poll::Ready(r) = pipe.poll_read(cx, &mut self.buf) else {
                     break;
                 };
