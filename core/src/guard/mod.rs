@@ -771,7 +771,7 @@ impl GuardSession {
         if let Some(lines) = self.poll_log() {
             return GuardOutput::Log(lines);
         }
-        if let Some(span) = self.proxy.poll_span() {
+        if let Some(span) = self.poll_span() {
             return GuardOutput::Span(span);
         }
         GuardOutput::Timeout(self.poll_timeout())
@@ -1205,6 +1205,11 @@ impl GuardSession {
         if on != self.log.is_some() {
             self.log = on.then(log_copy::LogCopy::default);
         }
+    }
+
+    /// The next span ready (with [`GuardConfig::trace`]).
+    pub(crate) fn poll_span(&mut self) -> Option<trace::CallSpan> {
+        self.proxy.poll_span()
     }
 
     /// The log copy's next lines (with [`GuardConfig::log_copy`]).
