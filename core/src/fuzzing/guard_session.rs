@@ -63,6 +63,9 @@ pub(super) fn run(data: &[u8]) {
     let forward = u.int_in_range(0..=64u64).unwrap_or(16);
     config.stderr_forward(forward);
     config.log_copy(u.arbitrary::<bool>().unwrap_or(false));
+    if u.arbitrary::<bool>().unwrap_or(false) {
+        config.trace(Some(u.arbitrary::<u64>().unwrap_or(1)));
+    }
     // Sometimes an oversized line closes the session (the guard's
     // `--oversized-policy close`).
     if u.arbitrary::<bool>().unwrap_or(false) {
@@ -189,6 +192,16 @@ pub(super) fn run(data: &[u8]) {
         while s.poll_record().is_some() {}
         while s.poll_stderr().is_some() {}
         while s.poll_log().is_some() {}
+        while let Some(span) = s.poll_span() {
+            assert!(span.end_unix_ms >= span.start_unix_ms, "{span:?}");
+            assert_ne!(span.context.span_id, [0; 8]);
+            if let Some(parent) = span.parent {
+                assert_eq!(
+                    span.context.trace_id, parent.trace_id,
+                    "a child keeps its trace"
+                );
+            }
+        }
         // Forwarded server stderr stays within its budget.
         assert!(s.stderr_forwarded <= forward);
         if !host_closed && s.proxy().host_closed().is_none() {

@@ -13,6 +13,7 @@ pub(crate) mod proxy;
 pub(crate) mod restart;
 mod secrets;
 pub(crate) mod status;
+pub(crate) mod trace;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -87,6 +88,7 @@ pub struct GuardConfig {
     restart: RestartConfig,
     pub(crate) secrets: Secrets,
     log_copy: bool,
+    trace_seed: Option<u64>,
 }
 
 impl Default for GuardConfig {
@@ -104,6 +106,7 @@ impl Default for GuardConfig {
             restart: RestartConfig::default(),
             secrets: Secrets::default(),
             log_copy: false,
+            trace_seed: None,
         }
     }
 }
@@ -172,6 +175,21 @@ impl GuardConfig {
     pub fn stderr_forward(&mut self, bytes: u64) -> &mut Self {
         self.stderr_forward = bytes;
         self
+    }
+
+    /// Spans for the requests (`guard --otel`; off by default): each
+    /// request forwarded carries its span's `traceparent` (a child of the
+    /// host's, when its request had one), and its span is given as
+    /// [`GuardOutput::Span`] when its call ends. `seed` makes the ids (the
+    /// core takes no randomness: give it some).
+    pub fn trace(&mut self, seed: Option<u64>) -> &mut Self {
+        self.trace_seed = seed;
+        self
+    }
+
+    /// The seed of the span ids, when spans are on.
+    pub fn get_trace_seed(&self) -> Option<u64> {
+        self.trace_seed
     }
 
     /// Makes a log copy (off by default): the server's whole stderr and the
@@ -374,6 +392,9 @@ pub enum GuardOutput<'a> {
     /// Hand these bytes to our own stderr (never blocking): the server's
     /// stderr within its budget, the budget marker, the proxy's notes.
     Stderr(Vec<u8>),
+    /// One request's span (with [`GuardConfig::trace`]): hand it to the
+    /// exporter, which never makes the session wait.
+    Span(trace::CallSpan),
     /// Hand these lines to the log file's writer (never blocking; what it
     /// cannot take it drops and counts): with [`GuardConfig::log_copy`], the
     /// server's whole stderr and the guard's notes, timestamped.
@@ -455,6 +476,9 @@ pub struct GuardReport {
     /// Lines of the log copy ([`GuardConfig::log_copy`]) dropped because
     /// more than [`MAX_LOG_PENDING`](log_copy::MAX_LOG_PENDING) bytes waited.
     pub log_lines_dropped: u64,
+    /// Spans ([`GuardConfig::trace`]) dropped because too many waited or
+    /// were open.
+    pub spans_dropped: u64,
 }
 
 /// The guard's whole session as one machine: the `Proxy` (host ↔ server
@@ -746,6 +770,9 @@ impl GuardSession {
         }
         if let Some(lines) = self.poll_log() {
             return GuardOutput::Log(lines);
+        }
+        if let Some(span) = self.poll_span() {
+            return GuardOutput::Span(span);
         }
         GuardOutput::Timeout(self.poll_timeout())
     }
@@ -1180,6 +1207,11 @@ impl GuardSession {
         }
     }
 
+    /// The next span ready (with [`GuardConfig::trace`]).
+    pub(crate) fn poll_span(&mut self) -> Option<trace::CallSpan> {
+        self.proxy.poll_span()
+    }
+
     /// The log copy's next lines (with [`GuardConfig::log_copy`]).
     pub(crate) fn poll_log(&mut self) -> Option<Vec<u8>> {
         self.log.as_mut().and_then(log_copy::LogCopy::poll)
@@ -1219,6 +1251,7 @@ impl GuardSession {
             restarts_stopped: self.lives.stopped().map(str::to_owned),
             secrets_masked: self.secrets.masked(),
             log_lines_dropped: self.log.as_ref().map_or(0, log_copy::LogCopy::dropped),
+            spans_dropped: self.proxy.spans_dropped(),
         }
     }
 

@@ -502,6 +502,8 @@ struct State {
     replay_state: ReplayState,
     /// The pinned tool definitions' machine, when on.
     pins: Option<PinCheck>,
+    /// The requests' spans (`guard --otel`), when on.
+    spans: Option<crate::guard::trace::Spans>,
 }
 
 impl Proxy {
@@ -538,6 +540,7 @@ impl Proxy {
                     ..ProxyMetrics::default()
                 },
                 pins,
+                spans: guard.get_trace_seed().map(crate::guard::trace::Spans::new),
                 replay: Replay::default(),
                 replay_state: ReplayState::default(),
                 config,
@@ -587,6 +590,19 @@ impl Proxy {
     /// to `initialize`, or a request's `_meta`).
     pub(crate) fn protocol_version(&self) -> Option<&str> {
         self.state.protocol_version.as_deref()
+    }
+
+    /// The next span ready to be given (`guard --otel`).
+    pub(crate) fn poll_span(&mut self) -> Option<crate::guard::trace::CallSpan> {
+        self.state.spans.as_mut()?.poll()
+    }
+
+    /// Spans dropped so far.
+    pub(crate) fn spans_dropped(&self) -> u64 {
+        self.state
+            .spans
+            .as_ref()
+            .map_or(0, crate::guard::trace::Spans::dropped)
     }
 
     /// The server's name and version, as its handshake answer gave them.
@@ -822,6 +838,23 @@ fn line(frame: FrameText<'_>) -> Vec<u8> {
     v
 }
 
+/// `r` with `_meta.traceparent` set to `context` (added, or replacing the
+/// host's), re-encoded; `None` when that does not fit the wire limit (the
+/// request then goes as it came).
+fn traced_request(
+    r: &crate::wire::message::Request,
+    context: &crate::guard::trace::TraceContext,
+    max_frame: usize,
+) -> Option<Vec<u8>> {
+    let value = format!("\"{}\"", context.to_traceparent());
+    let params = crate::wire::object::merge_meta(
+        r.params.as_deref().map(crate::wire::message::RawValue::get),
+        &[("traceparent", &value)],
+    )?;
+    let params = crate::wire::message::RawValue::from_string(params).ok()?;
+    crate::wire::message::encode_request(&r.id, &r.method, Some(&params), max_frame).ok()
+}
+
 impl State {
     /// Ends the tracking of `id`, with what tied messages to it.
     fn untrack(&mut self, id: &Id) -> Option<CallLifecycle> {
@@ -917,6 +950,9 @@ impl State {
     }
 
     fn push_record(&mut self, record: CallRecord) {
+        if let Some(spans) = self.spans.as_mut() {
+            spans.on_record(&record);
+        }
         self.records.push_back(Entry::Call(record));
         self.records_made += 1;
     }
@@ -1005,6 +1041,8 @@ impl State {
     }
 
     fn on_host_frame(&mut self, at: Stamp, text: &str) {
+        // With spans on, a request goes out with its span's `traceparent`.
+        let mut forward = None;
         match Message::decode(text) {
             Ok(Message::Request(r)) => {
                 self.metrics.requests += 1;
@@ -1031,6 +1069,20 @@ impl State {
                         .then(|| tool_name(r.params.as_deref()))
                         .flatten();
                     let call_id = format!("{seq}/{}", id_json(&r.id));
+                    if let Some(spans) = self.spans.as_mut() {
+                        let parent = ctx.traceparent;
+                        let context = spans.ids.child_of(parent.as_ref());
+                        forward = traced_request(&r, &context, self.framing.get_max_frame());
+                        let start = crate::guard::trace::SpanStart {
+                            context,
+                            parent,
+                            method: r.method.clone(),
+                            tool: tool.clone(),
+                            request_id: id_json(&r.id),
+                            protocol_version: self.protocol_version.clone(),
+                        };
+                        spans.open(&call_id, start, at.unix_ms);
+                    }
                     let mut call = CallLifecycle::new(
                         &self.call,
                         CallIdentity {
@@ -1130,7 +1182,10 @@ impl State {
             Ok(_) => {}
             Err(_) => self.metrics.host_parse_errors += 1,
         }
-        self.send_server(line(text.into()));
+        match forward {
+            Some(bytes) => self.send_server(bytes),
+            None => self.send_server(line(text.into())),
+        }
     }
 
     fn on_server_event(&mut self, at: Stamp, ev: FrameEvent<'_>) {

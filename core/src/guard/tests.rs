@@ -3,7 +3,7 @@
 use super::*;
 use crate::process::supervisor::EndedBy;
 use crate::records::call::CallState;
-use crate::{ProcessStats, StatusIdentity, StatusPortCounters};
+use crate::{CallSpan, ProcessStats, StatusIdentity, StatusPortCounters, TraceContext};
 
 struct Clock {
     base: Instant,
@@ -516,6 +516,7 @@ fn outputs(s: &mut GuardSession, at: Stamp) -> Vec<&'static str> {
             }
             GuardOutput::Stderr(_) => "stderr",
             GuardOutput::Log(_) => "log",
+            GuardOutput::Span(_) => "span",
             GuardOutput::Timeout(_) => return out,
         };
         out.push(name);
@@ -765,4 +766,100 @@ fn the_log_copy_has_all_of_stderr_and_the_notes() {
         "the budget limits only the forwarding"
     );
     assert_eq!(s.report(0).log_lines_dropped, 0);
+}
+
+/// `guard --otel`: a request goes to the server with its span's
+/// `traceparent` (a child of the host's), its span is given when its call
+/// ends, named and attributed by the MCP conventions; without spans on,
+/// the request goes byte for byte as it came.
+#[test]
+fn f3_spans_carry_the_trace_into_the_server_and_out_to_the_exporter() {
+    let host_parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let request = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\"_meta\":{{\"traceparent\":\"{host_parent}\",\"progressToken\":3}}}}}}\n"
+    );
+    let run = |trace: Option<u64>| {
+        let mut config = GuardConfig::default();
+        config.trace(trace);
+        let clock = Clock {
+            base: Instant::now(),
+        };
+        let mut s = GuardSession::new(config);
+        s.handle_spawned(clock.at(0));
+        s.handle_host(clock.at(1), request.as_bytes());
+        let mut to_server = Vec::new();
+        let mut spans = Vec::new();
+        let drain = |s: &mut GuardSession, to_server: &mut Vec<u8>, spans: &mut Vec<CallSpan>| loop {
+            match s.poll_output() {
+                GuardOutput::ToServer(out) => {
+                    let b = out.bytes().to_vec();
+                    s.handle_input(clock.at(2), GuardInput::ServerWritten(Ok(b.len())));
+                    to_server.extend_from_slice(&b);
+                }
+                GuardOutput::ToHost(out) => {
+                    let n = out.bytes().len();
+                    s.handle_input(clock.at(2), GuardInput::HostWrote(Ok(n)));
+                }
+                GuardOutput::Span(span) => spans.push(span),
+                GuardOutput::Timeout(_) => break,
+                _ => {}
+            }
+        };
+        drain(&mut s, &mut to_server, &mut spans);
+        s.handle_server_stdout(
+            clock.at(40),
+            b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n",
+        );
+        s.handle_host(
+            clock.at(50),
+            b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"ping\"}\n",
+        );
+        drain(&mut s, &mut to_server, &mut spans);
+        s.handle_server_stdout(
+            clock.at(60),
+            b"{\"jsonrpc\":\"2.0\",\"id\":8,\"error\":{\"code\":-32601,\"message\":\"no\"}}\n",
+        );
+        drain(&mut s, &mut to_server, &mut spans);
+        (String::from_utf8(to_server).expect("utf-8"), spans)
+    };
+
+    let (plain, spans) = run(None);
+    assert!(spans.is_empty());
+    assert!(
+        plain.starts_with(&request),
+        "byte for byte without spans: {plain}"
+    );
+
+    let (traced, spans) = run(Some(42));
+    let first: serde_json::Value =
+        serde_json::from_str(traced.lines().next().expect("a line")).expect("JSON");
+    let sent = first["params"]["_meta"]["traceparent"]
+        .as_str()
+        .expect("a traceparent");
+    let sent = TraceContext::parse(sent).expect("valid");
+    let parent = TraceContext::parse(host_parent).expect("valid");
+    assert_eq!(sent.trace_id, parent.trace_id, "the host's trace");
+    assert_ne!(sent.span_id, parent.span_id, "the guard's own span");
+    assert_eq!(
+        first["params"]["_meta"]["progressToken"], 3,
+        "the rest of _meta kept"
+    );
+    assert_eq!(first["params"]["name"], "echo");
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    let call = &spans[0];
+    assert_eq!(call.name, "tools/call echo");
+    assert_eq!(call.context, sent);
+    assert_eq!(call.parent, Some(parent));
+    assert_eq!(call.tool.as_deref(), Some("echo"));
+    assert_eq!(call.request_id, "7");
+    assert_eq!(
+        (call.start_unix_ms, call.end_unix_ms),
+        (1_700_000_000_001, 1_700_000_000_040)
+    );
+    assert_eq!(call.error_type, None);
+    let ping = &spans[1];
+    assert_eq!(ping.name, "ping");
+    assert_eq!(ping.parent, None, "a root span");
+    assert_ne!(ping.context.trace_id, parent.trace_id);
+    assert_eq!(ping.error_type, Some("jsonrpc_error"));
 }

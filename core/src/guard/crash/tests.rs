@@ -61,7 +61,7 @@ fn drain(s: &mut GuardSession, at: Stamp) -> Drained {
                 s.handle_input(at, crate::GuardInput::HostWritten(b.len()));
             }
             GuardOutput::Stderr(b) => d.stderr.push_str(&String::from_utf8_lossy(&b)),
-            GuardOutput::Log(_) => {}
+            GuardOutput::Log(_) | GuardOutput::Span(_) => {}
             GuardOutput::Timeout(_) => return d,
         }
     }

@@ -25,6 +25,8 @@ pub(super) struct RequestContext {
     pub(super) protocol_version: Option<String>,
     pub(super) request_state: Option<u64>,
     pub(super) task_id: Option<String>,
+    /// Its `_meta.traceparent`, when valid.
+    pub(super) traceparent: Option<crate::guard::trace::TraceContext>,
 }
 
 pub(super) fn request_context(params: Option<&RawValue>) -> RequestContext {
@@ -34,6 +36,8 @@ pub(super) fn request_context(params: Option<&RawValue>) -> RequestContext {
         progress_token: Option<&'a RawValue>,
         #[serde(rename = "io.modelcontextprotocol/protocolVersion", default, borrow)]
         protocol_version: Option<std::borrow::Cow<'a, str>>,
+        #[serde(default, borrow)]
+        traceparent: Option<std::borrow::Cow<'a, str>>,
     }
     #[derive(serde::Deserialize)]
     struct Params<'a> {
@@ -68,6 +72,9 @@ pub(super) fn request_context(params: Option<&RawValue>) -> RequestContext {
             .task_id
             .filter(|t| t.len() <= MAX_TASK_ID_BYTES)
             .map(|t| t.into_owned()),
+        traceparent: meta
+            .and_then(|m| m.traceparent.as_deref())
+            .and_then(crate::guard::trace::TraceContext::parse),
     }
 }
 
