@@ -12,20 +12,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{fixture_server, guard_command, tmp, Guarded};
+use support::{fixture_server, guard_command, ping, tmp, Guarded};
 
 fn guard(args: &[&str]) -> Guarded {
     let mut cmd = guard_command(args, &[&fixture_server()], &[]);
     cmd.arg("--stderr-at-start").arg("0");
     Guarded::spawn(cmd)
-}
-
-fn ping(g: &mut Guarded, id: i64) -> Duration {
-    let t = Instant::now();
-    g.send(&json!({"jsonrpc": "2.0", "id": id, "method": "ping"}));
-    let r = g.reply(id);
-    assert!(r.get("result").is_some(), "{r}");
-    t.elapsed()
 }
 
 fn read(path: &Path) -> String {

@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{fixture_server, guard_bin, guard_command, tmp, Guarded};
+use support::{fixture_server, guard_bin, guard_command, ping, tmp, Guarded};
 
 /// A runtime base of the test's own: `XDG_RUNTIME_DIR` for its guards.
 struct Base(mcp_stdio_tests::TempPath);
@@ -95,14 +95,6 @@ fn ask(path: &Path, request: &[u8]) -> Vec<u8> {
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => answer,
         Err(e) => panic!("no answer: {e}"),
     }
-}
-
-fn ping(g: &mut Guarded, id: i64) -> Duration {
-    let t = Instant::now();
-    g.send(&json!({"jsonrpc": "2.0", "id": id, "method": "ping"}));
-    let r = g.reply(id);
-    assert!(r.get("result").is_some(), "{r}");
-    t.elapsed()
 }
 
 /// F3: `ps` lists every live guard of this user (20 here) well within a

@@ -11,7 +11,7 @@
 mod battery;
 pub(crate) mod builtin;
 mod ci;
-mod procs;
+pub(crate) mod procs;
 mod raw;
 mod report;
 mod rows;

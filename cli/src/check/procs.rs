@@ -89,23 +89,24 @@ fn kill_members(pgid: u32, members: &[Leftover]) {
 #[cfg(not(target_os = "linux"))]
 fn kill_members(_pgid: u32, _members: &[Leftover]) {}
 
+/// Every process's pid and `/proc/<pid>/stat` line, as far as they can be
+/// read (processes come and go while we read: a vanished one is skipped);
+/// `None` when `/proc` cannot be read.
+#[cfg(target_os = "linux")]
+pub(crate) fn proc_stats() -> Option<impl Iterator<Item = (u32, String)>> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    Some(dir.flatten().filter_map(|entry| {
+        let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some((pid, stat))
+    }))
+}
+
 /// Live (not zombie) members of process group `pgid`.
 #[cfg(target_os = "linux")]
 pub(crate) fn group_members(pgid: u32) -> Option<Vec<Leftover>> {
-    let dir = std::fs::read_dir("/proc").ok()?;
     let mut found = Vec::new();
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        // Processes come and go while we read: a vanished one is skipped.
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
+    for (pid, stat) in proc_stats()? {
         if let Some((name, state, pgrp)) = parse_stat(&stat) {
             if pgrp == pgid && !matches!(state, 'Z' | 'X') {
                 found.push(Leftover { pid, name });

@@ -213,24 +213,13 @@ fn group_usage(pgid: u32) -> ProcessStats {
     };
     #[cfg(target_os = "linux")]
     {
-        let Ok(dir) = std::fs::read_dir("/proc") else {
+        let Some(procs) = crate::check::procs::proc_stats() else {
             return stats;
         };
         let page = rustix::param::page_size() as u64;
         let tick = rustix::param::clock_ticks_per_second().max(1);
         let (mut n, mut rss, mut ticks) = (0u32, 0u64, 0u64);
-        for entry in dir.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            // Processes come and go while we read: a vanished one is skipped.
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
+        for (_, stat) in procs {
             // The fields after the name (which may hold spaces and parentheses).
             let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 1..)) else {
                 continue;

@@ -265,3 +265,12 @@ pub(crate) fn call(id: i64, tool: &str, args: Value) -> Value {
 pub(crate) fn call_named(id: &str, tool: &str, args: Value) -> Value {
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}})
 }
+
+/// A `ping` through the guard, answered within its bound; how long it took.
+pub(crate) fn ping(g: &mut Guarded, id: i64) -> Duration {
+    let t = Instant::now();
+    g.send(&json!({"jsonrpc": "2.0", "id": id, "method": "ping"}));
+    let r = g.reply(id);
+    assert!(r.get("result").is_some(), "{r}");
+    t.elapsed()
+}
