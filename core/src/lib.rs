@@ -304,7 +304,9 @@ pub use guard::status::{
     ByteCounts, GuardStatus, OperationLatency, ProcessStats, RequestCounts, ServerName,
     StatusIdentity, StderrCounts, StreamCounts, MAX_STATUS_OPERATIONS,
 };
-pub use guard::trace::{CallSpan, TraceContext, MAX_SPANS_WAITING};
+pub use guard::trace::{
+    CallSpan, SpanTarget, TraceContext, MAX_SPANS_WAITING, MAX_SPAN_TARGET_BYTES, UNREAD_METHOD,
+};
 pub use guard::{
     GuardAction, GuardConfig, GuardInput, GuardOutput, GuardReport, GuardSession,
     DEFAULT_FINAL_FLUSH, DEFAULT_MAX_WAITING_RECORDS, DEFAULT_STDERR_FORWARD, EXIT_GUARD_CLOSED,

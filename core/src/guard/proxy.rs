@@ -113,8 +113,8 @@ use crate::wire::message::{
     SERVER_ERROR,
 };
 use fields::{
-    cancelled_id, id_json, link_hash, progress_token, request_context, special_result_type,
-    tool_name,
+    cancelled_id, id_json, is_tool_error, link_hash, progress_token, request_context, span_target,
+    special_result_type, tool_name,
 };
 pub(crate) use replay::Failure;
 use replay::{ReplayState, ServerGate};
@@ -1008,6 +1008,9 @@ impl State {
                 ));
                 if let Some(id) = id_hint {
                     let err = self.limit_error(Oversized::Request, limit as u64 + 1);
+                    if let Some(spans) = self.spans.as_mut() {
+                        spans.refused_unread(id_json(&id), err.code, at.unix_ms);
+                    }
                     self.reply_error_object(Some(&id), err);
                 }
                 if self.framing.get_oversized_policy() == OversizedPolicy::Close {
@@ -1024,6 +1027,9 @@ impl State {
                     "mcp-stdio guard: oversized request has id {id}; it gets an error"
                 ));
                 let err = self.limit_error(Oversized::Request, discarded);
+                if let Some(spans) = self.spans.as_mut() {
+                    spans.refused_unread(id_json(&id), err.code, at.unix_ms);
+                }
                 self.reply_error_object(Some(&id), err);
             }
             FrameEvent::Error(FrameError::InvalidUtf8 { len, id, .. }) => {
@@ -1078,8 +1084,10 @@ impl State {
                             parent,
                             method: r.method.clone(),
                             tool: tool.clone(),
+                            target: span_target(&r.method, r.params.as_deref()),
                             request_id: id_json(&r.id),
                             protocol_version: self.protocol_version.clone(),
+                            request_bytes: text.len() as u64,
                         };
                         spans.open(&call_id, start, at.unix_ms);
                     }
@@ -1349,7 +1357,7 @@ impl State {
         self.metrics.responses += 1;
         let handshake = self.tracked.get(&id).is_some_and(|t| t.handshake);
         if let Some(call) = self.untrack(&id) {
-            let (outcome, mut note) = match error {
+            let (outcome, mut note) = match &error {
                 None => (
                     CallOutcome::Succeeded,
                     format!("result of {} bytes", text.len()),
@@ -1365,6 +1373,17 @@ impl State {
                     "; invalid UTF-8 repaired: {} sequence(s) replaced with U+FFFD",
                     r.replaced
                 ));
+            }
+            if let Some(spans) = self.spans.as_mut() {
+                let tool_error = spans.is_tool_call(call.record().call_id())
+                    && result.as_deref().is_some_and(is_tool_error);
+                spans.answered(
+                    call.record().call_id(),
+                    error.as_ref().map(|e| e.code),
+                    text.len() as u64,
+                    repair.is_some(),
+                    tool_error,
+                );
             }
             if let Some(result) = result.as_deref() {
                 if handshake {
@@ -1503,6 +1522,9 @@ impl State {
         if let Some(call) = self.untrack(id) {
             self.metrics.refused_responses_failed += 1;
             let note = format!("{message}; the host got error {SERVER_ERROR}");
+            if let Some(spans) = self.spans.as_mut() {
+                spans.answered(call.record().call_id(), Some(SERVER_ERROR), 0, false, false);
+            }
             self.reply_error(Some(id), SERVER_ERROR, message);
             self.complete(at, call, CallOutcome::RemoteFailure, &note);
         } else if self.cancelled.contains(id) {

@@ -3,7 +3,7 @@
 use super::*;
 use crate::process::supervisor::EndedBy;
 use crate::records::call::CallState;
-use crate::{CallSpan, ProcessStats, StatusIdentity, StatusPortCounters, TraceContext};
+use crate::{CallSpan, ProcessStats, SpanTarget, StatusIdentity, StatusPortCounters, TraceContext};
 
 struct Clock {
     base: Instant,
@@ -857,9 +857,107 @@ fn f3_spans_carry_the_trace_into_the_server_and_out_to_the_exporter() {
         (1_700_000_000_001, 1_700_000_000_040)
     );
     assert_eq!(call.error_type, None);
+    assert_eq!(call.status_code, None);
+    assert_eq!(call.request_bytes, request.len() as u64 - 1);
+    assert_eq!(call.response_bytes, 36);
     let ping = &spans[1];
     assert_eq!(ping.name, "ping");
     assert_eq!(ping.parent, None, "a root span");
     assert_ne!(ping.context.trace_id, parent.trace_id);
-    assert_eq!(ping.error_type, Some("jsonrpc_error"));
+    assert_eq!(ping.error_type.as_deref(), Some("-32601"));
+    assert_eq!(ping.status_code, Some(-32601));
+}
+
+/// `guard --otel`: a prompt's span is named by it, a resource's carries its
+/// URI, a tool result with `isError` is a `tool_error`, a request over the
+/// wire limit still gets a span (`wire_limit`, the guard's code), and a
+/// crash gives `server_lost` with the code the host got.
+#[test]
+fn f3_spans_say_what_each_call_named_and_how_it_ended() {
+    let clock = Clock {
+        base: Instant::now(),
+    };
+    let mut config = GuardConfig::default();
+    config.trace(Some(7));
+    config.framer_mut().max_frame(4096);
+    let mut s = GuardSession::new(config);
+    s.handle_spawned(clock.at(0));
+    let mut spans = Vec::new();
+    let drain = |s: &mut GuardSession, spans: &mut Vec<CallSpan>| loop {
+        match s.poll_output() {
+            GuardOutput::ToServer(out) => {
+                let n = out.bytes().len();
+                s.handle_input(clock.at(2), GuardInput::ServerWritten(Ok(n)));
+            }
+            GuardOutput::ToHost(out) => {
+                let n = out.bytes().len();
+                s.handle_input(clock.at(2), GuardInput::HostWrote(Ok(n)));
+            }
+            GuardOutput::Span(span) => spans.push(span),
+            GuardOutput::Timeout(_) => break,
+            _ => {}
+        }
+    };
+    s.handle_host(
+        clock.at(1),
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"prompts/get\",\"params\":{\"name\":\"greet\"}}\n",
+    );
+    s.handle_host(
+        clock.at(1),
+        b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"resources/read\",\"params\":{\"uri\":\"file:///a\"}}\n",
+    );
+    s.handle_host(
+        clock.at(1),
+        b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"t\"}}\n",
+    );
+    s.handle_host(
+        clock.at(1),
+        b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{\"name\":\"slow\"}}\n",
+    );
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{{\"x\":\"{}\"}}}}\n",
+        "a".repeat(8192)
+    );
+    s.handle_host(clock.at(1), big.as_bytes());
+    drain(&mut s, &mut spans);
+    s.handle_server_stdout(
+        clock.at(5),
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"messages\":[]}}\n\
+          {\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"contents\":[]}}\n\
+          {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"content\":[],\"isError\":true}}\n",
+    );
+    drain(&mut s, &mut spans);
+    s.handle_exited(clock.at(9), ExitStatus::Code(1));
+    s.handle_server_stdout_eof(clock.at(9));
+    s.handle_server_stderr_eof(clock.at(9));
+    drain(&mut s, &mut spans);
+    let by_id = |id: &str| {
+        spans
+            .iter()
+            .find(|s| s.request_id == id)
+            .unwrap_or_else(|| panic!("a span for {id}: {spans:?}"))
+    };
+    let prompt = by_id("1");
+    assert_eq!(prompt.name, "prompts/get greet");
+    assert_eq!(prompt.target, Some(SpanTarget::Prompt("greet".into())));
+    assert_eq!(prompt.error_type, None);
+    let resource = by_id("2");
+    assert_eq!(resource.name, "resources/read");
+    assert_eq!(
+        resource.target,
+        Some(SpanTarget::Resource("file:///a".into()))
+    );
+    let tool = by_id("3");
+    assert_eq!(tool.error_type.as_deref(), Some("tool_error"));
+    assert_eq!(tool.status_code, None);
+    let refused = by_id("5");
+    assert_eq!(refused.method, crate::UNREAD_METHOD);
+    assert_eq!(refused.error_type.as_deref(), Some("wire_limit"));
+    assert_eq!(
+        refused.status_code,
+        Some(crate::wire::message::WIRE_LIMIT_EXCEEDED)
+    );
+    let lost = by_id("4");
+    assert_eq!(lost.name, "tools/call slow");
+    assert_eq!(lost.error_type.as_deref(), Some("server_lost"));
 }

@@ -209,6 +209,9 @@ mod tests {
 /// past it the newest are dropped and counted.
 pub const MAX_SPANS_WAITING: usize = 1024;
 
+/// `mcp.method.name` of a request refused unread (over the wire limit).
+pub const UNREAD_METHOD: &str = "unknown";
+
 /// Calls whose span is open, at most (the proxy's `max_tracked` bounds them
 /// first).
 const MAX_OPEN_SPANS: usize = 4096;
@@ -220,8 +223,35 @@ pub(crate) struct SpanStart {
     pub(crate) parent: Option<TraceContext>,
     pub(crate) method: String,
     pub(crate) tool: Option<String>,
+    /// `gen_ai.prompt.name` (`prompts/get`) or `mcp.resource.uri`
+    /// (`resources/*`): what the request names besides a tool.
+    pub(crate) target: Option<SpanTarget>,
     pub(crate) request_id: String,
     pub(crate) protocol_version: Option<String>,
+    pub(crate) request_bytes: u64,
+}
+
+/// What a request names besides a tool, for the span's attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpanTarget {
+    /// `gen_ai.prompt.name`, of `prompts/get` (also in the span's name).
+    Prompt(String),
+    /// `mcp.resource.uri`, of `resources/read`, `resources/subscribe`,
+    /// `resources/unsubscribe`.
+    Resource(String),
+}
+
+/// A prompt's name or a resource's URI longer than this is cut (on a
+/// character boundary) before it becomes an attribute.
+pub const MAX_SPAN_TARGET_BYTES: usize = 512;
+
+/// What the answer told, kept with the open span until its record ends.
+#[derive(Debug, Clone, Copy, Default)]
+struct Answer {
+    code: Option<i64>,
+    bytes: u64,
+    repaired: bool,
+    tool_error: bool,
 }
 
 /// One request's span, by the MCP semantic conventions (the guard is the
@@ -242,22 +272,37 @@ pub struct CallSpan {
     pub method: String,
     /// `gen_ai.tool.name`, for `tools/call`.
     pub tool: Option<String>,
-    /// `jsonrpc.request.id`, as JSON text.
+    /// `gen_ai.prompt.name` or `mcp.resource.uri`.
+    pub target: Option<SpanTarget>,
+    /// `jsonrpc.request.id`, as JSON text (a string id keeps its quotes).
     pub request_id: String,
     /// `mcp.protocol.version`.
     pub protocol_version: Option<String>,
-    /// `error.type`, when the call did not succeed: `jsonrpc_error` (the
-    /// server's error answer), `refused` (the guard answered for it: the
-    /// wire limit, a pin), `cancelled`, `server_lost` (the server died or
-    /// the session ended with it open), `not_sent`.
-    pub error_type: Option<&'static str>,
+    /// `error.type`, when the call did not succeed: the JSON-RPC error code
+    /// as text (`-32602`: the server's error answer, or the guard's when it
+    /// answered for the server), `tool_error` (a `tools/call` result with
+    /// `isError: true`), `cancelled`, `server_lost` (the server died or the
+    /// session ended with the call open), `not_sent`, `wire_limit` (the
+    /// request was over the wire limit and never read).
+    pub error_type: Option<String>,
+    /// `rpc.response.status_code`: the error answer's code, the server's or
+    /// the guard's.
+    pub status_code: Option<i64>,
+    /// The request's bytes (`mcp_stdio.request.bytes`).
+    pub request_bytes: u64,
+    /// The answer's bytes, when the server answered
+    /// (`mcp_stdio.response.bytes`).
+    pub response_bytes: u64,
+    /// Whether the answer's invalid UTF-8 was repaired
+    /// (`mcp_stdio.utf8_repaired`).
+    pub utf8_repaired: bool,
 }
 
 /// The proxy's spans: ids, open spans by call id, spans to give out.
 #[derive(Debug)]
 pub(crate) struct Spans {
     pub(crate) ids: IdSource,
-    open: std::collections::HashMap<String, (SpanStart, u64)>,
+    open: std::collections::HashMap<String, (SpanStart, u64, Answer)>,
     ready: std::collections::VecDeque<CallSpan>,
     dropped: u64,
 }
@@ -275,9 +320,70 @@ impl Spans {
     /// A call began (its id in the records, its start).
     pub(crate) fn open(&mut self, call_id: &str, start: SpanStart, unix_ms: u64) {
         if self.open.len() < MAX_OPEN_SPANS {
-            self.open.insert(call_id.to_owned(), (start, unix_ms));
+            self.open
+                .insert(call_id.to_owned(), (start, unix_ms, Answer::default()));
         } else {
             self.dropped += 1;
+        }
+    }
+
+    /// The call `call_id` was answered: the error code (the server's, or the
+    /// guard's when it answered for it), the answer's size, whether its
+    /// UTF-8 was repaired, whether it is a tool result with `isError`.
+    pub(crate) fn answered(
+        &mut self,
+        call_id: &str,
+        code: Option<i64>,
+        bytes: u64,
+        repaired: bool,
+        tool_error: bool,
+    ) {
+        if let Some((_, _, answer)) = self.open.get_mut(call_id) {
+            *answer = Answer {
+                code,
+                bytes,
+                repaired,
+                tool_error,
+            };
+        }
+    }
+
+    /// Whether the open call `call_id` is a `tools/call` (its result's
+    /// `isError` is worth a look).
+    pub(crate) fn is_tool_call(&self, call_id: &str) -> bool {
+        self.open
+            .get(call_id)
+            .is_some_and(|(start, _, _)| start.tool.is_some())
+    }
+
+    /// A request over the wire limit, never read: the guard answered it
+    /// (its id found) with the wire-limit error. Its method is not known.
+    pub(crate) fn refused_unread(&mut self, request_id: String, code: i64, unix_ms: u64) {
+        let context = self.ids.child_of(None);
+        self.push(CallSpan {
+            name: UNREAD_METHOD.to_owned(),
+            context,
+            parent: None,
+            start_unix_ms: unix_ms,
+            end_unix_ms: unix_ms,
+            method: UNREAD_METHOD.to_owned(),
+            tool: None,
+            target: None,
+            request_id,
+            protocol_version: None,
+            error_type: Some("wire_limit".to_owned()),
+            status_code: Some(code),
+            request_bytes: 0,
+            response_bytes: 0,
+            utf8_repaired: false,
+        });
+    }
+
+    fn push(&mut self, span: CallSpan) {
+        if self.ready.len() >= MAX_SPANS_WAITING {
+            self.dropped += 1;
+        } else {
+            self.ready.push_back(span);
         }
     }
 
@@ -287,27 +393,34 @@ impl Spans {
         if !record.state().is_terminal() {
             return;
         }
-        let Some((start, start_ms)) = self.open.remove(record.call_id()) else {
+        let Some((start, start_ms, answer)) = self.open.remove(record.call_id()) else {
             return;
         };
         let end_ms = record.events().last().map_or(start_ms, |e| e.unix_ms);
+        // A pin's refusal is answered by the guard with its own code.
+        let code = answer.code.or_else(|| {
+            (record.state() == CallState::Denied).then_some(crate::guard::pin::TOOL_NOT_ACCEPTED)
+        });
         let error_type = match (record.state(), record.outcome()) {
+            (CallState::Completed, Some(CallOutcome::Succeeded)) if answer.tool_error => {
+                Some("tool_error".to_owned())
+            }
             (CallState::Completed, Some(CallOutcome::Succeeded)) => None,
-            (CallState::Completed, Some(CallOutcome::RemoteFailure)) => Some("jsonrpc_error"),
-            (CallState::Completed, _) | (CallState::Denied, _) => Some("refused"),
-            (CallState::Cancelled | CallState::CancelledAfterDispatch, _) => Some("cancelled"),
-            (CallState::FailedBeforeDispatch, _) => Some("not_sent"),
-            _ => Some("server_lost"),
+            (CallState::Completed | CallState::Denied, _) => {
+                Some(code.map_or_else(|| "refused".to_owned(), |c| c.to_string()))
+            }
+            (CallState::Cancelled | CallState::CancelledAfterDispatch, _) => {
+                Some("cancelled".to_owned())
+            }
+            (CallState::FailedBeforeDispatch, _) => Some("not_sent".to_owned()),
+            _ => Some("server_lost".to_owned()),
         };
-        let name = match &start.tool {
-            Some(tool) => format!("{} {tool}", start.method),
-            None => start.method.clone(),
+        let name = match (&start.tool, &start.target) {
+            (Some(tool), _) => format!("{} {tool}", start.method),
+            (None, Some(SpanTarget::Prompt(prompt))) => format!("{} {prompt}", start.method),
+            _ => start.method.clone(),
         };
-        if self.ready.len() >= MAX_SPANS_WAITING {
-            self.dropped += 1;
-            return;
-        }
-        self.ready.push_back(CallSpan {
+        self.push(CallSpan {
             name,
             context: start.context,
             parent: start.parent,
@@ -315,9 +428,14 @@ impl Spans {
             end_unix_ms: end_ms.max(start_ms),
             method: start.method,
             tool: start.tool,
+            target: start.target,
             request_id: start.request_id,
             protocol_version: start.protocol_version,
             error_type,
+            status_code: code,
+            request_bytes: start.request_bytes,
+            response_bytes: answer.bytes,
+            utf8_repaired: answer.repaired,
         });
     }
 

@@ -16,6 +16,57 @@ pub(super) fn tool_name(params: Option<&RawValue>) -> Option<String> {
         .map(|p| p.name)
 }
 
+/// A prompt's name (`prompts/get`) or a resource's URI (`resources/read`,
+/// `/subscribe`, `/unsubscribe`) for the request's span, cut to
+/// [`MAX_SPAN_TARGET_BYTES`](crate::guard::trace::MAX_SPAN_TARGET_BYTES).
+pub(super) fn span_target(
+    method: &str,
+    params: Option<&RawValue>,
+) -> Option<crate::guard::trace::SpanTarget> {
+    use crate::guard::trace::{SpanTarget, MAX_SPAN_TARGET_BYTES};
+    #[derive(serde::Deserialize)]
+    struct P<'a> {
+        #[serde(default, borrow)]
+        name: Option<std::borrow::Cow<'a, str>>,
+        #[serde(default, borrow)]
+        uri: Option<std::borrow::Cow<'a, str>>,
+    }
+    let cut = |s: &str| {
+        let mut end = s.len().min(MAX_SPAN_TARGET_BYTES);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s[..end].to_owned()
+    };
+    let prompt = method == "prompts/get";
+    if !prompt
+        && !matches!(
+            method,
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe"
+        )
+    {
+        return None;
+    }
+    let p = serde_json::from_str::<P<'_>>(params?.get()).ok()?;
+    if prompt {
+        p.name.map(|n| SpanTarget::Prompt(cut(&n)))
+    } else {
+        p.uri.map(|u| SpanTarget::Resource(cut(&u)))
+    }
+}
+
+/// Whether a tool result says `isError: true` (a substring test first, so a
+/// large result without the key is not parsed).
+pub(super) fn is_tool_error(result: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct R {
+        #[serde(rename = "isError", default)]
+        is_error: bool,
+    }
+    memchr::memmem::find(result.as_bytes(), b"\"isError\"").is_some()
+        && serde_json::from_str::<R>(result).is_ok_and(|r| r.is_error)
+}
+
 /// What the guard reads from a host request's params beyond its method: only
 /// looked for when the text can hold it (a substring test first), so a
 /// large request without these keys is not parsed twice.

@@ -88,6 +88,10 @@ impl Proxy {
             let mut err = ErrorObject::new(SERVER_CRASHED, failure.message);
             err.data.clone_from(&data);
             s.reply_error_object(Some(&id), err);
+            if let Some(spans) = s.spans.as_mut() {
+                let call_id = call.record().call_id();
+                spans.answered(call_id, Some(SERVER_CRASHED), 0, false, false);
+            }
             let _ = call.mark_unknown(at);
             call.note(
                 at.unix_ms,
