@@ -29,6 +29,7 @@
 //! log_file = "logs/weather.log"             # the server's whole stderr, timestamped (relative to this file's folder)
 //! log_file_max_bytes = 10485760             # rotated before it passes this
 //! log_file_count = 3                        # files kept, the current one included
+//! otel = true                               # spans and metrics over OTLP/HTTP (`--otel`)
 //!
 //! [sandbox]                                 # run the server in a sandbox (Linux; see guard::sandbox)
 //! profile = "npx"                           # or "base", "uvx"
@@ -231,6 +232,7 @@ struct FileSettings {
     log_file: Option<PathBuf>,
     log_file_max_bytes: Option<u64>,
     log_file_count: Option<u32>,
+    otel: Option<bool>,
     sandbox: Option<FileSandbox>,
 }
 
@@ -260,7 +262,7 @@ pub(crate) struct GuardSettings {
 }
 
 /// `name`, `announce`, `log_file` (relative to the config file's folder),
-/// `log_file_max_bytes`, `log_file_count` from a config file.
+/// `log_file_max_bytes`, `log_file_count`, `otel` from a config file.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FileStatus {
     pub(crate) name: Option<String>,
@@ -268,6 +270,8 @@ pub(crate) struct FileStatus {
     pub(crate) log_file: Option<PathBuf>,
     pub(crate) log_file_max_bytes: Option<u64>,
     pub(crate) log_file_count: Option<u32>,
+    /// `otel = true`: as `--otel`.
+    pub(crate) otel: Option<bool>,
 }
 
 /// `framer` with the wire limit `bytes`, which `setting` gave. The core
@@ -422,6 +426,7 @@ impl GuardSettings {
                 }),
                 log_file_max_bytes: file.log_file_max_bytes,
                 log_file_count: file.log_file_count,
+                otel: file.otel,
             },
         })
     }

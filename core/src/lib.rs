@@ -301,8 +301,8 @@ pub use guard::restart::{
     SERVER_CRASHED,
 };
 pub use guard::status::{
-    ByteCounts, GuardStatus, OperationLatency, ProcessStats, RequestCounts, ServerName,
-    StatusIdentity, StderrCounts, StreamCounts, MAX_STATUS_OPERATIONS,
+    ByteCounts, GuardCounters, GuardStatus, OperationLatency, ProcessStats, RequestCounts,
+    ServerName, StatusIdentity, StderrCounts, StreamCounts, MAX_STATUS_OPERATIONS,
 };
 pub use guard::trace::{
     CallSpan, SpanTarget, TraceContext, MAX_SPANS_WAITING, MAX_SPAN_TARGET_BYTES, UNREAD_METHOD,

@@ -4,7 +4,9 @@
 #
 #   $MCP_STDIO_INTEROP_DIR/npm   @modelcontextprotocol/server-everything and
 #                                @modelcontextprotocol/server-filesystem (npm)
-#   $MCP_STDIO_INTEROP_DIR/venv  a Python venv with the `mcp` package (PyPI)
+#   $MCP_STDIO_INTEROP_DIR/venv  a Python venv with the `mcp` package and
+#                                `opentelemetry-proto` (PyPI: the OTLP
+#                                receiver `guard --otel` is tested against)
 #   tmux                         where missing (Debian's package, as root):
 #                                the terminal `mcp-stdio top` is tested in
 #
@@ -17,6 +19,7 @@ set -euo pipefail
 SERVER_EVERYTHING_VERSION=2026.8.31
 SERVER_FILESYSTEM_VERSION=2026.8.31
 MCP_PY_VERSION=2.3.0
+OTEL_PROTO_VERSION=1.45.2
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${MCP_STDIO_INTEROP_DIR:-$root/target/interop}
@@ -69,6 +72,17 @@ else
     log "venv + pip install took $(( $(date +%s) - t )) s"
 fi
 
+have=$("$venv/bin/python" -c "import importlib.metadata as m; print(m.version('opentelemetry-proto'))" 2>/dev/null || true)
+if [ "$have" = "$OTEL_PROTO_VERSION" ]; then
+    log "python opentelemetry-proto $have already in $venv"
+else
+    t=$(date +%s)
+    log "installing opentelemetry-proto==$OTEL_PROTO_VERSION into $venv (had: ${have:-none})"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+        "opentelemetry-proto==$OTEL_PROTO_VERSION" >&2
+    log "pip install took $(( $(date +%s) - t )) s"
+fi
+
 # --- tmux, the terminal `mcp-stdio top`'s test runs in (Debian's package) ---
 if ! command -v tmux >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -82,4 +96,4 @@ if ! command -v tmux >/dev/null; then
     fi
 fi
 
-log "ready in $(( $(date +%s) - start )) s: $(tmux -V), node $(node --version), server-everything $SERVER_EVERYTHING_VERSION, server-filesystem $SERVER_FILESYSTEM_VERSION, $("$venv/bin/python" --version 2>&1), mcp $MCP_PY_VERSION"
+log "ready in $(( $(date +%s) - start )) s: $(tmux -V), node $(node --version), server-everything $SERVER_EVERYTHING_VERSION, server-filesystem $SERVER_FILESYSTEM_VERSION, $("$venv/bin/python" --version 2>&1), mcp $MCP_PY_VERSION, opentelemetry-proto $OTEL_PROTO_VERSION"

@@ -79,6 +79,15 @@ pub(super) fn announce(rt: &Tokio, identity: StatusIdentity) -> Option<Announced
     }
 }
 
+/// The status as the socket gives it: the core's, and what `--otel` did.
+#[derive(serde::Serialize)]
+struct StatusAnswer {
+    #[serde(flatten)]
+    status: mcp_stdio_core::GuardStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    otel: Option<super::otel::OtelSummary>,
+}
+
 impl Announced {
     /// Accepts, reads, answers and writes what the sockets take now; never
     /// waits. `true` if anything moved.
@@ -88,6 +97,7 @@ impl Announced {
         now: Instant,
         session: &mut GuardSession,
         server_pid: u32,
+        otel: Option<&super::otel::Otel>,
     ) -> bool {
         let mut busy = false;
         for _ in 0..ACCEPTS_PER_TURN {
@@ -135,7 +145,10 @@ impl Announced {
                         _ => {
                             let counters = self.port.counters();
                             let process = group_usage(server_pid);
-                            serde_json::to_vec(&session.status(&self.identity, process, counters))
+                            serde_json::to_vec(&StatusAnswer {
+                                status: session.status(&self.identity, process, counters),
+                                otel: otel.map(super::otel::Otel::summary),
+                            })
                         }
                     };
                     self.port.reply(id, answer.unwrap_or_default());

@@ -39,6 +39,7 @@ use mcp_stdio_tokio::runtime::Tokio;
 use super::announce::Announced;
 use super::audit_log::AuditLog;
 use super::log_file::LogFile;
+use super::otel::Otel;
 use crate::pin::PinWriter;
 
 /// How long the audit log may take to reach the disk at exit.
@@ -256,12 +257,35 @@ struct GuardLoop<'a> {
     terminate: Terminate,
     /// The status socket and its clients (none with `--no-announce`).
     status: Option<Announced>,
-    /// The log file's writer (`--log-file`): takes `GuardOutput::Log` without waiting.
-    log: Option<&'a LogFile>,
+    /// The log file and the exporter: they take `GuardOutput::Log` and
+    /// `GuardOutput::Span` without waiting.
+    sinks: Sinks<'a>,
     timer: DeadlineTimer<Tokio>,
     /// The session's next deadline, from its last drained output.
     deadline: Option<Instant>,
     ending: Option<Ending>,
+}
+
+/// Where the session's copies go, none of them waited for: the log file
+/// (`--log-file`) and the exporter (`--otel`).
+#[derive(Clone, Copy)]
+pub(super) struct Sinks<'a> {
+    pub(super) log: Option<&'a LogFile>,
+    pub(super) otel: Option<&'a Otel>,
+}
+
+impl Sinks<'_> {
+    fn lines(self, lines: Vec<u8>) {
+        if let Some(log) = self.log {
+            log.push(lines);
+        }
+    }
+
+    fn span(self, session: &GuardSession, span: mcp_stdio_core::CallSpan) {
+        if let Some(otel) = self.otel {
+            otel.span(span, session.counters());
+        }
+    }
 }
 
 /// Runs the session until it is over, then its end (audit seal, the host's
@@ -271,7 +295,7 @@ pub(super) async fn drive(
     session: &mut GuardSession,
     (spec, leader, pipes): (&CommandSpec, Leader, ServerPipes),
     (audit, pins, status): (Option<AuditLog>, Option<&PinWriter>, Option<Announced>),
-    log: Option<&LogFile>,
+    sinks: Sinks<'_>,
 ) -> u8 {
     let mut first_read = None;
     let host_in = match Stdin::new(rt) {
@@ -305,7 +329,7 @@ pub(super) async fn drive(
         pins,
         terminate: Terminate::new(),
         status,
-        log,
+        sinks,
         timer: DeadlineTimer::new(rt),
         deadline: None,
         ending: None,
@@ -501,7 +525,8 @@ impl GuardLoop<'_> {
         let Some(status) = self.status.as_mut() else {
             return false;
         };
-        status.poll(cx, at.instant, self.session, self.leader.pid())
+        let otel = self.sinks.otel;
+        status.poll(cx, at.instant, self.session, self.leader.pid(), otel)
     }
 
     fn poll_timer(&mut self, cx: &mut Context<'_>, _at: Stamp) -> bool {
@@ -598,15 +623,12 @@ impl GuardLoop<'_> {
                 GuardOutput::Stderr(bytes) => {
                     crate::stderr_sink::write(&bytes);
                 }
-                // Spans are on only with an exporter (not yet: issue 36's next step).
-                GuardOutput::Span(_) => {}
+                GuardOutput::Span(span) => self.sinks.span(self.session, span),
                 GuardOutput::Log(lines) => {
                     if let Some(status) = self.status.as_mut() {
                         moved |= status.follow(&lines);
                     }
-                    if let Some(log) = self.log {
-                        log.push(lines);
-                    }
+                    self.sinks.lines(lines);
                 }
                 GuardOutput::Timeout(deadline) => {
                     // The turn's records go to the writer in one batch.
@@ -715,13 +737,8 @@ impl GuardLoop<'_> {
                 GuardOutput::Stderr(bytes) => {
                     crate::stderr_sink::write(&bytes);
                 }
-                // Spans are on only with an exporter (not yet: issue 36's next step).
-                GuardOutput::Span(_) => {}
-                GuardOutput::Log(lines) => {
-                    if let Some(log) = self.log {
-                        log.push(lines);
-                    }
-                }
+                GuardOutput::Span(span) => self.sinks.span(self.session, span),
+                GuardOutput::Log(lines) => self.sinks.lines(lines),
                 GuardOutput::Pins(update) => {
                     if let Some(w) = self.pins {
                         w.send(update);
@@ -740,7 +757,7 @@ impl GuardLoop<'_> {
             return exit_code;
         };
         let session = &mut *self.session;
-        let log = self.log;
+        let sinks = self.sinks;
         let flush = std::future::poll_fn(|cx| loop {
             match session.poll_output() {
                 GuardOutput::ToHost(message) => {
@@ -753,13 +770,8 @@ impl GuardLoop<'_> {
                 GuardOutput::Stderr(bytes) => {
                     crate::stderr_sink::write(&bytes);
                 }
-                // Spans are on only with an exporter (not yet: issue 36's next step).
-                GuardOutput::Span(_) => {}
-                GuardOutput::Log(lines) => {
-                    if let Some(log) = log {
-                        log.push(lines);
-                    }
-                }
+                GuardOutput::Span(span) => sinks.span(session, span),
+                GuardOutput::Log(lines) => sinks.lines(lines),
                 GuardOutput::Timeout(_) => {
                     if !out.in_flight() {
                         return Poll::Ready(Ok::<(), io::Error>(()));

@@ -14,6 +14,7 @@ mod audit_log;
 mod drive;
 mod ended;
 mod log_file;
+mod otel;
 pub(crate) mod sandbox;
 pub(crate) mod server_env;
 
@@ -116,6 +117,12 @@ pub(crate) struct GuardArgs {
         hide_short_help = true
     )]
     pub(crate) log_file_count: Option<u32>,
+    /// Export a span per request and the MCP metrics over OTLP/HTTP (protobuf) to the
+    /// collector the OTEL_EXPORTER_OTLP_* variables name (default http://localhost:4318);
+    /// requests carry the guard's `traceparent` to the server. A collector that is down or
+    /// slow drops spans (counted), never delays a message.
+    #[arg(long, help_heading = "Status and logs")]
+    pub(crate) otel: bool,
     /// The server command and its arguments: everything from the first argument that is not
     /// an option of the guard's (a `--` before it is allowed). No shell is involved.
     #[arg(
@@ -137,6 +144,9 @@ struct MetricsFile {
     /// Bytes of the log file (`--log-file`) dropped: the disk was slow or full.
     #[serde(skip_serializing_if = "Option::is_none")]
     log_file_dropped_bytes: Option<u64>,
+    /// What `--otel` exported and dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    otel: Option<otel::OtelSummary>,
     /// The server's sandbox as enforced (`--sandbox…`).
     #[serde(skip_serializing_if = "Option::is_none")]
     sandbox: Option<SandboxRecord>,
@@ -230,6 +240,14 @@ fn default_name(spec: &CommandSpec) -> String {
     }
 }
 
+/// The server's name: `--name`, the config's `name`, or the server
+/// program's file name.
+fn identity_name(args: &GuardArgs, spec: &CommandSpec, settings: &GuardSettings) -> String {
+    (args.name.clone())
+        .or_else(|| settings.status.name.clone())
+        .unwrap_or_else(|| default_name(spec))
+}
+
 /// Who this guard is, for its status: `--name` (or the server program's
 /// file name), the pids, the host's program, the command, the start.
 fn identity(
@@ -238,9 +256,7 @@ fn identity(
     sandbox: Option<&SandboxRecord>,
     settings: &GuardSettings,
 ) -> mcp_stdio_core::StatusIdentity {
-    let name = (args.name.clone())
-        .or_else(|| settings.status.name.clone())
-        .unwrap_or_else(|| default_name(spec));
+    let name = identity_name(args, spec, settings);
     let host_pid = std::os::unix::process::parent_id();
     let host_program = std::fs::read_to_string(format!("/proc/{host_pid}/comm"))
         .ok()
@@ -263,6 +279,23 @@ fn identity(
         sandbox: sandbox.map(|_| "on".to_owned()),
         pins: settings.pin.as_ref().map(|p| p.path.display().to_string()),
     }
+}
+
+/// How long the last spans and metrics may take to reach the collector at exit.
+const OTEL_CLOSE: Duration = Duration::from_secs(1);
+
+/// A seed for the guard's span ids: different in every guard (the hasher's
+/// random keys, the pid, the time).
+fn trace_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
 }
 
 /// How long the log file may take to reach the disk at exit.
@@ -358,6 +391,22 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         }
         None => None,
     };
+    let otel = match (args.otel || file.otel.unwrap_or(false))
+        .then(|| {
+            otel::Otel::start(&otel::OtelIdentity {
+                name: identity_name(&args, &spec, &settings),
+                guard_pid: std::process::id(),
+            })
+        })
+        .transpose()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("mcp-stdio guard: --otel: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let started = Instant::now();
     if let (Some(a), Some(record)) = (audit.as_mut(), &sandbox_record) {
         a.append(&SandboxEntry {
             phase: "sandbox",
@@ -419,6 +468,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     *config.restart_mut() = settings.restart.clone();
     config.secrets(settings.server_env.secrets().clone());
     config.log_copy(log_file.is_some());
+    config.trace(otel.as_ref().map(|_| trace_seed()));
     if audit.is_some() {
         // A request reaches the server only after its record is on disk (G12).
         config.audit_gate(Some(DEFAULT_MAX_WAITING_RECORDS));
@@ -436,14 +486,27 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         &mut session,
         (&server_spec, leader, pipes),
         (audit, pin_writer.as_ref(), announced),
-        log_file.as_ref(),
+        drive::Sinks {
+            log: log_file.as_ref(),
+            otel: otel.as_ref(),
+        },
     )
     .await;
     let log_file_dropped_bytes = log_file.map(|f| f.close(LOG_CLOSE));
     if let Some(w) = pin_writer {
         w.close(PIN_CLOSE);
     }
+    let counters = session.counters();
     let report = session.report(settings.stderr_excerpt_bytes);
+    let otel = otel.map(|o| {
+        let end = otel::SessionEnd {
+            duration: started.elapsed(),
+            protocol_version: report.protocol_version.clone(),
+            exit_code: code,
+            counters,
+        };
+        o.close(end, OTEL_CLOSE)
+    });
     if let Some(message) = ended::end_message(&report, &spec.display()) {
         // Through the sink: a blocking write could hang an exit on an unread stderr.
         crate::stderr_sink::write(message.as_bytes());
@@ -453,6 +516,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
             session: report,
             own_stderr_dropped_bytes: crate::stderr_sink::dropped(),
             log_file_dropped_bytes,
+            otel,
             sandbox: sandbox_record,
         };
         let json = serde_json::to_vec_pretty(&report).unwrap_or_default();

@@ -951,7 +951,7 @@ impl State {
 
     fn push_record(&mut self, record: CallRecord) {
         if let Some(spans) = self.spans.as_mut() {
-            spans.on_record(&record);
+            spans.on_record(&record, self.protocol_version.as_deref());
         }
         self.records.push_back(Entry::Call(record));
         self.records_made += 1;

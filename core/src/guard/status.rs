@@ -304,7 +304,35 @@ impl CallStats {
     }
 }
 
+/// The guard's running totals for a telemetry exporter: a few numbers,
+/// taken without allocating, that only grow during a session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GuardCounters {
+    /// Requests the host sent.
+    pub requests: u64,
+    /// Times the server was started again after a crash.
+    pub restarts: u64,
+    /// Bytes of the server's stderr seen but not kept (past the pool).
+    pub stderr_dropped_bytes: u64,
+    /// Lines refused at the wire limit, both ways.
+    pub refused_frames: u64,
+    /// Spans dropped before the exporter got them.
+    pub spans_dropped: u64,
+}
+
 impl GuardSession {
+    /// The guard's running totals (see [`GuardCounters`]).
+    pub fn counters(&self) -> GuardCounters {
+        let m = self.proxy.metrics();
+        GuardCounters {
+            requests: m.requests,
+            restarts: u64::from(self.lives.restarts()),
+            stderr_dropped_bytes: self.stderr.seen().saturating_sub(self.stderr.retained()),
+            refused_frames: m.oversized_requests + m.oversized_responses,
+            spans_dropped: self.proxy.spans_dropped(),
+        }
+    }
+
     /// The guard's status now, with what the adapter knows handed in.
     pub fn status(
         &mut self,

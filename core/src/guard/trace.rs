@@ -387,8 +387,14 @@ impl Spans {
         }
     }
 
-    /// A call's record was given: when it ended, its span is ready.
-    pub(crate) fn on_record(&mut self, record: &crate::records::call::CallRecord) {
+    /// A call's record was given: when it ended, its span is ready. The
+    /// protocol revision is the request's, else the session's now (the
+    /// handshake's own span gets the revision it agreed).
+    pub(crate) fn on_record(
+        &mut self,
+        record: &crate::records::call::CallRecord,
+        protocol_version: Option<&str>,
+    ) {
         use crate::records::call::{CallOutcome, CallState};
         if !record.state().is_terminal() {
             return;
@@ -430,7 +436,9 @@ impl Spans {
             tool: start.tool,
             target: start.target,
             request_id: start.request_id,
-            protocol_version: start.protocol_version,
+            protocol_version: start
+                .protocol_version
+                .or_else(|| protocol_version.map(str::to_owned)),
             error_type,
             status_code: code,
             request_bytes: start.request_bytes,

@@ -31,6 +31,8 @@
 //!                                          checks the cancel flag between chunks and stops
 //!     slow_io {ms}                         blocks in read() on a socketpair for `ms`; a cancel
 //!                                          writes to the pair, so it wakes at once
+//!     meta {}                              the request's `params._meta` as JSON text (what a
+//!                                          server that traces itself would read)
 //!     subprocess {seconds}                 spawns `fixture-helper sleep S` (or `sleep S`) in the
 //!                                          server's process group and waits; on cancel kills
 //!                                          and reaps it
@@ -910,6 +912,7 @@ fn tools_list() -> Value {
             json!({"name":{"type":"string"},"stream":{"type":"string"},"split_ms":int})),
         tool("read_file", "a file's contents, or the error reading it gave",
             json!({"path":{"type":"string"}})),
+        tool("meta", "the request's params._meta, as JSON text", json!({})),
     ]})
 }
 
@@ -940,6 +943,11 @@ fn call_tool(server: &Server, id: &Value, key: &str, entry: &Inflight, msg: &Val
                 })?;
                 Outcome::Result(text_result(text))
             }
+            "meta" => Outcome::Result(text_result(
+                msg.pointer("/params/_meta")
+                    .unwrap_or(&Value::Null)
+                    .to_string(),
+            )),
             "big" => Outcome::Result(text_result("x".repeat(arg_usize(args, "bytes")?))),
             "big_exact" => Outcome::Result(exact_line_result(id, arg_usize(args, "line_bytes")?)?),
             "huge_field" => {
