@@ -201,6 +201,19 @@ pub(super) fn run(data: &[u8]) {
                     "a child keeps its trace"
                 );
             }
+            // A code is an error's; a target is bounded; the name is the method's.
+            assert!(
+                span.status_code.is_none() || span.error_type.is_some(),
+                "{span:?}"
+            );
+            if let Some(
+                crate::guard::trace::SpanTarget::Prompt(t)
+                | crate::guard::trace::SpanTarget::Resource(t),
+            ) = &span.target
+            {
+                assert!(t.len() <= crate::guard::trace::MAX_SPAN_TARGET_BYTES);
+            }
+            assert!(span.name.starts_with(&span.method), "{span:?}");
         }
         // Forwarded server stderr stays within its budget.
         assert!(s.stderr_forwarded <= forward);
