@@ -1,4 +1,4 @@
-//! `guard --otel`: the core's spans ([`CallSpan`]) and the guard's counters
+//! `guard --otel`: the core's spans (`mcp_stdio_core::CallSpan`) and the guard's counters
 //! as OpenTelemetry spans and metrics, by the MCP semantic conventions (the
 //! guard is the server's client), exported over OTLP/HTTP (protobuf).
 //!
