@@ -43,6 +43,9 @@ pub(super) struct Lives {
 struct Down {
     outcome: ProcessOutcome,
     restart_at: Option<Instant>,
+    /// Stopped for idleness (`--idle-stop`): started again by the host's
+    /// next bytes, not by a backoff.
+    asleep: bool,
 }
 
 impl Lives {
@@ -54,7 +57,40 @@ impl Lives {
     /// Whether a [`GuardAction::RespawnServer`] was given and its spawn is
     /// being reported.
     pub(super) fn respawning(&self) -> bool {
-        self.down.as_ref().is_some_and(|d| d.restart_at.is_none())
+        self.down
+            .as_ref()
+            .is_some_and(|d| d.restart_at.is_none() && !d.asleep)
+    }
+
+    /// Whether the server sleeps (stopped for idleness, not started again yet).
+    pub(super) fn is_asleep(&self) -> bool {
+        self.down.as_ref().is_some_and(|d| d.asleep)
+    }
+
+    /// The server was stopped for idleness and is gone.
+    pub(super) fn sleep(&mut self, outcome: ProcessOutcome) {
+        self.down = Some(Down {
+            outcome,
+            restart_at: None,
+            asleep: true,
+        });
+    }
+
+    /// A sleeping server is due at once; `false` if none sleeps.
+    pub(super) fn wake(&mut self, at: Instant) -> bool {
+        match self.down.as_mut() {
+            Some(d) if d.asleep => {
+                d.asleep = false;
+                d.restart_at = Some(at);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Which server is (or was last) up, from 1.
+    pub(super) fn server(&self) -> u32 {
+        self.server
     }
 
     /// A server started at `at`; returns its number.
@@ -132,6 +168,23 @@ impl GuardSession {
         let Some(at) = self.latest else {
             return self.finish_with(outcome);
         };
+        if std::mem::take(&mut self.idle.stopping)
+            && !self.ending
+            && self.closed_by_guard().is_none()
+        {
+            // Stopped for idleness: not a crash. What the host sends from
+            // now on waits for the next server (nothing was open).
+            self.proxy.server_down(
+                at,
+                &Failure {
+                    message: "the MCP server was stopped for idleness",
+                    data: serde_json::json!({"reason": "server_idle_stopped"}),
+                    exit: outcome.exit_status,
+                },
+            );
+            self.lives.sleep(outcome);
+            return GuardAction::ReapServer;
+        }
         let restart = &self.config.restart;
         if self.ending
             || self.closed_by_guard().is_some()
@@ -222,6 +275,7 @@ impl GuardSession {
                 self.lives.down = Some(Down {
                     outcome,
                     restart_at: at.instant.checked_add(delay),
+                    asleep: false,
                 });
                 GuardAction::ReapServer
             }
@@ -248,6 +302,9 @@ impl GuardSession {
             }
             self.proxy.finish(at, outcome.exit_status);
         }
+        // A sleeping server was stopped by the guard: the host's leaving
+        // then is a clean end.
+        self.idle.ended_asleep |= self.lives.is_asleep();
         self.lives.down = None;
         self.finished = Some(outcome.clone());
         GuardAction::Finished {
@@ -262,6 +319,7 @@ impl GuardSession {
     pub(super) fn poll_restart(&mut self) -> Option<GuardAction> {
         let down = self.lives.down.as_mut()?;
         if self.ending {
+            self.idle.ended_asleep = self.lives.is_asleep();
             let down = self.lives.down.take()?;
             return Some(self.finish_with(down.outcome));
         }

@@ -7,6 +7,7 @@
 //! The whole story is on [`GuardSession`].
 
 mod crash;
+mod idle;
 pub(crate) mod log_copy;
 pub(crate) mod pin;
 pub(crate) mod proxy;
@@ -89,6 +90,7 @@ pub struct GuardConfig {
     pub(crate) secrets: Secrets,
     log_copy: bool,
     trace_seed: Option<u64>,
+    idle_stop: Option<Duration>,
 }
 
 impl Default for GuardConfig {
@@ -107,6 +109,7 @@ impl Default for GuardConfig {
             secrets: Secrets::default(),
             log_copy: false,
             trace_seed: None,
+            idle_stop: None,
         }
     }
 }
@@ -156,6 +159,20 @@ impl GuardConfig {
     pub fn stderr_pool(&mut self, pool: Option<SharedRetentionPool>) -> &mut Self {
         self.stderr_pool = pool;
         self
+    }
+
+    /// Stops the server after `after` with nothing open (no request in
+    /// flight, no subscription, no task) and starts it again at the host's
+    /// next bytes, its handshake replayed first (`guard --idle-stop`; off
+    /// by default). Never while a call is in flight.
+    pub fn idle_stop(&mut self, after: Option<Duration>) -> &mut Self {
+        self.idle_stop = after;
+        self
+    }
+
+    /// How long the server may sit idle (see [`idle_stop`](Self::idle_stop)).
+    pub fn get_idle_stop(&self) -> Option<Duration> {
+        self.idle_stop
     }
 
     /// Edits restart on crash in place (see [`RestartConfig`]; off by
@@ -479,6 +496,10 @@ pub struct GuardReport {
     /// Spans ([`GuardConfig::trace`]) dropped because too many waited or
     /// were open.
     pub spans_dropped: u64,
+    /// Times the server was stopped for idleness (`--idle-stop`).
+    pub idle_stops: u64,
+    /// Times a sleeping server was started again.
+    pub resumes: u64,
 }
 
 /// The guard's whole session as one machine: the `Proxy` (host ↔ server
@@ -583,6 +604,8 @@ pub struct GuardSession {
     signals_sent: u64,
     /// The log copy, when on.
     log: Option<log_copy::LogCopy>,
+    /// The idle clock (`--idle-stop`).
+    idle: idle::Idle,
 }
 
 impl GuardSession {
@@ -620,6 +643,10 @@ impl GuardSession {
             calls: status::CallStats::default(),
             signals_sent: 0,
             log: config.log_copy.then(log_copy::LogCopy::default),
+            idle: idle::Idle {
+                after: config.idle_stop,
+                ..idle::Idle::default()
+            },
             config,
         }
     }
@@ -660,6 +687,10 @@ impl GuardSession {
     pub fn exit_code(&self) -> u8 {
         if self.closed_by_guard().is_some() {
             return EXIT_GUARD_CLOSED;
+        }
+        if self.lives.is_asleep() || self.idle.ended_asleep {
+            // The guard stopped it for idleness; the host then left.
+            return 0;
         }
         match self.supervisor.exit_status() {
             Some(ExitStatus::Code(c)) => u8::try_from(c).unwrap_or(EXIT_UNKNOWN),
@@ -820,6 +851,7 @@ impl GuardSession {
             self.secrets.end_stderr();
         }
         self.supervisor.handle_spawned(at.instant, ChildPipes::ALL);
+        self.idle.busy(at.instant);
         let server = self.lives.up(at.instant);
         self.proxy.server_up(at, server);
     }
@@ -827,6 +859,8 @@ impl GuardSession {
     /// Bytes read from the host.
     pub(crate) fn handle_host(&mut self, at: Stamp, chunk: &[u8]) {
         self.see(at);
+        self.idle.busy(at.instant);
+        self.wake(at);
         self.proxy.handle_host(at, chunk);
     }
 
@@ -875,6 +909,7 @@ impl GuardSession {
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn handle_server_stdout(&mut self, at: Stamp, chunk: &[u8]) {
         self.see(at);
+        self.idle.busy(at.instant);
         self.proxy.handle_server(at, chunk);
     }
 
@@ -887,6 +922,7 @@ impl GuardSession {
     /// `n` bytes were read into [`server_stdout_room`](Self::server_stdout_room).
     pub(crate) fn handle_server_read(&mut self, at: Stamp, n: usize) {
         self.see(at);
+        self.idle.busy(at.instant);
         self.proxy.handle_server_read(at, n);
     }
 
@@ -1081,6 +1117,7 @@ impl GuardSession {
             self.supervisor.shutdown(at.instant);
         }
         self.check_replay_deadline(at);
+        self.check_idle(at);
         self.supervisor.handle_timeout(at.instant);
     }
 
@@ -1224,6 +1261,7 @@ impl GuardSession {
             self.supervisor.poll_timeout(),
             self.stdin_drain_deadline,
             self.lives.restart_at(),
+            self.idle_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -1252,6 +1290,8 @@ impl GuardSession {
             secrets_masked: self.secrets.masked(),
             log_lines_dropped: self.log.as_ref().map_or(0, log_copy::LogCopy::dropped),
             spans_dropped: self.proxy.spans_dropped(),
+            idle_stops: self.idle.stops,
+            resumes: self.idle.resumes,
         }
     }
 

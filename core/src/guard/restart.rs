@@ -230,6 +230,33 @@ pub enum GuardPhase {
         /// Subscriptions sent again.
         resubscribed: u64,
     },
+    /// The server sat idle for `--idle-stop` with nothing open: the guard
+    /// stopped it; the host's next message starts it again.
+    ServerIdleStopped {
+        /// The guard's session id.
+        session_id: String,
+        /// Which server of this session (from 1).
+        server: u32,
+        /// When the guard stopped it, in Unix milliseconds.
+        at_unix_ms: u64,
+        /// How long it had been idle, in milliseconds.
+        idle_ms: u64,
+    },
+    /// A server stopped for idleness was started again by the host's next
+    /// message and took over the host's session.
+    ServerResumed {
+        /// The guard's session id.
+        session_id: String,
+        /// Which server of this session (from 2).
+        server: u32,
+        /// When its handshake was answered (or it started, with none to
+        /// replay), in Unix milliseconds.
+        at_unix_ms: u64,
+        /// What was replayed: `initialize`, `server/discover` or `none`.
+        handshake: String,
+        /// The protocol version it answered with.
+        protocol_version: Option<String>,
+    },
     /// A signal reached the guard (a host stopping its server): passed on
     /// to the server's group, the next one climbing to `SIGTERM`, then
     /// `SIGKILL`.
@@ -295,6 +322,11 @@ pub(crate) struct Replay {
 }
 
 impl Replay {
+    /// No subscription kept or in flight.
+    pub(crate) fn nothing_subscribed(&self) -> bool {
+        self.subscriptions.is_empty() && self.pending_subscribe.is_empty()
+    }
+
     /// A host request the guard tracks.
     pub(crate) fn on_host_request(&mut self, method: &str, id: &Id, params: Option<&RawValue>) {
         let size = params.map_or(0, |p| p.get().len());

@@ -80,8 +80,8 @@ pub struct GuardStatus {
     pub command: Vec<String>,
     /// When the guard started, ms since the Unix epoch.
     pub started_unix_ms: u64,
-    /// `starting` (no handshake answer yet), `running`, `restarting`,
-    /// `stopping` or `stopped`.
+    /// `starting` (no handshake answer yet), `running`, `sleeping` (stopped
+    /// for idleness, `--idle-stop`), `restarting`, `stopping` or `stopped`.
     pub state: &'static str,
     /// The protocol revision the session runs at.
     pub protocol_version: Option<String>,
@@ -99,6 +99,11 @@ pub struct GuardStatus {
     pub restarts: u32,
     /// Why restarts stopped, when they did.
     pub restarts_stopped: Option<String>,
+    /// Times the server was stopped for idleness (`--idle-stop`) and
+    /// started again.
+    pub idle_stops: u64,
+    /// Times a sleeping server was started again.
+    pub resumes: u64,
     /// The figures the stdio article asks a host to keep per server, so a
     /// stall can be told apart from a server that sends what nobody takes.
     pub stream: StreamCounts,
@@ -344,6 +349,8 @@ impl GuardSession {
             "stopped"
         } else if self.ending {
             "stopping"
+        } else if self.lives.is_asleep() || self.idle.stopping {
+            "sleeping"
         } else if !self.lives.is_up() {
             "restarting"
         } else if self.proxy.protocol_version().is_none() {
@@ -397,6 +404,8 @@ impl GuardSession {
             },
             restarts: self.lives.restarts(),
             restarts_stopped: self.lives.stopped().map(str::to_owned),
+            idle_stops: self.idle.stops,
+            resumes: self.idle.resumes,
             stream: StreamCounts {
                 stdout_bytes_received: m.server_bytes,
                 largest_frame: m.largest_server_frame,

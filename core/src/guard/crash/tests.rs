@@ -451,3 +451,155 @@ fn a_restarted_server_that_never_answers_the_replayed_handshake_is_given_up_on()
     assert_eq!(d.actions, [GuardAction::CloseServerStdin], "{d:?}");
     assert_eq!(s.closed_by_guard(), Some("restart_refused"));
 }
+
+/// `--idle-stop`: a session with its handshake done and `idle` ms of it.
+fn sleepy(idle: u64) -> (GuardSession, Clock) {
+    let mut config = GuardConfig::default();
+    config.idle_stop(Some(Duration::from_millis(idle)));
+    config.proxy_mut().session_id("s");
+    let clock = Clock(Instant::now());
+    let mut s = GuardSession::new(config);
+    s.handle_spawned(clock.at(0));
+    s.handle_host(clock.at(1), &line(INIT));
+    drain(&mut s, clock.at(1));
+    s.handle_server_stdout(clock.at(2), &line(INIT_ANSWER));
+    drain(&mut s, clock.at(2));
+    s.handle_host(
+        clock.at(3),
+        &line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+    );
+    drain(&mut s, clock.at(3));
+    (s, clock)
+}
+
+/// F2, servers that sleep when idle: never while a call is in flight
+/// (however long it runs), stopped `--idle-stop` after the last byte once
+/// nothing is open, audited and shown as `sleeping`; the host's next
+/// message starts a new server, its handshake replayed before the
+/// message, the host none the wiser.
+#[test]
+fn f2_idle_stop_never_during_a_call_then_sleeps_and_the_next_message_wakes_it() {
+    let (mut s, clock) = sleepy(1000);
+    s.handle_host(
+        clock.at(10),
+        &line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}"#),
+    );
+    drain(&mut s, clock.at(10));
+    // A call 30 s long: the idle clock does not run.
+    assert_eq!(s.idle_deadline(), None);
+    s.handle_timeout(clock.at(30_000));
+    let d = drain(&mut s, clock.at(30_000));
+    assert!(d.actions.is_empty() && d.phases.is_empty(), "{d:?}");
+    s.handle_server_stdout(
+        clock.at(30_010),
+        &line(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#),
+    );
+    drain(&mut s, clock.at(30_010));
+    assert_eq!(
+        s.idle_deadline(),
+        Some(clock.at(31_010).instant),
+        "idle from the answer's arrival"
+    );
+    s.handle_timeout(clock.at(31_010));
+    let d = drain(&mut s, clock.at(31_010));
+    assert_eq!(d.actions, [GuardAction::CloseServerStdin], "{d:?}");
+    assert!(
+        matches!(
+            d.phases.as_slice(),
+            [GuardPhase::ServerIdleStopped {
+                server: 1,
+                idle_ms: 1000,
+                ..
+            }]
+        ),
+        "{d:?}"
+    );
+    assert!(d.stderr.contains("idle for 1.0 s"), "{}", d.stderr);
+    let d = crash(&mut s, clock.at(31_020), ExitStatus::Code(0));
+    assert_eq!(
+        d.actions,
+        [GuardAction::ReapServer],
+        "a sleep, not the end: {d:?}"
+    );
+    assert!(d.to_host.is_empty(), "{d:?}");
+    assert_eq!(s.lives.restarts(), 0, "not a restart");
+    assert!(s.lives.is_asleep());
+    assert_eq!(s.poll_timeout(), None, "asleep until the host speaks");
+
+    // The host's next message wakes it: the handshake goes first.
+    s.handle_host(
+        clock.at(60_000),
+        &line(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#),
+    );
+    let d = drain(&mut s, clock.at(60_000));
+    assert_eq!(d.actions, [GuardAction::RespawnServer], "{d:?}");
+    s.handle_spawned(clock.at(60_100));
+    let d = drain(&mut s, clock.at(60_100));
+    assert_eq!(d.to_server.len(), 1, "the handshake only: {d:?}");
+    assert!(d.to_server[0].contains("\"initialize\""), "{d:?}");
+    let replay_id: serde_json::Value = serde_json::from_str(&d.to_server[0]).unwrap();
+    let answer = INIT_ANSWER.replace("\"id\":0", &format!("\"id\":{}", replay_id["id"]));
+    s.handle_server_stdout(clock.at(60_200), &line(&answer));
+    let d = drain(&mut s, clock.at(60_200));
+    assert!(
+        d.to_server.iter().any(|m| m.contains("\"ping\"")),
+        "the host's message after the handshake: {d:?}"
+    );
+    assert!(
+        matches!(
+            d.phases.as_slice(),
+            [GuardPhase::ServerResumed { server: 2, .. }]
+        ),
+        "{d:?}"
+    );
+    assert!(
+        d.to_host.is_empty(),
+        "the replay's answer is the guard's: {d:?}"
+    );
+    s.handle_server_stdout(
+        clock.at(60_210),
+        &line(r#"{"jsonrpc":"2.0","id":2,"result":{}}"#),
+    );
+    let d = drain(&mut s, clock.at(60_210));
+    assert_eq!(d.to_host.len(), 1, "{d:?}");
+    let report = s.report(0);
+    assert_eq!(
+        (report.idle_stops, report.resumes, report.restarts),
+        (1, 1, 0)
+    );
+}
+
+/// F2: a subscription holds the server awake; the host leaving a sleeping
+/// session ends it with exit 0 (the guard stopped the server).
+#[test]
+fn f2_a_subscription_holds_the_server_and_a_host_leaving_a_sleeping_session_exits_0() {
+    let (mut s, clock) = sleepy(1000);
+    s.handle_host(
+        clock.at(10),
+        &line(r#"{"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#),
+    );
+    drain(&mut s, clock.at(10));
+    s.handle_server_stdout(
+        clock.at(11),
+        &line(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+    );
+    drain(&mut s, clock.at(11));
+    assert_eq!(s.idle_deadline(), None, "subscribed");
+    s.handle_host(
+        clock.at(20),
+        &line(r#"{"jsonrpc":"2.0","id":2,"method":"resources/unsubscribe","params":{"uri":"file:///a"}}"#),
+    );
+    drain(&mut s, clock.at(20));
+    s.handle_server_stdout(
+        clock.at(21),
+        &line(r#"{"jsonrpc":"2.0","id":2,"result":{}}"#),
+    );
+    drain(&mut s, clock.at(21));
+    assert_eq!(s.idle_deadline(), Some(clock.at(1021).instant));
+    s.handle_timeout(clock.at(1021));
+    drain(&mut s, clock.at(1021));
+    crash(&mut s, clock.at(1030), ExitStatus::Signal(15));
+    s.handle_host_eof(clock.at(2000));
+    let d = drain(&mut s, clock.at(2000));
+    assert_eq!(finished(&d), 0, "{d:?}");
+}

@@ -39,6 +39,9 @@ pub(crate) struct ReplayState {
     next_id: u64,
     /// Which server of the session is up (from 1).
     pub(crate) server: u32,
+    /// The next server resumes a sleeping session (`--idle-stop`), not a
+    /// crashed one.
+    pub(crate) resuming: bool,
 }
 
 impl ReplayState {
@@ -135,6 +138,18 @@ impl Proxy {
                 s.refuse_restart(at, reason);
             }
         }
+    }
+
+    /// The next server resumes a sleeping session: its phase is
+    /// `server_resumed`.
+    pub(crate) fn resuming(&mut self) {
+        self.state.replay_state.resuming = true;
+    }
+
+    /// Whether nothing of the host's session holds the server: no
+    /// subscription (kept or in flight) and no task it created.
+    pub(crate) fn nothing_open(&self) -> bool {
+        self.state.replay.nothing_subscribed() && self.state.tasks.is_empty()
     }
 
     /// Whether the new server has not answered the replayed handshake yet.
@@ -279,13 +294,23 @@ impl State {
         protocol_version: Option<String>,
         resubscribed: u64,
     ) {
-        let phase = GuardPhase::ServerRestarted {
-            session_id: self.config.session_id.clone(),
-            server: self.replay_state.server,
-            at_unix_ms: at.unix_ms,
-            handshake: handshake.to_owned(),
-            protocol_version,
-            resubscribed,
+        let phase = if std::mem::take(&mut self.replay_state.resuming) {
+            GuardPhase::ServerResumed {
+                session_id: self.config.session_id.clone(),
+                server: self.replay_state.server,
+                at_unix_ms: at.unix_ms,
+                handshake: handshake.to_owned(),
+                protocol_version,
+            }
+        } else {
+            GuardPhase::ServerRestarted {
+                session_id: self.config.session_id.clone(),
+                server: self.replay_state.server,
+                at_unix_ms: at.unix_ms,
+                handshake: handshake.to_owned(),
+                protocol_version,
+                resubscribed,
+            }
         };
         self.records.push_back(Entry::Phase(phase));
         self.records_made += 1;
