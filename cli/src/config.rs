@@ -17,6 +17,7 @@
 //! reader_drain_seconds = 1                  # after exit or KILL, wait this long for pipes
 //! restart = "on-failure"                    # or "never" (default), "always": a crashed server is started again
 //! restart_max = 5                           # restarts in a row before giving up
+//! idle_stop = "5m"                          # stop the server when idle this long (`--idle-stop`)
 //! restart_backoff_seconds = 0.25            # wait before the first restart, doubled each time (at most 8 s)
 //! env_clear = true                          # the server starts with an empty environment
 //! env_pass = ["PATH", "HOME"]               # passed from the guard's environment when set there
@@ -188,6 +189,11 @@ pub(crate) struct SettingsArgs {
         hide_short_help = true
     )]
     pub(crate) restart_backoff: Option<f64>,
+    /// Stop the server after DURATION with no request in flight, no subscription and no task
+    /// open (`300`, `90s`, `5m`, `1h`); the host's next message starts it again, its
+    /// handshake replayed first [default: never].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Shutdown and restart")]
+    pub(crate) idle_stop: Option<Duration>,
     #[command(flatten)]
     pub(crate) env: EnvArgs,
     #[command(flatten)]
@@ -221,6 +227,7 @@ struct FileSettings {
     restart: Option<Restart>,
     restart_max: Option<u32>,
     restart_backoff_seconds: Option<f64>,
+    idle_stop: Option<String>,
     env_clear: Option<bool>,
     env_pass: Option<Vec<String>>,
     env: Option<std::collections::BTreeMap<String, String>>,
@@ -251,6 +258,8 @@ pub(crate) struct GuardSettings {
     pub(crate) stderr_excerpt_bytes: usize,
     /// Restart on crash.
     pub(crate) restart: RestartConfig,
+    /// `--idle-stop`: how long the server may sit idle.
+    pub(crate) idle_stop: Option<Duration>,
     /// The server's environment, and the secrets read from files.
     pub(crate) server_env: ServerEnv,
     /// Pinned tool definitions (`--pin`, `pin_file`), if on.
@@ -291,6 +300,32 @@ pub(crate) fn wire_limit(
             "{setting}: a wire limit of {bytes} bytes is too small (at least {MIN_MAX_FRAME})"
         ))
     }
+}
+
+/// A duration as `--idle-stop` takes it: seconds (`300`, `1.5`), or a
+/// number with `ms`, `s`, `m` or `h`.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => f64::NAN,
+    };
+    number
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|n| scale.is_finite() && *n > 0.0)
+        .and_then(|n| Duration::try_from_secs_f64(n * scale).ok())
+        .ok_or_else(|| {
+            format!("{text:?}: a duration greater than 0: seconds (`300`), or with ms, s, m or h (`90s`, `5m`, `1h`)")
+        })
 }
 
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
@@ -393,12 +428,20 @@ impl GuardSettings {
         if let Some(s) = args.restart_backoff.or(file.restart_backoff_seconds) {
             restart.backoff(seconds("restart backoff", s)?);
         }
+        let idle_stop = match (args.idle_stop, file.idle_stop.as_deref()) {
+            (Some(d), _) => Some(d),
+            (None, Some(text)) => {
+                Some(parse_duration(text).map_err(|e| format!("idle_stop: {e}"))?)
+            }
+            (None, None) => None,
+        };
         let pin = pin_settings(args, &file)?;
         let sandbox =
             SandboxSettings::resolve(&args.sandbox, file.sandbox.as_ref(), args.config.as_deref())?;
         Ok(Self {
             sandbox,
             restart,
+            idle_stop,
             framer,
             proxy,
             supervisor,
@@ -562,6 +605,20 @@ mod tests {
     /// The core raises a wire limit below `MIN_MAX_FRAME`; the guard refuses
     /// it, from a flag or the file, naming the minimum; the minimum itself
     /// is taken.
+    #[test]
+    fn an_idle_stop_reads_seconds_or_a_unit() {
+        let d = |t: &str| parse_duration(t).ok();
+        assert_eq!(d("300"), Some(Duration::from_secs(300)));
+        assert_eq!(d("1.5"), Some(Duration::from_millis(1500)));
+        assert_eq!(d("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(d("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(d("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(d("250ms"), Some(Duration::from_millis(250)));
+        for bad in ["", "0", "-1", "5x", "m", "1e400", "NaN"] {
+            assert_eq!(d(bad), None, "{bad:?}");
+        }
+    }
+
     #[test]
     fn a_wire_limit_below_the_cores_minimum_is_refused_naming_it() {
         let err = GuardSettings::resolve(&SettingsArgs {

@@ -466,6 +466,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     *config.supervisor_mut() = settings.supervisor;
     *config.stderr_capture_mut() = settings.stderr_capture.clone();
     *config.restart_mut() = settings.restart.clone();
+    config.idle_stop(settings.idle_stop);
     config.secrets(settings.server_env.secrets().clone());
     config.log_copy(log_file.is_some());
     config.trace(otel.as_ref().map(|_| trace_seed()));
