@@ -66,6 +66,11 @@ pub(super) fn run(data: &[u8]) {
     if u.arbitrary::<bool>().unwrap_or(false) {
         config.trace(Some(u.arbitrary::<u64>().unwrap_or(1)));
     }
+    // Sometimes an idle server sleeps (`--idle-stop`).
+    if u.arbitrary::<bool>().unwrap_or(false) {
+        let ms = u.int_in_range(1..=200u64).unwrap_or(50);
+        config.idle_stop(Some(Duration::from_millis(ms)));
+    }
     // Sometimes an oversized line closes the session (the guard's
     // `--oversized-policy close`).
     if u.arbitrary::<bool>().unwrap_or(false) {
@@ -176,10 +181,19 @@ pub(super) fn run(data: &[u8]) {
                     stdin_closed = true;
                     server_taken = 0;
                 }
+                GuardAction::RespawnServer => {
+                    // An idle server wakes: a new server, its own stdin.
+                    stdin_closed = false;
+                    server_taken = 0;
+                    first_exit = None;
+                    s.handle_spawned(stamp(ms));
+                }
                 GuardAction::Finished { exit_code, .. } => {
                     finished = true;
                     let expected = if s.closed_by_guard().is_some() {
                         EXIT_GUARD_CLOSED
+                    } else if s.ended_asleep() {
+                        0
                     } else {
                         first_exit.map_or(EXIT_UNKNOWN, |c| u8::try_from(c).unwrap_or(EXIT_UNKNOWN))
                     };

@@ -102,6 +102,12 @@ impl GuardSession {
         self.supervisor.shutdown(at.instant);
     }
 
+    /// Whether the session ended while its server slept (its exit is 0).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn ended_asleep(&self) -> bool {
+        self.idle.ended_asleep
+    }
+
     /// The host sent bytes while the server sleeps: it is started again
     /// (the handshake replayed first; what the host sent waits for it).
     pub(super) fn wake(&mut self, at: Stamp) {
