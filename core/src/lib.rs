@@ -168,6 +168,7 @@
 mod driver;
 mod guard;
 mod helper;
+pub mod hub;
 mod io_result;
 mod outbox;
 mod process;

@@ -1,0 +1,399 @@
+//! The hub's machine (F2: sessions never see each other), input by input.
+//! With real processes and real clients: the hub's own tests in `cli/`.
+
+use serde_json::{json, Value};
+
+use super::*;
+
+fn line(v: &Value) -> String {
+    v.to_string()
+}
+
+fn to_server(h: &mut Hub) -> Vec<Value> {
+    std::iter::from_fn(|| h.poll_to_server())
+        .map(|b| serde_json::from_slice(&b).expect("JSON to the server"))
+        .collect()
+}
+
+fn to_session(h: &mut Hub, s: SessionId) -> Vec<Value> {
+    std::iter::from_fn(|| h.poll_to_session(s))
+        .map(|b| serde_json::from_slice(&b).expect("JSON to a session"))
+        .collect()
+}
+
+fn events(h: &mut Hub) -> Vec<HubEvent> {
+    std::iter::from_fn(|| h.poll_event()).collect()
+}
+
+fn initialize(id: i64, capabilities: Value) -> String {
+    line(
+        &json!({"jsonrpc":"2.0","id":id,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":capabilities,
+        "clientInfo":{"name":"host","version":"1"}}}),
+    )
+}
+
+const RESULT: &str = r#"{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true},"resources":{"subscribe":true},"logging":{}},"serverInfo":{"name":"srv","version":"1"}}"#;
+
+/// Two sessions handshaken: `s1` first (its initialize at the server),
+/// `s2` answered by the hub.
+fn two() -> (Hub, SessionId, SessionId) {
+    let mut h = Hub::new(1 << 20);
+    let s1 = h.open_session().expect("s1");
+    let s2 = h.open_session().expect("s2");
+    h.handle_session_line(s1, &initialize(0, json!({"sampling":{}})));
+    let init = to_server(&mut h);
+    assert_eq!(init.len(), 1);
+    assert_eq!(init[0]["method"], "initialize");
+    let hub_id = init[0]["id"].clone();
+    assert!(hub_id
+        .as_str()
+        .is_some_and(|i| i.starts_with(HUB_ID_PREFIX)));
+    // The second asks while the first waits: it waits too.
+    h.handle_session_line(s2, &initialize(0, json!({"sampling":{},"roots":{}})));
+    assert!(
+        to_server(&mut h).is_empty(),
+        "one initialize reaches the server"
+    );
+    h.handle_server_line(&format!(
+        r#"{{"jsonrpc":"2.0","id":{hub_id},"result":{RESULT}}}"#
+    ));
+    for s in [s1, s2] {
+        let got = to_session(&mut h, s);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0]["id"], 0);
+        assert_eq!(got[0]["result"]["serverInfo"]["name"], "srv");
+    }
+    let initialized = line(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    h.handle_session_line(s1, &initialized);
+    h.handle_session_line(s2, &initialized);
+    let sent = to_server(&mut h);
+    assert_eq!(sent.len(), 1, "initialized once: {sent:?}");
+    assert_eq!(h.metrics().handshakes_shared, 1);
+    (h, s1, s2)
+}
+
+fn call(id: i64, tool: &str) -> String {
+    line(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool}}))
+}
+
+#[test]
+fn f2_colliding_ids_go_to_the_server_as_the_hubs_and_come_back_as_each_sessions() {
+    let (mut h, s1, s2) = two();
+    h.handle_session_line(s1, &call(1, "a"));
+    h.handle_session_line(s2, &call(1, "b"));
+    let sent = to_server(&mut h);
+    assert_eq!(sent.len(), 2);
+    assert_ne!(sent[0]["id"], sent[1]["id"], "hub-unique ids");
+    // Answered in the other order.
+    for m in sent.iter().rev() {
+        let tool = m["params"]["name"].as_str().unwrap();
+        h.handle_server_line(&line(
+            &json!({"jsonrpc":"2.0","id":m["id"],"result":{"content":[{"type":"text","text":tool}]}}),
+        ));
+    }
+    let a = to_session(&mut h, s1);
+    let b = to_session(&mut h, s2);
+    assert_eq!(
+        a,
+        [json!({"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"a"}]}})]
+    );
+    assert_eq!(
+        b,
+        [json!({"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"b"}]}})]
+    );
+    assert_eq!(h.in_flight(), 0);
+}
+
+#[test]
+fn f2_a_session_that_cannot_be_served_as_the_first_gets_a_private_server() {
+    let (mut h, _, _) = two();
+    let s3 = h.open_session().expect("s3");
+    let without_sampling = initialize(7, json!({"roots":{}}));
+    h.handle_session_line(s3, &without_sampling);
+    match events(&mut h).as_slice() {
+        [HubEvent::Note(_), HubEvent::PrivateServer {
+            session,
+            initialize,
+            reason,
+        }] => {
+            assert_eq!(*session, s3);
+            assert_eq!(*initialize, without_sampling);
+            assert!(reason.contains("sampling"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(to_server(&mut h).is_empty());
+    assert_eq!(h.sessions(), 2, "gone from the hub");
+    let s4 = h.open_session().expect("s4");
+    h.handle_session_line(
+        s4,
+        &line(
+            &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-06-18","capabilities":{"sampling":{}}}}),
+        ),
+    );
+    assert!(matches!(
+        events(&mut h).as_slice(),
+        [HubEvent::Note(_), HubEvent::PrivateServer { reason, .. }] if reason.contains("2025-06-18")
+    ));
+    assert_eq!(h.metrics().private_servers, 2);
+}
+
+#[test]
+fn g6_a_cancel_reaches_only_its_sessions_request_and_its_late_answer_is_dropped() {
+    let (mut h, s1, s2) = two();
+    h.handle_session_line(s1, &call(1, "slow"));
+    h.handle_session_line(s2, &call(1, "slow"));
+    let sent = to_server(&mut h);
+    h.handle_session_line(
+        s1,
+        &line(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"user"}})),
+    );
+    let cancel = to_server(&mut h);
+    assert_eq!(cancel.len(), 1);
+    assert_eq!(
+        cancel[0]["params"]["requestId"], sent[0]["id"],
+        "s1's request only"
+    );
+    assert_eq!(cancel[0]["params"]["reason"], "user");
+    // Both answer late; only s2 gets its answer.
+    for m in &sent {
+        h.handle_server_line(&line(&json!({"jsonrpc":"2.0","id":m["id"],"result":{}})));
+    }
+    assert!(to_session(&mut h, s1).is_empty(), "after a cancel, nothing");
+    assert_eq!(to_session(&mut h, s2).len(), 1);
+    assert_eq!(h.metrics().dropped_answers, 1);
+    assert_eq!(h.metrics().cancels, 1);
+}
+
+#[test]
+fn f2_progress_goes_to_the_session_whose_token_it_is_under_its_own_token() {
+    let (mut h, s1, s2) = two();
+    for s in [s1, s2] {
+        h.handle_session_line(
+            s,
+            &line(&json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"p","_meta":{"progressToken":5}}})),
+        );
+    }
+    let sent = to_server(&mut h);
+    let t1 = sent[0]["params"]["_meta"]["progressToken"].clone();
+    let t2 = sent[1]["params"]["_meta"]["progressToken"].clone();
+    assert_ne!(t1, t2);
+    assert_eq!(sent[0]["params"]["name"], "p", "the rest kept");
+    h.handle_server_line(&line(
+        &json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":t2,"progress":1}}),
+    ));
+    assert!(to_session(&mut h, s1).is_empty());
+    let got = to_session(&mut h, s2);
+    assert_eq!(got[0]["params"], json!({"progressToken":5,"progress":1}));
+}
+
+#[test]
+fn f2_the_server_sees_a_subscription_once_and_updates_reach_its_holders() {
+    let (mut h, s1, s2) = two();
+    let s3 = h.open_session().expect("s3");
+    h.handle_session_line(s3, &initialize(0, json!({"sampling":{}})));
+    to_session(&mut h, s3);
+    let sub = |id: i64, m: &str| {
+        line(&json!({"jsonrpc":"2.0","id":id,"method":m,"params":{"uri":"file:///a"}}))
+    };
+    h.handle_session_line(s1, &sub(1, "resources/subscribe"));
+    let sent = to_server(&mut h);
+    assert_eq!(sent.len(), 1);
+    h.handle_server_line(&line(
+        &json!({"jsonrpc":"2.0","id":sent[0]["id"],"result":{}}),
+    ));
+    h.handle_session_line(s2, &sub(1, "resources/subscribe"));
+    assert!(to_server(&mut h).is_empty(), "held already");
+    assert_eq!(to_session(&mut h, s1).len(), 1);
+    assert_eq!(to_session(&mut h, s2)[0]["result"], json!({}));
+    h.handle_server_line(&line(
+        &json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a"}}),
+    ));
+    assert_eq!(to_session(&mut h, s1).len(), 1);
+    assert_eq!(to_session(&mut h, s2).len(), 1);
+    assert!(to_session(&mut h, s3).is_empty(), "not subscribed");
+    h.handle_session_line(s1, &sub(2, "resources/unsubscribe"));
+    assert!(to_server(&mut h).is_empty(), "s2 still holds it");
+    assert_eq!(to_session(&mut h, s1)[0]["result"], json!({}));
+    h.handle_session_line(s2, &sub(2, "resources/unsubscribe"));
+    let sent = to_server(&mut h);
+    assert_eq!(
+        sent[0]["method"], "resources/unsubscribe",
+        "the last one goes"
+    );
+    assert_eq!(h.subscriptions(), 0);
+}
+
+#[test]
+fn f2_each_session_gets_log_messages_at_its_own_level_and_the_server_the_most_verbose() {
+    let (mut h, s1, s2) = two();
+    let level = |id: i64, l: &str| {
+        line(&json!({"jsonrpc":"2.0","id":id,"method":"logging/setLevel","params":{"level":l}}))
+    };
+    h.handle_session_line(s1, &level(4, "error"));
+    h.handle_session_line(s2, &level(4, "debug"));
+    let sent = to_server(&mut h);
+    assert_eq!(sent[0]["params"]["level"], "error");
+    assert_eq!(
+        sent[1]["params"]["level"], "debug",
+        "the most verbose asked"
+    );
+    for m in &sent {
+        h.handle_server_line(&line(&json!({"jsonrpc":"2.0","id":m["id"],"result":{}})));
+    }
+    to_session(&mut h, s1);
+    to_session(&mut h, s2);
+    let message = |l: &str| {
+        line(
+            &json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":l,"data":"x"}}),
+        )
+    };
+    h.handle_server_line(&message("info"));
+    assert!(to_session(&mut h, s1).is_empty(), "below s1's level");
+    assert_eq!(to_session(&mut h, s2).len(), 1);
+    h.handle_server_line(&message("error"));
+    assert_eq!(to_session(&mut h, s1).len(), 1);
+    assert_eq!(to_session(&mut h, s2).len(), 1);
+}
+
+#[test]
+fn f2_a_server_request_goes_to_the_one_busy_session_else_the_server_hears_why() {
+    let (mut h, s1, s2) = two();
+    h.handle_session_line(s1, &call(1, "asks"));
+    let sent = to_server(&mut h);
+    let sampling =
+        line(&json!({"jsonrpc":"2.0","id":"srv-1","method":"sampling/createMessage","params":{}}));
+    h.handle_server_line(&sampling);
+    let asked = to_session(&mut h, s1);
+    assert_eq!(asked[0]["method"], "sampling/createMessage");
+    assert!(to_session(&mut h, s2).is_empty());
+    h.handle_session_line(
+        s1,
+        &line(&json!({"jsonrpc":"2.0","id":"srv-1","result":{"role":"assistant"}})),
+    );
+    let back = to_server(&mut h);
+    assert_eq!(back[0]["id"], "srv-1");
+    assert_eq!(back[0]["result"]["role"], "assistant");
+    // A ping is the hub's to answer.
+    h.handle_server_line(&line(
+        &json!({"jsonrpc":"2.0","id":"srv-2","method":"ping"}),
+    ));
+    assert_eq!(to_server(&mut h)[0]["result"], json!({}));
+    // Two busy sessions: nobody to ask.
+    h.handle_session_line(s2, &call(2, "asks"));
+    to_server(&mut h);
+    h.handle_server_line(&line(
+        &json!({"jsonrpc":"2.0","id":"srv-3","method":"roots/list"}),
+    ));
+    let refused = to_server(&mut h);
+    assert_eq!(refused[0]["id"], "srv-3");
+    assert!(refused[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("2 host sessions"));
+    assert_eq!(h.metrics().server_requests_refused, 1);
+    let _ = sent;
+}
+
+#[test]
+fn f2_a_session_that_leaves_ends_only_itself() {
+    let (mut h, s1, s2) = two();
+    h.handle_session_line(s1, &call(1, "slow"));
+    h.handle_session_line(s2, &call(1, "slow"));
+    h.handle_session_line(
+        s1,
+        &line(&json!({"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"u"}})),
+    );
+    let sent = to_server(&mut h);
+    h.handle_server_line(&line(
+        &json!({"jsonrpc":"2.0","id":sent[2]["id"],"result":{}}),
+    ));
+    h.close_session(s1);
+    let after = to_server(&mut h);
+    assert_eq!(after[0]["method"], "notifications/cancelled");
+    assert_eq!(after[0]["params"]["requestId"], sent[0]["id"]);
+    assert_eq!(after[1]["method"], "resources/unsubscribe");
+    // The unsubscribe's answer is the hub's; s2's call goes on.
+    h.handle_server_line(&line(
+        &json!({"jsonrpc":"2.0","id":after[1]["id"],"result":{}}),
+    ));
+    h.handle_server_line(&line(
+        &json!({"jsonrpc":"2.0","id":sent[0]["id"],"result":{}}),
+    ));
+    h.handle_server_line(&line(
+        &json!({"jsonrpc":"2.0","id":sent[1]["id"],"result":{}}),
+    ));
+    assert_eq!(to_session(&mut h, s2).len(), 1);
+    assert_eq!(h.sessions(), 1);
+    assert_eq!(h.in_flight(), 0);
+}
+
+#[test]
+fn g1_a_session_whose_host_stopped_reading_is_closed_and_the_others_go_on() {
+    let (mut h, s1, s2) = two();
+    let big = "x".repeat(1 << 19);
+    for _ in 0..(MAX_SESSION_QUEUE / (1 << 19) + 2) {
+        h.handle_server_line(&line(
+            &json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"pad":big}}),
+        ));
+        // s2 reads; s1 does not.
+        to_session(&mut h, s2);
+    }
+    assert!(events(&mut h)
+        .iter()
+        .any(|e| matches!(e, HubEvent::Close { session, .. } if *session == s1)));
+    assert_eq!(h.sessions(), 1);
+    assert!(h.session_backlog(s1) == 0);
+    h.handle_session_line(s2, &call(9, "t"));
+    assert_eq!(to_server(&mut h).len(), 1, "s2 goes on");
+}
+
+#[test]
+fn f2_the_server_gone_fails_every_waiting_request_and_closes_every_session() {
+    let (mut h, s1, s2) = two();
+    h.handle_session_line(s1, &call(1, "slow"));
+    to_server(&mut h);
+    h.handle_server_gone(&ErrorObject::new(-32001, "the MCP server crashed"));
+    let got = to_session(&mut h, s1);
+    assert_eq!(got[0]["error"]["code"], -32001);
+    let closes = events(&mut h)
+        .into_iter()
+        .filter(|e| matches!(e, HubEvent::Close { .. }))
+        .count();
+    assert_eq!(closes, 2);
+    assert!(to_session(&mut h, s2).is_empty());
+    assert_eq!(h.open_session(), Err(HubRefusal::ServerGone));
+}
+
+#[test]
+fn f2_list_changed_reaches_every_handshaken_session() {
+    let (mut h, s1, s2) = two();
+    let s3 = h.open_session().expect("s3");
+    h.handle_server_line(&line(
+        &json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}),
+    ));
+    assert_eq!(to_session(&mut h, s1).len(), 1);
+    assert_eq!(to_session(&mut h, s2).len(), 1);
+    assert!(to_session(&mut h, s3).is_empty(), "not handshaken yet");
+}
+
+#[test]
+fn bad_input_is_dropped_and_the_hub_goes_on() {
+    let (mut h, s1, _) = two();
+    h.handle_session_line(s1, "not json");
+    h.handle_session_line(s1, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+    h.handle_server_line("{{{");
+    h.handle_server_line(r#"{"jsonrpc":"2.0","id":"nobody","result":{}}"#);
+    h.handle_server_line(
+        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"x"}}"#,
+    );
+    h.handle_session_line(s1, &call(1, "t"));
+    assert_eq!(to_server(&mut h).len(), 1);
+}
+
+#[test]
+fn fuzz_hub_random_inputs() {
+    crate::fuzzing::run_random_inputs(0x4855_4253, 1500, 2048, crate::fuzzing::fuzz_hub);
+}
