@@ -86,6 +86,7 @@ pub(super) fn run(data: &[u8]) {
     let (mut host_taken, mut server_taken) = (0usize, 0usize);
     let (mut host_closed, mut stdin_closed, mut finished) = (false, false, false);
     let mut first_exit: Option<i8> = None;
+    let mut first_signal: Option<crate::Signal> = None;
     for _ in 0..256 {
         let Ok(op) = u.arbitrary::<Op>() else { break };
         let at = stamp(ms);
@@ -133,6 +134,7 @@ pub(super) fn run(data: &[u8]) {
                     1 => crate::Signal::Term,
                     _ => crate::Signal::Hangup,
                 };
+                first_signal.get_or_insert(signal);
                 s.handle_signal(at, signal);
             }
             Op::Advance(d) => ms += u64::from(d),
@@ -193,7 +195,7 @@ pub(super) fn run(data: &[u8]) {
                     let expected = if s.closed_by_guard().is_some() {
                         EXIT_GUARD_CLOSED
                     } else if s.ended_asleep() {
-                        0
+                        first_signal.map_or(0, |g| u8::try_from(128 + g.number()).unwrap_or(255))
                     } else {
                         first_exit.map_or(EXIT_UNKNOWN, |c| u8::try_from(c).unwrap_or(EXIT_UNKNOWN))
                     };

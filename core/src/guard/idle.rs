@@ -32,6 +32,9 @@ pub(super) struct Idle {
     pub(super) resumes: u64,
     /// The session ended while the server slept.
     pub(super) ended_asleep: bool,
+    /// The host's first signal (the exit status of a session that ends
+    /// asleep by it).
+    pub(super) first_signal: Option<crate::Signal>,
 }
 
 impl Idle {

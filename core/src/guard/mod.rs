@@ -689,8 +689,12 @@ impl GuardSession {
             return EXIT_GUARD_CLOSED;
         }
         if self.lives.is_asleep() || self.idle.ended_asleep {
-            // The guard stopped it for idleness; the host then left.
-            return 0;
+            // The guard stopped it for idleness; the host then left: by a
+            // signal, the status the server would have died with.
+            return self
+                .idle
+                .first_signal
+                .map_or(0, |s| u8::try_from(128 + s.number()).unwrap_or(255));
         }
         match self.supervisor.exit_status() {
             Some(ExitStatus::Code(c)) => u8::try_from(c).unwrap_or(EXIT_UNKNOWN),
@@ -1097,6 +1101,7 @@ impl GuardSession {
         self.see(at);
         self.ending = true;
         self.host_signals = self.host_signals.saturating_add(1);
+        self.idle.first_signal.get_or_insert(signal);
         // The host is stopping now: what it sent last waits no longer.
         self.stdin_drain_deadline = None;
         self.proxy.push_phase(GuardPhase::HostSignal {

@@ -603,3 +603,16 @@ fn f2_a_subscription_holds_the_server_and_a_host_leaving_a_sleeping_session_exit
     let d = drain(&mut s, clock.at(2000));
     assert_eq!(finished(&d), 0, "{d:?}");
 }
+
+/// F1 with F2: a host's signal while the server sleeps ends the session
+/// with the status the server would have died with.
+#[test]
+fn f2_a_host_signal_while_the_server_sleeps_exits_as_the_server_would_have() {
+    let (mut s, clock) = sleepy(1000);
+    s.handle_timeout(clock.at(1003));
+    drain(&mut s, clock.at(1003));
+    crash(&mut s, clock.at(1010), ExitStatus::Code(0));
+    s.handle_signal(clock.at(2000), crate::Signal::Term);
+    let d = drain(&mut s, clock.at(2000));
+    assert_eq!(finished(&d), 143, "{d:?}");
+}
