@@ -197,3 +197,67 @@ fn restart_on_crash_keeps_the_typescript_clients_session() {
         crash_and_go_on("typescript sdk", &client);
     }
 }
+
+/// Idle stop with a real client: `echo`, a quiet spell past `--idle-stop`
+/// (the server is stopped), `echo` again in the same client session: the
+/// new server got the client's handshake first; the client never knew.
+fn sleep_and_go_on(who: &str, client: &[String]) {
+    let calls = serde_json::json!([
+        ["echo", {"text": "before"}],
+        ["__pause__", {"ms": 1500}],
+        ["echo", {"text": "after"}],
+    ]);
+    let mut with_calls = client.to_vec();
+    with_calls.extend(["--calls".to_owned(), calls.to_string()]);
+    let dir = mcp_stdio_tests::TempPath::new("idle-client");
+    std::fs::create_dir_all(dir.path()).expect("dir");
+    let audit = dir.path().join("audit.jsonl");
+    let server = vec![
+        env!("CARGO_BIN_EXE_mcp-stdio").to_owned(),
+        "guard".to_owned(),
+        "--no-announce".to_owned(),
+        "--idle-stop".to_owned(),
+        "300ms".to_owned(),
+        "--audit".to_owned(),
+        audit.display().to_string(),
+        "--".to_owned(),
+        fixture_server_path().display().to_string(),
+    ];
+    let v = run(&with_calls, &server, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{who} through the guard: {e}"));
+    eprintln!("{who} through guard --idle-stop: {}", v["calls"]);
+    let calls = v["calls"].as_array().expect("calls");
+    assert_eq!(calls.len(), 2, "{who}: {v}");
+    assert_eq!(calls[0]["text"], "before", "{who}: {v}");
+    assert_eq!(
+        calls[1]["text"], "after",
+        "{who}: the same session goes on: {v}"
+    );
+    let phases: Vec<String> = std::fs::read_to_string(&audit)
+        .expect("audit")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|e| e["record"]["phase"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        phases.contains(&"server_idle_stopped".to_owned())
+            && phases.contains(&"server_resumed".to_owned()),
+        "{who}: {phases:?}"
+    );
+}
+
+#[test]
+fn idle_stop_keeps_the_python_clients_session() {
+    let test = "idle_stop_keeps_the_python_clients_session";
+    if let Some(client) = python_client(test) {
+        sleep_and_go_on("python mcp", &client);
+    }
+}
+
+#[test]
+fn idle_stop_keeps_the_typescript_clients_session() {
+    let test = "idle_stop_keeps_the_typescript_clients_session";
+    if let Some(client) = typescript_client(test) {
+        sleep_and_go_on("typescript sdk", &client);
+    }
+}

@@ -7,7 +7,8 @@
 //
 // Usage: node host_calls.mjs SDK_DIR [--calls JSON] -- SERVER_CMD [ARGS...]
 // SDK_DIR: the @modelcontextprotocol/sdk package folder.
-// JSON: a list of [tool name, arguments] pairs.
+// JSON: a list of [tool name, arguments] pairs; ["__pause__", {ms}] waits
+// that long between calls instead (a host that goes quiet).
 
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -42,6 +43,10 @@ const client = new Client({ name: "host-calls", version: "1.0.0" });
 await client.connect(transport);
 const calls = [];
 for (const [name, a] of CALLS) {
+  if (name === "__pause__") {
+    await new Promise((done) => setTimeout(done, a.ms));
+    continue;
+  }
   const t = performance.now();
   let outcome;
   try {

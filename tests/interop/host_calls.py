@@ -6,7 +6,8 @@ and how long it took. The default calls: the server answers
 `echo` shows whether the session goes on.
 
 Usage: python host_calls.py [--calls JSON] -- SERVER_CMD [ARGS...]
-JSON: a list of [tool name, arguments] pairs.
+JSON: a list of [tool name, arguments] pairs; ["__pause__", {"ms": N}] waits
+that long between calls instead (a host that goes quiet).
 """
 
 import json
@@ -35,6 +36,9 @@ async def main(cmd: list, given: list) -> dict:
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 for name, args in given or CALLS:
+                    if name == "__pause__":
+                        await anyio.sleep(args["ms"] / 1000)
+                        continue
                     t = time.monotonic()
                     try:
                         r = await session.call_tool(name, args, read_timeout_seconds=TIMEOUT)
