@@ -31,6 +31,8 @@
 //! log_file_max_bytes = 10485760             # rotated before it passes this
 //! log_file_count = 3                        # files kept, the current one included
 //! otel = true                               # spans and metrics over OTLP/HTTP (`--otel`)
+//! share = true                              # one server for every host session (`--share`; or a key)
+//! share_linger = "10s"                      # how long a hub with no session waits
 //!
 //! [sandbox]                                 # run the server in a sandbox (Linux; see guard::sandbox)
 //! profile = "npx"                           # or "base", "uvx"
@@ -240,6 +242,8 @@ struct FileSettings {
     log_file_max_bytes: Option<u64>,
     log_file_count: Option<u32>,
     otel: Option<bool>,
+    share: Option<ShareFile>,
+    share_linger: Option<String>,
     sandbox: Option<FileSandbox>,
 }
 
@@ -281,6 +285,10 @@ pub(crate) struct FileStatus {
     pub(crate) log_file_count: Option<u32>,
     /// `otel = true`: as `--otel`.
     pub(crate) otel: Option<bool>,
+    /// `share = true` (the key computed) or `share = "KEY"`: as `--share`.
+    pub(crate) share: Option<ShareFile>,
+    /// `share_linger = "10s"`: as `--share-linger`.
+    pub(crate) share_linger: Option<Duration>,
 }
 
 /// `framer` with the wire limit `bytes`, which `setting` gave. The core
@@ -300,6 +308,15 @@ pub(crate) fn wire_limit(
             "{setting}: a wire limit of {bytes} bytes is too small (at least {MIN_MAX_FRAME})"
         ))
     }
+}
+
+/// `share` in a config file: `true` (the key computed from the server) or
+/// a key of one's own.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(untagged)]
+pub(crate) enum ShareFile {
+    On(bool),
+    Key(String),
 }
 
 /// A duration as `--idle-stop` takes it: seconds (`300`, `1.5`), or a
@@ -470,6 +487,12 @@ impl GuardSettings {
                 log_file_max_bytes: file.log_file_max_bytes,
                 log_file_count: file.log_file_count,
                 otel: file.otel,
+                share: file.share.clone(),
+                share_linger: file
+                    .share_linger
+                    .as_deref()
+                    .map(|t| parse_duration(t).map_err(|e| format!("share_linger: {e}")))
+                    .transpose()?,
             },
         })
     }

@@ -296,6 +296,7 @@ pub(super) async fn drive(
     (spec, leader, pipes): (&CommandSpec, Leader, ServerPipes),
     (audit, pins, status): (Option<AuditLog>, Option<&PinWriter>, Option<Announced>),
     sinks: Sinks<'_>,
+    preface: Vec<u8>,
 ) -> u8 {
     let mut first_read = None;
     let host_in = match Stdin::new(rt) {
@@ -336,6 +337,17 @@ pub(super) async fn drive(
     };
     let at = stamp(Instant::now());
     run.session.handle_input(at, GuardInput::Spawned);
+    if !preface.is_empty() {
+        // What the host sent before this guard took the session over (a
+        // hub's private-server answer gave it back).
+        run.session.handle_input(
+            at,
+            GuardInput::HostRead {
+                result: Ok(preface.len()),
+                buf: &preface,
+            },
+        );
+    }
     if let Some(result) = first_read {
         let buf = &run.host_buf;
         run.session

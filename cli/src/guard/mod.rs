@@ -17,6 +17,7 @@ mod log_file;
 mod otel;
 pub(crate) mod sandbox;
 pub(crate) mod server_env;
+mod share;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -123,6 +124,17 @@ pub(crate) struct GuardArgs {
     /// slow drops spans (counted), never delays a message.
     #[arg(long, help_heading = "Status and logs")]
     pub(crate) otel: bool,
+    /// Share one server among every host session started with the same server and options
+    /// (or the same `--share=KEY`): the first starts a hub that runs the server; the others
+    /// attach. For servers that keep no per-session state (see the guide).
+    #[arg(long, value_name = "KEY", num_args = 0..=1, require_equals = true, default_missing_value = "", help_heading = "Sharing")]
+    pub(crate) share: Option<String>,
+    /// How long a hub with no session waits for one before it stops the server [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = crate::config::parse_duration, help_heading = "Sharing", hide_short_help = true)]
+    pub(crate) share_linger: Option<Duration>,
+    /// Run as the hub at PATH (started by the first `--share` guard).
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub(crate) hub_socket: Option<PathBuf>,
     /// The server command and its arguments: everything from the first argument that is not
     /// an option of the guard's (a `--` before it is allowed). No shell is involved.
     #[arg(
@@ -240,6 +252,28 @@ fn default_name(spec: &CommandSpec) -> String {
     }
 }
 
+/// The first option given that a shared session cannot honour yet (the
+/// guard only relays it to the hub).
+fn unshareable(args: &GuardArgs, settings: &GuardSettings) -> Option<&'static str> {
+    [
+        (args.audit.is_some(), "--audit"),
+        (args.metrics.is_some(), "--metrics"),
+        (args.otel || settings.status.otel.unwrap_or(false), "--otel"),
+        (
+            args.log_file.is_some() || settings.status.log_file.is_some(),
+            "--log-file",
+        ),
+        (settings.pin.is_some(), "--pin"),
+        (settings.idle_stop.is_some(), "--idle-stop"),
+        (
+            settings.restart.get_policy() != mcp_stdio_core::RestartPolicy::Never,
+            "--restart",
+        ),
+    ]
+    .into_iter()
+    .find_map(|(given, flag)| given.then_some(flag))
+}
+
 /// The server's name: `--name`, the config's `name`, or the server
 /// program's file name.
 fn identity_name(args: &GuardArgs, spec: &CommandSpec, settings: &GuardSettings) -> String {
@@ -336,6 +370,56 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // `--share`: the hub runs the server; this guard relays its host to it.
+    let share =
+        args.share
+            .clone()
+            .map(|k| (!k.is_empty()).then_some(k))
+            .or(match &settings.status.share {
+                Some(crate::config::ShareFile::On(true)) => Some(None),
+                Some(crate::config::ShareFile::Key(k)) => Some(Some(k.clone())),
+                _ => None,
+            });
+    let linger = args
+        .share_linger
+        .or(settings.status.share_linger)
+        .unwrap_or(share::DEFAULT_LINGER);
+    let mut preface = Vec::new();
+    if let Ok(server) = &server {
+        if let Some(path) = &args.hub_socket {
+            return share::serve_hub(path, server, &settings.framer, linger).await;
+        }
+        if let Some(named) = &share {
+            if let Some(flag) = unshareable(&args, &settings) {
+                eprintln!(
+                    "mcp-stdio guard: --share cannot be combined with {flag} yet (a shared session is relayed to the hub as it is)"
+                );
+                return ExitCode::from(EXIT_USAGE);
+            }
+            let key = share::key(server, settings.framer.get_max_frame(), named.as_deref());
+            match share::socket_path(&key) {
+                Ok(path) => match share::attach(&path, || share::start_hub(&path)).await {
+                    share::Attached::Relay(stream) => {
+                        match share::relay(stream, settings.framer.get_max_frame()).await {
+                            share::RelayEnd::Done(code) => return ExitCode::from(code),
+                            share::RelayEnd::Private(line) => {
+                                crate::stderr_sink::line(
+                                    "mcp-stdio guard: --share: the shared server cannot serve this host as it serves the first; running a server of its own",
+                                );
+                                preface = line;
+                            }
+                        }
+                    }
+                    share::Attached::Unshared(why) => crate::stderr_sink::line(&format!(
+                        "mcp-stdio guard: --share: {why}; running a server of its own"
+                    )),
+                },
+                Err(why) => crate::stderr_sink::line(&format!(
+                    "mcp-stdio guard: --share: {why}; running a server of its own"
+                )),
+            }
+        }
+    }
     let session_id = format!("{}-{}", std::process::id(), stamp(Instant::now()).unix_ms);
     let mut audit = match &args.audit {
         Some(path) => {
@@ -491,6 +575,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
             log: log_file.as_ref(),
             otel: otel.as_ref(),
         },
+        preface,
     )
     .await;
     let log_file_dropped_bytes = log_file.map(|f| f.close(LOG_CLOSE));

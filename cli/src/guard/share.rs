@@ -1,0 +1,598 @@
+//! `guard --share`: one server for many host sessions (the design's F2:
+//! sessions never see each other). The first guard of a share key starts a
+//! hub, a process of its own (its own session, not a child of any host),
+//! that runs the server and serves every guard of that key over a Unix
+//! socket in the user's runtime folder (`share/<key>.sock`: the folder
+//! `0700`, the socket `0600`, same-uid peers only). Each guard relays its
+//! host's stdio to the hub. Every routing decision is the core's
+//! [`Hub`]'s; this side moves bytes.
+//!
+//! The hub never waits for one session on behalf of another (G1 per
+//! session): each connection has a reader and a writer of its own, the
+//! core bounds what waits for each session and closes a session whose host
+//! stopped reading, and the server's stdout is always read. When the last
+//! session has gone and `--share-linger` passed with none attaching, the
+//! hub stops the server and exits; when the server ends, every session
+//! gets the crash error for what it waits for and is closed.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use mcp_stdio_core::hub::{Hub, HubEvent, SessionId};
+use mcp_stdio_core::{CommandSpec, ErrorObject, FrameEvent, Framer, FramerConfig};
+use mcp_stdio_tokio::leader::Leader;
+use mcp_stdio_tokio::driver::Runtime as _;
+use mcp_stdio_tokio::runtime::Tokio;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::sync::Notify;
+
+/// `--share-linger`'s default: how long a hub with no session waits for
+/// one before it stops the server and exits.
+pub(crate) const DEFAULT_LINGER: Duration = Duration::from_secs(10);
+
+/// How long a guard waits for the hub it started to listen.
+const HUB_START_WAIT: Duration = Duration::from_secs(10);
+
+/// Bytes waiting for the server past which the hub stops reading its
+/// sessions until the server takes them.
+const SERVER_BACKLOG_PAUSE: usize = 16 * 1024 * 1024;
+
+/// One read, from a session or the server.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// How long the server gets to end after its stdin closes, then after
+/// SIGTERM, when the hub stops.
+const SERVER_STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// The first line a hub sends a session it cannot serve: its guard runs a
+/// server of its own and gives it the host's `initialize` again.
+const PRIVATE_KEY: &str = "mcp-stdio-hub/private";
+
+/// The share key: a digest of everything that makes two servers the same
+/// (the command line, the environment it gets, its working folder, its
+/// sandbox, the wire limit), or of the key `--share KEY` names.
+pub(crate) fn key(server: &CommandSpec, max_frame: usize, named: Option<&str>) -> String {
+    let mut h = Sha256::new();
+    match named {
+        Some(name) => {
+            h.update(b"named\0");
+            h.update(name.as_bytes());
+        }
+        None => {
+            h.update(format!("{server:?}").as_bytes());
+            h.update(format!("\0max_frame={max_frame}\0").as_bytes());
+            if server.get_current_dir().is_none() {
+                if let Ok(cwd) = std::env::current_dir() {
+                    h.update(cwd.as_os_str().as_encoded_bytes());
+                }
+            }
+        }
+    }
+    h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    let digest = h.finalize();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `<runtime folder>/share/`, created `0700` and checked like the runtime
+/// folder.
+fn share_dir() -> Result<PathBuf, String> {
+    let dir = mcp_stdio_sys::runtime_dir::runtime_dir()
+        .map_err(|e| e.to_string())?
+        .join("share");
+    mcp_stdio_sys::runtime_dir::ensure_private_dir(&dir).map_err(|e| e.to_string())?;
+    Ok(dir)
+}
+
+/// The hub socket of `key`.
+pub(crate) fn socket_path(key: &str) -> Result<PathBuf, String> {
+    Ok(share_dir()?.join(format!("{key}.sock")))
+}
+
+/// What attaching gave.
+pub(crate) enum Attached {
+    /// The guard's host now talks to the hub through this relay.
+    Relay(UnixStream),
+    /// No hub could be had (why): the guard runs its own server.
+    Unshared(String),
+}
+
+/// Connects to the hub at `path`, starting one (`start`) when none
+/// listens.
+pub(crate) async fn attach(path: &Path, start: impl FnOnce() -> io::Result<()>) -> Attached {
+    if let Ok(s) = connect(path).await {
+        return Attached::Relay(s);
+    }
+    if let Err(e) = start() {
+        return Attached::Unshared(format!("the hub could not be started: {e}"));
+    }
+    let t = Instant::now();
+    loop {
+        match connect(path).await {
+            Ok(s) => return Attached::Relay(s),
+            Err(e) if t.elapsed() > HUB_START_WAIT => {
+                return Attached::Unshared(format!(
+                    "the hub did not listen within {} s: {e}",
+                    HUB_START_WAIT.as_secs()
+                ))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+async fn connect(path: &Path) -> io::Result<UnixStream> {
+    let s = UnixStream::connect(path).await?;
+    // Same uid only, both ways: a socket of another user's is not ours.
+    let uid = mcp_stdio_sys::runtime_dir::peer_uid(s.as_fd())?;
+    if uid != rustix::process::geteuid().as_raw() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("the hub socket's peer is uid {uid}, not ours"),
+        ));
+    }
+    Ok(s)
+}
+
+/// Starts a hub for `path`: this program again, as `guard --hub-socket
+/// PATH` with the guard's own arguments (the same settings, the same
+/// server), in a session of its own, its stderr to `<key>.log` beside the
+/// socket.
+pub(crate) fn start_hub(path: &Path) -> io::Result<()> {
+    let exe = std::env::current_exe()?;
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    // `guard` first, then the hub's socket, then the guard's own arguments.
+    let at = args.iter().position(|a| a == "guard").map_or(0, |i| i + 1);
+    args.splice(at..at, ["--hub-socket".into(), path.as_os_str().to_owned()]);
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path.with_extension("log"))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log);
+    // Not waited for: it outlives this guard (init reaps it). It leaves
+    // the guard's session itself, first thing (`serve_hub`).
+    cmd.spawn().map(drop)
+}
+
+use std::os::unix::fs::OpenOptionsExt;
+
+/// How a relay ended.
+pub(crate) enum RelayEnd {
+    /// The hub closed the session (the host left, or the server is gone):
+    /// the guard's exit status.
+    Done(u8),
+    /// The hub cannot serve this host as it serves the first: the guard
+    /// runs its own server, given this `initialize` line first.
+    Private(Vec<u8>),
+}
+
+/// Relays the host's stdio to the hub until either ends. The two
+/// directions never wait for each other; the first line from the hub is
+/// looked at (a private-server answer), the rest goes as it comes.
+pub(crate) async fn relay(stream: UnixStream, max_frame: usize) -> RelayEnd {
+    let (from_hub, mut to_hub) = stream.into_split();
+    let up = tokio::spawn(async move {
+        let mut stdin = tokio::io::stdin();
+        let _ = tokio::io::copy(&mut stdin, &mut to_hub).await;
+        let _ = to_hub.shutdown().await;
+    });
+    let mut from_hub = tokio::io::BufReader::with_capacity(READ_CHUNK, from_hub);
+    let mut stdout = tokio::io::stdout();
+    // The first line: bounded by the wire limit.
+    let mut first = Vec::new();
+    let read = (&mut from_hub)
+        .take(max_frame as u64 + 1)
+        .read_until(b'\n', &mut first)
+        .await;
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&first) {
+        if let Some(initialize) = v.get(PRIVATE_KEY).and_then(|p| p["initialize"].as_str()) {
+            up.abort();
+            let mut line = initialize.as_bytes().to_vec();
+            line.push(b'\n');
+            return RelayEnd::Private(line);
+        }
+    }
+    if read.is_err() || first.is_empty() {
+        up.abort();
+        return RelayEnd::Done(mcp_stdio_core::EXIT_GUARD_CLOSED);
+    }
+    let down = async {
+        stdout.write_all(&first).await?;
+        stdout.flush().await?;
+        let mut buf = vec![0; READ_CHUNK];
+        loop {
+            let n = from_hub.read(&mut buf).await?;
+            if n == 0 {
+                return Ok::<(), io::Error>(());
+            }
+            stdout.write_all(&buf[..n]).await?;
+            stdout.flush().await?;
+        }
+    };
+    let _ = down.await;
+    up.abort();
+    RelayEnd::Done(0)
+}
+
+/// The hub's state, shared by its tasks (never held across an await).
+struct Shared {
+    hub: Hub,
+    /// Sessions to close once their bytes are written.
+    closing: BTreeSet<SessionId>,
+    /// Sessions to send a private-server answer, then close.
+    private: HashMap<SessionId, Vec<u8>>,
+    wake: HashMap<SessionId, Arc<Notify>>,
+    /// The server's stdin has nothing more coming (the hub stops).
+    server_closing: bool,
+    /// The server ended.
+    server_done: bool,
+}
+
+struct HubState {
+    shared: Mutex<Shared>,
+    server_wake: Notify,
+    /// Sessions came or went, or the server ended.
+    changed: Notify,
+    /// The server took bytes: paused session readers may go on.
+    drained: Notify,
+}
+
+impl HubState {
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// After a change: the core's events acted on, the writers woken.
+    fn pump(&self, s: &mut Shared) {
+        while let Some(e) = s.hub.poll_event() {
+            match e {
+                HubEvent::Close { session, reason } => {
+                    eprintln!("mcp-stdio hub: session {} closed: {reason}", session.0);
+                    s.closing.insert(session);
+                }
+                HubEvent::PrivateServer {
+                    session,
+                    initialize,
+                    reason,
+                } => {
+                    let mut line = serde_json::to_vec(&serde_json::json!({
+                        PRIVATE_KEY: {"initialize": initialize, "reason": reason}
+                    }))
+                    .unwrap_or_default();
+                    line.push(b'\n');
+                    s.private.insert(session, line);
+                }
+                HubEvent::Note(text) => eprintln!("mcp-stdio hub: {text}"),
+            }
+        }
+        for w in s.wake.values() {
+            w.notify_one();
+        }
+        if s.hub.server_backlog() > 0 || s.server_closing {
+            self.server_wake.notify_one();
+        }
+    }
+}
+
+/// Runs the hub at `path` in front of `server` until the last session has
+/// gone for `linger` (or the server ends). Returns the process's status.
+pub(crate) async fn serve_hub(
+    path: &Path,
+    server: &CommandSpec,
+    framer: &FramerConfig,
+    linger: Duration,
+) -> ExitCode {
+    // A session of its own: no host's terminal or group signal reaches it.
+    let _ = rustix::process::setsid();
+    let listener = match mcp_stdio_sys::runtime_dir::bind_listener(path)
+        .and_then(tokio::net::UnixListener::from_std)
+    {
+        Ok(l) => l,
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+            // Another guard's hub got there first: it serves.
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("mcp-stdio hub: {}: {e}", path.display());
+            return ExitCode::from(crate::diagnose::EXIT_NOT_STARTED);
+        }
+    };
+    let socket = RemoveOnDrop(path.to_path_buf());
+    let mut child = match mcp_stdio_sys::spawn_piped(server) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mcp-stdio hub: cannot start {}: {e}", server.display());
+            return ExitCode::from(crate::diagnose::EXIT_NOT_STARTED);
+        }
+    };
+    let pgid = child.id();
+    eprintln!(
+        "mcp-stdio hub: serving {} (pid {pgid}) at {}",
+        server.display(),
+        path.display()
+    );
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return ExitCode::from(crate::diagnose::EXIT_NOT_STARTED);
+    };
+    let pipes = (|| {
+        Ok::<_, io::Error>((
+            tokio::process::ChildStdin::from_std(stdin)?,
+            tokio::process::ChildStdout::from_std(stdout)?,
+            tokio::process::ChildStderr::from_std(stderr)?,
+        ))
+    })();
+    let Ok((mut stdin, mut stdout, mut stderr)) = pipes else {
+        return ExitCode::from(crate::diagnose::EXIT_NOT_STARTED);
+    };
+    let state = Arc::new(HubState {
+        shared: Mutex::new(Shared {
+            hub: Hub::new(framer.get_max_frame()),
+            closing: BTreeSet::new(),
+            private: HashMap::new(),
+            wake: HashMap::new(),
+            server_closing: false,
+            server_done: false,
+        }),
+        server_wake: Notify::new(),
+        changed: Notify::new(),
+        drained: Notify::new(),
+    });
+    // The server's stdout: always read (G1), framed, given to the core.
+    let st = Arc::clone(&state);
+    let config = framer.clone();
+    tokio::spawn(async move {
+        let mut framer = Framer::new(config);
+        let mut buf = vec![0; READ_CHUNK];
+        while let Ok(n) = stdout.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            let mut s = st.lock();
+            framer.push(&buf[..n], |ev: FrameEvent<'_>| {
+                if let FrameEvent::Frame(text) = ev {
+                    s.hub.handle_server_line(&text);
+                }
+            });
+            st.pump(&mut s);
+        }
+    });
+    // Its stderr: to the hub's log, as it comes.
+    tokio::spawn(async move {
+        let mut err = tokio::io::stderr();
+        let _ = tokio::io::copy(&mut stderr, &mut err).await;
+    });
+    // Its stdin: what the core has for it, written at the pace it reads.
+    let st = Arc::clone(&state);
+    tokio::spawn(async move {
+        loop {
+            let (bytes, closing) = {
+                let mut s = st.lock();
+                let mut out = Vec::new();
+                while let Some(b) = s.hub.poll_to_server() {
+                    out.extend_from_slice(&b);
+                    if out.len() >= READ_CHUNK {
+                        break;
+                    }
+                }
+                (out, s.server_closing)
+            };
+            if !bytes.is_empty() {
+                st.drained.notify_waiters();
+                if stdin.write_all(&bytes).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            if closing {
+                break;
+            }
+            st.server_wake.notified().await;
+        }
+        drop(stdin);
+    });
+    // Its end: every session gets the crash error and is closed. Watched
+    // through the driver's `Leader`: no signal goes out after the reap.
+    let Ok(rt) = Tokio::current() else {
+        return ExitCode::from(crate::diagnose::EXIT_NOT_STARTED);
+    };
+    let mut leader = Leader::new(&rt, child);
+    let group = leader.group().clone();
+    let st = Arc::clone(&state);
+    tokio::spawn(async move {
+        let status = leader.exited().await;
+        leader.reap();
+        let how = match status {
+            Ok(mcp_stdio_core::ExitStatus::Code(c)) => format!("exit code {c}"),
+            Ok(mcp_stdio_core::ExitStatus::Signal(n)) => format!("signal {n}"),
+            Err(e) => format!("no exit status: {e}"),
+        };
+        let mut s = st.lock();
+        let closing = s.server_closing;
+        s.hub.handle_server_gone(&ErrorObject::new(
+            mcp_stdio_core::SERVER_CRASHED,
+            format!("the shared MCP server ended ({how}); mcp-stdio hub closes its sessions"),
+        ));
+        s.server_done = true;
+        st.pump(&mut s);
+        drop(s);
+        if !closing {
+            eprintln!("mcp-stdio hub: the server ended ({how})");
+        }
+        st.changed.notify_one();
+    });
+
+    let uid = rustix::process::geteuid().as_raw();
+    let mut empty_since = Some(Instant::now());
+    loop {
+        let (sessions, done) = {
+            let s = state.lock();
+            (s.hub.sessions() + s.wake.len(), s.server_done)
+        };
+        if done && sessions == 0 {
+            break;
+        }
+        if sessions == 0 {
+            empty_since.get_or_insert_with(Instant::now);
+        } else {
+            empty_since = None;
+        }
+        let linger_left = empty_since.map(|t| linger.saturating_sub(t.elapsed()));
+        if linger_left == Some(Duration::ZERO) && !done {
+            break;
+        }
+        let linger_sleep = async {
+            match linger_left {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let ok = mcp_stdio_sys::runtime_dir::peer_uid(stream.as_fd()).is_ok_and(|p| p == uid);
+                if !ok || done {
+                    continue;
+                }
+                let opened = state.lock().hub.open_session();
+                match opened {
+                    Ok(id) => {
+                        empty_since = None;
+                        spawn_session(&state, id, stream, framer.clone());
+                    }
+                    Err(e) => eprintln!("mcp-stdio hub: a session refused: {e}"),
+                }
+            }
+            () = state.changed.notified() => {}
+            () = linger_sleep => {}
+        }
+    }
+    // Stop the server: its stdin closes, then SIGTERM, then SIGKILL.
+    {
+        let mut s = state.lock();
+        s.server_closing = true;
+        state.pump(&mut s);
+    }
+    let ended = |st: &HubState| st.lock().server_done;
+    for signal in [
+        None,
+        Some(mcp_stdio_core::Signal::Term),
+        Some(mcp_stdio_core::Signal::Kill),
+    ] {
+        if let Some(sig) = signal {
+            group.signal(sig);
+        }
+        let t = Instant::now();
+        while !ended(&state) && t.elapsed() < SERVER_STOP_GRACE {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if ended(&state) {
+            break;
+        }
+    }
+    eprintln!(
+        "mcp-stdio hub: no session for {:.1} s; stopped",
+        linger.as_secs_f64()
+    );
+    drop(socket);
+    ExitCode::SUCCESS
+}
+
+/// Removes the hub's socket when the hub ends.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// One session: a reader (framed lines to the core) and a writer (what the
+/// core has for it), neither waiting for the other.
+fn spawn_session(state: &Arc<HubState>, id: SessionId, stream: UnixStream, config: FramerConfig) {
+    let wake = Arc::new(Notify::new());
+    state.lock().wake.insert(id, Arc::clone(&wake));
+    let (mut read, mut write) = stream.into_split();
+    let st = Arc::clone(state);
+    let reader = tokio::spawn(async move {
+        let mut framer = Framer::new(config);
+        let mut buf = vec![0; READ_CHUNK];
+        loop {
+            // The server is behind: wait for it before reading more.
+            loop {
+                let drained = st.drained.notified();
+                if st.lock().hub.server_backlog() <= SERVER_BACKLOG_PAUSE {
+                    break;
+                }
+                drained.await;
+            }
+            let n = match read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let mut s = st.lock();
+            framer.push(&buf[..n], |ev: FrameEvent<'_>| {
+                if let FrameEvent::Frame(text) = ev {
+                    s.hub.handle_session_line(id, &text);
+                }
+            });
+            st.pump(&mut s);
+        }
+        let mut s = st.lock();
+        s.hub.close_session(id);
+        s.closing.insert(id);
+        st.pump(&mut s);
+    });
+    let st = Arc::clone(state);
+    tokio::spawn(async move {
+        loop {
+            let (bytes, private, closing) = {
+                let mut s = st.lock();
+                let mut out = Vec::new();
+                while let Some(b) = s.hub.poll_to_session(id) {
+                    out.extend_from_slice(&b);
+                    if out.len() >= READ_CHUNK {
+                        break;
+                    }
+                }
+                let private = s.private.remove(&id);
+                (out, private, s.closing.contains(&id))
+            };
+            if !bytes.is_empty() {
+                if write.write_all(&bytes).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            if let Some(line) = private {
+                let _ = write.write_all(&line).await;
+                break;
+            }
+            if closing {
+                break;
+            }
+            wake.notified().await;
+        }
+        let _ = write.shutdown().await;
+        reader.abort();
+        let mut s = st.lock();
+        s.hub.close_session(id);
+        s.closing.remove(&id);
+        s.wake.remove(&id);
+        st.pump(&mut s);
+        drop(s);
+        st.changed.notify_one();
+    });
+}
