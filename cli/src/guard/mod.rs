@@ -400,7 +400,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
             match share::socket_path(&key) {
                 Ok(path) => match share::attach(&path, || share::start_hub(&path)).await {
                     share::Attached::Relay(stream) => {
-                        match share::relay(stream, settings.framer.get_max_frame()).await {
+                        match share::relay(stream, &settings.framer).await {
                             share::RelayEnd::Done(code) => return ExitCode::from(code),
                             share::RelayEnd::Private(line) => {
                                 crate::stderr_sink::line(

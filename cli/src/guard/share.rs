@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_core::hub::{Hub, HubEvent, SessionId};
 use mcp_stdio_core::{CommandSpec, ErrorObject, FrameEvent, Framer, FramerConfig};
-use mcp_stdio_tokio::leader::Leader;
 use mcp_stdio_tokio::driver::Runtime as _;
+use mcp_stdio_tokio::leader::Leader;
 use mcp_stdio_tokio::runtime::Tokio;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
@@ -169,46 +169,139 @@ use std::os::unix::fs::OpenOptionsExt;
 
 /// How a relay ended.
 pub(crate) enum RelayEnd {
-    /// The hub closed the session (the host left, or the server is gone):
-    /// the guard's exit status.
+    /// The session is over: the guard's exit status.
     Done(u8),
     /// The hub cannot serve this host as it serves the first: the guard
     /// runs its own server, given this `initialize` line first.
     Private(Vec<u8>),
 }
 
+/// The host's first line, read a byte at a time (nothing past it is taken
+/// from stdin, so a private server's guard reads the rest itself); `None`
+/// at the end of input or past `max` bytes.
+async fn first_host_line(max: usize) -> Option<Vec<u8>> {
+    tokio::task::spawn_blocking(move || {
+        let stdin = std::io::stdin();
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        loop {
+            match rustix::io::read(&stdin, &mut byte) {
+                Ok(0) => return None,
+                Ok(_) => {
+                    line.push(byte[0]);
+                    if byte[0] == b'\n' {
+                        return Some(line);
+                    }
+                    if line.len() > max {
+                        return None;
+                    }
+                }
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+                Err(_) => return None,
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// The ids of the host's requests the hub has not answered: when the hub
+/// goes, each gets the crash error at once.
+#[derive(Default)]
+struct Open(Mutex<BTreeSet<mcp_stdio_core::Id>>);
+
+impl Open {
+    fn lock(&self) -> MutexGuard<'_, BTreeSet<mcp_stdio_core::Id>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Frames of one direction: requests opened (from the host) or
+    /// answered (from the hub).
+    fn see(&self, framer: &mut Framer, chunk: &[u8], from_host: bool) {
+        let mut open = self.lock();
+        framer.push(chunk, |ev: FrameEvent<'_>| {
+            let FrameEvent::Frame(text) = ev else { return };
+            match mcp_stdio_core::Message::decode(&text) {
+                Ok(mcp_stdio_core::Message::Request(r))
+                    if from_host && open.len() < mcp_stdio_core::hub::MAX_HUB_IN_FLIGHT =>
+                {
+                    open.insert(r.id);
+                }
+                Ok(mcp_stdio_core::Message::Response(r)) if !from_host => {
+                    open.remove(&r.id);
+                }
+                // A request the host cancelled is answered by no one.
+                Ok(mcp_stdio_core::Message::Notification(n))
+                    if from_host && n.method == "notifications/cancelled" =>
+                {
+                    let id = n
+                        .params
+                        .as_deref()
+                        .and_then(|p| mcp_stdio_core::member(p.get(), "requestId"))
+                        .and_then(|v| serde_json::from_str(v.get()).ok());
+                    if let Some(id) = id {
+                        open.remove(&id);
+                    }
+                }
+                _ => {}
+            }
+        });
+    }
+}
+
 /// Relays the host's stdio to the hub until either ends. The two
-/// directions never wait for each other; the first line from the hub is
-/// looked at (a private-server answer), the rest goes as it comes.
-pub(crate) async fn relay(stream: UnixStream, max_frame: usize) -> RelayEnd {
+/// directions never wait for each other. The host's first line goes alone
+/// and the hub's first answer is looked at (a private-server answer); the
+/// rest goes as it comes. When the hub goes while the host is still there,
+/// the host's open requests get the crash error.
+pub(crate) async fn relay(stream: UnixStream, framer: &FramerConfig) -> RelayEnd {
+    let max_frame = framer.get_max_frame();
     let (from_hub, mut to_hub) = stream.into_split();
-    let up = tokio::spawn(async move {
-        let mut stdin = tokio::io::stdin();
-        let _ = tokio::io::copy(&mut stdin, &mut to_hub).await;
-        let _ = to_hub.shutdown().await;
-    });
+    let open = Arc::new(Open::default());
+    let mut host_framer = Framer::new(framer.clone());
+    let Some(first) = first_host_line(max_frame).await else {
+        return RelayEnd::Done(0);
+    };
+    open.see(&mut host_framer, &first, true);
+    if to_hub.write_all(&first).await.is_err() {
+        return hub_gone(&open).await;
+    }
     let mut from_hub = tokio::io::BufReader::with_capacity(READ_CHUNK, from_hub);
-    let mut stdout = tokio::io::stdout();
-    // The first line: bounded by the wire limit.
-    let mut first = Vec::new();
+    let mut answer = Vec::new();
     let read = (&mut from_hub)
         .take(max_frame as u64 + 1)
-        .read_until(b'\n', &mut first)
+        .read_until(b'\n', &mut answer)
         .await;
-    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&first) {
-        if let Some(initialize) = v.get(PRIVATE_KEY).and_then(|p| p["initialize"].as_str()) {
-            up.abort();
-            let mut line = initialize.as_bytes().to_vec();
-            line.push(b'\n');
-            return RelayEnd::Private(line);
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&answer) {
+        if v.get(PRIVATE_KEY).is_some() {
+            return RelayEnd::Private(first);
         }
     }
-    if read.is_err() || first.is_empty() {
-        up.abort();
-        return RelayEnd::Done(mcp_stdio_core::EXIT_GUARD_CLOSED);
+    if read.is_err() || answer.is_empty() {
+        return hub_gone(&open).await;
     }
+    let mut hub_framer = Framer::new(framer.clone());
+    open.see(&mut hub_framer, &answer, false);
+    let up_open = Arc::clone(&open);
+    let up = tokio::spawn(async move {
+        let mut stdin = tokio::io::stdin();
+        let mut buf = vec![0; READ_CHUNK];
+        loop {
+            let n = match stdin.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            up_open.see(&mut host_framer, &buf[..n], true);
+            if to_hub.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = to_hub.shutdown().await;
+    });
+    let mut stdout = tokio::io::stdout();
     let down = async {
-        stdout.write_all(&first).await?;
+        stdout.write_all(&answer).await?;
         stdout.flush().await?;
         let mut buf = vec![0; READ_CHUNK];
         loop {
@@ -216,13 +309,45 @@ pub(crate) async fn relay(stream: UnixStream, max_frame: usize) -> RelayEnd {
             if n == 0 {
                 return Ok::<(), io::Error>(());
             }
+            open.see(&mut hub_framer, &buf[..n], false);
             stdout.write_all(&buf[..n]).await?;
             stdout.flush().await?;
         }
     };
     let _ = down.await;
+    if up.is_finished() {
+        // The host left first; the hub closed its session after it.
+        return RelayEnd::Done(0);
+    }
     up.abort();
-    RelayEnd::Done(0)
+    hub_gone(&open).await
+}
+
+/// The hub went while the host is still there: its open requests get the
+/// crash error, one line says so.
+async fn hub_gone(open: &Open) -> RelayEnd {
+    let ids: Vec<_> = open.lock().iter().cloned().collect();
+    crate::stderr_sink::line(&format!(
+        "mcp-stdio guard: --share: the hub closed this session (the shared server or the hub is gone); {} open request(s) get an error",
+        ids.len()
+    ));
+    let err = ErrorObject::new(
+        mcp_stdio_core::SERVER_CRASHED,
+        "the shared MCP server is gone (mcp-stdio hub closed the session)",
+    );
+    let mut out = Vec::new();
+    for id in &ids {
+        if let Ok(b) = mcp_stdio_core::encode_error(Some(id), &err, 64 * 1024) {
+            out.extend_from_slice(&b);
+        }
+    }
+    let mut stdout = tokio::io::stdout();
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stdout.write_all(&out).await?;
+        stdout.flush().await
+    })
+    .await;
+    RelayEnd::Done(mcp_stdio_core::EXIT_UNKNOWN)
 }
 
 /// The hub's state, shared by its tasks (never held across an await).

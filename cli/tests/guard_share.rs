@@ -1,0 +1,288 @@
+//! `mcp-stdio guard --share`: one server for many host sessions (F2:
+//! sessions never see each other). Real processes: guards, the hub they
+//! start, the fixture server; each test in a runtime folder of its own.
+#![cfg(target_os = "linux")]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+#[path = "support/guarded.rs"]
+mod guarded;
+use guarded::{call, fixture_server, guard_command, tmp, Guarded};
+
+/// A runtime base of the test's own (`XDG_RUNTIME_DIR`).
+struct Base(mcp_stdio_tests::TempPath);
+
+impl Base {
+    fn new() -> Self {
+        let t = tmp("share");
+        std::fs::create_dir(t.path()).expect("base");
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o700)).expect("0700");
+        Self(t)
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    fn share_dir(&self) -> PathBuf {
+        self.path().join("mcp-stdio").join("share")
+    }
+
+    /// A guard with `--share` and `args` in front of the fixture server.
+    fn guard(&self, args: &[&str]) -> Guarded {
+        let mut all = vec!["--no-announce", "--share", "--share-linger", "1s"];
+        all.extend_from_slice(args);
+        let base = self.path().to_str().expect("utf-8");
+        Guarded::spawn(guard_command(
+            &all,
+            &[&fixture_server()],
+            &[("XDG_RUNTIME_DIR", base)],
+        ))
+    }
+
+    /// The hub serving this base, if one runs.
+    fn hub(&self) -> Option<u32> {
+        let needle = self.share_dir();
+        let needle = needle.to_str().expect("utf-8");
+        procs().into_iter().find_map(|(pid, _, cmdline)| {
+            (cmdline.contains("--hub-socket") && cmdline.contains(needle)).then_some(pid)
+        })
+    }
+}
+
+/// Every process: pid, parent, command line.
+fn procs() -> Vec<(u32, u32, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let (Ok(stat), Ok(cmdline)) = (
+            std::fs::read_to_string(format!("/proc/{pid}/stat")),
+            std::fs::read(format!("/proc/{pid}/cmdline")),
+        ) else {
+            continue;
+        };
+        let rest = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
+        let Some(ppid) = rest.split(' ').nth(1).and_then(|p| p.parse().ok()) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        out.push((pid, ppid, cmdline));
+    }
+    out
+}
+
+fn children(pid: u32) -> Vec<u32> {
+    procs()
+        .into_iter()
+        .filter(|(_, ppid, _)| *ppid == pid)
+        .map(|(p, _, _)| p)
+        .collect()
+}
+
+fn initialize(g: &mut Guarded, capabilities: Value) -> Duration {
+    let t = Instant::now();
+    g.send(
+        &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":capabilities,
+        "clientInfo":{"name":"share-test","version":"1"}}}),
+    );
+    let r = g.reply(0);
+    assert_eq!(r["result"]["serverInfo"]["name"], "fixture-server", "{r}");
+    g.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    t.elapsed()
+}
+
+fn gone(pid: u32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+        || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s[s.rfind(')').map_or(0, |i| i + 2)..].starts_with('Z'))
+}
+
+fn wait_gone(pid: u32, within: Duration) -> Duration {
+    let t = Instant::now();
+    while !gone(pid) {
+        assert!(
+            t.elapsed() < within,
+            "pid {pid} still there after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t.elapsed()
+}
+
+/// Four host sessions, one server: each gets its own answers under the
+/// same ids, a later session's `initialize` is answered by the hub, and
+/// when the last leaves the hub and the server are gone after the linger.
+#[test]
+fn f2_four_sessions_share_one_server_with_colliding_ids_and_nothing_stays() {
+    let base = Base::new();
+    let mut gs: Vec<Guarded> = (0..4).map(|_| base.guard(&[])).collect();
+    let mut inits = Vec::new();
+    for g in &mut gs {
+        inits.push(initialize(g, json!({})));
+    }
+    let hub = base.hub().expect("a hub");
+    let servers = children(hub);
+    assert_eq!(
+        servers.len(),
+        1,
+        "one server for four sessions: {servers:?}"
+    );
+    for (i, g) in gs.iter_mut().enumerate() {
+        g.send(&call(1, "echo", json!({"text": format!("session {i}")})));
+    }
+    for (i, g) in gs.iter_mut().enumerate() {
+        let r = g.reply(1);
+        assert_eq!(
+            r["result"]["content"][0]["text"],
+            format!("session {i}"),
+            "{r}"
+        );
+    }
+    eprintln!("initialize through the hub: {inits:?}");
+    assert!(
+        inits[1..].iter().all(|d| *d < Duration::from_secs(1)),
+        "a later initialize is the hub's: {inits:?}"
+    );
+    for g in gs {
+        let (code, stderr) = g.close();
+        assert_eq!(code, Some(0), "{stderr}");
+    }
+    let took = wait_gone(hub, Duration::from_secs(10));
+    wait_gone(servers[0], Duration::from_secs(5));
+    eprintln!("the hub ended {took:?} after the last session (linger 1 s)");
+    let left: Vec<_> = std::fs::read_dir(base.share_dir())
+        .expect("share dir")
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "sock"))
+        .collect();
+    assert!(left.is_empty(), "the socket is removed: {left:?}");
+}
+
+/// G6 across sessions: a cancel reaches only its own session's request;
+/// a host killed mid-call ends only its session.
+#[test]
+fn g6_f2_a_cancel_or_a_killed_host_leaves_the_other_sessions_alone() {
+    let base = Base::new();
+    let mut a = base.guard(&[]);
+    let mut b = base.guard(&[]);
+    let mut c = base.guard(&[]);
+    for g in [&mut a, &mut b, &mut c] {
+        initialize(g, json!({}));
+    }
+    let slow = json!({"chunks": 10, "delay_ms": 100, "honour_cancel": true});
+    a.send(&call(5, "slow", slow.clone()));
+    b.send(&call(5, "slow", slow.clone()));
+    c.send(&call(5, "slow", slow));
+    std::thread::sleep(Duration::from_millis(200));
+    a.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}));
+    // c's host dies mid-call (its guard killed).
+    c.child.kill().expect("kill");
+    let r = b.reply(5);
+    assert!(r.get("result").is_some(), "b's call completes: {r}");
+    // a's answer never comes; a goes on.
+    a.send(&call(6, "echo", json!({"text": "a after"})));
+    let r = a.reply(6);
+    assert_eq!(r["result"]["content"][0]["text"], "a after", "{r}");
+    assert!(
+        a.lines.try_recv().is_err(),
+        "nothing for the cancelled call"
+    );
+    b.send(&call(7, "echo", json!({"text": "b after"})));
+    assert_eq!(b.reply(7)["result"]["content"][0]["text"], "b after");
+    a.close();
+    b.close();
+}
+
+/// The hub killed: every session's guard closes its host's stdout within
+/// a second (its call ends with the session), and the server goes with
+/// the hub.
+#[test]
+fn f2_the_hub_killed_ends_every_session_at_once() {
+    let base = Base::new();
+    let mut a = base.guard(&[]);
+    let mut b = base.guard(&[]);
+    initialize(&mut a, json!({}));
+    initialize(&mut b, json!({}));
+    let hub = base.hub().expect("a hub");
+    let server = children(hub)[0];
+    a.send(&call(1, "slow", json!({"chunks": 50, "delay_ms": 100})));
+    b.send(&call(1, "slow", json!({"chunks": 50, "delay_ms": 100})));
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(i32::try_from(hub).expect("pid")).expect("pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill the hub");
+    for g in [a, b] {
+        let r = g.reply(1);
+        assert_eq!(
+            r["error"]["code"], -32001,
+            "the open call gets the crash error: {r}"
+        );
+        let (code, stderr) = g.exits_by_itself(Duration::from_secs(5));
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(stderr.contains("the hub closed this session"), "{stderr}");
+    }
+    eprintln!("both sessions ended {:?} after the hub's kill", t.elapsed());
+    wait_gone(server, Duration::from_secs(5));
+}
+
+/// A session the shared server cannot serve as it serves the first (the
+/// first had `sampling`, this one has not) gets a server of its own,
+/// transparently, with one note.
+#[test]
+fn f2_a_session_the_shared_server_cannot_serve_gets_a_private_one() {
+    let base = Base::new();
+    let mut a = base.guard(&[]);
+    initialize(&mut a, json!({"sampling": {}}));
+    let mut b = base.guard(&[]);
+    initialize(&mut b, json!({}));
+    b.send(&call(1, "echo", json!({"text": "private"})));
+    assert_eq!(b.reply(1)["result"]["content"][0]["text"], "private");
+    let hub = base.hub().expect("a hub");
+    assert_eq!(children(hub).len(), 1, "the hub's server only");
+    let b_pid = b.child.id();
+    assert_eq!(children(b_pid).len(), 1, "b runs its own");
+    let (code, stderr) = b.close();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stderr.matches("running a server of its own").count(),
+        1,
+        "{stderr}"
+    );
+    a.close();
+}
+
+/// Options a shared session cannot honour yet are a usage error.
+#[test]
+fn f2_share_with_a_per_session_option_is_a_usage_error() {
+    let base = Base::new();
+    let b = base.path().to_str().expect("utf-8");
+    for flag in [
+        &["--audit", "x.jsonl"][..],
+        &["--otel"],
+        &["--idle-stop", "5s"],
+        &["--restart", "on-failure"],
+    ] {
+        let mut args = vec!["--share"];
+        args.extend_from_slice(flag);
+        let out = guard_command(&args, &[&fixture_server()], &[("XDG_RUNTIME_DIR", b)])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{flag:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(flag[0]),
+            "{flag:?}"
+        );
+    }
+}
