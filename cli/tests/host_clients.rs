@@ -261,3 +261,80 @@ fn idle_stop_keeps_the_typescript_clients_session() {
         sleep_and_go_on("typescript sdk", &client);
     }
 }
+
+/// `guard --share` with the hosts' own clients: two TypeScript SDK and two
+/// Python `mcp` sessions at once share one server-everything (each client
+/// numbers its requests from the same start: the ids collide), and each
+/// gets what it gets directly.
+#[test]
+fn f2_four_real_client_sessions_share_server_everything_as_if_alone() {
+    let test = "f2_four_real_client_sessions_share_server_everything_as_if_alone";
+    let (Some(py), Some(ts)) = (python_client(test), typescript_client(test)) else {
+        return;
+    };
+    let Some((node, _)) = require(test, node()) else {
+        return;
+    };
+    let Some(entry) = require(test, server_everything_entry()) else {
+        return;
+    };
+    let server = vec![
+        node.display().to_string(),
+        entry.display().to_string(),
+        "stdio".to_owned(),
+    ];
+    let calls = |who: &str| {
+        serde_json::json!([
+            ["echo", {"message": format!("{who} one")}],
+            ["get-sum", {"a": 2, "b": 3}],
+            ["echo", {"message": format!("{who} two")}],
+        ])
+        .to_string()
+    };
+    let with = |client: &[String], who: &str| {
+        let mut c = client.to_vec();
+        c.extend(["--calls".to_owned(), calls(who)]);
+        c
+    };
+    let direct = run(&with(&py, "alone"), &server, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("directly: {e}"));
+    let mut shared = vec![
+        env!("CARGO_BIN_EXE_mcp-stdio").to_owned(),
+        "guard".to_owned(),
+        "--no-announce".to_owned(),
+        "--share".to_owned(),
+        "--share-linger".to_owned(),
+        "1s".to_owned(),
+        "--".to_owned(),
+    ];
+    shared.extend(server.iter().cloned());
+    let sessions: Vec<(String, Vec<String>)> = vec![
+        ("ts-a".to_owned(), with(&ts, "ts-a")),
+        ("ts-b".to_owned(), with(&ts, "ts-b")),
+        ("py-a".to_owned(), with(&py, "py-a")),
+        ("py-b".to_owned(), with(&py, "py-b")),
+    ];
+    let handles: Vec<_> = sessions
+        .into_iter()
+        .map(|(who, client)| {
+            let shared = shared.clone();
+            std::thread::spawn(move || (who, run(&client, &shared, Duration::from_secs(90))))
+        })
+        .collect();
+    let texts = |v: &Value| -> Vec<String> {
+        v["calls"]
+            .as_array()
+            .expect("calls")
+            .iter()
+            .map(|c| c["text"].as_str().unwrap_or("(error)").to_owned())
+            .collect()
+    };
+    let alone = texts(&direct);
+    for h in handles {
+        let (who, got) = h.join().expect("a client thread");
+        let got = got.unwrap_or_else(|e| panic!("{who} shared: {e}"));
+        let expected: Vec<String> = alone.iter().map(|t| t.replace("alone", &who)).collect();
+        assert_eq!(texts(&got), expected, "{who}: {got}");
+        eprintln!("{who} shared: {}", got["calls"]);
+    }
+}
