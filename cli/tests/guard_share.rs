@@ -286,3 +286,77 @@ fn f2_share_with_a_per_session_option_is_a_usage_error() {
         );
     }
 }
+
+/// G1 per session: a host that stops reading has its own session closed
+/// once 8 MiB wait for it; another session's pings go on meanwhile.
+#[test]
+fn g1_a_host_that_stops_reading_loses_its_session_and_the_others_go_on() {
+    use std::io::{Read, Write};
+    let base = Base::new();
+    let mut b = base.guard(&[]);
+    initialize(&mut b, json!({}));
+    // A host that writes and never reads its stdout.
+    let mut stalled = guard_command(
+        &["--no-announce", "--share", "--share-linger", "1s"],
+        &[&fixture_server()],
+        &[("XDG_RUNTIME_DIR", base.path().to_str().expect("utf-8"))],
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("spawn");
+    let mut input = stalled.stdin.take().expect("stdin");
+    let mut send = |v: &Value| {
+        input.write_all(format!("{v}\n").as_bytes()).expect("write");
+    };
+    send(
+        &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"s","version":"1"}}}),
+    );
+    send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    for id in 10..16 {
+        send(&call(id, "big", json!({"bytes": 4 * 1024 * 1024})));
+    }
+    let t = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for id in 100..150 {
+        slowest = slowest.max(guarded::ping(&mut b, id));
+    }
+    eprintln!(
+        "50 pings beside a stalled session in {:?}, the slowest {slowest:?}",
+        t.elapsed()
+    );
+    assert!(slowest < Duration::from_secs(2), "{slowest:?}");
+    // The hub closes the stalled session (its log says why).
+    let t = Instant::now();
+    let log = loop {
+        let log = std::fs::read_dir(base.share_dir())
+            .expect("share dir")
+            .flatten()
+            .find(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .and_then(|e| std::fs::read_to_string(e.path()).ok())
+            .unwrap_or_default();
+        if log.contains("its host stopped reading") || t.elapsed() > Duration::from_secs(20) {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(log.contains("its host stopped reading"), "{log}");
+    eprintln!(
+        "the stalled session was closed {:?} after the pings",
+        t.elapsed()
+    );
+    b.send(&call(1, "echo", json!({"text": "still here"})));
+    assert_eq!(b.reply(1)["result"]["content"][0]["text"], "still here");
+    b.close();
+    drop(input);
+    let _ = stalled.kill();
+    let mut err = String::new();
+    let _ = stalled
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err);
+    let _ = stalled.wait();
+}
