@@ -57,7 +57,8 @@ pub const MAX_HUB_IN_FLIGHT: usize = 4096;
 /// it); past it a subscribe is answered with an error.
 pub const MAX_HUB_SUBSCRIPTIONS: usize = 1024;
 /// Bytes waiting for one session; past it the session is closed (its host
-/// stopped reading), the others go on.
+/// stopped reading), the others go on. One message always fits an empty
+/// queue, so the worst case is this plus one message (the wire limit).
 pub const MAX_SESSION_QUEUE: usize = 8 * 1024 * 1024;
 /// Answers dropped after a cancel remembered, at most.
 const MAX_CANCELLED: usize = 4096;
@@ -401,7 +402,9 @@ impl Hub {
         let Some(s) = self.sessions.get_mut(&session) else {
             return;
         };
-        if s.queued + bytes.len() > MAX_SESSION_QUEUE {
+        // One message always fits an empty queue (a result up to the wire
+        // limit): the worst case is `MAX_SESSION_QUEUE` plus one message.
+        if s.queued > 0 && s.queued + bytes.len() > MAX_SESSION_QUEUE {
             self.metrics.sessions_overrun += 1;
             self.events.push_back(HubEvent::Close {
                 session,

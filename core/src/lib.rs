@@ -194,7 +194,7 @@ pub use wire::frame::{
     OversizedPolicy, ReadRoom, Utf8Repair, DEFAULT_ID_SCAN_LIMIT, DEFAULT_MAX_FRAME, MIN_MAX_FRAME,
     READ_ROOM,
 };
-pub use wire::id_scan::IdRecovery;
+pub use wire::id_scan::{IdRecovery, LineIds};
 pub use wire::idset::RecentIds;
 pub use wire::json::{compact_json_in_place, LimitedWriter};
 pub use wire::message::{

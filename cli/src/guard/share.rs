@@ -216,8 +216,23 @@ impl Open {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Frames of one direction: requests opened (from the host) or
-    /// answered (from the hub).
+    /// Lines from the hub: the requests they answer (their top-level ids,
+    /// streamed: a large result is neither buffered nor parsed here).
+    fn answered(&self, ids: &mut mcp_stdio_core::LineIds, chunk: &[u8]) {
+        let mut open = self.lock();
+        if open.is_empty() {
+            // Still read, for the lines cut across chunks.
+            ids.push(chunk, |_| {});
+            return;
+        }
+        ids.push(chunk, |id| {
+            if let Some(id) = id {
+                open.remove(&id);
+            }
+        });
+    }
+
+    /// Frames from the host: requests opened, cancels.
     fn see(&self, framer: &mut Framer, chunk: &[u8], from_host: bool) {
         let mut open = self.lock();
         framer.push(chunk, |ev: FrameEvent<'_>| {
@@ -281,8 +296,8 @@ pub(crate) async fn relay(stream: UnixStream, framer: &FramerConfig) -> RelayEnd
     if read.is_err() || answer.is_empty() {
         return hub_gone(&open).await;
     }
-    let mut hub_framer = Framer::new(framer.clone());
-    open.see(&mut hub_framer, &answer, false);
+    let mut hub_ids = mcp_stdio_core::LineIds::new(mcp_stdio_core::DEFAULT_ID_SCAN_LIMIT);
+    open.answered(&mut hub_ids, &answer);
     let up_open = Arc::clone(&open);
     let up = tokio::spawn(async move {
         let mut stdin = tokio::io::stdin();
@@ -309,7 +324,7 @@ pub(crate) async fn relay(stream: UnixStream, framer: &FramerConfig) -> RelayEnd
             if n == 0 {
                 return Ok::<(), io::Error>(());
             }
-            open.see(&mut hub_framer, &buf[..n], false);
+            open.answered(&mut hub_ids, &buf[..n]);
             stdout.write_all(&buf[..n]).await?;
             stdout.flush().await?;
         }
@@ -505,14 +520,7 @@ pub(crate) async fn serve_hub(
         loop {
             let (bytes, closing) = {
                 let mut s = st.lock();
-                let mut out = Vec::new();
-                while let Some(b) = s.hub.poll_to_server() {
-                    out.extend_from_slice(&b);
-                    if out.len() >= READ_CHUNK {
-                        break;
-                    }
-                }
-                (out, s.server_closing)
+                (s.hub.poll_to_server().unwrap_or_default(), s.server_closing)
             };
             if !bytes.is_empty() {
                 st.drained.notify_waiters();
@@ -685,14 +693,13 @@ fn spawn_session(state: &Arc<HubState>, id: SessionId, stream: UnixStream, confi
         loop {
             let (bytes, private, closing) = {
                 let mut s = st.lock();
-                let mut out = Vec::new();
-                while let Some(b) = s.hub.poll_to_session(id) {
-                    out.extend_from_slice(&b);
-                    if out.len() >= READ_CHUNK {
-                        break;
-                    }
-                }
-                let private = s.private.remove(&id);
+                let out = s.hub.poll_to_session(id).unwrap_or_default();
+                // Its private-server answer goes after what was queued before it.
+                let private = if out.is_empty() {
+                    s.private.remove(&id)
+                } else {
+                    None
+                };
                 (out, private, s.closing.contains(&id))
             };
             if !bytes.is_empty() {

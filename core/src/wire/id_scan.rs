@@ -997,3 +997,62 @@ mod tests {
         }
     }
 }
+
+/// The top-level ids of newline-delimited JSON texts, read in chunks cut
+/// anywhere, without buffering a line: one [`IdScanner`] streams each line
+/// and says its id at the newline. For a relay that only needs to know which
+/// request a line answers, where parsing each (possibly large) line would
+/// cost a full pass and a copy. Never gives a wrong id; a line whose id is
+/// not a usable JSON-RPC id (or is longer than `max_id`) gives `None`.
+#[derive(Debug, Clone)]
+pub struct LineIds {
+    scan: IdScanner,
+}
+
+impl LineIds {
+    /// Ids of at most `max_id` bytes are kept.
+    pub fn new(max_id: usize) -> Self {
+        Self {
+            scan: IdScanner::new(max_id),
+        }
+    }
+
+    /// Reads the next bytes; `on_line` gets each completed line's id.
+    pub fn push(&mut self, mut chunk: &[u8], mut on_line: impl FnMut(Option<Id>)) {
+        while let Some(nl) = memchr::memchr(b'\n', chunk) {
+            self.scan.push(&chunk[..nl]);
+            on_line(match self.scan.finish() {
+                IdRecovery::Found(id) => Some(id),
+                _ => None,
+            });
+            chunk = &chunk[nl + 1..];
+        }
+        self.scan.push(chunk);
+    }
+}
+
+#[cfg(test)]
+mod line_ids_tests {
+    use super::*;
+
+    #[test]
+    fn line_ids_gives_each_lines_top_level_id_across_any_cut() {
+        let text = b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"id\":9,\"t\":\"a\\nb\"}}\n{\"method\":\"n\"}\n{\"result\":{},\"id\":\"x\"}\nnot json\n";
+        for cut in 0..text.len() {
+            let mut ids = Vec::new();
+            let mut l = LineIds::new(64);
+            l.push(&text[..cut], |id| ids.push(id));
+            l.push(&text[cut..], |id| ids.push(id));
+            assert_eq!(
+                ids,
+                [
+                    Some(Id::Number(7)),
+                    None,
+                    Some(Id::String("x".into())),
+                    None
+                ],
+                "cut at {cut}"
+            );
+        }
+    }
+}
