@@ -233,22 +233,19 @@ impl Open {
     }
 
     /// Frames from the host: requests opened, cancels.
-    fn see(&self, framer: &mut Framer, chunk: &[u8], from_host: bool) {
+    fn see(&self, framer: &mut Framer, chunk: &[u8]) {
         let mut open = self.lock();
         framer.push(chunk, |ev: FrameEvent<'_>| {
             let FrameEvent::Frame(text) = ev else { return };
             match mcp_stdio_core::Message::decode(&text) {
                 Ok(mcp_stdio_core::Message::Request(r))
-                    if from_host && open.len() < mcp_stdio_core::hub::MAX_HUB_IN_FLIGHT =>
+                    if open.len() < mcp_stdio_core::hub::MAX_HUB_IN_FLIGHT =>
                 {
                     open.insert(r.id);
                 }
-                Ok(mcp_stdio_core::Message::Response(r)) if !from_host => {
-                    open.remove(&r.id);
-                }
                 // A request the host cancelled is answered by no one.
                 Ok(mcp_stdio_core::Message::Notification(n))
-                    if from_host && n.method == "notifications/cancelled" =>
+                    if n.method == "notifications/cancelled" =>
                 {
                     let id = n
                         .params
@@ -278,7 +275,7 @@ pub(crate) async fn relay(stream: UnixStream, framer: &FramerConfig) -> RelayEnd
     let Some(first) = first_host_line(max_frame).await else {
         return RelayEnd::Done(0);
     };
-    open.see(&mut host_framer, &first, true);
+    open.see(&mut host_framer, &first);
     if to_hub.write_all(&first).await.is_err() {
         return hub_gone(&open).await;
     }
@@ -307,7 +304,7 @@ pub(crate) async fn relay(stream: UnixStream, framer: &FramerConfig) -> RelayEnd
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            up_open.see(&mut host_framer, &buf[..n], true);
+            up_open.see(&mut host_framer, &buf[..n]);
             if to_hub.write_all(&buf[..n]).await.is_err() {
                 break;
             }
