@@ -5,7 +5,7 @@
 //! socket in the user's runtime folder (`share/<key>.sock`: the folder
 //! `0700`, the socket `0600`, same-uid peers only). Each guard relays its
 //! host's stdio to the hub. Every routing decision is the core's
-//! [`Hub`]'s; this side moves bytes.
+//! `Hub`'s; this side moves bytes.
 //!
 //! The hub never waits for one session on behalf of another (G1 per
 //! session): each connection has a reader and a writer of its own, the

@@ -999,7 +999,7 @@ mod tests {
 }
 
 /// The top-level ids of newline-delimited JSON texts, read in chunks cut
-/// anywhere, without buffering a line: one [`IdScanner`] streams each line
+/// anywhere, without buffering a line: one scanner (the one that finds an oversized line's id) streams each line
 /// and says its id at the newline. For a relay that only needs to know which
 /// request a line answers, where parsing each (possibly large) line would
 /// cost a full pass and a copy. Never gives a wrong id; a line whose id is
