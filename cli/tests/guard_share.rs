@@ -360,3 +360,79 @@ fn g1_a_host_that_stops_reading_loses_its_session_and_the_others_go_on() {
         .read_to_string(&mut err);
     let _ = stalled.wait();
 }
+
+/// Same uid only: a process of another uid (`nobody`) that reaches the
+/// hub's socket (the folder and socket opened to it on purpose) gets
+/// nothing; the kernel's peer credentials decide, not the modes.
+#[test]
+fn f2_a_peer_of_another_uid_is_refused_by_the_hub() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: switching to nobody needs root");
+        return;
+    }
+    let base = Base::new();
+    let mut a = base.guard(&[]);
+    initialize(&mut a, json!({}));
+    let sock = std::fs::read_dir(base.share_dir())
+        .expect("share dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "sock"))
+        .expect("the hub's socket");
+    let above = base.path().parent().expect("the test's folder").to_owned();
+    for (p, mode) in [
+        (above.as_path(), 0o755),
+        (base.path(), 0o755),
+        (&base.path().join("mcp-stdio"), 0o755),
+        (&base.share_dir(), 0o755),
+        (&sock, 0o777),
+    ] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    let script = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sys.argv[1])
+d = b""
+try:
+    s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}\n')
+    while True:
+        c = s.recv(65536)
+        if not c:
+            break
+        d += c
+except (ConnectionResetError, BrokenPipeError):
+    pass
+print(len(d))
+"#;
+    use std::os::unix::process::CommandExt;
+    let out = match std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&sock)
+        .uid(65534)
+        .gid(65534)
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("skipped: python3 as nobody: {e}");
+            a.close();
+            return;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "0",
+        "nobody got an answer"
+    );
+    // The session of our uid goes on.
+    a.send(&call(2, "echo", json!({"text": "mine"})));
+    assert_eq!(a.reply(2)["result"]["content"][0]["text"], "mine");
+    a.close();
+}
