@@ -288,7 +288,8 @@ fn f2_share_with_a_per_session_option_is_a_usage_error() {
 }
 
 /// G1 per session: a host that stops reading has its own session closed
-/// once 8 MiB wait for it; another session's pings go on meanwhile.
+/// once 8 MiB wait for it (its guard exits 75); another session's pings go
+/// on meanwhile.
 #[test]
 fn g1_a_host_that_stops_reading_loses_its_session_and_the_others_go_on() {
     use std::io::{Read, Write};
@@ -350,8 +351,19 @@ fn g1_a_host_that_stops_reading_loses_its_session_and_the_others_go_on() {
     b.send(&call(1, "echo", json!({"text": "still here"})));
     assert_eq!(b.reply(1)["result"]["content"][0]["text"], "still here");
     b.close();
+    // Its guard says so and exits 75 on its own, as a guard of its own would.
+    let t = Instant::now();
+    let status = loop {
+        if let Some(status) = stalled.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = stalled.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     drop(input);
-    let _ = stalled.kill();
     let mut err = String::new();
     let _ = stalled
         .stderr
@@ -359,6 +371,10 @@ fn g1_a_host_that_stops_reading_loses_its_session_and_the_others_go_on() {
         .expect("stderr")
         .read_to_string(&mut err);
     let _ = stalled.wait();
+    let status = status.unwrap_or_else(|| panic!("the stalled guard did not exit: {err}"));
+    eprintln!("the stalled guard exited {status} after {:?}", t.elapsed());
+    assert_eq!(status.code(), Some(75), "{err}");
+    assert!(err.contains("the host stopped reading"), "{err}");
 }
 
 /// Same uid only: a process of another uid (`nobody`) that reaches the

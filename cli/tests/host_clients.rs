@@ -19,7 +19,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mcp_stdio_tests::fixture_server_path;
-use mcp_stdio_tests::interop::{node, python, require, scripts_dir, server_everything_entry};
+use mcp_stdio_tests::interop::{
+    node, python, require, scripts_dir, server_everything_entry, server_filesystem_entry,
+};
 use serde_json::Value;
 
 /// Runs one client script against `server`; `None` when it did not finish
@@ -269,9 +271,6 @@ fn idle_stop_keeps_the_typescript_clients_session() {
 #[test]
 fn f2_four_real_client_sessions_share_server_everything_as_if_alone() {
     let test = "f2_four_real_client_sessions_share_server_everything_as_if_alone";
-    let (Some(py), Some(ts)) = (python_client(test), typescript_client(test)) else {
-        return;
-    };
     let Some((node, _)) = require(test, node()) else {
         return;
     };
@@ -283,22 +282,67 @@ fn f2_four_real_client_sessions_share_server_everything_as_if_alone() {
         entry.display().to_string(),
         "stdio".to_owned(),
     ];
-    let calls = |who: &str| {
+    four_sessions_as_if_alone(test, &server, |who| {
         serde_json::json!([
             ["echo", {"message": format!("{who} one")}],
             ["get-sum", {"a": 2, "b": 3}],
             ["echo", {"message": format!("{who} two")}],
         ])
-        .to_string()
+    });
+}
+
+/// The same with server-filesystem: four sessions list, read and stat
+/// files of one folder through one shared server.
+#[test]
+fn f2_four_real_client_sessions_share_server_filesystem_as_if_alone() {
+    let test = "f2_four_real_client_sessions_share_server_filesystem_as_if_alone";
+    let Some((node, _)) = require(test, node()) else {
+        return;
+    };
+    let Some(entry) = require(test, server_filesystem_entry()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The server's own view of the folder (it resolves symbolic links).
+    let root = dir.path().canonicalize().expect("canonical");
+    for who in ["alone", "ts-a", "ts-b", "py-a", "py-b"] {
+        std::fs::write(root.join(format!("{who}.txt")), format!("notes of {who}\n"))
+            .expect("write");
+    }
+    let server = vec![
+        node.display().to_string(),
+        entry.display().to_string(),
+        root.display().to_string(),
+    ];
+    let root = root.display().to_string();
+    four_sessions_as_if_alone(test, &server, |who| {
+        serde_json::json!([
+            ["read_text_file", {"path": format!("{root}/{who}.txt")}],
+            ["list_allowed_directories", {}],
+            ["read_text_file", {"path": format!("{root}/missing-{who}.txt")}],
+        ])
+    });
+}
+
+/// Four sessions (two TypeScript SDK, two Python `mcp`) at once through
+/// `guard --share` in front of `server`, each making the calls `calls`
+/// gives for its name; each must get what a session alone (named "alone")
+/// gets directly, its name put in for "alone".
+fn four_sessions_as_if_alone(test: &str, server: &[String], calls: impl Fn(&str) -> Value) {
+    let (Some(py), Some(ts)) = (python_client(test), typescript_client(test)) else {
+        return;
     };
     let with = |client: &[String], who: &str| {
         let mut c = client.to_vec();
-        c.extend(["--calls".to_owned(), calls(who)]);
+        c.extend(["--calls".to_owned(), calls(who).to_string()]);
         c
     };
-    let direct = run(&with(&py, "alone"), &server, Duration::from_secs(60))
+    let direct = run(&with(&py, "alone"), server, Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("directly: {e}"));
+    let runtime = tempfile::tempdir().expect("tempdir");
     let mut shared = vec![
+        "env".to_owned(),
+        format!("XDG_RUNTIME_DIR={}", runtime.path().display()),
         env!("CARGO_BIN_EXE_mcp-stdio").to_owned(),
         "guard".to_owned(),
         "--no-announce".to_owned(),
@@ -321,20 +365,121 @@ fn f2_four_real_client_sessions_share_server_everything_as_if_alone() {
             std::thread::spawn(move || (who, run(&client, &shared, Duration::from_secs(90))))
         })
         .collect();
-    let texts = |v: &Value| -> Vec<String> {
+    let outcomes = |v: &Value| -> Vec<String> {
         v["calls"]
             .as_array()
             .expect("calls")
             .iter()
-            .map(|c| c["text"].as_str().unwrap_or("(error)").to_owned())
+            .map(|c| match c["text"].as_str() {
+                Some(text) => text.to_owned(),
+                None => format!("error: {}", c["error"]),
+            })
             .collect()
     };
-    let alone = texts(&direct);
+    let alone = outcomes(&direct);
+    eprintln!("alone, directly: {alone:?}");
     for h in handles {
         let (who, got) = h.join().expect("a client thread");
         let got = got.unwrap_or_else(|e| panic!("{who} shared: {e}"));
         let expected: Vec<String> = alone.iter().map(|t| t.replace("alone", &who)).collect();
-        assert_eq!(texts(&got), expected, "{who}: {got}");
+        assert_eq!(outcomes(&got), expected, "{who}: {got}");
         eprintln!("{who} shared: {}", got["calls"]);
     }
+    let log = std::fs::read_dir(runtime.path().join("mcp-stdio").join("share"))
+        .expect("the share folder")
+        .flatten()
+        .find(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .and_then(|e| std::fs::read_to_string(e.path()).ok())
+        .unwrap_or_default();
+    assert!(log.contains("serving"), "{log}");
+    eprintln!(
+        "sessions given a private server: {}",
+        log.matches("a private server").count()
+    );
+}
+
+/// `guard --share` at 2025-11-25: a server's `sampling/createMessage` goes
+/// to the session whose call asked for it. Two TypeScript SDK and two
+/// Python `mcp` sessions, each answering sampling with its own name, stay
+/// attached to one server-everything while each in turn calls
+/// `trigger-sampling-request`; each gets its own answer back, and the hub
+/// served them all from one server (no private one).
+#[test]
+fn f2_sampling_reaches_the_session_whose_call_asked_for_it() {
+    let test = "f2_sampling_reaches_the_session_whose_call_asked_for_it";
+    let (Some(py), Some(ts)) = (python_client(test), typescript_client(test)) else {
+        return;
+    };
+    let Some((node, _)) = require(test, node()) else {
+        return;
+    };
+    let Some(entry) = require(test, server_everything_entry()) else {
+        return;
+    };
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let mut shared = vec![
+        "env".to_owned(),
+        format!("XDG_RUNTIME_DIR={}", runtime.path().display()),
+        env!("CARGO_BIN_EXE_mcp-stdio").to_owned(),
+        "guard".to_owned(),
+        "--no-announce".to_owned(),
+        "--share".to_owned(),
+        "--share-linger".to_owned(),
+        "1s".to_owned(),
+        "--".to_owned(),
+    ];
+    shared.extend([
+        node.display().to_string(),
+        entry.display().to_string(),
+        "stdio".to_owned(),
+    ]);
+    // Each session's call in its own 1.5 s slot, all four attached throughout.
+    let sessions = [("py-a", &py), ("ts-a", &ts), ("py-b", &py), ("ts-b", &ts)];
+    let slot = 1500;
+    let handles: Vec<_> = sessions
+        .iter()
+        .enumerate()
+        .map(|(k, (who, client))| {
+            let calls = serde_json::json!([
+                ["__pause__", {"ms": 500 + slot * k}],
+                ["trigger-sampling-request", {"prompt": format!("from {who}")}],
+                ["__pause__", {"ms": slot * (sessions.len() - k)}],
+            ]);
+            let mut c = client.to_vec();
+            c.extend([
+                "--sample-as".to_owned(),
+                (*who).to_owned(),
+                "--calls".to_owned(),
+                calls.to_string(),
+            ]);
+            let shared = shared.clone();
+            let who = (*who).to_owned();
+            std::thread::spawn(move || (who, run(&c, &shared, Duration::from_secs(90))))
+        })
+        .collect();
+    for h in handles {
+        let (who, got) = h.join().expect("a client thread");
+        let got = got.unwrap_or_else(|e| panic!("{who}: {e}"));
+        let text = got["calls"][0]["text"].as_str().unwrap_or_default();
+        eprintln!(
+            "{who}: {} in {} ms",
+            text.lines()
+                .find(|l| l.contains("sampled by"))
+                .unwrap_or(text)
+                .trim(),
+            got["calls"][0]["ms"]
+        );
+        assert!(text.contains(&format!("sampled by {who}")), "{who}: {got}");
+    }
+    let log = std::fs::read_dir(runtime.path().join("mcp-stdio").join("share"))
+        .expect("the share folder")
+        .flatten()
+        .find(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .and_then(|e| std::fs::read_to_string(e.path()).ok())
+        .unwrap_or_default();
+    assert!(log.contains("serving"), "{log}");
+    assert!(
+        !log.contains("private"),
+        "a session got a private server: {log}"
+    );
 }

@@ -5,10 +5,12 @@
 // answers `bad_utf8_result` with bytes that are not UTF-8 inside a string,
 // then an `echo` shows whether the session goes on.
 //
-// Usage: node host_calls.mjs SDK_DIR [--calls JSON] -- SERVER_CMD [ARGS...]
+// Usage: node host_calls.mjs SDK_DIR [--sample-as WHO] [--calls JSON] -- SERVER_CMD [ARGS...]
 // SDK_DIR: the @modelcontextprotocol/sdk package folder.
 // JSON: a list of [tool name, arguments] pairs; ["__pause__", {ms}] waits
 // that long between calls instead (a host that goes quiet).
+// WHO: the client declares `sampling` and answers each
+// `sampling/createMessage` with the text "sampled by WHO".
 
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -16,18 +18,28 @@ import { pathToFileURL } from "node:url";
 const argv = process.argv.slice(2);
 const sdk = argv.shift();
 let given = null;
+let sampleAs = null;
+if (argv[0] === "--sample-as") {
+  argv.shift();
+  sampleAs = argv.shift();
+}
 if (argv[0] === "--calls") {
   argv.shift();
   given = JSON.parse(argv.shift());
 }
 const [dashes, command, ...args] = argv;
 if (!sdk || dashes !== "--" || !command) {
-  console.error("usage: node host_calls.mjs SDK_DIR [--calls JSON] -- SERVER_CMD [ARGS...]");
+  console.error(
+    "usage: node host_calls.mjs SDK_DIR [--sample-as WHO] [--calls JSON] -- SERVER_CMD [ARGS...]",
+  );
   process.exit(2);
 }
 const load = (file) => import(pathToFileURL(join(sdk, "dist", "esm", "client", file)).href);
 const { Client } = await load("index.js");
 const { StdioClientTransport } = await load("stdio.js");
+const { CreateMessageRequestSchema } = await import(
+  pathToFileURL(join(sdk, "dist", "esm", "types.js")).href
+);
 
 const CALLS = given ?? [
   ["bad_utf8_result", { id_last: false }],
@@ -39,7 +51,18 @@ const CALLS = given ?? [
 const TIMEOUT_MS = 3_000;
 
 const transport = new StdioClientTransport({ command, args, stderr: "ignore" });
-const client = new Client({ name: "host-calls", version: "1.0.0" });
+const client = new Client(
+  { name: "host-calls", version: "1.0.0" },
+  sampleAs ? { capabilities: { sampling: {} } } : undefined,
+);
+if (sampleAs) {
+  client.setRequestHandler(CreateMessageRequestSchema, async () => ({
+    role: "assistant",
+    content: { type: "text", text: `sampled by ${sampleAs}` },
+    model: `model-${sampleAs}`,
+    stopReason: "endTurn",
+  }));
+}
 await client.connect(transport);
 const calls = [];
 for (const [name, a] of CALLS) {

@@ -5,9 +5,11 @@ and how long it took. The default calls: the server answers
 `bad_utf8_result` with bytes that are not UTF-8 inside a string, then an
 `echo` shows whether the session goes on.
 
-Usage: python host_calls.py [--calls JSON] -- SERVER_CMD [ARGS...]
+Usage: python host_calls.py [--sample-as WHO] [--calls JSON] -- SERVER_CMD [ARGS...]
 JSON: a list of [tool name, arguments] pairs; ["__pause__", {"ms": N}] waits
 that long between calls instead (a host that goes quiet).
+WHO: the client declares `sampling` and answers each `sampling/createMessage`
+with the text "sampled by WHO" (which session a server's request reached).
 """
 
 import json
@@ -15,6 +17,7 @@ import sys
 import time
 
 import anyio
+from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -28,12 +31,22 @@ CALLS = [
 TIMEOUT = 3.0
 
 
-async def main(cmd: list, given: list) -> dict:
+async def main(cmd: list, given: list, sample_as) -> dict:
     calls = []
     params = StdioServerParameters(command=cmd[0], args=cmd[1:])
+
+    async def sample(_context, _params):
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=f"sampled by {sample_as}"),
+            model=f"model-{sample_as}",
+            stop_reason="endTurn",
+        )
+
+    sampling = sample if sample_as else None
     with open("/dev/null", "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, sampling_callback=sampling) as session:
                 await session.initialize()
                 for name, args in given or CALLS:
                     if name == "__pause__":
@@ -57,12 +70,19 @@ async def main(cmd: list, given: list) -> dict:
 if __name__ == "__main__":
     argv = sys.argv[1:]
     given = None
+    sample_as = None
+    if argv[:1] == ["--sample-as"] and len(argv) > 1:
+        sample_as = argv[1]
+        argv = argv[2:]
     if argv[:1] == ["--calls"] and len(argv) > 1:
         given = json.loads(argv[1])
         argv = argv[2:]
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
-        print("usage: host_calls.py [--calls JSON] -- SERVER_CMD [ARGS...]", file=sys.stderr)
+        print(
+            "usage: host_calls.py [--sample-as WHO] [--calls JSON] -- SERVER_CMD [ARGS...]",
+            file=sys.stderr,
+        )
         sys.exit(2)
-    print(json.dumps(anyio.run(main, argv, given), sort_keys=True))
+    print(json.dumps(anyio.run(main, argv, given, sample_as), sort_keys=True))

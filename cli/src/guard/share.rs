@@ -16,8 +16,10 @@
 //! gets the crash error for what it waits for and is closed.
 
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future as _;
 use std::io;
 use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -25,17 +27,22 @@ use std::time::{Duration, Instant};
 
 use mcp_stdio_core::hub::{Hub, HubEvent, SessionId};
 use mcp_stdio_core::{CommandSpec, ErrorObject, FrameEvent, Framer, FramerConfig};
-use mcp_stdio_tokio::driver::Runtime as _;
+use mcp_stdio_tokio::driver::stdio::{Stdin, Stdout};
+use mcp_stdio_tokio::driver::{Pipe, Runtime as _, Sink, Source};
 use mcp_stdio_tokio::leader::Leader;
 use mcp_stdio_tokio::runtime::Tokio;
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::Notify;
 
 /// `--share-linger`'s default: how long a hub with no session waits for
 /// one before it stops the server and exits.
 pub(crate) const DEFAULT_LINGER: Duration = Duration::from_secs(10);
+
+/// How long a relay whose hub is done waits for a host that takes none of
+/// what is left for it, before it says the host stopped reading (exit 75).
+const HOST_STALL: Duration = Duration::from_secs(2);
 
 /// How long a guard waits for the hub it started to listen.
 const HUB_START_WAIT: Duration = Duration::from_secs(10);
@@ -165,8 +172,6 @@ pub(crate) fn start_hub(path: &Path) -> io::Result<()> {
     cmd.spawn().map(drop)
 }
 
-use std::os::unix::fs::OpenOptionsExt;
-
 /// How a relay ended.
 pub(crate) enum RelayEnd {
     /// The session is over: the guard's exit status.
@@ -207,24 +212,17 @@ async fn first_host_line(max: usize) -> Option<Vec<u8>> {
 }
 
 /// The ids of the host's requests the hub has not answered: when the hub
-/// goes, each gets the crash error at once.
+/// goes, each gets the crash error at once. At most
+/// [`MAX_HUB_IN_FLIGHT`](mcp_stdio_core::hub::MAX_HUB_IN_FLIGHT) (the hub
+/// holds no more for a session).
 #[derive(Default)]
-struct Open(Mutex<BTreeSet<mcp_stdio_core::Id>>);
+struct Open(BTreeSet<mcp_stdio_core::Id>);
 
 impl Open {
-    fn lock(&self) -> MutexGuard<'_, BTreeSet<mcp_stdio_core::Id>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Lines from the hub: the requests they answer (their top-level ids,
     /// streamed: a large result is neither buffered nor parsed here).
-    fn answered(&self, ids: &mut mcp_stdio_core::LineIds, chunk: &[u8]) {
-        let mut open = self.lock();
-        if open.is_empty() {
-            // Still read, for the lines cut across chunks.
-            ids.push(chunk, |_| {});
-            return;
-        }
+    fn answered(&mut self, ids: &mut mcp_stdio_core::LineIds, chunk: &[u8]) {
+        let open = &mut self.0;
         ids.push(chunk, |id| {
             if let Some(id) = id {
                 open.remove(&id);
@@ -233,8 +231,8 @@ impl Open {
     }
 
     /// Frames from the host: requests opened, cancels.
-    fn see(&self, framer: &mut Framer, chunk: &[u8]) {
-        let mut open = self.lock();
+    fn see(&mut self, framer: &mut Framer, chunk: &[u8]) {
+        let open = &mut self.0;
         framer.push(chunk, |ev: FrameEvent<'_>| {
             let FrameEvent::Frame(text) = ev else { return };
             match mcp_stdio_core::Message::decode(&text) {
@@ -262,83 +260,249 @@ impl Open {
     }
 }
 
-/// Relays the host's stdio to the hub until either ends. The two
-/// directions never wait for each other. The host's first line goes alone
-/// and the hub's first answer is looked at (a private-server answer); the
-/// rest goes as it comes. When the hub goes while the host is still there,
-/// the host's open requests get the crash error.
+/// Relays the host's stdio to the hub until either ends: one loop on the
+/// driver's pieces (stdin, stdout and the socket non-blocking in the
+/// reactor), one system call per ready direction, the two directions never
+/// waiting for each other. The host's first line goes alone and the hub's
+/// first answer is looked at (a private-server answer); the rest goes as
+/// it comes. When the hub goes while the host is still there, the host's
+/// open requests get the crash error. A host that stops reading while more
+/// than [`MAX_SESSION_QUEUE`](mcp_stdio_core::hub::MAX_SESSION_QUEUE) and
+/// one frame wait for it loses its session (exit 75), as a guard of its
+/// own would close it (G1).
 pub(crate) async fn relay(stream: UnixStream, framer: &FramerConfig) -> RelayEnd {
     let max_frame = framer.get_max_frame();
-    let (from_hub, mut to_hub) = stream.into_split();
-    let open = Arc::new(Open::default());
     let mut host_framer = Framer::new(framer.clone());
     let Some(first) = first_host_line(max_frame).await else {
         return RelayEnd::Done(0);
     };
+    let mut open = Open::default();
     open.see(&mut host_framer, &first);
-    if to_hub.write_all(&first).await.is_err() {
-        return hub_gone(&open).await;
-    }
-    let mut from_hub = tokio::io::BufReader::with_capacity(READ_CHUNK, from_hub);
-    let mut answer = Vec::new();
-    let read = (&mut from_hub)
-        .take(max_frame as u64 + 1)
-        .read_until(b'\n', &mut answer)
-        .await;
-    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&answer) {
-        if v.get(PRIVATE_KEY).is_some() {
-            return RelayEnd::Private(first);
-        }
-    }
-    if read.is_err() || answer.is_empty() {
-        return hub_gone(&open).await;
-    }
-    let mut hub_ids = mcp_stdio_core::LineIds::new(mcp_stdio_core::DEFAULT_ID_SCAN_LIMIT);
-    open.answered(&mut hub_ids, &answer);
-    let up_open = Arc::clone(&open);
-    let up = tokio::spawn(async move {
-        let mut stdin = tokio::io::stdin();
-        let mut buf = vec![0; READ_CHUNK];
-        loop {
-            let n = match stdin.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            up_open.see(&mut host_framer, &buf[..n]);
-            if to_hub.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-        }
-        let _ = to_hub.shutdown().await;
-    });
-    let mut stdout = tokio::io::stdout();
-    let down = async {
-        stdout.write_all(&answer).await?;
-        stdout.flush().await?;
-        let mut buf = vec![0; READ_CHUNK];
-        loop {
-            let n = from_hub.read(&mut buf).await?;
-            if n == 0 {
-                return Ok::<(), io::Error>(());
-            }
-            open.answered(&mut hub_ids, &buf[..n]);
-            stdout.write_all(&buf[..n]).await?;
-            stdout.flush().await?;
+    let pieces = (|| {
+        let rt = Tokio::current()?;
+        let socket = stream.into_std()?;
+        // For the half close at the host's end of input: shutdown acts on
+        // the socket, whichever descriptor names it.
+        let half = socket.try_clone()?;
+        let hub = Pipe::new(&rt, std::os::fd::OwnedFd::from(socket))?;
+        Ok::<_, io::Error>((half, hub, Stdin::new(&rt)?, Stdout::new(&rt)?))
+    })();
+    let (half, hub, stdin, stdout) = match pieces {
+        Ok(p) => p,
+        Err(e) => {
+            crate::stderr_sink::line(&format!("mcp-stdio guard: --share: the relay: {e}"));
+            return RelayEnd::Done(mcp_stdio_core::EXIT_UNKNOWN);
         }
     };
-    let _ = down.await;
-    if up.is_finished() {
-        // The host left first; the hub closed its session after it.
-        return RelayEnd::Done(0);
+    let mut relay = Relay {
+        hub,
+        half,
+        stdin,
+        stdout,
+        host_framer,
+        open,
+        hub_ids: mcp_stdio_core::LineIds::new(mcp_stdio_core::DEFAULT_ID_SCAN_LIMIT),
+        up: first,
+        up_at: 0,
+        down: std::collections::VecDeque::new(),
+        first_answer: Some(Vec::new()),
+        host_in: true,
+        hub_in: true,
+        max_frame,
+        buf: vec![0; READ_CHUNK],
+        stall: None,
+    };
+    let end = std::future::poll_fn(|cx| relay.poll(cx)).await;
+    // A terminal or a file behind a writer thread: what it holds goes out.
+    let _ = tokio::time::timeout(
+        Duration::from_secs(1),
+        std::future::poll_fn(|cx| relay.stdout.poll_flush(cx)),
+    )
+    .await;
+    match end {
+        Ended::Private => RelayEnd::Private(std::mem::take(&mut relay.up)),
+        Ended::Done(code) => RelayEnd::Done(code),
+        Ended::HubGone => hub_gone(&relay.open, &mut relay.stdout).await,
+        Ended::HostStoppedReading(waiting) => {
+            crate::stderr_sink::line(&format!(
+                "mcp-stdio guard: --share: the host stopped reading stdout ({waiting} bytes waiting); closing the session"
+            ));
+            RelayEnd::Done(mcp_stdio_core::EXIT_GUARD_CLOSED)
+        }
     }
-    up.abort();
-    hub_gone(&open).await
+}
+
+/// How the relay's loop ended.
+enum Ended {
+    Done(u8),
+    Private,
+    HubGone,
+    HostStoppedReading(usize),
+}
+
+/// The relay's loop: bytes each way, the host's way one pending chunk at a
+/// time, the hub's way a backlog bounded by `MAX_SESSION_QUEUE` and a frame.
+struct Relay {
+    hub: Pipe<Tokio>,
+    half: std::os::unix::net::UnixStream,
+    stdin: Stdin<Tokio>,
+    stdout: Stdout<Tokio>,
+    host_framer: Framer,
+    open: Open,
+    hub_ids: mcp_stdio_core::LineIds,
+    /// Host bytes not yet taken by the hub (at first: the host's first
+    /// line, kept whole for a private server).
+    up: Vec<u8>,
+    up_at: usize,
+    /// Hub bytes not yet taken by the host.
+    down: std::collections::VecDeque<u8>,
+    /// The hub's first answer, gathered until its end of line; `None` once
+    /// seen. Stdin is not read before it.
+    first_answer: Option<Vec<u8>>,
+    host_in: bool,
+    hub_in: bool,
+    max_frame: usize,
+    buf: Vec<u8>,
+    /// Runs while the hub is done and the host has not taken the rest.
+    stall: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Relay {
+    fn poll(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Ended> {
+        use std::task::Poll;
+        loop {
+            let mut progress = false;
+            // Host → hub.
+            if self.up_at < self.up.len() {
+                match self.hub.poll_write(cx, &self.up[self.up_at..]) {
+                    Poll::Ready(Ok(n)) => {
+                        self.up_at += n;
+                        progress = true;
+                        if self.up_at == self.up.len() && self.first_answer.is_none() {
+                            self.up.clear();
+                            self.up_at = 0;
+                        }
+                    }
+                    // The hub's end is gone: what it still sent is read
+                    // below, then its end of input ends the relay.
+                    Poll::Ready(Err(_)) => {
+                        self.up.clear();
+                        self.up_at = 0;
+                        progress = true;
+                    }
+                    Poll::Pending => {}
+                }
+            } else if self.host_in && self.first_answer.is_none() {
+                match self.stdin.poll_read(cx, &mut self.buf) {
+                    Poll::Ready(Ok(n)) if n > 0 => {
+                        self.open.see(&mut self.host_framer, &self.buf[..n]);
+                        self.up.extend_from_slice(&self.buf[..n]);
+                        progress = true;
+                    }
+                    Poll::Ready(_) => {
+                        // The host's end of input: the hub ends its session.
+                        self.host_in = false;
+                        let _ = self.half.shutdown(std::net::Shutdown::Write);
+                        progress = true;
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            // Hub → host.
+            if !self.down.is_empty() {
+                let (bytes, _) = self.down.as_slices();
+                match self.stdout.poll_write(cx, bytes) {
+                    Poll::Ready(Ok(n)) => {
+                        self.down.drain(..n);
+                        self.stall = None;
+                        progress = true;
+                    }
+                    // The host no longer reads: its session is over.
+                    Poll::Ready(Err(_)) => return Poll::Ready(Ended::Done(0)),
+                    Poll::Pending => {}
+                }
+            }
+            // Read on while the host is slow (bounded), so that a hub
+            // closing this session is seen.
+            let waiting = self.down.len();
+            if self.hub_in && waiting > mcp_stdio_core::hub::MAX_SESSION_QUEUE + self.max_frame {
+                return Poll::Ready(Ended::HostStoppedReading(waiting));
+            }
+            if self.hub_in {
+                match self.hub.poll_read(cx, &mut self.buf) {
+                    Poll::Ready(Ok(n)) if n > 0 => {
+                        progress = true;
+                        if let Some(end) = self.take_hub(n) {
+                            return Poll::Ready(end);
+                        }
+                    }
+                    Poll::Ready(_) => {
+                        self.hub_in = false;
+                        progress = true;
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            if !self.hub_in && !self.down.is_empty() {
+                // The hub is done; the host gets what is left while it
+                // takes it, and no longer than HOST_STALL past its last byte.
+                let stall = self
+                    .stall
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(HOST_STALL)));
+                if stall.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Ended::HostStoppedReading(self.down.len()));
+                }
+            }
+            if !self.hub_in && self.down.is_empty() {
+                return Poll::Ready(if self.host_in {
+                    Ended::HubGone
+                } else {
+                    Ended::Done(0)
+                });
+            }
+            if !progress {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// `n` bytes read from the hub: the first answer looked at, the
+    /// answered requests struck off, the bytes queued for the host.
+    fn take_hub(&mut self, n: usize) -> Option<Ended> {
+        let chunk = &self.buf[..n];
+        if let Some(answer) = &mut self.first_answer {
+            answer.extend_from_slice(chunk);
+            let Some(end) = answer.iter().position(|&b| b == b'\n') else {
+                if answer.len() > self.max_frame {
+                    // Not an answer of a hub's: the session cannot go on.
+                    self.hub_in = false;
+                    self.first_answer = None;
+                }
+                return None;
+            };
+            let private = serde_json::from_slice::<serde_json::Value>(&answer[..end])
+                .is_ok_and(|v| v.get(PRIVATE_KEY).is_some());
+            if private {
+                return Some(Ended::Private);
+            }
+            let answer = self.first_answer.take().unwrap_or_default();
+            // The first line went whole: stdin may be read now.
+            self.up.clear();
+            self.up_at = 0;
+            self.open.answered(&mut self.hub_ids, &answer);
+            self.down.extend(&answer);
+            return None;
+        }
+        self.open.answered(&mut self.hub_ids, chunk);
+        self.down.extend(chunk);
+        None
+    }
 }
 
 /// The hub went while the host is still there: its open requests get the
 /// crash error, one line says so.
-async fn hub_gone(open: &Open) -> RelayEnd {
-    let ids: Vec<_> = open.lock().iter().cloned().collect();
+async fn hub_gone(open: &Open, stdout: &mut Stdout<Tokio>) -> RelayEnd {
+    let ids: Vec<_> = open.0.iter().cloned().collect();
     crate::stderr_sink::line(&format!(
         "mcp-stdio guard: --share: the hub closed this session (the shared server or the hub is gone); {} open request(s) get an error",
         ids.len()
@@ -353,10 +517,13 @@ async fn hub_gone(open: &Open) -> RelayEnd {
             out.extend_from_slice(&b);
         }
     }
-    let mut stdout = tokio::io::stdout();
+    // A host that does not read gets a second, not more.
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        stdout.write_all(&out).await?;
-        stdout.flush().await
+        let mut at = 0;
+        while at < out.len() {
+            at += std::future::poll_fn(|cx| stdout.poll_write(cx, &out[at..])).await?;
+        }
+        std::future::poll_fn(|cx| stdout.poll_flush(cx)).await
     })
     .await;
     RelayEnd::Done(mcp_stdio_core::EXIT_UNKNOWN)
