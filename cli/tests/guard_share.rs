@@ -46,11 +46,18 @@ impl Base {
 
     /// The hub serving this base, if one runs.
     fn hub(&self) -> Option<u32> {
+        self.hubs().first().copied()
+    }
+
+    /// Every hub of this base.
+    fn hubs(&self) -> Vec<u32> {
         let needle = self.share_dir();
         let needle = needle.to_str().expect("utf-8");
-        procs().into_iter().find_map(|(pid, _, cmdline)| {
-            (cmdline.contains("--hub-socket") && cmdline.contains(needle)).then_some(pid)
-        })
+        procs()
+            .into_iter()
+            .filter(|(_, _, cmdline)| cmdline.contains("--hub-socket") && cmdline.contains(needle))
+            .map(|(pid, _, _)| pid)
+            .collect()
     }
 }
 
@@ -451,4 +458,39 @@ print(len(d))
     a.send(&call(2, "echo", json!({"text": "mine"})));
     assert_eq!(a.reply(2)["result"]["content"][0]["text"], "mine");
     a.close();
+}
+
+/// The hub's folder deleted under it (a cleaner of the runtime folder, a
+/// logout): nothing hangs and nothing is lost. The attached session goes
+/// on with its hub; the next guard cannot find that hub and starts another,
+/// which later guards join; the first hub, once its last session has gone,
+/// stops after the linger and leaves the new hub's socket alone.
+#[test]
+fn f2_the_share_folder_deleted_under_the_hub_loses_nothing() {
+    let base = Base::new();
+    let mut a = base.guard(&[]);
+    initialize(&mut a, json!({}));
+    let first = base.hub().expect("a hub");
+    std::fs::remove_dir_all(base.share_dir()).expect("delete the share folder");
+    assert!(guarded::ping(&mut a, 2) < Duration::from_secs(2));
+    let mut b = base.guard(&[]);
+    initialize(&mut b, json!({}));
+    let hubs = base.hubs();
+    assert_eq!(hubs.len(), 2, "a second hub: {hubs:?}");
+    let second = hubs.into_iter().find(|&p| p != first).expect("the new hub");
+    a.send(&call(3, "echo", json!({"text": "a goes on"})));
+    assert_eq!(a.reply(3)["result"]["content"][0]["text"], "a goes on");
+    a.close();
+    let took = wait_gone(first, Duration::from_secs(10));
+    eprintln!("the first hub stopped {took:?} after its last session left");
+    // The new hub's socket is still there: a third guard joins it.
+    let mut c = base.guard(&[]);
+    let t = initialize(&mut c, json!({}));
+    eprintln!("a third guard joined the new hub in {t:?}");
+    assert_eq!(base.hubs(), [second], "no third hub");
+    c.send(&call(4, "echo", json!({"text": "c joined"})));
+    assert_eq!(c.reply(4)["result"]["content"][0]["text"], "c joined");
+    b.close();
+    c.close();
+    wait_gone(second, Duration::from_secs(10));
 }

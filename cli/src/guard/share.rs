@@ -612,7 +612,7 @@ pub(crate) async fn serve_hub(
             return ExitCode::from(crate::diagnose::EXIT_NOT_STARTED);
         }
     };
-    let socket = RemoveOnDrop(path.to_path_buf());
+    let socket = RemoveOnDrop::new(path);
     let mut child = match mcp_stdio_sys::spawn_piped(server) {
         Ok(c) => c,
         Err(e) => {
@@ -807,12 +807,36 @@ pub(crate) async fn serve_hub(
     ExitCode::SUCCESS
 }
 
-/// Removes the hub's socket when the hub ends.
-struct RemoveOnDrop(PathBuf);
+/// Removes the hub's socket when the hub ends: its own only. When its
+/// folder was deleted under it, a later guard started another hub whose
+/// socket now has the path; that one is left alone.
+struct RemoveOnDrop {
+    path: PathBuf,
+    /// The socket file's device and inode, read after the bind.
+    file: Option<(u64, u64)>,
+}
+
+impl RemoveOnDrop {
+    fn new(path: &Path) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            file: Self::identity(path),
+        }
+    }
+
+    fn identity(path: &Path) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    }
+}
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        if self.file.is_some() && Self::identity(&self.path) == self.file {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
