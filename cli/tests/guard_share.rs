@@ -278,7 +278,6 @@ fn f2_share_with_a_per_session_option_is_a_usage_error() {
         &["--audit", "x.jsonl"][..],
         &["--otel"],
         &["--idle-stop", "5s"],
-        &["--restart", "on-failure"],
     ] {
         let mut args = vec!["--share"];
         args.extend_from_slice(flag);
@@ -493,4 +492,51 @@ fn f2_the_share_folder_deleted_under_the_hub_loses_nothing() {
     b.close();
     c.close();
     wait_gone(second, Duration::from_secs(10));
+}
+
+/// `--restart` with `--share`: the hub killed is a server crash for each
+/// session (the open call gets -32001 at once), then each guard starts or
+/// joins a new hub and replays its host's handshake there; the hosts go on
+/// with the next call, one new hub serving both.
+#[test]
+fn f2_with_restart_a_killed_hub_is_a_crash_and_the_sessions_join_a_new_one() {
+    let base = Base::new();
+    let flags = ["--restart", "on-failure", "--restart-backoff", "0.05"];
+    let mut a = base.guard(&flags);
+    let mut b = base.guard(&flags);
+    initialize(&mut a, json!({}));
+    initialize(&mut b, json!({}));
+    let hub = base.hub().expect("a hub");
+    let server = children(hub)[0];
+    a.send(&call(1, "slow", json!({"chunks": 50, "delay_ms": 100})));
+    b.send(&call(1, "slow", json!({"chunks": 50, "delay_ms": 100})));
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(i32::try_from(hub).expect("pid")).expect("pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill the hub");
+    for g in [&mut a, &mut b] {
+        let r = g.reply(1);
+        assert_eq!(r["error"]["code"], -32001, "the open call: {r}");
+    }
+    eprintln!("both open calls failed {:?} after the kill", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    wait_gone(server, Duration::from_secs(5));
+    for (k, g) in [&mut a, &mut b].into_iter().enumerate() {
+        let text = format!("after the crash {k}");
+        g.send(&call(2, "echo", json!({"text": text})));
+        let r = g.reply(2);
+        assert_eq!(r["result"]["content"][0]["text"], text, "{r}");
+    }
+    eprintln!("both sessions went on {:?} after the kill", t.elapsed());
+    let hubs = base.hubs();
+    assert_eq!(hubs.len(), 1, "one new hub serves both: {hubs:?}");
+    assert_ne!(hubs[0], hub);
+    let (code, stderr) = a.close();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("joined a new hub"), "{stderr}");
+    b.close();
+    wait_gone(hubs[0], Duration::from_secs(10));
 }

@@ -265,10 +265,6 @@ fn unshareable(args: &GuardArgs, settings: &GuardSettings) -> Option<&'static st
         ),
         (settings.pin.is_some(), "--pin"),
         (settings.idle_stop.is_some(), "--idle-stop"),
-        (
-            settings.restart.get_policy() != mcp_stdio_core::RestartPolicy::Never,
-            "--restart",
-        ),
     ]
     .into_iter()
     .find_map(|(given, flag)| given.then_some(flag))
@@ -400,7 +396,11 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
             match share::socket_path(&key) {
                 Ok(path) => match share::attach(&path, || share::start_hub(&path)).await {
                     share::Attached::Relay(stream) => {
-                        match share::relay(stream, &settings.framer).await {
+                        let rejoin = share::Rejoin {
+                            path: path.clone(),
+                            restart: settings.restart.clone(),
+                        };
+                        match share::relay(stream, &settings.framer, &rejoin).await {
                             share::RelayEnd::Done(code) => return ExitCode::from(code),
                             share::RelayEnd::Private(line) => {
                                 crate::stderr_sink::line(

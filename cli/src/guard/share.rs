@@ -216,13 +216,17 @@ async fn first_host_line(max: usize) -> Option<Vec<u8>> {
 /// [`MAX_HUB_IN_FLIGHT`](mcp_stdio_core::hub::MAX_HUB_IN_FLIGHT) (the hub
 /// holds no more for a session).
 #[derive(Default)]
-struct Open(BTreeSet<mcp_stdio_core::Id>);
+struct Open {
+    ids: BTreeSet<mcp_stdio_core::Id>,
+    /// The host's `notifications/initialized`, for a replay to a new hub.
+    initialized: Option<Vec<u8>>,
+}
 
 impl Open {
     /// Lines from the hub: the requests they answer (their top-level ids,
     /// streamed: a large result is neither buffered nor parsed here).
     fn answered(&mut self, ids: &mut mcp_stdio_core::LineIds, chunk: &[u8]) {
-        let open = &mut self.0;
+        let open = &mut self.ids;
         ids.push(chunk, |id| {
             if let Some(id) = id {
                 open.remove(&id);
@@ -232,7 +236,7 @@ impl Open {
 
     /// Frames from the host: requests opened, cancels.
     fn see(&mut self, framer: &mut Framer, chunk: &[u8]) {
-        let open = &mut self.0;
+        let (open, initialized) = (&mut self.ids, &mut self.initialized);
         framer.push(chunk, |ev: FrameEvent<'_>| {
             let FrameEvent::Frame(text) = ev else { return };
             match mcp_stdio_core::Message::decode(&text) {
@@ -254,6 +258,13 @@ impl Open {
                         open.remove(&id);
                     }
                 }
+                Ok(mcp_stdio_core::Message::Notification(n))
+                    if n.method == "notifications/initialized" && initialized.is_none() =>
+                {
+                    let mut line = text.as_bytes().to_vec();
+                    line.push(b'\n');
+                    *initialized = Some(line);
+                }
                 _ => {}
             }
         });
@@ -270,7 +281,7 @@ impl Open {
 /// than [`MAX_SESSION_QUEUE`](mcp_stdio_core::hub::MAX_SESSION_QUEUE) and
 /// one frame wait for it loses its session (exit 75), as a guard of its
 /// own would close it (G1).
-pub(crate) async fn relay(stream: UnixStream, framer: &FramerConfig) -> RelayEnd {
+pub(crate) async fn relay(stream: UnixStream, framer: &FramerConfig, rejoin: &Rejoin) -> RelayEnd {
     let max_frame = framer.get_max_frame();
     let mut host_framer = Framer::new(framer.clone());
     let Some(first) = first_host_line(max_frame).await else {
@@ -280,20 +291,18 @@ pub(crate) async fn relay(stream: UnixStream, framer: &FramerConfig) -> RelayEnd
     open.see(&mut host_framer, &first);
     let pieces = (|| {
         let rt = Tokio::current()?;
-        let socket = stream.into_std()?;
-        // For the half close at the host's end of input: shutdown acts on
-        // the socket, whichever descriptor names it.
-        let half = socket.try_clone()?;
-        let hub = Pipe::new(&rt, std::os::fd::OwnedFd::from(socket))?;
-        Ok::<_, io::Error>((half, hub, Stdin::new(&rt)?, Stdout::new(&rt)?))
+        let (half, hub) = hub_pipe(&rt, stream.into_std()?)?;
+        let (stdin, stdout) = (Stdin::new(&rt)?, Stdout::new(&rt)?);
+        Ok::<_, io::Error>((rt, half, hub, stdin, stdout))
     })();
-    let (half, hub, stdin, stdout) = match pieces {
+    let (rt, half, hub, stdin, stdout) = match pieces {
         Ok(p) => p,
         Err(e) => {
             crate::stderr_sink::line(&format!("mcp-stdio guard: --share: the relay: {e}"));
             return RelayEnd::Done(mcp_stdio_core::EXIT_UNKNOWN);
         }
     };
+    let initialize = first.clone();
     let mut relay = Relay {
         hub,
         half,
@@ -306,30 +315,170 @@ pub(crate) async fn relay(stream: UnixStream, framer: &FramerConfig) -> RelayEnd
         up_at: 0,
         down: std::collections::VecDeque::new(),
         first_answer: Some(Vec::new()),
+        revision: None,
         host_in: true,
         hub_in: true,
         max_frame,
         buf: vec![0; READ_CHUNK],
         stall: None,
     };
-    let end = std::future::poll_fn(|cx| relay.poll(cx)).await;
-    // A terminal or a file behind a writer thread: what it holds goes out.
-    let _ = tokio::time::timeout(
-        Duration::from_secs(1),
-        std::future::poll_fn(|cx| relay.stdout.poll_flush(cx)),
-    )
-    .await;
-    match end {
-        Ended::Private => RelayEnd::Private(std::mem::take(&mut relay.up)),
-        Ended::Done(code) => RelayEnd::Done(code),
-        Ended::HubGone => hub_gone(&relay.open, &mut relay.stdout).await,
-        Ended::HostStoppedReading(waiting) => {
-            crate::stderr_sink::line(&format!(
-                "mcp-stdio guard: --share: the host stopped reading stdout ({waiting} bytes waiting); closing the session"
-            ));
-            RelayEnd::Done(mcp_stdio_core::EXIT_GUARD_CLOSED)
+    let mut restarts = 0;
+    let mut joined = Instant::now();
+    loop {
+        let end = std::future::poll_fn(|cx| relay.poll(cx)).await;
+        // A terminal or a file behind a writer thread: what it holds goes out.
+        let _ = tokio::time::timeout(
+            Duration::from_secs(1),
+            std::future::poll_fn(|cx| relay.stdout.poll_flush(cx)),
+        )
+        .await;
+        match end {
+            Ended::Private => return RelayEnd::Private(std::mem::take(&mut relay.up)),
+            Ended::Done(code) => return RelayEnd::Done(code),
+            Ended::HostStoppedReading(waiting) => {
+                crate::stderr_sink::line(&format!(
+                    "mcp-stdio guard: --share: the host stopped reading stdout ({waiting} bytes waiting); closing the session"
+                ));
+                return RelayEnd::Done(mcp_stdio_core::EXIT_GUARD_CLOSED);
+            }
+            Ended::HubGone => {}
         }
+        // The hub went: a server crash for this host.
+        let lost = crash_open(&relay.open, &mut relay.stdout).await;
+        if joined.elapsed() >= mcp_stdio_core::RESTART_RESET_AFTER {
+            restarts = 0;
+        }
+        restarts += 1;
+        if !rejoin.restart.allows_after_failure(restarts) {
+            crate::stderr_sink::line(&format!(
+                "mcp-stdio guard: --share: the hub closed this session (the shared server or the hub is gone); {lost} open request(s) got an error"
+            ));
+            return RelayEnd::Done(mcp_stdio_core::EXIT_UNKNOWN);
+        }
+        crate::stderr_sink::line(&format!(
+            "mcp-stdio guard: --share: the hub closed this session; {lost} open request(s) got an error; joining a new hub (restart {restarts} of {})",
+            rejoin.restart.get_max_restarts()
+        ));
+        tokio::time::sleep(rejoin.restart.backoff_for(restarts)).await;
+        let replayed = replay(
+            rejoin,
+            &initialize,
+            relay.open.initialized.as_deref(),
+            relay.revision.as_deref(),
+            max_frame,
+        )
+        .await;
+        let joined_again = replayed.and_then(|(stream, rest)| {
+            let (half, hub) = hub_pipe(&rt, stream).map_err(|e| e.to_string())?;
+            relay.rejoined(half, hub, &rest);
+            Ok(())
+        });
+        if let Err(why) = joined_again {
+            crate::stderr_sink::line(&format!(
+                "mcp-stdio guard: --share: no new hub: {why}; closing the session"
+            ));
+            return RelayEnd::Done(mcp_stdio_core::EXIT_UNKNOWN);
+        }
+        crate::stderr_sink::line(
+            "mcp-stdio guard: --share: joined a new hub; the handshake was replayed",
+        );
+        joined = Instant::now();
     }
+}
+
+/// `--restart` for a shared session: where the hub was (a new one is
+/// started or joined there) and the policy.
+pub(crate) struct Rejoin {
+    pub(crate) path: PathBuf,
+    pub(crate) restart: mcp_stdio_core::RestartConfig,
+}
+
+/// The hub's socket as the relay's: a descriptor kept for the half close
+/// (shutdown acts on the socket, whichever descriptor names it), and the
+/// non-blocking pipe in the reactor.
+fn hub_pipe(
+    rt: &Tokio,
+    socket: std::os::unix::net::UnixStream,
+) -> io::Result<(std::os::unix::net::UnixStream, Pipe<Tokio>)> {
+    let half = socket.try_clone()?;
+    Ok((half, Pipe::new(rt, std::os::fd::OwnedFd::from(socket))?))
+}
+
+/// Joins a hub at the rejoin path (starting one when none listens) and
+/// replays the host's handshake to it: its `initialize` under an id of the
+/// guard's own, whose answer must be a result of the same revision (and
+/// goes no further), then its `notifications/initialized`. Gives the socket
+/// and what came after the answer.
+async fn replay(
+    rejoin: &Rejoin,
+    initialize: &[u8],
+    initialized: Option<&[u8]>,
+    revision: Option<&str>,
+    max_frame: usize,
+) -> Result<(std::os::unix::net::UnixStream, Vec<u8>), String> {
+    let text = std::str::from_utf8(initialize).map_err(|e| e.to_string())?;
+    let Ok(mcp_stdio_core::Message::Request(r)) = mcp_stdio_core::Message::decode(text) else {
+        return Err("the host's first message is not a request".into());
+    };
+    let own = format!("{}share", mcp_stdio_core::REPLAY_ID_PREFIX);
+    let id = mcp_stdio_core::Id::String(own.clone());
+    let line = mcp_stdio_core::encode_request(&id, &r.method, r.params.as_deref(), max_frame)
+        .map_err(|e| e.to_string())?;
+    let path = rejoin.path.clone();
+    let mut stream = match attach(&rejoin.path, move || start_hub(&path)).await {
+        Attached::Relay(s) => s,
+        Attached::Unshared(why) => return Err(why),
+    };
+    let exchange = async {
+        stream.write_all(&line).await?;
+        let mut got = Vec::new();
+        let mut buf = vec![0; READ_CHUNK];
+        let end = loop {
+            if let Some(end) = got.iter().position(|&b| b == b'\n') {
+                break end;
+            }
+            if got.len() > max_frame {
+                return Err(io::Error::other("an answer past the wire limit"));
+            }
+            let n = stream.read(&mut buf).await?;
+            if n == 0 {
+                return Err(io::Error::other("the new hub closed the session"));
+            }
+            got.extend_from_slice(&buf[..n]);
+        };
+        Ok::<_, io::Error>((got, end))
+    };
+    let (got, end) = tokio::time::timeout(mcp_stdio_core::REPLAY_TIMEOUT, exchange)
+        .await
+        .map_err(|_| "no answer to the replayed initialize in time".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let answer: serde_json::Value =
+        serde_json::from_slice(&got[..end]).map_err(|e| format!("the answer is not JSON: {e}"))?;
+    if answer.get(PRIVATE_KEY).is_some() {
+        return Err("the new hub cannot serve this host as it serves the first".into());
+    }
+    if answer.get("id").and_then(|v| v.as_str()) != Some(own.as_str()) {
+        return Err(format!("an answer to another request: {}", answer["id"]));
+    }
+    let Some(result) = answer.get("result") else {
+        return Err(format!(
+            "the replayed initialize failed: {}",
+            answer["error"]
+        ));
+    };
+    let now = result.get("protocolVersion").and_then(|v| v.as_str());
+    if revision.is_some() && now != revision {
+        return Err(format!(
+            "the new server speaks {} where the session speaks {}",
+            now.unwrap_or("(none)"),
+            revision.unwrap_or("(none)")
+        ));
+    }
+    if let Some(line) = initialized {
+        stream.write_all(line).await.map_err(|e| e.to_string())?;
+    }
+    let stream = stream.into_std().map_err(|e| e.to_string())?;
+    Ok((stream, got[end + 1..].to_vec()))
 }
 
 /// How the relay's loop ended.
@@ -359,6 +508,8 @@ struct Relay {
     /// The hub's first answer, gathered until its end of line; `None` once
     /// seen. Stdin is not read before it.
     first_answer: Option<Vec<u8>>,
+    /// The session's protocol revision, from that answer.
+    revision: Option<String>,
     host_in: bool,
     hub_in: bool,
     max_frame: usize,
@@ -368,6 +519,23 @@ struct Relay {
 }
 
 impl Relay {
+    /// A new hub after the old one went: the host's bytes that were on
+    /// their way to the old one are gone (their requests got the crash
+    /// error), and `rest` (what the new hub sent after the replayed
+    /// handshake's answer) goes to the host first.
+    fn rejoined(&mut self, half: std::os::unix::net::UnixStream, hub: Pipe<Tokio>, rest: &[u8]) {
+        self.half = half;
+        self.hub = hub;
+        self.hub_ids = mcp_stdio_core::LineIds::new(mcp_stdio_core::DEFAULT_ID_SCAN_LIMIT);
+        self.open.ids.clear();
+        self.up.clear();
+        self.up_at = 0;
+        self.hub_in = true;
+        self.stall = None;
+        self.open.answered(&mut self.hub_ids, rest);
+        self.down.extend(rest);
+    }
+
     fn poll(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Ended> {
         use std::task::Poll;
         loop {
@@ -480,11 +648,15 @@ impl Relay {
                 }
                 return None;
             };
-            let private = serde_json::from_slice::<serde_json::Value>(&answer[..end])
-                .is_ok_and(|v| v.get(PRIVATE_KEY).is_some());
-            if private {
+            let first = serde_json::from_slice::<serde_json::Value>(&answer[..end]).ok();
+            if first.as_ref().is_some_and(|v| v.get(PRIVATE_KEY).is_some()) {
                 return Some(Ended::Private);
             }
+            self.revision = first.as_ref().and_then(|v| {
+                v.pointer("/result/protocolVersion")
+                    .and_then(|r| r.as_str())
+                    .map(str::to_owned)
+            });
             let answer = self.first_answer.take().unwrap_or_default();
             // The first line went whole: stdin may be read now.
             self.up.clear();
@@ -500,24 +672,19 @@ impl Relay {
 }
 
 /// The hub went while the host is still there: its open requests get the
-/// crash error, one line says so.
-async fn hub_gone(open: &Open, stdout: &mut Stdout<Tokio>) -> RelayEnd {
-    let ids: Vec<_> = open.0.iter().cloned().collect();
-    crate::stderr_sink::line(&format!(
-        "mcp-stdio guard: --share: the hub closed this session (the shared server or the hub is gone); {} open request(s) get an error",
-        ids.len()
-    ));
+/// crash error (a host that does not read gets a second, not more). Gives
+/// how many.
+async fn crash_open(open: &Open, stdout: &mut Stdout<Tokio>) -> usize {
     let err = ErrorObject::new(
         mcp_stdio_core::SERVER_CRASHED,
         "the shared MCP server is gone (mcp-stdio hub closed the session)",
     );
     let mut out = Vec::new();
-    for id in &ids {
+    for id in &open.ids {
         if let Ok(b) = mcp_stdio_core::encode_error(Some(id), &err, 64 * 1024) {
             out.extend_from_slice(&b);
         }
     }
-    // A host that does not read gets a second, not more.
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let mut at = 0;
         while at < out.len() {
@@ -526,7 +693,7 @@ async fn hub_gone(open: &Open, stdout: &mut Stdout<Tokio>) -> RelayEnd {
         std::future::poll_fn(|cx| stdout.poll_flush(cx)).await
     })
     .await;
-    RelayEnd::Done(mcp_stdio_core::EXIT_UNKNOWN)
+    open.ids.len()
 }
 
 /// The hub's state, shared by its tasks (never held across an await).

@@ -165,12 +165,19 @@ impl RestartConfig {
     }
 
     /// The wait before restart number `n` in a row (from 1).
-    pub(crate) fn backoff_for(&self, n: u32) -> Duration {
+    pub fn backoff_for(&self, n: u32) -> Duration {
         let factor = 1u32 << n.saturating_sub(1).min(16);
         self.backoff
             .checked_mul(factor)
             .unwrap_or(MAX_RESTART_BACKOFF)
             .min(MAX_RESTART_BACKOFF.max(self.backoff))
+    }
+
+    /// Whether restart number `n` in a row (from 1) may be made after an
+    /// end that was a failure (a shared session's hub that went): the
+    /// policy is not `Never` and `n` is within [`max_restarts`](Self::max_restarts).
+    pub fn allows_after_failure(&self, n: u32) -> bool {
+        self.policy != RestartPolicy::Never && n <= self.max_restarts
     }
 
     /// Whether an end with `status` (while the host is still there) calls
@@ -586,6 +593,18 @@ mod tests {
         assert_eq!(c.backoff_for(40), MAX_RESTART_BACKOFF);
         c.backoff(Duration::from_secs(20));
         assert_eq!(c.backoff_for(3), Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_failure_allows_restarts_up_to_the_count_unless_never() {
+        let mut c = RestartConfig::default();
+        assert!(!c.allows_after_failure(1), "never by default");
+        c.policy(RestartPolicy::OnFailure).max_restarts(2);
+        assert!(c.allows_after_failure(1));
+        assert!(c.allows_after_failure(2));
+        assert!(!c.allows_after_failure(3));
+        c.policy(RestartPolicy::Always).max_restarts(0);
+        assert!(!c.allows_after_failure(1));
     }
 
     #[test]
