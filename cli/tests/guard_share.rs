@@ -540,3 +540,42 @@ fn f2_with_restart_a_killed_hub_is_a_crash_and_the_sessions_join_a_new_one() {
     b.close();
     wait_gone(hubs[0], Duration::from_secs(10));
 }
+
+/// The hub's log is bounded: a server that writes 24 MiB on stderr leaves
+/// at most three files of 10 MiB (`<key>.log`, `.log.1`, `.log.2`), and
+/// its calls are answered meanwhile.
+#[test]
+fn g2_f2_the_hub_log_is_rotated_under_a_stderr_flood() {
+    let base = Base::new();
+    let mut a = base.guard(&[]);
+    initialize(&mut a, json!({}));
+    let t = Instant::now();
+    for id in 1..=3 {
+        let r = a.call_tool(id, "stderr_flood", json!({"bytes": 8 * 1024 * 1024}));
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    eprintln!("24 MiB of stderr through the hub in {:?}", t.elapsed());
+    a.close();
+    let hub = base.hub();
+    if let Some(hub) = hub {
+        wait_gone(hub, Duration::from_secs(10));
+    }
+    let mut sizes: Vec<(String, u64)> = std::fs::read_dir(base.share_dir())
+        .expect("share dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".log"))
+        .map(|e| {
+            let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+            (e.file_name().to_string_lossy().into_owned(), len)
+        })
+        .collect();
+    sizes.sort();
+    eprintln!("the hub's log files: {sizes:?}");
+    assert!(sizes.len() <= 3, "{sizes:?}");
+    assert!(
+        sizes.iter().any(|(n, _)| n.ends_with(".log.1")),
+        "{sizes:?}"
+    );
+    let total: u64 = sizes.iter().map(|(_, l)| l).sum();
+    assert!(total <= 3 * 10 * 1024 * 1024 + 64 * 1024, "{sizes:?}");
+}

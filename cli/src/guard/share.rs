@@ -32,6 +32,8 @@ use mcp_stdio_tokio::driver::{Pipe, Runtime as _, Sink, Source};
 use mcp_stdio_tokio::leader::Leader;
 use mcp_stdio_tokio::runtime::Tokio;
 use sha2::{Digest, Sha256};
+
+use super::log_file::{LogFile, LogFileSettings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::Notify;
@@ -43,6 +45,12 @@ pub(crate) const DEFAULT_LINGER: Duration = Duration::from_secs(10);
 /// How long a relay whose hub is done waits for a host that takes none of
 /// what is left for it, before it says the host stopped reading (exit 75).
 const HOST_STALL: Duration = Duration::from_secs(2);
+
+/// Bytes of the hub's log (`<key>.log`) before it is rotated, and the
+/// files kept: the server's stderr and the hub's notes, like `--log-file`'s
+/// defaults.
+const HUB_LOG_MAX: u64 = 10 * 1024 * 1024;
+const HUB_LOG_FILES: u32 = 3;
 
 /// How long a guard waits for the hub it started to listen.
 const HUB_START_WAIT: Duration = Duration::from_secs(10);
@@ -712,6 +720,9 @@ struct Shared {
 
 struct HubState {
     shared: Mutex<Shared>,
+    /// The hub's log (`<key>.log`): the server's stderr and the hub's
+    /// notes, size-rotated, written by a thread of its own (None: stderr).
+    log: Mutex<Option<LogFile>>,
     server_wake: Notify,
     /// Sessions came or went, or the server ended.
     changed: Notify,
@@ -724,12 +735,40 @@ impl HubState {
         self.shared.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Bytes for the log, never waited for (a slow disk drops them).
+    fn log(&self, bytes: Vec<u8>) {
+        let log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*log {
+            Some(l) => {
+                l.push(bytes);
+            }
+            None => crate::stderr_sink::line(String::from_utf8_lossy(&bytes).trim_end()),
+        }
+    }
+
+    /// One line of the hub's own.
+    fn say(&self, text: &str) {
+        self.log(format!("mcp-stdio hub: {text}\n").into_bytes());
+    }
+
+    /// The log's last bytes written (at most a second).
+    fn close_log(&self) {
+        let log = self
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(l) = log {
+            l.close(Duration::from_secs(1));
+        }
+    }
+
     /// After a change: the core's events acted on, the writers woken.
     fn pump(&self, s: &mut Shared) {
         while let Some(e) = s.hub.poll_event() {
             match e {
                 HubEvent::Close { session, reason } => {
-                    eprintln!("mcp-stdio hub: session {} closed: {reason}", session.0);
+                    self.say(&format!("session {} closed: {reason}", session.0));
                     s.closing.insert(session);
                 }
                 HubEvent::PrivateServer {
@@ -744,7 +783,7 @@ impl HubState {
                     line.push(b'\n');
                     s.private.insert(session, line);
                 }
-                HubEvent::Note(text) => eprintln!("mcp-stdio hub: {text}"),
+                HubEvent::Note(text) => self.say(&text),
             }
         }
         for w in s.wake.values() {
@@ -788,11 +827,16 @@ pub(crate) async fn serve_hub(
         }
     };
     let pgid = child.id();
-    eprintln!(
-        "mcp-stdio hub: serving {} (pid {pgid}) at {}",
-        server.display(),
-        path.display()
-    );
+    // The log: what the server writes on stderr and the hub's notes, in
+    // the file the hub's own stderr already appends to (where a hub that
+    // cannot start says why), rotated at HUB_LOG_MAX.
+    let log = LogFile::open(LogFileSettings {
+        path: path.with_extension("log"),
+        max_bytes: HUB_LOG_MAX,
+        files: HUB_LOG_FILES,
+    })
+    .map_err(|e| eprintln!("mcp-stdio hub: no log file ({e}); stderr instead"))
+    .ok();
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -817,10 +861,16 @@ pub(crate) async fn serve_hub(
             server_closing: false,
             server_done: false,
         }),
+        log: Mutex::new(log),
         server_wake: Notify::new(),
         changed: Notify::new(),
         drained: Notify::new(),
     });
+    state.say(&format!(
+        "serving {} (pid {pgid}) at {}",
+        server.display(),
+        path.display()
+    ));
     // The server's stdout: always read (G1), framed, given to the core.
     let st = Arc::clone(&state);
     let config = framer.clone();
@@ -840,10 +890,16 @@ pub(crate) async fn serve_hub(
             st.pump(&mut s);
         }
     });
-    // Its stderr: to the hub's log, as it comes.
+    // Its stderr: to the hub's log, as it comes, always read.
+    let st = Arc::clone(&state);
     tokio::spawn(async move {
-        let mut err = tokio::io::stderr();
-        let _ = tokio::io::copy(&mut stderr, &mut err).await;
+        let mut buf = vec![0; READ_CHUNK];
+        while let Ok(n) = stderr.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            st.log(buf[..n].to_vec());
+        }
     });
     // Its stdin: what the core has for it, written at the pace it reads.
     let st = Arc::clone(&state);
@@ -893,7 +949,7 @@ pub(crate) async fn serve_hub(
         st.pump(&mut s);
         drop(s);
         if !closing {
-            eprintln!("mcp-stdio hub: the server ended ({how})");
+            st.say(&format!("the server ended ({how})"));
         }
         st.changed.notify_one();
     });
@@ -936,7 +992,7 @@ pub(crate) async fn serve_hub(
                         empty_since = None;
                         spawn_session(&state, id, stream, framer.clone());
                     }
-                    Err(e) => eprintln!("mcp-stdio hub: a session refused: {e}"),
+                    Err(e) => state.say(&format!("a session refused: {e}")),
                 }
             }
             () = state.changed.notified() => {}
@@ -966,10 +1022,11 @@ pub(crate) async fn serve_hub(
             break;
         }
     }
-    eprintln!(
-        "mcp-stdio hub: no session for {:.1} s; stopped",
+    state.say(&format!(
+        "no session for {:.1} s; stopped",
         linger.as_secs_f64()
-    );
+    ));
+    state.close_log();
     drop(socket);
     ExitCode::SUCCESS
 }
