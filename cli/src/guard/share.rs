@@ -608,7 +608,7 @@ impl Relay {
                 match self.hub.poll_read(cx, &mut self.buf) {
                     Poll::Ready(Ok(n)) if n > 0 => {
                         progress = true;
-                        if let Some(end) = self.take_hub(n) {
+                        if let Some(end) = self.pass_hub(cx, n) {
                             return Poll::Ready(end);
                         }
                     }
@@ -675,6 +675,27 @@ impl Relay {
         }
         self.open.answered(&mut self.hub_ids, chunk);
         self.down.extend(chunk);
+        None
+    }
+
+    /// Bytes just read from the hub, past its first answer, while nothing
+    /// waits for the host: written from the read buffer at once, only what
+    /// the host does not take now is kept.
+    fn pass_hub(&mut self, cx: &mut std::task::Context<'_>, n: usize) -> Option<Ended> {
+        if self.first_answer.is_some() || !self.down.is_empty() {
+            return self.take_hub(n);
+        }
+        let chunk = &self.buf[..n];
+        self.open.answered(&mut self.hub_ids, chunk);
+        let written = match self.stdout.poll_write(cx, chunk) {
+            std::task::Poll::Ready(Ok(w)) => w,
+            std::task::Poll::Ready(Err(_)) => return Some(Ended::Done(0)),
+            std::task::Poll::Pending => 0,
+        };
+        if written > 0 {
+            self.stall = None;
+        }
+        self.down.extend(&chunk[written..]);
         None
     }
 }
@@ -876,13 +897,14 @@ pub(crate) async fn serve_hub(
     let config = framer.clone();
     tokio::spawn(async move {
         let mut framer = Framer::new(config);
-        let mut buf = vec![0; READ_CHUNK];
-        while let Ok(n) = stdout.read(&mut buf).await {
+        // Read straight into the framer's buffer: a large result is
+        // gathered in place, not copied from a read buffer.
+        while let Ok(n) = stdout.read(framer.read_room().zeroed()).await {
             if n == 0 {
                 break;
             }
             let mut s = st.lock();
-            framer.push(&buf[..n], |ev: FrameEvent<'_>| {
+            framer.filled(n, |ev: FrameEvent<'_>| {
                 if let FrameEvent::Frame(text) = ev {
                     s.hub.handle_server_line(&text);
                 }

@@ -731,20 +731,30 @@ const EMPTY: OutEnvelope<'static> = OutEnvelope {
 };
 
 fn encode_envelope(env: &OutEnvelope<'_>, max_frame: usize) -> Result<Vec<u8>, EncodeError> {
-    let mut buf = Vec::new();
+    // Sized for the raw payload and the envelope around it (a large result
+    // is copied once, never regrown), and never past the limit.
+    let raw = env.params.or(env.result).map_or(0, |r| r.get().len());
+    let mut buf = Vec::with_capacity(
+        raw.saturating_add(ENVELOPE_ROOM)
+            .min(max_frame.saturating_add(1)),
+    );
     // The only failure a Vec-backed writer can produce is our limit; serializing
     // borrowed strings and raw values has no other failure mode.
     serde_json::to_writer(&mut LimitedWriter::new(&mut buf, max_frame), env)
         .map_err(|_| EncodeError::TooLarge { limit: max_frame })?;
     // Raw payloads keep their whitespace; a raw CR or LF can only be whitespace.
-    for b in buf.iter_mut() {
-        if *b == b'\n' || *b == b'\r' {
-            *b = b' ';
-        }
+    let mut at = 0;
+    while let Some(i) = memchr::memchr2(b'\n', b'\r', &buf[at..]) {
+        buf[at + i] = b' ';
+        at += i + 1;
     }
     buf.push(b'\n');
     Ok(buf)
 }
+
+/// Room for an envelope around its raw payload: `jsonrpc`, an id, a
+/// method name; more is grown into.
+const ENVELOPE_ROOM: usize = 256;
 
 /// Encodes a request (`id`, `method`, optional raw `params`) plus `\n`.
 pub fn encode_request(
