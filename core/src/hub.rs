@@ -29,6 +29,14 @@
 //!   the request.
 //! - **A session that leaves** ends only itself: its requests are
 //!   cancelled on the server, its subscriptions released.
+//! - **Sleep** ([`Hub::idle_stop`], `--idle-stop` with `--share`): after
+//!   the set time with no request in flight, no subscription, no server
+//!   request open and nothing for the server, the hub asks for the server
+//!   to be stopped ([`HubEvent::StopServer`]); the sessions stay. The next
+//!   bytes for it ask for a new one ([`HubEvent::StartServer`]), and the
+//!   first session's handshake (its `initialize`, `notifications/initialized`
+//!   and the log level) is replayed to it before them, the answers the
+//!   hub's own.
 //!
 //! Every table is bounded ([`MAX_HUB_SESSIONS`], [`MAX_HUB_IN_FLIGHT`],
 //! [`MAX_HUB_SUBSCRIPTIONS`]); a session whose bytes wait past
@@ -36,6 +44,7 @@
 //! on (G1 per session).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 
@@ -93,6 +102,13 @@ pub enum HubEvent {
     },
     /// One line for the hub's log.
     Note(String),
+    /// Stop the server (it sat idle for the set time): close its stdin,
+    /// then the shutdown ladder; its end is a sleep
+    /// ([`Hub::handle_server_slept`]), the sessions stay.
+    StopServer,
+    /// Start the server again: bytes wait for it, the replayed handshake
+    /// first.
+    StartServer,
 }
 
 /// Why a session was not taken.
@@ -129,6 +145,10 @@ pub struct HubMetrics {
     pub requests_refused: u64,
     /// Sessions closed because their bytes waited past [`MAX_SESSION_QUEUE`].
     pub sessions_overrun: u64,
+    /// Times the server was stopped for idleness.
+    pub idle_stops: u64,
+    /// Times a sleeping server was started again.
+    pub resumes: u64,
 }
 
 /// A request of a session, at the server under a hub id.
@@ -166,6 +186,9 @@ struct Handshake {
     /// The first session's client capabilities (their names).
     capabilities: BTreeSet<String>,
     result: Box<RawValue>,
+    /// The first session's `initialize` params, replayed to a server
+    /// started again after a sleep.
+    params: Option<Box<RawValue>>,
 }
 
 /// The first `initialize`, at the server; later ones wait for its answer.
@@ -174,6 +197,7 @@ struct HandshakeWaiting {
     hub_id: Id,
     asked: String,
     capabilities: BTreeSet<String>,
+    params: Option<Box<RawValue>>,
     /// Later sessions' `initialize` lines, waiting.
     waiting: Vec<(SessionId, String)>,
 }
@@ -207,7 +231,23 @@ pub struct Hub {
     server_queued: usize,
     events: VecDeque<HubEvent>,
     server_gone: bool,
+    /// How long the server may sit idle (`None`: never stopped).
+    idle_after: Option<Duration>,
+    /// The last time a byte moved either way.
+    busy_at: Option<Instant>,
+    /// Where the server is in its sleep.
+    sleep: Sleep,
     metrics: HubMetrics,
+}
+
+/// The server's sleep ([`Hub::idle_stop`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sleep {
+    Awake,
+    /// Asked to stop for idleness; not yet ended.
+    Stopping,
+    /// Stopped; the next bytes for it wake it.
+    Asleep,
 }
 
 /// The MCP log levels, least to most severe.
@@ -316,8 +356,123 @@ impl Hub {
             server_queued: 0,
             events: VecDeque::new(),
             server_gone: false,
+            idle_after: None,
+            busy_at: None,
+            sleep: Sleep::Awake,
             metrics: HubMetrics::default(),
         }
+    }
+
+    /// Stops the server after `after` with nothing open (`None`: never).
+    pub fn idle_stop(&mut self, after: Option<Duration>) -> &mut Self {
+        self.idle_after = after;
+        self
+    }
+
+    /// Bytes moved either way at `now`: the idle clock starts again.
+    pub fn busy(&mut self, now: Instant) {
+        self.busy_at = Some(now);
+    }
+
+    /// Whether nothing is open: the server initialized and awake, no
+    /// request of a session or of the hub's at it, no subscription, no
+    /// server request waiting for a session, nothing for the server.
+    fn is_idle(&self) -> bool {
+        self.sleep == Sleep::Awake
+            && !self.server_gone
+            && self.handshake.is_some()
+            && self.handshake_waiting.is_none()
+            && self.pending.is_empty()
+            && self.own.is_empty()
+            && self.subscribed.is_empty()
+            && self.asked.is_empty()
+            && self.to_server.is_empty()
+    }
+
+    /// When the server is due to be stopped for idleness, if it is idle.
+    pub fn idle_deadline(&self) -> Option<Instant> {
+        let after = self.idle_after?;
+        if !self.is_idle() {
+            return None;
+        }
+        self.busy_at?.checked_add(after)
+    }
+
+    /// Time passed: a server idle for the set time is to be stopped
+    /// ([`HubEvent::StopServer`]).
+    pub fn handle_time(&mut self, now: Instant) {
+        if self.idle_deadline().is_some_and(|due| now >= due) {
+            self.sleep = Sleep::Stopping;
+            self.metrics.idle_stops += 1;
+            self.note(format!(
+                "the server sat idle for {:.1} s: stopped until the next message (--idle-stop)",
+                self.idle_after.unwrap_or_default().as_secs_f64()
+            ));
+            self.events.push_back(HubEvent::StopServer);
+        }
+    }
+
+    /// Whether the server's end now is the sleep asked for (then give it
+    /// [`handle_server_slept`](Self::handle_server_slept), not
+    /// [`handle_server_gone`](Self::handle_server_gone)).
+    pub fn is_stopping(&self) -> bool {
+        self.sleep == Sleep::Stopping
+    }
+
+    /// Whether the server sleeps (stopped for idleness, not started again).
+    pub fn is_asleep(&self) -> bool {
+        self.sleep == Sleep::Asleep
+    }
+
+    /// The server stopped for idleness has ended. Bytes that came for it
+    /// meanwhile wake it at once.
+    pub fn handle_server_slept(&mut self) {
+        self.sleep = Sleep::Asleep;
+        // It starts with no level of its own.
+        self.server_level = None;
+        if !self.to_server.is_empty() {
+            self.wake();
+        }
+    }
+
+    /// The server is started again: the first session's handshake goes
+    /// before whatever waits for it, under the hub's own ids.
+    fn wake(&mut self) {
+        self.sleep = Sleep::Awake;
+        self.metrics.resumes += 1;
+        let mut replay = Vec::new();
+        let params = self.handshake.as_ref().and_then(|h| h.params.clone());
+        let id = self.next_hub_id();
+        if let Ok(b) = encode_request(&id, "initialize", params.as_deref(), self.max_frame) {
+            self.own.insert(id);
+            replay.push(b);
+        }
+        if self.initialized_sent {
+            if let Ok(b) = encode_notification("notifications/initialized", None, self.max_frame) {
+                replay.push(b);
+            }
+        }
+        let most = self.sessions.values().filter_map(|s| s.level).min();
+        if let Some(most) = most {
+            let id = self.next_hub_id();
+            let level = serde_json::json!({ "level": LEVELS[usize::from(most)] });
+            let params = RawValue::from_string(level.to_string()).ok();
+            if let Ok(b) =
+                encode_request(&id, "logging/setLevel", params.as_deref(), self.max_frame)
+            {
+                self.own.insert(id);
+                replay.push(b);
+            }
+            self.server_level = Some(most);
+        }
+        for b in replay.into_iter().rev() {
+            self.server_queued += b.len();
+            self.to_server.push_front(b);
+        }
+        self.note(
+            "a message for the sleeping server: started again, the handshake replayed".to_owned(),
+        );
+        self.events.push_back(HubEvent::StartServer);
     }
 
     /// A host session attaches.
@@ -396,6 +551,9 @@ impl Hub {
     fn send_server(&mut self, bytes: Vec<u8>) {
         self.server_queued += bytes.len();
         self.to_server.push_back(bytes);
+        if self.sleep == Sleep::Asleep {
+            self.wake();
+        }
     }
 
     fn send_session(&mut self, session: SessionId, bytes: Vec<u8>) {
@@ -712,6 +870,7 @@ impl Hub {
             hub_id,
             asked,
             capabilities,
+            params: r.params.clone(),
             waiting: Vec::new(),
         });
         self.send_server(bytes);
@@ -891,6 +1050,7 @@ impl Hub {
                         asked: w.asked,
                         capabilities: w.capabilities,
                         result: (*result).to_owned(),
+                        params: w.params,
                     });
                     self.initialized_by = Some(p.session);
                     if let Some(s) = self.sessions.get_mut(&p.session) {

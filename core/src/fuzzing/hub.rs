@@ -5,7 +5,8 @@
 //! within its bound; a session is given an answer only under an id it
 //! used for a request (sessions never see each other's), and nothing for
 //! a session after it is gone; a session's queue never passes
-//! [`MAX_SESSION_QUEUE`].
+//! [`MAX_SESSION_QUEUE`]; with an idle stop, a server stopped gets nothing
+//! until it is started again, and then the replayed `initialize` first.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,7 +23,11 @@ use crate::wire::message::ErrorObject;
 pub fn fuzz_hub(data: &[u8]) {
     let mut u = Unstructured::new(data);
     let mut h = Hub::new(1 << 16);
-    let mut model = Model::default();
+    h.idle_stop(Some(std::time::Duration::from_secs(5)));
+    let mut model = Model {
+        t0: Some(std::time::Instant::now()),
+        ..Model::default()
+    };
     for _ in 0..256 {
         let Ok(op) = Op::arbitrary(&mut u) else { break };
         step(&mut h, &mut model, op);
@@ -81,6 +86,13 @@ enum Op {
         bytes: Vec<u8>,
     },
     ServerGone,
+    /// Time passes (seconds since the start), moving bytes or not.
+    Time {
+        secs: u8,
+        busy: bool,
+    },
+    /// The server stopped for idleness has ended.
+    ServerSlept,
 }
 
 #[derive(Default)]
@@ -93,6 +105,10 @@ struct Model {
     server_ids: Vec<Value>,
     tokens: Vec<Value>,
     server_asked: Vec<Value>,
+    t0: Option<std::time::Instant>,
+    /// A new server was asked for: the next bytes for it start with its
+    /// replayed `initialize`.
+    woke: bool,
 }
 
 fn pick(v: &[SessionId], i: u8) -> Option<SessionId> {
@@ -242,6 +258,19 @@ fn step(h: &mut Hub, m: &mut Model, op: Op) {
         }
         Op::ServerJunk { bytes } => h.handle_server_line(&String::from_utf8_lossy(&bytes)),
         Op::ServerGone => h.handle_server_gone(&ErrorObject::new(-32001, "gone")),
+        Op::Time { secs, busy } => {
+            let now = m.t0.unwrap_or_else(std::time::Instant::now)
+                + std::time::Duration::from_secs(u64::from(secs));
+            if busy {
+                h.busy(now);
+            }
+            h.handle_time(now);
+        }
+        Op::ServerSlept => {
+            if h.is_stopping() {
+                h.handle_server_slept();
+            }
+        }
     }
 }
 
@@ -249,20 +278,6 @@ fn check(h: &mut Hub, m: &mut Model) {
     assert!(h.sessions() <= MAX_HUB_SESSIONS);
     assert!(h.in_flight() <= MAX_HUB_IN_FLIGHT);
     assert!(h.subscriptions() <= MAX_HUB_SUBSCRIPTIONS);
-    while let Some(b) = h.poll_to_server() {
-        let v: Value = serde_json::from_slice(&b).expect("the server gets JSON");
-        if v.get("method").is_some() {
-            if let Some(id) = v.get("id") {
-                m.server_ids.push(id.clone());
-            }
-            if let Some(t) = v.pointer("/params/_meta/progressToken") {
-                m.tokens.push(t.clone());
-            }
-        }
-    }
-    if m.server_ids.len() > 512 {
-        m.server_ids.drain(..256);
-    }
     while let Some(e) = h.poll_event() {
         match e {
             HubEvent::Close { session, .. } => {
@@ -277,8 +292,32 @@ fn check(h: &mut Hub, m: &mut Model) {
                 m.open.retain(|x| *x != session);
                 m.gone.insert(session);
             }
+            HubEvent::StopServer => assert!(h.is_stopping()),
+            HubEvent::StartServer => m.woke = true,
             HubEvent::Note(_) => {}
         }
+    }
+    // A server stopped or asleep is given nothing (its writer is gone).
+    while !(h.is_stopping() || h.is_asleep()) {
+        let Some(b) = h.poll_to_server() else { break };
+        let v: Value = serde_json::from_slice(&b).expect("the server gets JSON");
+        if std::mem::take(&mut m.woke) {
+            assert_eq!(
+                v["method"], "initialize",
+                "a woken server hears the handshake first"
+            );
+        }
+        if v.get("method").is_some() {
+            if let Some(id) = v.get("id") {
+                m.server_ids.push(id.clone());
+            }
+            if let Some(t) = v.pointer("/params/_meta/progressToken") {
+                m.tokens.push(t.clone());
+            }
+        }
+    }
+    if m.server_ids.len() > 512 {
+        m.server_ids.drain(..256);
     }
     for s in &m.gone {
         assert_eq!(h.session_backlog(*s), 0, "bytes for a gone session");

@@ -379,6 +379,141 @@ fn f2_list_changed_reaches_every_handshaken_session() {
     assert!(to_session(&mut h, s3).is_empty(), "not handshaken yet");
 }
 
+/// `--idle-stop` with `--share`: never while a call is in flight; after
+/// the set time with nothing open, the server is to be stopped and the
+/// sessions stay; the next call asks for a new server and reaches it after
+/// the first session's handshake (and the log level), whose answers are the
+/// hub's own; the call's answer reaches its session.
+#[test]
+fn f2_idle_stop_sleeps_only_when_nothing_is_open_and_the_next_call_replays_the_handshake() {
+    let (mut h, s1, s2) = two();
+    let after = std::time::Duration::from_secs(5);
+    h.idle_stop(Some(after));
+    let t0 = Instant::now();
+    h.busy(t0);
+    h.handle_session_line(
+        s2,
+        &line(
+            &json!({"jsonrpc":"2.0","id":3,"method":"logging/setLevel","params":{"level":"info"}}),
+        ),
+    );
+    let sent = to_server(&mut h);
+    h.handle_server_line(&format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#,
+        sent[0]["id"]
+    ));
+    assert_eq!(to_session(&mut h, s2)[0]["id"], 3);
+    // A call in flight: no sleep, however long it takes.
+    h.handle_session_line(s1, &call(7, "slow"));
+    let slow = to_server(&mut h);
+    assert_eq!(h.idle_deadline(), None);
+    h.handle_time(t0 + after * 10);
+    assert!(events(&mut h).is_empty());
+    let t1 = t0 + after * 10;
+    h.busy(t1);
+    h.handle_server_line(&format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#,
+        slow[0]["id"]
+    ));
+    assert_eq!(to_session(&mut h, s1)[0]["id"], 7);
+    assert_eq!(h.idle_deadline(), Some(t1 + after));
+    h.handle_time(t1 + after / 2);
+    assert!(events(&mut h).is_empty(), "not yet");
+    h.handle_time(t1 + after);
+    let ev = events(&mut h);
+    assert!(ev.contains(&HubEvent::StopServer), "{ev:?}");
+    assert!(h.is_stopping());
+    h.handle_server_slept();
+    assert!(h.is_asleep());
+    assert_eq!(h.sessions(), 2, "the sessions stay");
+    assert_eq!(h.metrics().idle_stops, 1);
+    // The next call wakes it: the handshake first, then the call.
+    h.handle_session_line(s2, &call(8, "echo"));
+    let ev = events(&mut h);
+    assert!(ev.contains(&HubEvent::StartServer), "{ev:?}");
+    let sent = to_server(&mut h);
+    let methods: Vec<&str> = sent.iter().filter_map(|m| m["method"].as_str()).collect();
+    assert_eq!(
+        methods,
+        [
+            "initialize",
+            "notifications/initialized",
+            "logging/setLevel",
+            "tools/call"
+        ],
+        "{sent:?}"
+    );
+    assert_eq!(
+        sent[0]["params"]["capabilities"],
+        json!({"sampling":{}}),
+        "the first session's"
+    );
+    assert_eq!(sent[2]["params"]["level"], "info");
+    for m in &sent[..3] {
+        if m.get("id").is_some() {
+            h.handle_server_line(&format!(
+                r#"{{"jsonrpc":"2.0","id":{},"result":{RESULT}}}"#,
+                m["id"]
+            ));
+        }
+    }
+    assert!(
+        to_session(&mut h, s1).is_empty(),
+        "the replay's answers are the hub's"
+    );
+    assert!(
+        to_session(&mut h, s2).is_empty(),
+        "the replay's answers are the hub's"
+    );
+    h.handle_server_line(&format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{"ok":1}}}}"#,
+        sent[3]["id"]
+    ));
+    let got = to_session(&mut h, s2);
+    assert_eq!(got[0]["id"], 8);
+    assert_eq!(got[0]["result"]["ok"], 1);
+    assert_eq!(h.metrics().resumes, 1);
+}
+
+/// A call that comes while the server is being stopped waits and wakes
+/// it as soon as it has ended; a subscription keeps it awake.
+#[test]
+fn f2_a_call_during_the_stop_wakes_the_server_once_it_has_ended() {
+    let (mut h, s1, _s2) = two();
+    let after = std::time::Duration::from_secs(1);
+    h.idle_stop(Some(after));
+    let t0 = Instant::now();
+    h.busy(t0);
+    h.handle_time(t0 + after);
+    assert!(events(&mut h).contains(&HubEvent::StopServer));
+    h.handle_session_line(s1, &call(9, "echo"));
+    assert!(
+        !events(&mut h).contains(&HubEvent::StartServer),
+        "not while it ends"
+    );
+    h.handle_server_slept();
+    assert!(events(&mut h).contains(&HubEvent::StartServer));
+    let sent = to_server(&mut h);
+    assert_eq!(sent[0]["method"], "initialize");
+    assert_eq!(sent.last().expect("the call")["method"], "tools/call");
+    // A subscription: no sleep.
+    let mut h = two().0;
+    h.idle_stop(Some(after));
+    let s = SessionId(1);
+    h.handle_session_line(
+        s,
+        &line(&json!({"jsonrpc":"2.0","id":4,"method":"resources/subscribe","params":{"uri":"file:///a"}})),
+    );
+    let sent = to_server(&mut h);
+    h.handle_server_line(&format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#,
+        sent[0]["id"]
+    ));
+    h.busy(t0);
+    h.handle_time(t0 + after * 100);
+    assert!(!events(&mut h).contains(&HubEvent::StopServer));
+}
+
 #[test]
 fn bad_input_is_dropped_and_the_hub_goes_on() {
     let (mut h, s1, _) = two();
