@@ -221,7 +221,7 @@ async fn first_host_line(max: usize) -> Option<Vec<u8>> {
 
 /// The ids of the host's requests the hub has not answered: when the hub
 /// goes, each gets the crash error at once. At most
-/// [`MAX_HUB_IN_FLIGHT`](mcp_stdio_core::hub::MAX_HUB_IN_FLIGHT) (the hub
+/// `mcp_stdio_core::hub::MAX_HUB_IN_FLIGHT` (the hub
 /// holds no more for a session).
 #[derive(Default)]
 struct Open {
@@ -286,7 +286,7 @@ impl Open {
 /// first answer is looked at (a private-server answer); the rest goes as
 /// it comes. When the hub goes while the host is still there, the host's
 /// open requests get the crash error. A host that stops reading while more
-/// than [`MAX_SESSION_QUEUE`](mcp_stdio_core::hub::MAX_SESSION_QUEUE) and
+/// than `mcp_stdio_core::hub::MAX_SESSION_QUEUE` and
 /// one frame wait for it loses its session (exit 75), as a guard of its
 /// own would close it (G1).
 pub(crate) async fn relay(stream: UnixStream, framer: &FramerConfig, rejoin: &Rejoin) -> RelayEnd {
