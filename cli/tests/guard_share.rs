@@ -277,7 +277,7 @@ fn f2_share_with_a_per_session_option_is_a_usage_error() {
     for flag in [
         &["--audit", "x.jsonl"][..],
         &["--otel"],
-        &["--idle-stop", "5s"],
+        &["--pin", "pins.json"],
     ] {
         let mut args = vec!["--share"];
         args.extend_from_slice(flag);
@@ -578,4 +578,51 @@ fn g2_f2_the_hub_log_is_rotated_under_a_stderr_flood() {
     );
     let total: u64 = sizes.iter().map(|(_, l)| l).sum();
     assert!(total <= 3 * 10 * 1024 * 1024 + 64 * 1024, "{sizes:?}");
+}
+
+/// `--idle-stop` with `--share`: the shared server never stops while a
+/// call is in flight (a 2.5 s call under a 1 s idle stop); once nothing is
+/// open for the set time it is stopped and both sessions stay; the next
+/// call, from the other session, starts it again (the handshake replayed
+/// by the hub) and is answered.
+#[test]
+fn f2_a_shared_server_sleeps_when_idle_never_mid_call_and_wakes_for_the_next() {
+    let base = Base::new();
+    let mut a = base.guard(&["--idle-stop", "1s"]);
+    let mut b = base.guard(&["--idle-stop", "1s"]);
+    initialize(&mut a, json!({}));
+    initialize(&mut b, json!({}));
+    let hub = base.hub().expect("a hub");
+    let first = children(hub)[0];
+    let t = Instant::now();
+    let r = a.call_tool(1, "slow", json!({"chunks": 25, "delay_ms": 100}));
+    assert!(r.get("result").is_some(), "the long call completes: {r}");
+    assert!(!gone(first), "not stopped during the call");
+    eprintln!("a {:?} call under a 1 s idle stop completed", t.elapsed());
+    let slept = wait_gone(first, Duration::from_secs(10));
+    eprintln!("the server stopped {slept:?} after the call");
+    assert!(children(hub).is_empty(), "{:?}", children(hub));
+    let t = Instant::now();
+    let r = b.call_tool(2, "echo", json!({"text": "awake"}));
+    assert_eq!(r["result"]["content"][0]["text"], "awake", "{r}");
+    eprintln!(
+        "the next call was answered in {:?} (a new server)",
+        t.elapsed()
+    );
+    let second = children(hub);
+    assert_eq!(second.len(), 1);
+    assert_ne!(second[0], first);
+    let r = a.call_tool(3, "echo", json!({"text": "a too"}));
+    assert_eq!(r["result"]["content"][0]["text"], "a too", "{r}");
+    a.close();
+    b.close();
+    wait_gone(hub, Duration::from_secs(10));
+    let log = std::fs::read_dir(base.share_dir())
+        .expect("share dir")
+        .flatten()
+        .find(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .and_then(|e| std::fs::read_to_string(e.path()).ok())
+        .unwrap_or_default();
+    assert!(log.contains("the server sleeps"), "{log}");
+    assert!(log.contains("started again"), "{log}");
 }

@@ -264,7 +264,6 @@ fn unshareable(args: &GuardArgs, settings: &GuardSettings) -> Option<&'static st
             "--log-file",
         ),
         (settings.pin.is_some(), "--pin"),
-        (settings.idle_stop.is_some(), "--idle-stop"),
     ]
     .into_iter()
     .find_map(|(given, flag)| given.then_some(flag))
@@ -383,7 +382,8 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     let mut preface = Vec::new();
     if let Ok(server) = &server {
         if let Some(path) = &args.hub_socket {
-            return share::serve_hub(path, server, &settings.framer, linger).await;
+            return share::serve_hub(path, server, &settings.framer, linger, settings.idle_stop)
+                .await;
         }
         if let Some(named) = &share {
             if let Some(flag) = unshareable(&args, &settings) {
@@ -392,7 +392,12 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
                 );
                 return ExitCode::from(EXIT_USAGE);
             }
-            let key = share::key(server, settings.framer.get_max_frame(), named.as_deref());
+            let key = share::key(
+                server,
+                settings.framer.get_max_frame(),
+                settings.idle_stop,
+                named.as_deref(),
+            );
             match share::socket_path(&key) {
                 Ok(path) => match share::attach(&path, || share::start_hub(&path)).await {
                     share::Attached::Relay(stream) => {

@@ -72,8 +72,14 @@ const PRIVATE_KEY: &str = "mcp-stdio-hub/private";
 
 /// The share key: a digest of everything that makes two servers the same
 /// (the command line, the environment it gets, its working folder, its
-/// sandbox, the wire limit), or of the key `--share KEY` names.
-pub(crate) fn key(server: &CommandSpec, max_frame: usize, named: Option<&str>) -> String {
+/// sandbox, the wire limit, its idle stop), or of the key `--share KEY`
+/// names.
+pub(crate) fn key(
+    server: &CommandSpec,
+    max_frame: usize,
+    idle_stop: Option<Duration>,
+    named: Option<&str>,
+) -> String {
     let mut h = Sha256::new();
     match named {
         Some(name) => {
@@ -82,7 +88,7 @@ pub(crate) fn key(server: &CommandSpec, max_frame: usize, named: Option<&str>) -
         }
         None => {
             h.update(format!("{server:?}").as_bytes());
-            h.update(format!("\0max_frame={max_frame}\0").as_bytes());
+            h.update(format!("\0max_frame={max_frame}\0idle_stop={idle_stop:?}\0").as_bytes());
             if server.get_current_dir().is_none() {
                 if let Ok(cwd) = std::env::current_dir() {
                     h.update(cwd.as_os_str().as_encoded_bytes());
@@ -737,6 +743,13 @@ struct Shared {
     server_closing: bool,
     /// The server ended.
     server_done: bool,
+    /// The core asked for the server to be started again (after a sleep).
+    start_wanted: bool,
+    /// The core asked for the server to be stopped (it sat idle).
+    stop_wanted: bool,
+    /// An idle deadline was set at the last look (the main loop, told when
+    /// one appears, sleeps until it).
+    idle_due: bool,
 }
 
 struct HubState {
@@ -744,6 +757,8 @@ struct HubState {
     /// The hub's log (`<key>.log`): the server's stderr and the hub's
     /// notes, size-rotated, written by a thread of its own (None: stderr).
     log: Mutex<Option<LogFile>>,
+    /// The running server's process group, for the shutdown ladder.
+    group: Mutex<Option<mcp_stdio_tokio::leader::ProcessGroup>>,
     server_wake: Notify,
     /// Sessions came or went, or the server ended.
     changed: Notify,
@@ -805,6 +820,14 @@ impl HubState {
                     s.private.insert(session, line);
                 }
                 HubEvent::Note(text) => self.say(&text),
+                HubEvent::StopServer => {
+                    s.stop_wanted = true;
+                    self.changed.notify_one();
+                }
+                HubEvent::StartServer => {
+                    s.start_wanted = true;
+                    self.changed.notify_one();
+                }
             }
         }
         for w in s.wake.values() {
@@ -813,16 +836,25 @@ impl HubState {
         if s.hub.server_backlog() > 0 || s.server_closing {
             self.server_wake.notify_one();
         }
+        // An idle deadline appeared: the main loop sleeps until it.
+        let due = s.hub.idle_deadline().is_some();
+        if due && !s.idle_due {
+            self.changed.notify_one();
+        }
+        s.idle_due = due;
     }
 }
 
 /// Runs the hub at `path` in front of `server` until the last session has
-/// gone for `linger` (or the server ends). Returns the process's status.
+/// gone for `linger` (or the server ends). With `idle_stop`, a server with
+/// nothing open for that long is stopped and started again at the next
+/// message (the core's [`Hub::idle_stop`]). Returns the process's status.
 pub(crate) async fn serve_hub(
     path: &Path,
     server: &CommandSpec,
     framer: &FramerConfig,
     linger: Duration,
+    idle_stop: Option<Duration>,
 ) -> ExitCode {
     // A session of its own: no host's terminal or group signal reaches it.
     let _ = rustix::process::setsid();
@@ -840,14 +872,6 @@ pub(crate) async fn serve_hub(
         }
     };
     let socket = RemoveOnDrop::new(path);
-    let mut child = match mcp_stdio_sys::spawn_piped(server) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("mcp-stdio hub: cannot start {}: {e}", server.display());
-            return ExitCode::from(crate::diagnose::EXIT_NOT_STARTED);
-        }
-    };
-    let pgid = child.id();
     // The log: what the server writes on stderr and the hub's notes, in
     // the file the hub's own stderr already appends to (where a hub that
     // cannot start says why), rotated at HUB_LOG_MAX.
@@ -858,132 +882,63 @@ pub(crate) async fn serve_hub(
     })
     .map_err(|e| eprintln!("mcp-stdio hub: no log file ({e}); stderr instead"))
     .ok();
-    let (Some(stdin), Some(stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        return ExitCode::from(crate::diagnose::EXIT_NOT_STARTED);
-    };
-    let pipes = (|| {
-        Ok::<_, io::Error>((
-            tokio::process::ChildStdin::from_std(stdin)?,
-            tokio::process::ChildStdout::from_std(stdout)?,
-            tokio::process::ChildStderr::from_std(stderr)?,
-        ))
-    })();
-    let Ok((mut stdin, mut stdout, mut stderr)) = pipes else {
-        return ExitCode::from(crate::diagnose::EXIT_NOT_STARTED);
-    };
+    let mut hub = Hub::new(framer.get_max_frame());
+    hub.idle_stop(idle_stop);
     let state = Arc::new(HubState {
         shared: Mutex::new(Shared {
-            hub: Hub::new(framer.get_max_frame()),
+            hub,
             closing: BTreeSet::new(),
             private: HashMap::new(),
             wake: HashMap::new(),
             server_closing: false,
             server_done: false,
+            start_wanted: false,
+            stop_wanted: false,
+            idle_due: false,
         }),
         log: Mutex::new(log),
+        group: Mutex::new(None),
         server_wake: Notify::new(),
         changed: Notify::new(),
         drained: Notify::new(),
     });
-    state.say(&format!(
-        "serving {} (pid {pgid}) at {}",
-        server.display(),
-        path.display()
-    ));
-    // The server's stdout: always read (G1), framed, given to the core.
-    let st = Arc::clone(&state);
-    let config = framer.clone();
-    tokio::spawn(async move {
-        let mut framer = Framer::new(config);
-        // Read straight into the framer's buffer: a large result is
-        // gathered in place, not copied from a read buffer.
-        while let Ok(n) = stdout.read(framer.read_room().zeroed()).await {
-            if n == 0 {
-                break;
-            }
-            let mut s = st.lock();
-            framer.filled(n, |ev: FrameEvent<'_>| {
-                if let FrameEvent::Frame(text) = ev {
-                    s.hub.handle_server_line(&text);
-                }
-            });
-            st.pump(&mut s);
-        }
-    });
-    // Its stderr: to the hub's log, as it comes, always read.
-    let st = Arc::clone(&state);
-    tokio::spawn(async move {
-        let mut buf = vec![0; READ_CHUNK];
-        while let Ok(n) = stderr.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-            st.log(buf[..n].to_vec());
-        }
-    });
-    // Its stdin: what the core has for it, written at the pace it reads.
-    let st = Arc::clone(&state);
-    tokio::spawn(async move {
-        loop {
-            let (bytes, closing) = {
-                let mut s = st.lock();
-                (s.hub.poll_to_server().unwrap_or_default(), s.server_closing)
-            };
-            if !bytes.is_empty() {
-                st.drained.notify_waiters();
-                if stdin.write_all(&bytes).await.is_err() {
-                    break;
-                }
-                continue;
-            }
-            if closing {
-                break;
-            }
-            st.server_wake.notified().await;
-        }
-        drop(stdin);
-    });
-    // Its end: every session gets the crash error and is closed. Watched
-    // through the driver's `Leader`: no signal goes out after the reap.
-    let Ok(rt) = Tokio::current() else {
+    if let Err(e) = start_server(&state, server, framer) {
+        state.say(&e);
+        state.close_log();
         return ExitCode::from(crate::diagnose::EXIT_NOT_STARTED);
-    };
-    let mut leader = Leader::new(&rt, child);
-    let group = leader.group().clone();
-    let st = Arc::clone(&state);
-    tokio::spawn(async move {
-        let status = leader.exited().await;
-        leader.reap();
-        let how = match status {
-            Ok(mcp_stdio_core::ExitStatus::Code(c)) => format!("exit code {c}"),
-            Ok(mcp_stdio_core::ExitStatus::Signal(n)) => format!("signal {n}"),
-            Err(e) => format!("no exit status: {e}"),
-        };
-        let mut s = st.lock();
-        let closing = s.server_closing;
-        s.hub.handle_server_gone(&ErrorObject::new(
-            mcp_stdio_core::SERVER_CRASHED,
-            format!("the shared MCP server ended ({how}); mcp-stdio hub closes its sessions"),
-        ));
-        s.server_done = true;
-        st.pump(&mut s);
-        drop(s);
-        if !closing {
-            st.say(&format!("the server ended ({how})"));
-        }
-        st.changed.notify_one();
-    });
+    }
 
     let uid = rustix::process::geteuid().as_raw();
     let mut empty_since = Some(Instant::now());
     loop {
-        let (sessions, done) = {
-            let s = state.lock();
-            (s.hub.sessions() + s.wake.len(), s.server_done)
+        let (sessions, gone, start, stop, idle_due) = {
+            let mut s = state.lock();
+            let sleeping = s.hub.is_asleep() || s.hub.is_stopping();
+            (
+                s.hub.sessions() + s.wake.len(),
+                s.server_done && !sleeping,
+                std::mem::take(&mut s.start_wanted),
+                std::mem::take(&mut s.stop_wanted),
+                s.hub.idle_deadline(),
+            )
         };
-        if done && sessions == 0 {
+        if start {
+            if let Err(e) = start_server(&state, server, framer) {
+                state.say(&e);
+                let mut s = state.lock();
+                s.hub.handle_server_gone(&ErrorObject::new(
+                    mcp_stdio_core::SERVER_CRASHED,
+                    format!("the shared MCP server could not be started again: {e}"),
+                ));
+                s.server_done = true;
+                state.pump(&mut s);
+            }
+            continue;
+        }
+        if stop {
+            tokio::spawn(stop_server(Arc::clone(&state)));
+        }
+        if gone && sessions == 0 {
             break;
         }
         if sessions == 0 {
@@ -992,7 +947,7 @@ pub(crate) async fn serve_hub(
             empty_since = None;
         }
         let linger_left = empty_since.map(|t| linger.saturating_sub(t.elapsed()));
-        if linger_left == Some(Duration::ZERO) && !done {
+        if linger_left == Some(Duration::ZERO) && !gone {
             break;
         }
         let linger_sleep = async {
@@ -1001,11 +956,17 @@ pub(crate) async fn serve_hub(
                 None => std::future::pending().await,
             }
         };
+        let idle_sleep = async {
+            match idle_due {
+                Some(due) => tokio::time::sleep_until(due.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let ok = mcp_stdio_sys::runtime_dir::peer_uid(stream.as_fd()).is_ok_and(|p| p == uid);
-                if !ok || done {
+                if !ok || gone {
                     continue;
                 }
                 let opened = state.lock().hub.open_session();
@@ -1019,31 +980,14 @@ pub(crate) async fn serve_hub(
             }
             () = state.changed.notified() => {}
             () = linger_sleep => {}
+            () = idle_sleep => {
+                let mut s = state.lock();
+                s.hub.handle_time(Instant::now());
+                state.pump(&mut s);
+            }
         }
     }
-    // Stop the server: its stdin closes, then SIGTERM, then SIGKILL.
-    {
-        let mut s = state.lock();
-        s.server_closing = true;
-        state.pump(&mut s);
-    }
-    let ended = |st: &HubState| st.lock().server_done;
-    for signal in [
-        None,
-        Some(mcp_stdio_core::Signal::Term),
-        Some(mcp_stdio_core::Signal::Kill),
-    ] {
-        if let Some(sig) = signal {
-            group.signal(sig);
-        }
-        let t = Instant::now();
-        while !ended(&state) && t.elapsed() < SERVER_STOP_GRACE {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        if ended(&state) {
-            break;
-        }
-    }
+    stop_ladder(&state).await;
     state.say(&format!(
         "no session for {:.1} s; stopped",
         linger.as_secs_f64()
@@ -1051,6 +995,165 @@ pub(crate) async fn serve_hub(
     state.close_log();
     drop(socket);
     ExitCode::SUCCESS
+}
+
+/// Stops the server: its stdin closes, then SIGTERM, then SIGKILL to its
+/// group, each after SERVER_STOP_GRACE without its end.
+async fn stop_ladder(state: &HubState) {
+    {
+        let mut s = state.lock();
+        s.server_closing = true;
+        state.pump(&mut s);
+    }
+    let group = state
+        .group
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let ended = |st: &HubState| st.lock().server_done;
+    for signal in [
+        None,
+        Some(mcp_stdio_core::Signal::Term),
+        Some(mcp_stdio_core::Signal::Kill),
+    ] {
+        if let (Some(sig), Some(group)) = (signal, &group) {
+            group.signal(sig);
+        }
+        let t = Instant::now();
+        while !ended(state) && t.elapsed() < SERVER_STOP_GRACE {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if ended(state) {
+            break;
+        }
+    }
+}
+
+/// The idle stop: the server is stopped; its end is a sleep.
+async fn stop_server(state: Arc<HubState>) {
+    stop_ladder(&state).await;
+}
+
+/// Starts the server (the first time, or after a sleep) with its four
+/// tasks: its stdout read always (G1) and framed to the core, its stderr to
+/// the log, its stdin written at the pace it reads, its end watched through
+/// the driver's `Leader` (no signal goes out after the reap).
+fn start_server(
+    state: &Arc<HubState>,
+    server: &CommandSpec,
+    framer: &FramerConfig,
+) -> Result<(), String> {
+    let mut child = mcp_stdio_sys::spawn_piped(server)
+        .map_err(|e| format!("cannot start {}: {e}", server.display()))?;
+    let pgid = child.id();
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err("the server's pipes are missing".into());
+    };
+    let (mut stdin, mut stdout, mut stderr) = (|| {
+        Ok::<_, io::Error>((
+            tokio::process::ChildStdin::from_std(stdin)?,
+            tokio::process::ChildStdout::from_std(stdout)?,
+            tokio::process::ChildStderr::from_std(stderr)?,
+        ))
+    })()
+    .map_err(|e| format!("the server's pipes: {e}"))?;
+    let rt = Tokio::current().map_err(|e| e.to_string())?;
+    state.say(&format!("serving {} (pid {pgid})", server.display()));
+    {
+        let mut s = state.lock();
+        s.server_closing = false;
+        s.server_done = false;
+    }
+    let st = Arc::clone(state);
+    let config = framer.clone();
+    tokio::spawn(async move {
+        let mut framer = Framer::new(config);
+        // Read straight into the framer's buffer: a large result is
+        // gathered in place, not copied from a read buffer.
+        while let Ok(n) = stdout.read(framer.read_room().zeroed()).await {
+            if n == 0 {
+                break;
+            }
+            let mut s = st.lock();
+            s.hub.busy(Instant::now());
+            framer.filled(n, |ev: FrameEvent<'_>| {
+                if let FrameEvent::Frame(text) = ev {
+                    s.hub.handle_server_line(&text);
+                }
+            });
+            st.pump(&mut s);
+        }
+    });
+    let st = Arc::clone(state);
+    tokio::spawn(async move {
+        let mut buf = vec![0; READ_CHUNK];
+        while let Ok(n) = stderr.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            st.log(buf[..n].to_vec());
+        }
+    });
+    let st = Arc::clone(state);
+    tokio::spawn(async move {
+        loop {
+            // A server being stopped is given nothing more: what comes
+            // meanwhile waits for the next one.
+            let bytes = {
+                let mut s = st.lock();
+                if s.server_closing {
+                    break;
+                }
+                s.hub.poll_to_server().unwrap_or_default()
+            };
+            if !bytes.is_empty() {
+                st.drained.notify_waiters();
+                if stdin.write_all(&bytes).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            st.server_wake.notified().await;
+        }
+        drop(stdin);
+    });
+    let mut leader = Leader::new(&rt, child);
+    *state.group.lock().unwrap_or_else(PoisonError::into_inner) = Some(leader.group().clone());
+    let st = Arc::clone(state);
+    tokio::spawn(async move {
+        let status = leader.exited().await;
+        leader.reap();
+        let how = match status {
+            Ok(mcp_stdio_core::ExitStatus::Code(c)) => format!("exit code {c}"),
+            Ok(mcp_stdio_core::ExitStatus::Signal(n)) => format!("signal {n}"),
+            Err(e) => format!("no exit status: {e}"),
+        };
+        let mut s = st.lock();
+        let closing = s.server_closing;
+        if s.hub.is_stopping() {
+            s.hub.handle_server_slept();
+            drop(s);
+            st.say(&format!("the server sleeps ({how})"));
+            s = st.lock();
+        } else {
+            s.hub.handle_server_gone(&ErrorObject::new(
+                mcp_stdio_core::SERVER_CRASHED,
+                format!("the shared MCP server ended ({how}); mcp-stdio hub closes its sessions"),
+            ));
+            if !closing {
+                drop(s);
+                st.say(&format!("the server ended ({how})"));
+                s = st.lock();
+            }
+        }
+        s.server_done = true;
+        st.pump(&mut s);
+        drop(s);
+        st.changed.notify_one();
+    });
+    Ok(())
 }
 
 /// Removes the hub's socket when the hub ends: its own only. When its
@@ -1110,6 +1213,7 @@ fn spawn_session(state: &Arc<HubState>, id: SessionId, stream: UnixStream, confi
                 Ok(n) => n,
             };
             let mut s = st.lock();
+            s.hub.busy(Instant::now());
             framer.push(&buf[..n], |ev: FrameEvent<'_>| {
                 if let FrameEvent::Frame(text) = ev {
                     s.hub.handle_session_line(id, &text);
