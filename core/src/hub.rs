@@ -48,6 +48,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 
+use crate::records::call::{CallConfig, CallIdentity, CallLifecycle, CallOutcome, CallRecord};
+use crate::time::Stamp;
 use crate::wire::message::{
     encode_error, encode_notification, encode_request, encode_result, Decoded, ErrorObject, Id,
     Message, INTERNAL_ERROR,
@@ -69,6 +71,9 @@ pub const MAX_HUB_SUBSCRIPTIONS: usize = 1024;
 /// stopped reading), the others go on. One message always fits an empty
 /// queue, so the worst case is this plus one message (the wire limit).
 pub const MAX_SESSION_QUEUE: usize = 8 * 1024 * 1024;
+/// Call records waiting for the adapter ([`Hub::poll_record`]); past it
+/// they are dropped and counted (`records_dropped`).
+pub const MAX_HUB_RECORDS: usize = 1024;
 /// Answers dropped after a cancel remembered, at most.
 const MAX_CANCELLED: usize = 4096;
 /// The params of a cancel or a log level the hub rewrites, at most.
@@ -149,6 +154,8 @@ pub struct HubMetrics {
     pub idle_stops: u64,
     /// Times a sleeping server was started again.
     pub resumes: u64,
+    /// Call records dropped: [`MAX_HUB_RECORDS`] waited.
+    pub records_dropped: u64,
 }
 
 /// A request of a session, at the server under a hub id.
@@ -161,6 +168,8 @@ struct Pending {
     token: Option<(Id, Id)>,
     /// The URI of a `resources/subscribe` (counted now, uncounted on error).
     subscribe: Option<String>,
+    /// Its record, when the hub keeps them ([`Hub::record_calls`]).
+    call: Option<CallLifecycle>,
 }
 
 #[derive(Debug, Default)]
@@ -237,6 +246,13 @@ pub struct Hub {
     busy_at: Option<Instant>,
     /// Where the server is in its sleep.
     sleep: Sleep,
+    /// The time of the last input ([`Hub::busy`]), for the records.
+    now: Option<Stamp>,
+    /// Call records are kept: the prefix of their session ids, the target.
+    recording: Option<(String, String)>,
+    call_config: CallConfig,
+    calls: u64,
+    records: VecDeque<CallRecord>,
     metrics: HubMetrics,
 }
 
@@ -359,8 +375,81 @@ impl Hub {
             idle_after: None,
             busy_at: None,
             sleep: Sleep::Awake,
+            now: None,
+            recording: None,
+            call_config: CallConfig::default(),
+            calls: 0,
+            records: VecDeque::new(),
             metrics: HubMetrics::default(),
         }
+    }
+
+    /// Keeps a call record of every request the server is given (the
+    /// audit log of `--audit` with `--share`): each names its host session
+    /// as `{prefix}/{session}` and `target` as its target. Taken with
+    /// [`poll_record`](Self::poll_record) once the call has ended.
+    pub fn record_calls(&mut self, prefix: &str, target: &str) -> &mut Self {
+        self.recording = Some((prefix.to_owned(), target.to_owned()));
+        self
+    }
+
+    /// The next call record.
+    pub fn poll_record(&mut self) -> Option<CallRecord> {
+        self.records.pop_front()
+    }
+
+    /// A new call's record, dispatched, when records are kept.
+    fn open_call(
+        &mut self,
+        session: SessionId,
+        r: &crate::wire::message::Request,
+    ) -> Option<CallLifecycle> {
+        let (prefix, target) = self.recording.as_ref()?;
+        let at = self.now?;
+        self.calls += 1;
+        let operation = (r.method == "tools/call")
+            .then(|| field(r.params.as_deref(), "name"))
+            .flatten()
+            .unwrap_or_else(|| r.method.clone());
+        let id = serde_json::to_string(&r.id).unwrap_or_default();
+        let call_id = format!("{}/{}/{id}", self.calls, session.0);
+        let session_id = format!("{prefix}/{}", session.0);
+        let mut call = CallLifecycle::new(
+            &self.call_config,
+            CallIdentity {
+                call_id: &call_id,
+                session_id: &session_id,
+                operation: &operation,
+                target,
+            },
+            at.unix_ms,
+        );
+        // The hub has no approval step: each step is legal from the one before.
+        let _ = call.validate(at);
+        let _ = call.authorize(at);
+        let _ = call.dispatch(at);
+        call.note(
+            at.unix_ms,
+            &format!("{} request of host session {}", r.method, session.0),
+        );
+        Some(call)
+    }
+
+    /// A call ended: its record waits for the adapter.
+    fn close_call(
+        &mut self,
+        call: Option<CallLifecycle>,
+        end: impl FnOnce(&mut CallLifecycle, Stamp),
+    ) {
+        let (Some(mut call), Some(at)) = (call, self.now) else {
+            return;
+        };
+        end(&mut call, at);
+        if self.records.len() >= MAX_HUB_RECORDS {
+            self.metrics.records_dropped += 1;
+            return;
+        }
+        self.records.push_back(call.record().clone());
     }
 
     /// Stops the server after `after` with nothing open (`None`: never).
@@ -369,9 +458,11 @@ impl Hub {
         self
     }
 
-    /// Bytes moved either way at `now`: the idle clock starts again.
-    pub fn busy(&mut self, now: Instant) {
-        self.busy_at = Some(now);
+    /// Bytes moved either way at `at`: the idle clock starts again, and
+    /// the records take their time from it.
+    pub fn busy(&mut self, at: Stamp) {
+        self.busy_at = Some(at.instant);
+        self.now = Some(at);
     }
 
     /// Whether nothing is open: the server initialized and awake, no
@@ -771,6 +862,7 @@ impl Hub {
         subscribe: Option<String>,
     ) {
         let hub_id = self.next_hub_id();
+        let call = self.open_call(session, &r);
         let mut params = r.params;
         let token = token.and_then(|t| {
             let hub_token = Id::String(format!("{HUB_TOKEN_PREFIX}{}", self.next_id));
@@ -807,6 +899,7 @@ impl Hub {
                 method: r.method,
                 token,
                 subscribe,
+                call,
             },
         );
         self.send_server(bytes);
@@ -856,6 +949,7 @@ impl Hub {
         if let Some(s) = self.sessions.get_mut(&session) {
             s.requests.insert(r.id.clone(), hub_id.clone());
         }
+        let call = self.open_call(session, r);
         self.pending.insert(
             hub_id.clone(),
             Pending {
@@ -864,6 +958,7 @@ impl Hub {
                 method: "initialize".to_owned(),
                 token: None,
                 subscribe: None,
+                call,
             },
         );
         self.handshake_waiting = Some(HandshakeWaiting {
@@ -931,9 +1026,12 @@ impl Hub {
     /// The request `hub_id` is cancelled: the server is told, its late
     /// answer dropped, its subscription count undone.
     fn cancel_pending(&mut self, hub_id: &Id, params: Option<&RawValue>) {
-        let Some(p) = self.pending.remove(hub_id) else {
+        let Some(mut p) = self.pending.remove(hub_id) else {
             return;
         };
+        self.close_call(p.call.take(), |c, at| {
+            let _ = c.cancel(at);
+        });
         if let Some((_, hub_token)) = &p.token {
             self.tokens.remove(hub_token);
         }
@@ -1026,12 +1124,20 @@ impl Hub {
         if self.own.remove(id) {
             return;
         }
-        let Some(p) = self.pending.remove(id) else {
+        let Some(mut p) = self.pending.remove(id) else {
             if self.cancelled.contains(id) {
                 self.metrics.dropped_answers += 1;
             }
             return;
         };
+        let outcome = if answer.is_ok() {
+            CallOutcome::Succeeded
+        } else {
+            CallOutcome::RemoteFailure
+        };
+        self.close_call(p.call.take(), |c, at| {
+            let _ = c.complete(at, outcome);
+        });
         if let Some((_, hub_token)) = &p.token {
             self.tokens.remove(hub_token);
         }
@@ -1223,7 +1329,11 @@ impl Hub {
     pub fn handle_server_gone(&mut self, error: &ErrorObject) {
         self.server_gone = true;
         let pending: Vec<(Id, Pending)> = self.pending.drain().collect();
-        for (_, p) in pending {
+        for (_, mut p) in pending {
+            // The server is gone: what the call came to cannot be known.
+            self.close_call(p.call.take(), |c, at| {
+                let _ = c.mark_unknown(at);
+            });
             if let Ok(b) = encode_error(Some(&p.id), error, self.max_frame) {
                 self.send_session(p.session, b);
             }

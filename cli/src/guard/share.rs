@@ -848,7 +848,7 @@ impl HubState {
 /// Runs the hub at `path` in front of `server` until the last session has
 /// gone for `linger` (or the server ends). With `idle_stop`, a server with
 /// nothing open for that long is stopped and started again at the next
-/// message (the core's [`Hub::idle_stop`]). Returns the process's status.
+/// message (the core's `Hub::idle_stop`). Returns the process's status.
 pub(crate) async fn serve_hub(
     path: &Path,
     server: &CommandSpec,
@@ -1077,7 +1077,7 @@ fn start_server(
                 break;
             }
             let mut s = st.lock();
-            s.hub.busy(Instant::now());
+            s.hub.busy(mcp_stdio_sys::stamp_at(Instant::now()));
             framer.filled(n, |ev: FrameEvent<'_>| {
                 if let FrameEvent::Frame(text) = ev {
                     s.hub.handle_server_line(&text);
@@ -1213,7 +1213,7 @@ fn spawn_session(state: &Arc<HubState>, id: SessionId, stream: UnixStream, confi
                 Ok(n) => n,
             };
             let mut s = st.lock();
-            s.hub.busy(Instant::now());
+            s.hub.busy(mcp_stdio_sys::stamp_at(Instant::now()));
             framer.push(&buf[..n], |ev: FrameEvent<'_>| {
                 if let FrameEvent::Frame(text) = ev {
                     s.hub.handle_session_line(id, &text);

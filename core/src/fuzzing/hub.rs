@@ -24,6 +24,7 @@ pub fn fuzz_hub(data: &[u8]) {
     let mut u = Unstructured::new(data);
     let mut h = Hub::new(1 << 16);
     h.idle_stop(Some(std::time::Duration::from_secs(5)));
+    h.record_calls("fuzz", "server");
     let mut model = Model {
         t0: Some(std::time::Instant::now()),
         ..Model::default()
@@ -262,7 +263,7 @@ fn step(h: &mut Hub, m: &mut Model, op: Op) {
             let now = m.t0.unwrap_or_else(std::time::Instant::now)
                 + std::time::Duration::from_secs(u64::from(secs));
             if busy {
-                h.busy(now);
+                h.busy(crate::time::Stamp::new(now, u64::from(secs) * 1000));
             }
             h.handle_time(now);
         }
@@ -319,6 +320,16 @@ fn check(h: &mut Hub, m: &mut Model) {
     if m.server_ids.len() > 512 {
         m.server_ids.drain(..256);
     }
+    let mut records = 0;
+    while let Some(r) = h.poll_record() {
+        records += 1;
+        assert!(
+            r.state().is_terminal(),
+            "a record is given once its call ended"
+        );
+        assert!(r.session_id().starts_with("fuzz/"));
+    }
+    assert!(records <= crate::hub::MAX_HUB_RECORDS);
     for s in &m.gone {
         assert_eq!(h.session_backlog(*s), 0, "bytes for a gone session");
         assert!(h.poll_to_session(*s).is_none());

@@ -390,7 +390,7 @@ fn f2_idle_stop_sleeps_only_when_nothing_is_open_and_the_next_call_replays_the_h
     let after = std::time::Duration::from_secs(5);
     h.idle_stop(Some(after));
     let t0 = Instant::now();
-    h.busy(t0);
+    h.busy(Stamp::new(t0, 0));
     h.handle_session_line(
         s2,
         &line(
@@ -410,7 +410,7 @@ fn f2_idle_stop_sleeps_only_when_nothing_is_open_and_the_next_call_replays_the_h
     h.handle_time(t0 + after * 10);
     assert!(events(&mut h).is_empty());
     let t1 = t0 + after * 10;
-    h.busy(t1);
+    h.busy(Stamp::new(t1, 0));
     h.handle_server_line(&format!(
         r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#,
         slow[0]["id"]
@@ -483,7 +483,7 @@ fn f2_a_call_during_the_stop_wakes_the_server_once_it_has_ended() {
     let after = std::time::Duration::from_secs(1);
     h.idle_stop(Some(after));
     let t0 = Instant::now();
-    h.busy(t0);
+    h.busy(Stamp::new(t0, 0));
     h.handle_time(t0 + after);
     assert!(events(&mut h).contains(&HubEvent::StopServer));
     h.handle_session_line(s1, &call(9, "echo"));
@@ -509,9 +509,71 @@ fn f2_a_call_during_the_stop_wakes_the_server_once_it_has_ended() {
         r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#,
         sent[0]["id"]
     ));
-    h.busy(t0);
+    h.busy(Stamp::new(t0, 0));
     h.handle_time(t0 + after * 100);
     assert!(!events(&mut h).contains(&HubEvent::StopServer));
+}
+
+/// `--audit` with `--share`: a record for every request the server was
+/// given, naming its host session; ended as the call ended (an answer, a
+/// cancel, the server gone).
+#[test]
+fn f2_every_call_at_the_server_gets_a_record_naming_its_host_session() {
+    let (mut h, s1, s2) = two();
+    h.record_calls("hub-test", "fixture");
+    h.busy(Stamp::new(Instant::now(), 1_000));
+    h.handle_session_line(s1, &call(5, "echo"));
+    h.handle_session_line(s2, &call(5, "slow"));
+    h.handle_session_line(
+        s2,
+        &line(&json!({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"last"}})),
+    );
+    let sent = to_server(&mut h);
+    assert_eq!(sent.len(), 3);
+    h.handle_server_line(&format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#,
+        sent[0]["id"]
+    ));
+    h.handle_session_line(
+        s2,
+        &line(
+            &json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}),
+        ),
+    );
+    h.handle_server_gone(&ErrorObject::new(-32001, "gone"));
+    let records: Vec<CallRecord> = std::iter::from_fn(|| h.poll_record()).collect();
+    let seen: Vec<(String, String, String)> = records
+        .iter()
+        .map(|r| {
+            (
+                r.session_id().to_owned(),
+                r.operation().to_owned(),
+                r.state().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "hub-test/1".to_owned(),
+                "echo".to_owned(),
+                "completed".to_owned()
+            ),
+            (
+                "hub-test/2".to_owned(),
+                "slow".to_owned(),
+                "cancelled_after_dispatch".to_owned()
+            ),
+            (
+                "hub-test/2".to_owned(),
+                "last".to_owned(),
+                "unknown".to_owned()
+            ),
+        ],
+        "{records:?}"
+    );
+    assert_eq!(records[0].target(), "fixture");
 }
 
 #[test]
