@@ -249,9 +249,12 @@ fn f2_the_hub_killed_ends_every_session_at_once() {
 #[test]
 fn f2_a_session_the_shared_server_cannot_serve_gets_a_private_one() {
     let base = Base::new();
-    let mut a = base.guard(&[]);
+    // With --audit: the hub keeps the shared log; b's own goes beside it.
+    let log = base.path().join("audit.jsonl");
+    let log_arg = log.to_str().expect("utf-8");
+    let mut a = base.guard(&["--audit", log_arg]);
     initialize(&mut a, json!({"sampling": {}}));
-    let mut b = base.guard(&[]);
+    let mut b = base.guard(&["--audit", log_arg]);
     initialize(&mut b, json!({}));
     b.send(&call(1, "echo", json!({"text": "private"})));
     assert_eq!(b.reply(1)["result"]["content"][0]["text"], "private");
@@ -267,6 +270,17 @@ fn f2_a_session_the_shared_server_cannot_serve_gets_a_private_one() {
         "{stderr}"
     );
     a.close();
+    wait_gone(hub, Duration::from_secs(10));
+    let own = base.path().join(format!("audit.jsonl.private-{b_pid}"));
+    for path in [&log, &own] {
+        let out = std::process::Command::new(guarded::guard_bin())
+            .args(["verify", path.to_str().expect("utf-8")])
+            .output()
+            .expect("verify");
+        assert_eq!(out.status.code(), Some(0), "{}: {out:?}", path.display());
+    }
+    let private = std::fs::read_to_string(&own).expect("b's own log");
+    assert!(private.contains("\"echo\""), "{private}");
 }
 
 /// Options a shared session cannot honour yet are a usage error.
@@ -275,7 +289,7 @@ fn f2_share_with_a_per_session_option_is_a_usage_error() {
     let base = Base::new();
     let b = base.path().to_str().expect("utf-8");
     for flag in [
-        &["--audit", "x.jsonl"][..],
+        &["--metrics", "m.json"][..],
         &["--otel"],
         &["--pin", "pins.json"],
     ] {
@@ -625,4 +639,87 @@ fn f2_a_shared_server_sleeps_when_idle_never_mid_call_and_wakes_for_the_next() {
         .unwrap_or_default();
     assert!(log.contains("the server sleeps"), "{log}");
     assert!(log.contains("started again"), "{log}");
+}
+
+/// `--audit` with `--share`: the hub keeps one audit log for its sessions,
+/// a record per call naming its host session (`hub-…/1`, `hub-…/2`), ended
+/// as the call ended; sealed when the hub stops, and `verify` passes it.
+#[test]
+fn f2_audit_with_share_is_the_hubs_log_with_a_record_per_call_naming_its_session() {
+    let base = Base::new();
+    let log = base.path().join("audit.jsonl");
+    let log_arg = log.to_str().expect("utf-8");
+    let mut a = base.guard(&["--audit", log_arg]);
+    let mut b = base.guard(&["--audit", log_arg]);
+    initialize(&mut a, json!({}));
+    initialize(&mut b, json!({}));
+    let r = a.call_tool(1, "echo", json!({"text": "a"}));
+    assert!(r.get("result").is_some(), "{r}");
+    b.send(&call(1, "slow", json!({"chunks": 50, "delay_ms": 100})));
+    std::thread::sleep(Duration::from_millis(200));
+    b.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}));
+    let r = b.call_tool(2, "echo", json!({"text": "b"}));
+    assert!(r.get("result").is_some(), "{r}");
+    let hub = base.hub().expect("a hub");
+    a.close();
+    b.close();
+    wait_gone(hub, Duration::from_secs(10));
+    let out = std::process::Command::new(guarded::guard_bin())
+        .args(["verify", "--json", log_arg])
+        .output()
+        .expect("verify");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    let records: Vec<Value> = std::fs::read_to_string(&log)
+        .expect("the log")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line")["record"].clone())
+        .filter(|r| r.get("call_id").is_some())
+        .collect();
+    let seen: Vec<(String, String, String)> = records
+        .iter()
+        .map(|r| {
+            let session = r["session_id"].as_str().unwrap_or_default();
+            (
+                session[session.rfind('/').map_or(0, |i| i + 1)..].to_owned(),
+                r["operation"].as_str().unwrap_or_default().to_owned(),
+                r["state"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    eprintln!("verify: {report}");
+    eprintln!("records: {seen:?}");
+    // Each host session's calls under its own name: a's (initialize, echo)
+    // under one, b's (its cancelled call, echo) under another.
+    let of = |session: &str| -> Vec<(String, String)> {
+        seen.iter()
+            .filter(|(s, _, _)| s == session)
+            .map(|(_, op, state)| (op.clone(), state.clone()))
+            .collect()
+    };
+    let a_session = &seen
+        .iter()
+        .find(|(_, op, _)| op == "initialize")
+        .expect("a's")
+        .0;
+    let b_session = &seen.iter().find(|(_, op, _)| op == "slow").expect("b's").0;
+    assert_ne!(a_session, b_session);
+    let pair = |op: &str, state: &str| (op.to_owned(), state.to_owned());
+    assert_eq!(
+        of(a_session),
+        [pair("initialize", "completed"), pair("echo", "completed")]
+    );
+    assert_eq!(
+        of(b_session),
+        [
+            pair("slow", "cancelled_after_dispatch"),
+            pair("echo", "completed")
+        ]
+    );
+    assert!(
+        records.iter().all(|r| r["session_id"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("hub-"))),
+        "{records:?}"
+    );
 }

@@ -256,7 +256,6 @@ fn default_name(spec: &CommandSpec) -> String {
 /// guard only relays it to the hub).
 fn unshareable(args: &GuardArgs, settings: &GuardSettings) -> Option<&'static str> {
     [
-        (args.audit.is_some(), "--audit"),
         (args.metrics.is_some(), "--metrics"),
         (args.otel || settings.status.otel.unwrap_or(false), "--otel"),
         (
@@ -382,8 +381,39 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     let mut preface = Vec::new();
     if let Ok(server) = &server {
         if let Some(path) = &args.hub_socket {
-            return share::serve_hub(path, server, &settings.framer, linger, settings.idle_stop)
-                .await;
+            // The hub's audit log: one session of the hub's, a record per
+            // call naming its host session.
+            let audit = match &args.audit {
+                Some(audit_path) => {
+                    let hub_session = format!(
+                        "hub-{}-{}",
+                        std::process::id(),
+                        stamp(Instant::now()).unix_ms
+                    );
+                    let key = args
+                        .audit_key_file
+                        .as_ref()
+                        .map(crate::verify::read_key)
+                        .transpose();
+                    match key.and_then(|k| AuditLog::open(audit_path, k, &hub_session)) {
+                        Ok(log) => Some((log, hub_session)),
+                        Err(e) => {
+                            eprintln!("mcp-stdio hub: {e}");
+                            return ExitCode::from(EXIT_USAGE);
+                        }
+                    }
+                }
+                None => None,
+            };
+            return share::serve_hub(
+                path,
+                server,
+                &settings.framer,
+                linger,
+                settings.idle_stop,
+                audit,
+            )
+            .await;
         }
         if let Some(named) = &share {
             if let Some(flag) = unshareable(&args, &settings) {
@@ -395,7 +425,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
             let key = share::key(
                 server,
                 settings.framer.get_max_frame(),
-                settings.idle_stop,
+                (settings.idle_stop, args.audit.as_deref()),
                 named.as_deref(),
             );
             match share::socket_path(&key) {
@@ -426,7 +456,18 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         }
     }
     let session_id = format!("{}-{}", std::process::id(), stamp(Instant::now()).unix_ms);
-    let mut audit = match &args.audit {
+    // A `--share` guard here runs a server of its own (a private one, or no
+    // hub could be had): the hub may be writing the shared audit log, so
+    // this session's goes beside it.
+    let own_audit = args.audit.as_ref().map(|path| match &share {
+        Some(_) => {
+            let mut name = path.file_name().unwrap_or_default().to_os_string();
+            name.push(format!(".private-{}", std::process::id()));
+            path.with_file_name(name)
+        }
+        None => path.clone(),
+    });
+    let mut audit = match &own_audit {
         Some(path) => {
             let key = match args
                 .audit_key_file

@@ -33,6 +33,7 @@ use mcp_stdio_tokio::leader::Leader;
 use mcp_stdio_tokio::runtime::Tokio;
 use sha2::{Digest, Sha256};
 
+use super::audit_log::AuditLog;
 use super::log_file::{LogFile, LogFileSettings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
@@ -72,12 +73,12 @@ const PRIVATE_KEY: &str = "mcp-stdio-hub/private";
 
 /// The share key: a digest of everything that makes two servers the same
 /// (the command line, the environment it gets, its working folder, its
-/// sandbox, the wire limit, its idle stop), or of the key `--share KEY`
-/// names.
+/// sandbox, the wire limit, its idle stop, the audit log), or of the key
+/// `--share KEY` names.
 pub(crate) fn key(
     server: &CommandSpec,
     max_frame: usize,
-    idle_stop: Option<Duration>,
+    (idle_stop, audit): (Option<Duration>, Option<&Path>),
     named: Option<&str>,
 ) -> String {
     let mut h = Sha256::new();
@@ -89,6 +90,10 @@ pub(crate) fn key(
         None => {
             h.update(format!("{server:?}").as_bytes());
             h.update(format!("\0max_frame={max_frame}\0idle_stop={idle_stop:?}\0").as_bytes());
+            // One audit log per hub: sessions auditing elsewhere (or not at
+            // all) have a hub of their own.
+            let audit = audit.map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+            h.update(format!("audit={audit:?}\0").as_bytes());
             if server.get_current_dir().is_none() {
                 if let Ok(cwd) = std::env::current_dir() {
                     h.update(cwd.as_os_str().as_encoded_bytes());
@@ -750,6 +755,9 @@ struct Shared {
     /// An idle deadline was set at the last look (the main loop, told when
     /// one appears, sleeps until it).
     idle_due: bool,
+    /// `--audit`: the hub's log, a record per call, each naming its host
+    /// session; appended as calls end, written by its own thread.
+    audit: Option<AuditLog>,
 }
 
 struct HubState {
@@ -836,6 +844,17 @@ impl HubState {
         if s.hub.server_backlog() > 0 || s.server_closing {
             self.server_wake.notify_one();
         }
+        // Ended calls to the audit log's writer (never waited for here).
+        if let Some(audit) = s.audit.as_mut() {
+            let mut appended = false;
+            while let Some(record) = s.hub.poll_record() {
+                audit.append(&record);
+                appended = true;
+            }
+            if appended {
+                audit.commit();
+            }
+        }
         // An idle deadline appeared: the main loop sleeps until it.
         let due = s.hub.idle_deadline().is_some();
         if due && !s.idle_due {
@@ -855,6 +874,7 @@ pub(crate) async fn serve_hub(
     framer: &FramerConfig,
     linger: Duration,
     idle_stop: Option<Duration>,
+    audit: Option<(AuditLog, String)>,
 ) -> ExitCode {
     // A session of its own: no host's terminal or group signal reaches it.
     let _ = rustix::process::setsid();
@@ -884,6 +904,10 @@ pub(crate) async fn serve_hub(
     .ok();
     let mut hub = Hub::new(framer.get_max_frame());
     hub.idle_stop(idle_stop);
+    let audit = audit.map(|(log, hub_session)| {
+        hub.record_calls(&hub_session, &server.display().to_string());
+        log
+    });
     let state = Arc::new(HubState {
         shared: Mutex::new(Shared {
             hub,
@@ -895,6 +919,7 @@ pub(crate) async fn serve_hub(
             start_wanted: false,
             stop_wanted: false,
             idle_due: false,
+            audit,
         }),
         log: Mutex::new(log),
         group: Mutex::new(None),
@@ -992,6 +1017,14 @@ pub(crate) async fn serve_hub(
         "no session for {:.1} s; stopped",
         linger.as_secs_f64()
     ));
+    let audit = {
+        let mut s = state.lock();
+        state.pump(&mut s);
+        s.audit.take()
+    };
+    if let Some(audit) = audit {
+        audit.close(Duration::from_secs(2)).await;
+    }
     state.close_log();
     drop(socket);
     ExitCode::SUCCESS
