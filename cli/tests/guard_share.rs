@@ -723,3 +723,53 @@ fn f2_audit_with_share_is_the_hubs_log_with_a_record_per_call_naming_its_session
         "{records:?}"
     );
 }
+
+/// A socket at a key's path whose hub is of another key (stale or
+/// tampered: here another hub's socket moved there): the hub refuses the
+/// guard's hello, the guard runs a server of its own with one note, and
+/// its host's calls are answered.
+#[test]
+fn f2_a_hub_of_another_key_at_the_path_is_refused_and_the_guard_runs_its_own() {
+    let base = Base::new();
+    // Two keys: the wire limit is part of it.
+    let mut a = base.guard(&[]);
+    initialize(&mut a, json!({}));
+    let sockets = |base: &Base| -> Vec<PathBuf> {
+        std::fs::read_dir(base.share_dir())
+            .expect("share dir")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+            .collect()
+    };
+    let first = sockets(&base);
+    assert_eq!(first.len(), 1);
+    let mut b = base.guard(&["--max-frame", "2000000"]);
+    initialize(&mut b, json!({}));
+    let both = sockets(&base);
+    let other = both
+        .iter()
+        .find(|p| !first.contains(p))
+        .expect("b's socket")
+        .clone();
+    b.close();
+    // b's hub lingers 1 s; then a's socket is put at b's key's path.
+    let t = Instant::now();
+    while other.exists() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!other.exists(), "b's hub is gone");
+    std::fs::rename(&first[0], &other).expect("move a's hub socket");
+    let mut c = base.guard(&["--max-frame", "2000000"]);
+    initialize(&mut c, json!({}));
+    c.send(&call(1, "echo", json!({"text": "own"})));
+    assert_eq!(c.reply(1)["result"]["content"][0]["text"], "own");
+    let c_pid = c.child.id();
+    assert_eq!(children(c_pid).len(), 1, "c runs its own server");
+    let (code, stderr) = c.close();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("running a server of its own"), "{stderr}");
+    let log = std::fs::read_to_string(first[0].with_extension("log")).unwrap_or_default();
+    assert!(log.contains("refused: the guard's share key is"), "{log}");
+    a.close();
+}

@@ -71,6 +71,26 @@ const SERVER_STOP_GRACE: Duration = Duration::from_secs(2);
 /// server of its own and gives it the host's `initialize` again.
 const PRIVATE_KEY: &str = "mcp-stdio-hub/private";
 
+/// The first line a guard sends its hub: the share key it computed. A hub
+/// of another key (a stale or tampered socket at the path) answers with
+/// the private-server line, and the guard runs a server of its own.
+const HELLO_KEY: &str = "mcp-stdio-hub/hello";
+
+/// The share key a hub socket's path names (its file stem).
+fn key_of(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// A guard's hello to the hub at `path`.
+fn hello(path: &Path) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&serde_json::json!({ HELLO_KEY: { "key": key_of(path) } }))
+        .unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
 /// The share key: a digest of everything that makes two servers the same
 /// (the command line, the environment it gets, its working folder, its
 /// sandbox, the wire limit, its idle stop, the audit log), or of the key
@@ -308,6 +328,11 @@ pub(crate) async fn relay(stream: UnixStream, framer: &FramerConfig, rejoin: &Re
     };
     let mut open = Open::default();
     open.see(&mut host_framer, &first);
+    let mut stream = stream;
+    if stream.write_all(&hello(&rejoin.path)).await.is_err() {
+        crate::stderr_sink::line("mcp-stdio guard: --share: the hub closed the connection at once");
+        return RelayEnd::Done(mcp_stdio_core::EXIT_UNKNOWN);
+    }
     let pieces = (|| {
         let rt = Tokio::current()?;
         let (half, hub) = hub_pipe(&rt, stream.into_std()?)?;
@@ -352,7 +377,7 @@ pub(crate) async fn relay(stream: UnixStream, framer: &FramerConfig, rejoin: &Re
         )
         .await;
         match end {
-            Ended::Private => return RelayEnd::Private(std::mem::take(&mut relay.up)),
+            Ended::Private => return RelayEnd::Private(initialize),
             Ended::Done(code) => return RelayEnd::Done(code),
             Ended::HostStoppedReading(waiting) => {
                 crate::stderr_sink::line(&format!(
@@ -449,6 +474,7 @@ async fn replay(
         Attached::Unshared(why) => return Err(why),
     };
     let exchange = async {
+        stream.write_all(&hello(&rejoin.path)).await?;
         stream.write_all(&line).await?;
         let mut got = Vec::new();
         let mut buf = vec![0; READ_CHUNK];
@@ -998,7 +1024,7 @@ pub(crate) async fn serve_hub(
                 match opened {
                     Ok(id) => {
                         empty_since = None;
-                        spawn_session(&state, id, stream, framer.clone());
+                        spawn_session(&state, id, stream, framer.clone(), key_of(path));
                     }
                     Err(e) => state.say(&format!("a session refused: {e}")),
                 }
@@ -1224,7 +1250,13 @@ impl Drop for RemoveOnDrop {
 
 /// One session: a reader (framed lines to the core) and a writer (what the
 /// core has for it), neither waiting for the other.
-fn spawn_session(state: &Arc<HubState>, id: SessionId, stream: UnixStream, config: FramerConfig) {
+fn spawn_session(
+    state: &Arc<HubState>,
+    id: SessionId,
+    stream: UnixStream,
+    config: FramerConfig,
+    key: String,
+) {
     let wake = Arc::new(Notify::new());
     state.lock().wake.insert(id, Arc::clone(&wake));
     let (mut read, mut write) = stream.into_split();
@@ -1232,6 +1264,7 @@ fn spawn_session(state: &Arc<HubState>, id: SessionId, stream: UnixStream, confi
     let reader = tokio::spawn(async move {
         let mut framer = Framer::new(config);
         let mut buf = vec![0; READ_CHUNK];
+        let mut greeted = false;
         loop {
             // The server is behind: wait for it before reading more.
             loop {
@@ -1247,11 +1280,41 @@ fn spawn_session(state: &Arc<HubState>, id: SessionId, stream: UnixStream, confi
             };
             let mut s = st.lock();
             s.hub.busy(mcp_stdio_sys::stamp_at(Instant::now()));
+            let mut refused = None;
             framer.push(&buf[..n], |ev: FrameEvent<'_>| {
-                if let FrameEvent::Frame(text) = ev {
-                    s.hub.handle_session_line(id, &text);
+                let FrameEvent::Frame(text) = ev else { return };
+                if refused.is_some() {
+                    return;
                 }
+                if !greeted {
+                    // The guard's hello first: a guard of another key is
+                    // served by a server of its own.
+                    let theirs = serde_json::from_str::<serde_json::Value>(&text)
+                        .ok()
+                        .and_then(|v| v.get(HELLO_KEY)?.get("key")?.as_str().map(str::to_owned));
+                    greeted = true;
+                    if theirs.as_deref() != Some(key.as_str()) {
+                        refused = Some(format!(
+                            "the guard's share key is {}, this hub's {key}",
+                            theirs.as_deref().unwrap_or("(none)")
+                        ));
+                    }
+                    return;
+                }
+                s.hub.handle_session_line(id, &text);
             });
+            if let Some(reason) = refused {
+                st.say(&format!("session {}: refused: {reason}", id.0));
+                let mut line = serde_json::to_vec(&serde_json::json!({
+                    PRIVATE_KEY: {"initialize": null, "reason": reason}
+                }))
+                .unwrap_or_default();
+                line.push(b'\n');
+                s.private.insert(id, line);
+                s.hub.close_session(id);
+                st.pump(&mut s);
+                return;
+            }
             st.pump(&mut s);
         }
         let mut s = st.lock();
