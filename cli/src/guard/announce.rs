@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use mcp_stdio_core::StatusPortCounters;
 use mcp_stdio_core::{Admission, GuardSession, ProcessStats, StatusIdentity, StatusOutput};
 use mcp_stdio_core::{StatusConn, StatusPort, StatusRequest, MAX_STATUS_REQUEST};
 use mcp_stdio_tokio::driver::{Listener, Pipe};
@@ -79,6 +80,50 @@ pub(super) fn announce(rt: &Tokio, identity: StatusIdentity) -> Option<Announced
     }
 }
 
+/// What a status socket tells: a guard's session, or a hub.
+pub(super) trait StatusSource {
+    /// The status document (JSON, schema `STATUS_SCHEMA`).
+    fn status(
+        &mut self,
+        identity: &StatusIdentity,
+        process: ProcessStats,
+        port: StatusPortCounters,
+    ) -> Vec<u8>;
+    /// The server's newest stderr, at most `bytes`.
+    fn stderr_newest(&self, bytes: usize) -> String;
+    /// Whether a client follows the logs (the log copy runs while one does).
+    fn set_log_copy(&mut self, on: bool);
+}
+
+/// A guard's session (and what `--otel` did) as a status source.
+pub(super) struct GuardSource<'a> {
+    pub(super) session: &'a mut GuardSession,
+    pub(super) otel: Option<&'a super::otel::Otel>,
+}
+
+impl StatusSource for GuardSource<'_> {
+    fn status(
+        &mut self,
+        identity: &StatusIdentity,
+        process: ProcessStats,
+        port: StatusPortCounters,
+    ) -> Vec<u8> {
+        serde_json::to_vec(&StatusAnswer {
+            status: self.session.status(identity, process, port),
+            otel: self.otel.map(super::otel::Otel::summary),
+        })
+        .unwrap_or_default()
+    }
+
+    fn stderr_newest(&self, bytes: usize) -> String {
+        self.session.stderr_newest(bytes)
+    }
+
+    fn set_log_copy(&mut self, on: bool) {
+        self.session.set_log_copy(on);
+    }
+}
+
 /// The status as the socket gives it: the core's, and what `--otel` did.
 #[derive(serde::Serialize)]
 struct StatusAnswer {
@@ -95,9 +140,8 @@ impl Announced {
         &mut self,
         cx: &mut Context<'_>,
         now: Instant,
-        session: &mut GuardSession,
+        source: &mut dyn StatusSource,
         server_pid: u32,
-        otel: Option<&super::otel::Otel>,
     ) -> bool {
         let mut busy = false;
         for _ in 0..ACCEPTS_PER_TURN {
@@ -139,19 +183,17 @@ impl Announced {
                                 "schema": mcp_stdio_core::STATUS_SCHEMA,
                                 "name": self.identity.name,
                                 "guard_pid": self.identity.guard_pid,
-                                "stderr": session.stderr_newest(bytes),
+                                "stderr": source.stderr_newest(bytes),
                             }))
+                            .unwrap_or_default()
                         }
                         _ => {
                             let counters = self.port.counters();
                             let process = group_usage(server_pid);
-                            serde_json::to_vec(&StatusAnswer {
-                                status: session.status(&self.identity, process, counters),
-                                otel: otel.map(super::otel::Otel::summary),
-                            })
+                            source.status(&self.identity, process, counters)
                         }
                     };
-                    self.port.reply(id, answer.unwrap_or_default());
+                    self.port.reply(id, answer);
                 }
                 StatusOutput::Write(id, bytes) => {
                     let Some((_, pipe)) = self.clients.iter().find(|(c, _)| *c == id) else {
@@ -173,7 +215,7 @@ impl Announced {
             }
         }
         // The log copy runs while someone follows (and with --log-file).
-        session.set_log_copy(self.port.followers() > 0);
+        source.set_log_copy(self.port.followers() > 0);
         busy
     }
 

@@ -537,8 +537,11 @@ impl GuardLoop<'_> {
         let Some(status) = self.status.as_mut() else {
             return false;
         };
-        let otel = self.sinks.otel;
-        status.poll(cx, at.instant, self.session, self.leader.pid(), otel)
+        let mut source = super::announce::GuardSource {
+            session: self.session,
+            otel: self.sinks.otel,
+        };
+        status.poll(cx, at.instant, &mut source, self.leader.pid())
     }
 
     fn poll_timer(&mut self, cx: &mut Context<'_>, _at: Stamp) -> bool {
