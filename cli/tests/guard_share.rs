@@ -773,3 +773,75 @@ fn f2_a_hub_of_another_key_at_the_path_is_refused_and_the_guard_runs_its_own() {
     assert!(log.contains("refused: the guard's share key is"), "{log}");
     a.close();
 }
+
+/// `mcp-stdio ps` lists a hub: a row of its own (its sessions as its
+/// host), state `running`, then `sleeping` after an idle stop; `logs`
+/// shows the shared server's stderr.
+#[test]
+fn f2_ps_lists_the_hub_running_then_sleeping_and_logs_shows_its_server() {
+    let base = Base::new();
+    let b = base.path().to_str().expect("utf-8").to_owned();
+    let guard = |name: &str| {
+        Guarded::spawn(guard_command(
+            &[
+                "--share",
+                "--share-linger",
+                "1s",
+                "--idle-stop",
+                "1s",
+                "--name",
+                name,
+            ],
+            &[&fixture_server()],
+            &[("XDG_RUNTIME_DIR", b.as_str())],
+        ))
+    };
+    let mut g1 = guard("shared-fixture");
+    let mut g2 = guard("shared-fixture");
+    initialize(&mut g1, json!({}));
+    initialize(&mut g2, json!({}));
+    let ps = || -> Vec<Value> {
+        let out = std::process::Command::new(guarded::guard_bin())
+            .args(["ps", "--json"])
+            .env("XDG_RUNTIME_DIR", &b)
+            .output()
+            .expect("ps");
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("ps --json: {}", String::from_utf8_lossy(&out.stdout)));
+        v.as_array().cloned().unwrap_or_default()
+    };
+    let hub_row = |rows: &[Value]| {
+        rows.iter()
+            .find(|r| r["share"].is_object())
+            .cloned()
+            .unwrap_or_else(|| panic!("no hub row in {rows:?}"))
+    };
+    let row = hub_row(&ps());
+    eprintln!("the hub's row: {row}");
+    assert_eq!(row["name"], "shared-fixture");
+    assert_eq!(row["state"], "running");
+    assert_eq!(row["share"]["sessions"], 2);
+    assert!(row["process"]["pid"].as_u64().is_some(), "{row}");
+    let t = Instant::now();
+    let row = loop {
+        let row = hub_row(&ps());
+        if row["state"] == "sleeping" || t.elapsed() > Duration::from_secs(10) {
+            break row;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(row["state"], "sleeping", "{row}");
+    eprintln!(
+        "ps shows the hub sleeping {:?} after the handshakes",
+        t.elapsed()
+    );
+    let out = std::process::Command::new(guarded::guard_bin())
+        .args(["logs", "shared-fixture"])
+        .env("XDG_RUNTIME_DIR", &b)
+        .output()
+        .expect("logs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("fixture: started"), "{text}");
+    g1.close();
+    g2.close();
+}

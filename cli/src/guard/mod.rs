@@ -405,15 +405,14 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
                 }
                 None => None,
             };
-            return share::serve_hub(
-                path,
-                server,
-                &settings.framer,
+            let hub = share::HubSettings {
                 linger,
-                settings.idle_stop,
+                idle_stop: settings.idle_stop,
                 audit,
-            )
-            .await;
+                name: identity_name(&args, server, &settings),
+                announce: !args.no_announce && settings.status.announce.unwrap_or(true),
+            };
+            return share::serve_hub(path, server, &settings.framer, hub).await;
         }
         if let Some(named) = &share {
             if let Some(flag) = unshareable(&args, &settings) {

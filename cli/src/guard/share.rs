@@ -53,6 +53,9 @@ const HOST_STALL: Duration = Duration::from_secs(2);
 const HUB_LOG_MAX: u64 = 10 * 1024 * 1024;
 const HUB_LOG_FILES: u32 = 3;
 
+/// The server's newest stderr a hub keeps for `mcp-stdio logs`.
+const HUB_STDERR_TAIL: usize = 64 * 1024;
+
 /// How long a guard waits for the hub it started to listen.
 const HUB_START_WAIT: Duration = Duration::from_secs(10);
 
@@ -784,6 +787,11 @@ struct Shared {
     /// `--audit`: the hub's log, a record per call, each naming its host
     /// session; appended as calls end, written by its own thread.
     audit: Option<AuditLog>,
+    /// The running server's pid.
+    server_pid: Option<u32>,
+    /// The server's newest stderr, at most HUB_STDERR_TAIL bytes (what
+    /// `mcp-stdio logs` shows of a hub).
+    stderr_tail: std::collections::VecDeque<u8>,
 }
 
 struct HubState {
@@ -890,6 +898,20 @@ impl HubState {
     }
 }
 
+/// What a hub runs with besides its server.
+pub(crate) struct HubSettings {
+    /// `--share-linger`.
+    pub(crate) linger: Duration,
+    /// `--idle-stop`.
+    pub(crate) idle_stop: Option<Duration>,
+    /// `--audit`: the log, opened, and the hub's session id in it.
+    pub(crate) audit: Option<(AuditLog, String)>,
+    /// The server's name (`--name`, or its program's), for `ps`.
+    pub(crate) name: String,
+    /// A status socket for `ps` (not with `--no-announce`).
+    pub(crate) announce: bool,
+}
+
 /// Runs the hub at `path` in front of `server` until the last session has
 /// gone for `linger` (or the server ends). With `idle_stop`, a server with
 /// nothing open for that long is stopped and started again at the next
@@ -898,10 +920,15 @@ pub(crate) async fn serve_hub(
     path: &Path,
     server: &CommandSpec,
     framer: &FramerConfig,
-    linger: Duration,
-    idle_stop: Option<Duration>,
-    audit: Option<(AuditLog, String)>,
+    settings: HubSettings,
 ) -> ExitCode {
+    let HubSettings {
+        linger,
+        idle_stop,
+        audit,
+        name,
+        announce,
+    } = settings;
     // A session of its own: no host's terminal or group signal reaches it.
     let _ = rustix::process::setsid();
     let listener = match mcp_stdio_sys::runtime_dir::bind_listener(path)
@@ -946,6 +973,8 @@ pub(crate) async fn serve_hub(
             stop_wanted: false,
             idle_due: false,
             audit,
+            server_pid: None,
+            stderr_tail: std::collections::VecDeque::new(),
         }),
         log: Mutex::new(log),
         group: Mutex::new(None),
@@ -958,6 +987,33 @@ pub(crate) async fn serve_hub(
         state.close_log();
         return ExitCode::from(crate::diagnose::EXIT_NOT_STARTED);
     }
+    // A status socket for `ps`, served in this loop (G1: the core's
+    // `StatusPort` decides who is served and dropped).
+    let key = key_of(path);
+    let mut status = if announce {
+        Tokio::current().ok().and_then(|rt| {
+            super::announce::announce(
+                &rt,
+                mcp_stdio_core::StatusIdentity {
+                    name: name.clone(),
+                    guard_pid: std::process::id(),
+                    host_pid: None,
+                    host_program: None,
+                    command: std::iter::once(server.get_program())
+                        .chain(server.get_args().iter().map(|a| a.as_os_str()))
+                        .map(|a| a.to_string_lossy().into_owned())
+                        .collect(),
+                    started_unix_ms: mcp_stdio_sys::stamp_at(Instant::now()).unix_ms,
+                    audit_log: None,
+                    log_file: Some(path.with_extension("log").display().to_string()),
+                    sandbox: None,
+                    pins: None,
+                },
+            )
+        })
+    } else {
+        None
+    };
 
     let uid = rustix::process::geteuid().as_raw();
     let mut empty_since = Some(Instant::now());
@@ -1013,6 +1069,28 @@ pub(crate) async fn serve_hub(
                 None => std::future::pending().await,
             }
         };
+        let status_due = status.as_ref().and_then(|a| a.deadline());
+        let status_sleep = async {
+            match status_due {
+                Some(due) => tokio::time::sleep_until(due.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let served = std::future::poll_fn(|cx| {
+            let Some(a) = status.as_mut() else {
+                return std::task::Poll::Pending;
+            };
+            let pid = state.lock().server_pid.unwrap_or(0);
+            let mut source = HubSource {
+                state: &state,
+                key: &key,
+            };
+            if a.poll(cx, Instant::now(), &mut source, pid) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        });
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
@@ -1036,8 +1114,15 @@ pub(crate) async fn serve_hub(
                 s.hub.handle_time(Instant::now());
                 state.pump(&mut s);
             }
+            () = served => {}
+            () = status_sleep => {
+                if let Some(a) = status.as_mut() {
+                    a.handle_timeout(Instant::now());
+                }
+            }
         }
     }
+    drop(status);
     stop_ladder(&state).await;
     state.say(&format!(
         "no session for {:.1} s; stopped",
@@ -1124,6 +1209,7 @@ fn start_server(
         let mut s = state.lock();
         s.server_closing = false;
         s.server_done = false;
+        s.server_pid = Some(pgid);
     }
     let st = Arc::clone(state);
     let config = framer.clone();
@@ -1151,6 +1237,13 @@ fn start_server(
         while let Ok(n) = stderr.read(&mut buf).await {
             if n == 0 {
                 break;
+            }
+            {
+                let mut s = st.lock();
+                let tail = &mut s.stderr_tail;
+                tail.extend(&buf[..n]);
+                let over = tail.len().saturating_sub(HUB_STDERR_TAIL);
+                tail.drain(..over);
             }
             st.log(buf[..n].to_vec());
         }
@@ -1208,11 +1301,77 @@ fn start_server(
             }
         }
         s.server_done = true;
+        s.server_pid = None;
         st.pump(&mut s);
         drop(s);
         st.changed.notify_one();
     });
     Ok(())
+}
+
+/// A hub as `mcp-stdio ps` sees it: a row of its own (state `running` or
+/// `sleeping`, its sessions as its host), the shared server's figures.
+struct HubSource<'a> {
+    state: &'a HubState,
+    key: &'a str,
+}
+
+impl super::announce::StatusSource for HubSource<'_> {
+    fn status(
+        &mut self,
+        identity: &mcp_stdio_core::StatusIdentity,
+        process: mcp_stdio_core::ProcessStats,
+        port: mcp_stdio_core::StatusPortCounters,
+    ) -> Vec<u8> {
+        let s = self.state.lock();
+        let hub = &s.hub;
+        let state = if hub.is_asleep() {
+            "sleeping"
+        } else if hub.is_stopping() {
+            "stopping"
+        } else if s.server_done {
+            "stopped"
+        } else {
+            "running"
+        };
+        let process = if s.server_pid.is_some() {
+            serde_json::to_value(process).unwrap_or_default()
+        } else {
+            serde_json::Value::Null
+        };
+        let m = hub.metrics();
+        serde_json::to_vec(&serde_json::json!({
+            "schema": mcp_stdio_core::STATUS_SCHEMA,
+            "name": identity.name,
+            "guard_pid": identity.guard_pid,
+            "host_program": format!("hub: {} session(s)", hub.sessions()),
+            "command": identity.command,
+            "started_unix_ms": identity.started_unix_ms,
+            "state": state,
+            "requests": {"total": m.requests, "in_flight": hub.in_flight()},
+            "process": process,
+            "restarts": 0,
+            "audit_log": identity.audit_log,
+            "status_port": port,
+            "share": {
+                "key": self.key,
+                "sessions": hub.sessions(),
+                "subscriptions": hub.subscriptions(),
+                "metrics": m,
+            },
+        }))
+        .unwrap_or_default()
+    }
+
+    fn stderr_newest(&self, bytes: usize) -> String {
+        let s = self.state.lock();
+        let tail = &s.stderr_tail;
+        let from = tail.len().saturating_sub(bytes);
+        let newest: Vec<u8> = tail.iter().skip(from).copied().collect();
+        String::from_utf8_lossy(&newest).into_owned()
+    }
+
+    fn set_log_copy(&mut self, _on: bool) {}
 }
 
 /// Removes the hub's socket when the hub ends: its own only. When its
