@@ -845,3 +845,55 @@ fn f2_ps_lists_the_hub_running_then_sleeping_and_logs_shows_its_server() {
     g1.close();
     g2.close();
 }
+
+/// G1 for the hub's status socket: eight clients that connect and say
+/// nothing fill it (a ninth is refused), a session's pings go on at their
+/// pace meanwhile, and each silent client is dropped at its deadline.
+#[test]
+fn g1_hub_status_clients_that_stall_never_slow_a_session() {
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+    let base = Base::new();
+    let b = base.path().to_str().expect("utf-8").to_owned();
+    let mut g = Guarded::spawn(guard_command(
+        &["--share", "--share-linger", "1s"],
+        &[&fixture_server()],
+        &[("XDG_RUNTIME_DIR", b.as_str())],
+    ));
+    initialize(&mut g, json!({}));
+    let hub = base.hub().expect("a hub");
+    let sock = base.path().join("mcp-stdio").join(format!("{hub}.sock"));
+    let t = Instant::now();
+    while !sock.exists() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let silent: Vec<UnixStream> = (0..8)
+        .map(|_| UnixStream::connect(&sock).expect("connect"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut ninth = UnixStream::connect(&sock).expect("connect");
+    ninth
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut got = Vec::new();
+    let _ = ninth.read_to_end(&mut got);
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    let mut worst = Duration::ZERO;
+    for id in 1..=20 {
+        worst = worst.max(guarded::ping(&mut g, id));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "pings while 8 clients stalled the hub's status socket: worst {:.1} ms",
+        worst.as_secs_f64() * 1e3
+    );
+    assert!(worst < Duration::from_secs(1), "{worst:?}");
+    for mut s in silent {
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).expect("closed by the hub");
+        assert!(rest.is_empty());
+    }
+    g.close();
+}
