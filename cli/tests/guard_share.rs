@@ -288,11 +288,7 @@ fn f2_a_session_the_shared_server_cannot_serve_gets_a_private_one() {
 fn f2_share_with_a_per_session_option_is_a_usage_error() {
     let base = Base::new();
     let b = base.path().to_str().expect("utf-8");
-    for flag in [
-        &["--metrics", "m.json"][..],
-        &["--otel"],
-        &["--pin", "pins.json"],
-    ] {
+    for flag in [&["--otel"][..], &["--pin", "pins.json"]] {
         let mut args = vec!["--share"];
         args.extend_from_slice(flag);
         let out = guard_command(&args, &[&fixture_server()], &[("XDG_RUNTIME_DIR", b)])
@@ -896,4 +892,45 @@ fn g1_hub_status_clients_that_stall_never_slow_a_session() {
         assert!(rest.is_empty());
     }
     g.close();
+}
+
+/// `--log-file` and `--metrics` with `--share` are the hub's: its log (the
+/// server's stderr and its notes) goes to the file named, rotated as
+/// `--log-file` says, and its figures are written when it stops.
+#[test]
+fn f2_log_file_and_metrics_with_share_are_the_hubs() {
+    let base = Base::new();
+    let log = base.path().join("server.log");
+    let metrics = base.path().join("metrics.json");
+    let (log_arg, metrics_arg) = (
+        log.to_str().expect("utf-8"),
+        metrics.to_str().expect("utf-8"),
+    );
+    let flags = ["--log-file", log_arg, "--metrics", metrics_arg];
+    let mut a = base.guard(&flags);
+    let mut b = base.guard(&flags);
+    initialize(&mut a, json!({}));
+    initialize(&mut b, json!({}));
+    for (g, id) in [(&mut a, 1), (&mut b, 2)] {
+        let r = g.call_tool(id, "echo", json!({"text": "x"}));
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    let hub = base.hub().expect("a hub");
+    a.close();
+    b.close();
+    wait_gone(hub, Duration::from_secs(10));
+    let text = std::fs::read_to_string(&log).expect("the hub's log file");
+    assert!(text.contains("fixture: started"), "{text}");
+    assert!(text.contains("mcp-stdio hub: serving"), "{text}");
+    let figures: Value =
+        serde_json::from_slice(&std::fs::read(&metrics).expect("the metrics file")).expect("JSON");
+    eprintln!("the hub's metrics: {figures}");
+    assert_eq!(
+        figures["hub"]["metrics"]["handshakes_shared"], 1,
+        "{figures}"
+    );
+    assert!(
+        figures["hub"]["metrics"]["requests"].as_u64() >= Some(3),
+        "{figures}"
+    );
 }

@@ -252,16 +252,53 @@ fn default_name(spec: &CommandSpec) -> String {
     }
 }
 
+/// `--log-file` and its sizes (from the flags or `--config`), checked;
+/// `Err` is the usage error's exit status (said on stderr).
+fn log_file_settings(
+    args: &GuardArgs,
+    settings: &GuardSettings,
+) -> Result<Option<log_file::LogFileSettings>, ExitCode> {
+    let file = &settings.status;
+    let Some(path) = args.log_file.as_ref().or(file.log_file.as_ref()) else {
+        return Ok(None);
+    };
+    let max_bytes = args
+        .log_file_max
+        .or(file.log_file_max_bytes)
+        .unwrap_or(10 << 20);
+    let files = args.log_file_count.or(file.log_file_count).unwrap_or(3);
+    if max_bytes < log_file::MIN_LOG_FILE_MAX || files == 0 {
+        eprintln!(
+            "mcp-stdio guard: --log-file-max is at least {} bytes and --log-file-count at least 1",
+            log_file::MIN_LOG_FILE_MAX
+        );
+        return Err(ExitCode::from(EXIT_USAGE));
+    }
+    Ok(Some(log_file::LogFileSettings {
+        path: path.clone(),
+        max_bytes,
+        files,
+    }))
+}
+
+/// Where a guard asked for `--share` writes a file of its own session
+/// (`--audit`, `--metrics`, `--log-file`) when it runs a server of its own
+/// (a private one, or no hub could be had): beside the hub's, as
+/// `PATH.private-<pid>`, since the hub may be writing `PATH`.
+fn own_path(path: &std::path::Path, shared: bool) -> std::path::PathBuf {
+    if !shared {
+        return path.to_path_buf();
+    }
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".private-{}", std::process::id()));
+    path.with_file_name(name)
+}
+
 /// The first option given that a shared session cannot honour yet (the
 /// guard only relays it to the hub).
 fn unshareable(args: &GuardArgs, settings: &GuardSettings) -> Option<&'static str> {
     [
-        (args.metrics.is_some(), "--metrics"),
         (args.otel || settings.status.otel.unwrap_or(false), "--otel"),
-        (
-            args.log_file.is_some() || settings.status.log_file.is_some(),
-            "--log-file",
-        ),
         (settings.pin.is_some(), "--pin"),
     ]
     .into_iter()
@@ -405,10 +442,16 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
                 }
                 None => None,
             };
+            let log = match log_file_settings(&args, &settings) {
+                Ok(log) => log,
+                Err(code) => return code,
+            };
             let hub = share::HubSettings {
                 linger,
                 idle_stop: settings.idle_stop,
                 audit,
+                log,
+                metrics: args.metrics.clone(),
                 name: identity_name(&args, server, &settings),
                 announce: !args.no_announce && settings.status.announce.unwrap_or(true),
             };
@@ -424,7 +467,16 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
             let key = share::key(
                 server,
                 settings.framer.get_max_frame(),
-                (settings.idle_stop, args.audit.as_deref()),
+                share::KeyParts {
+                    idle_stop: settings.idle_stop,
+                    files: [
+                        args.audit.as_deref(),
+                        args.metrics.as_deref(),
+                        args.log_file
+                            .as_deref()
+                            .or(settings.status.log_file.as_deref()),
+                    ],
+                },
                 named.as_deref(),
             );
             match share::socket_path(&key) {
@@ -458,14 +510,10 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
     // A `--share` guard here runs a server of its own (a private one, or no
     // hub could be had): the hub may be writing the shared audit log, so
     // this session's goes beside it.
-    let own_audit = args.audit.as_ref().map(|path| match &share {
-        Some(_) => {
-            let mut name = path.file_name().unwrap_or_default().to_os_string();
-            name.push(format!(".private-{}", std::process::id()));
-            path.with_file_name(name)
-        }
-        None => path.clone(),
-    });
+    let own_audit = args
+        .audit
+        .as_ref()
+        .map(|path| own_path(path, share.is_some()));
     let mut audit = match &own_audit {
         Some(path) => {
             let key = match args
@@ -491,25 +539,12 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         None => None,
     };
     let file = &settings.status;
-    let log_file_max = args
-        .log_file_max
-        .or(file.log_file_max_bytes)
-        .unwrap_or(10 << 20);
-    let log_file_count = args.log_file_count.or(file.log_file_count).unwrap_or(3);
-    let log_file = match args.log_file.as_ref().or(file.log_file.as_ref()) {
-        Some(path) => {
-            if log_file_max < log_file::MIN_LOG_FILE_MAX || log_file_count == 0 {
-                eprintln!(
-                    "mcp-stdio guard: --log-file-max is at least {} bytes and --log-file-count at least 1",
-                    log_file::MIN_LOG_FILE_MAX
-                );
-                return ExitCode::from(EXIT_USAGE);
-            }
-            let settings = log_file::LogFileSettings {
-                path: path.clone(),
-                max_bytes: log_file_max,
-                files: log_file_count,
-            };
+    let log_file = match log_file_settings(&args, &settings) {
+        Err(code) => return code,
+        Ok(None) => None,
+        Ok(Some(mut settings)) => {
+            let path = own_path(&settings.path, share.is_some());
+            settings.path.clone_from(&path);
             match log_file::LogFile::open(settings) {
                 Ok(f) => Some(f),
                 Err(e) => {
@@ -518,7 +553,6 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
                 }
             }
         }
-        None => None,
     };
     let otel = match (args.otel || file.otel.unwrap_or(false))
         .then(|| {
@@ -642,7 +676,8 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
         // Through the sink: a blocking write could hang an exit on an unread stderr.
         crate::stderr_sink::write(message.as_bytes());
     }
-    if let Some(path) = &args.metrics {
+    if let Some(path) = args.metrics.as_ref().map(|p| own_path(p, share.is_some())) {
+        let path = &path;
         let report = MetricsFile {
             session: report,
             own_stderr_dropped_bytes: crate::stderr_sink::dropped(),

@@ -96,14 +96,15 @@ fn hello(path: &Path) -> Vec<u8> {
 
 /// The share key: a digest of everything that makes two servers the same
 /// (the command line, the environment it gets, its working folder, its
-/// sandbox, the wire limit, its idle stop, the audit log), or of the key
-/// `--share KEY` names.
+/// sandbox, the wire limit, its idle stop, the audit log, metrics file and
+/// log file), or of the key `--share KEY` names.
 pub(crate) fn key(
     server: &CommandSpec,
     max_frame: usize,
-    (idle_stop, audit): (Option<Duration>, Option<&Path>),
+    parts: KeyParts<'_>,
     named: Option<&str>,
 ) -> String {
+    let KeyParts { idle_stop, files } = parts;
     let mut h = Sha256::new();
     match named {
         Some(name) => {
@@ -113,10 +114,12 @@ pub(crate) fn key(
         None => {
             h.update(format!("{server:?}").as_bytes());
             h.update(format!("\0max_frame={max_frame}\0idle_stop={idle_stop:?}\0").as_bytes());
-            // One audit log per hub: sessions auditing elsewhere (or not at
-            // all) have a hub of their own.
-            let audit = audit.map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
-            h.update(format!("audit={audit:?}\0").as_bytes());
+            // One audit log, metrics file and log file per hub: sessions
+            // writing elsewhere (or not at all) have a hub of their own.
+            for file in files {
+                let file = file.map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+                h.update(format!("file={file:?}\0").as_bytes());
+            }
             if server.get_current_dir().is_none() {
                 if let Ok(cwd) = std::env::current_dir() {
                     h.update(cwd.as_os_str().as_encoded_bytes());
@@ -898,6 +901,15 @@ impl HubState {
     }
 }
 
+/// The guard's options, besides the server's command, that make two
+/// servers different: a hub is one of each.
+pub(crate) struct KeyParts<'a> {
+    /// `--idle-stop`.
+    pub(crate) idle_stop: Option<Duration>,
+    /// `--audit`, `--metrics`, `--log-file`.
+    pub(crate) files: [Option<&'a Path>; 3],
+}
+
 /// What a hub runs with besides its server.
 pub(crate) struct HubSettings {
     /// `--share-linger`.
@@ -906,6 +918,10 @@ pub(crate) struct HubSettings {
     pub(crate) idle_stop: Option<Duration>,
     /// `--audit`: the log, opened, and the hub's session id in it.
     pub(crate) audit: Option<(AuditLog, String)>,
+    /// `--log-file`: the hub's log there instead of `share/<key>.log`.
+    pub(crate) log: Option<LogFileSettings>,
+    /// `--metrics`: the hub's figures, written when it stops.
+    pub(crate) metrics: Option<PathBuf>,
     /// The server's name (`--name`, or its program's), for `ps`.
     pub(crate) name: String,
     /// A status socket for `ps` (not with `--no-announce`).
@@ -926,6 +942,8 @@ pub(crate) async fn serve_hub(
         linger,
         idle_stop,
         audit,
+        log,
+        metrics,
         name,
         announce,
     } = settings;
@@ -948,11 +966,11 @@ pub(crate) async fn serve_hub(
     // The log: what the server writes on stderr and the hub's notes, in
     // the file the hub's own stderr already appends to (where a hub that
     // cannot start says why), rotated at HUB_LOG_MAX.
-    let log = LogFile::open(LogFileSettings {
+    let log = LogFile::open(log.unwrap_or_else(|| LogFileSettings {
         path: path.with_extension("log"),
         max_bytes: HUB_LOG_MAX,
         files: HUB_LOG_FILES,
-    })
+    }))
     .map_err(|e| eprintln!("mcp-stdio hub: no log file ({e}); stderr instead"))
     .ok();
     let mut hub = Hub::new(framer.get_max_frame());
@@ -1128,11 +1146,27 @@ pub(crate) async fn serve_hub(
         "no session for {:.1} s; stopped",
         linger.as_secs_f64()
     ));
-    let audit = {
+    let (audit, figures) = {
         let mut s = state.lock();
         state.pump(&mut s);
-        s.audit.take()
+        let figures = serde_json::json!({
+            "hub": {
+                "key": key,
+                "pid": std::process::id(),
+                "server": server.display().to_string(),
+                "sessions_now": s.hub.sessions(),
+                "metrics": s.hub.metrics(),
+            },
+            "own_stderr_dropped_bytes": crate::stderr_sink::dropped(),
+        });
+        (s.audit.take(), figures)
     };
+    if let Some(path) = &metrics {
+        let json = serde_json::to_vec_pretty(&figures).unwrap_or_default();
+        if let Err(e) = std::fs::write(path, json) {
+            state.say(&format!("writing metrics to {}: {e}", path.display()));
+        }
+    }
     if let Some(audit) = audit {
         audit.close(Duration::from_secs(2)).await;
     }
