@@ -391,3 +391,66 @@ fn f3_otel_settings_that_do_not_parse_are_usage_errors() {
         assert!(!stderr.contains("fixture: started"), "{stderr}");
     }
 }
+
+/// `--otel` with `--share`: the hub makes a span per call at the shared
+/// server, a child of each session's own trace, and the server gets the
+/// hub's span as its parent; two sessions, two traces, one receiver.
+#[test]
+fn f2_f3_otel_with_share_gives_each_sessions_calls_spans_in_its_own_trace() {
+    let test = "f2_f3_otel_with_share_gives_each_sessions_calls_spans_in_its_own_trace";
+    let Some(rx) = Collector::start(test, "ok") else {
+        return;
+    };
+    let endpoint = rx.endpoint();
+    let xdg = tmp("otel-share-xdg");
+    std::fs::create_dir(xdg.path()).expect("runtime base");
+    std::fs::set_permissions(xdg.path(), std::fs::Permissions::from_mode(0o700)).expect("0700");
+    let xdg_path = xdg.path().to_str().expect("utf-8").to_owned();
+    let guard = || {
+        Guarded::spawn(guard_command(
+            &[
+                "--otel",
+                "--share",
+                "--share-linger",
+                "1s",
+                "--no-announce",
+                "--name",
+                "shared",
+            ],
+            &[&fixture_server()],
+            &[
+                ("XDG_RUNTIME_DIR", &xdg_path),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+                ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ],
+        ))
+    };
+    let mut a = guard();
+    let mut b = guard();
+    initialize(&mut a);
+    initialize(&mut b);
+    let traces = ["0af7651916cd43dd8448eb211c80319c", HOST_TRACE];
+    for (k, g) in [&mut a, &mut b].into_iter().enumerate() {
+        let meta = json!({"traceparent": format!("00-{}-{HOST_SPAN}-01", traces[k])});
+        let seen = meta_seen(g, 2, meta);
+        let sent = seen["traceparent"].as_str().expect("a traceparent");
+        assert!(sent.starts_with(&format!("00-{}-", traces[k])), "{sent}");
+    }
+    a.close();
+    b.close();
+    let got = rx.until(Duration::from_secs(20), |got| {
+        spans(got)
+            .iter()
+            .filter(|s| s["name"] == "tools/call meta")
+            .count()
+            >= 2
+    });
+    for trace in traces {
+        let span = spans(&got)
+            .into_iter()
+            .find(|s| s["name"] == "tools/call meta" && s["trace_id"] == trace)
+            .unwrap_or_else(|| panic!("no span in trace {trace}: {got:#?}"));
+        assert_eq!(span["parent_span_id"], HOST_SPAN, "{span}");
+        eprintln!("the hub's span in the session's trace: {span}");
+    }
+}

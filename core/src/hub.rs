@@ -248,8 +248,12 @@ pub struct Hub {
     sleep: Sleep,
     /// The time of the last input ([`Hub::busy`]), for the records.
     now: Option<Stamp>,
-    /// Call records are kept: the prefix of their session ids, the target.
+    /// Calls are followed: the prefix of their session ids, the target.
     recording: Option<(String, String)>,
+    /// Their records are given out ([`Hub::record_calls`]).
+    keep_records: bool,
+    /// A span per call ([`Hub::trace_calls`]).
+    spans: Option<crate::guard::trace::Spans>,
     call_config: CallConfig,
     calls: u64,
     records: VecDeque<CallRecord>,
@@ -377,6 +381,8 @@ impl Hub {
             sleep: Sleep::Awake,
             now: None,
             recording: None,
+            keep_records: false,
+            spans: None,
             call_config: CallConfig::default(),
             calls: 0,
             records: VecDeque::new(),
@@ -390,7 +396,33 @@ impl Hub {
     /// [`poll_record`](Self::poll_record) once the call has ended.
     pub fn record_calls(&mut self, prefix: &str, target: &str) -> &mut Self {
         self.recording = Some((prefix.to_owned(), target.to_owned()));
+        self.keep_records = true;
         self
+    }
+
+    /// Makes a span per request the server is given (`--otel` with
+    /// `--share`), by the MCP conventions as a guard's: a child of the
+    /// session's `traceparent`, whose own `traceparent` the request carries
+    /// to the server. Taken with [`poll_span`](Self::poll_span) once the
+    /// call has ended. `seed` seeds the span ids.
+    pub fn trace_calls(&mut self, seed: u64) -> &mut Self {
+        self.spans = Some(crate::guard::trace::Spans::new(seed));
+        if self.recording.is_none() {
+            self.recording = Some(("hub".to_owned(), "server".to_owned()));
+        }
+        self
+    }
+
+    /// The next span of an ended call.
+    pub fn poll_span(&mut self) -> Option<crate::guard::trace::CallSpan> {
+        self.spans.as_mut()?.poll()
+    }
+
+    /// Spans dropped (too many open or waiting).
+    pub fn spans_dropped(&self) -> u64 {
+        self.spans
+            .as_ref()
+            .map_or(0, crate::guard::trace::Spans::dropped)
     }
 
     /// The next call record.
@@ -435,6 +467,48 @@ impl Hub {
         Some(call)
     }
 
+    /// The span of a call about to go to the server: a child of the
+    /// session's `traceparent`; its own context goes with the request.
+    fn open_span(
+        &mut self,
+        call: &CallLifecycle,
+        r: &crate::wire::message::Request,
+    ) -> Option<crate::guard::trace::TraceContext> {
+        let spans = self.spans.as_mut()?;
+        let at = self.now?;
+        let params = r.params.as_deref().map(RawValue::get);
+        let parent = params
+            .and_then(|p| crate::wire::object::member(p, "_meta"))
+            .and_then(|m| crate::wire::object::member(m.get(), "traceparent"))
+            .and_then(|t| serde_json::from_str::<String>(t.get()).ok())
+            .and_then(|t| crate::guard::trace::TraceContext::parse(&t));
+        let context = spans.ids.child_of(parent.as_ref());
+        let tool = (r.method == "tools/call")
+            .then(|| field(r.params.as_deref(), "name"))
+            .flatten();
+        let target = match r.method.as_str() {
+            "prompts/get" => {
+                field(r.params.as_deref(), "name").map(crate::guard::trace::SpanTarget::Prompt)
+            }
+            m if m.starts_with("resources/") => {
+                field(r.params.as_deref(), "uri").map(crate::guard::trace::SpanTarget::Resource)
+            }
+            _ => None,
+        };
+        let start = crate::guard::trace::SpanStart {
+            context,
+            parent,
+            method: r.method.clone(),
+            tool,
+            target,
+            request_id: serde_json::to_string(&r.id).unwrap_or_default(),
+            protocol_version: self.handshake.as_ref().map(|h| h.asked.clone()),
+            request_bytes: params.map_or(0, |p| p.len() as u64),
+        };
+        spans.open(call.record().call_id(), start, at.unix_ms);
+        Some(context)
+    }
+
     /// A call ended: its record waits for the adapter.
     fn close_call(
         &mut self,
@@ -445,6 +519,13 @@ impl Hub {
             return;
         };
         end(&mut call, at);
+        if let Some(spans) = self.spans.as_mut() {
+            let revision = self.handshake.as_ref().map(|h| h.asked.as_str());
+            spans.on_record(call.record(), revision);
+        }
+        if !self.keep_records {
+            return;
+        }
         if self.records.len() >= MAX_HUB_RECORDS {
             self.metrics.records_dropped += 1;
             return;
@@ -863,7 +944,18 @@ impl Hub {
     ) {
         let hub_id = self.next_hub_id();
         let call = self.open_call(session, &r);
+        let context = call.as_ref().and_then(|c| self.open_span(c, &r));
         let mut params = r.params;
+        if let Some(context) = context {
+            let value = format!("\"{}\"", context.to_traceparent());
+            let merged = crate::wire::object::merge_meta(
+                params.as_deref().map(RawValue::get),
+                &[("traceparent", &value)],
+            );
+            if let Some(p) = merged.and_then(|m| RawValue::from_string(m).ok()) {
+                params = Some(p);
+            }
+        }
         let token = token.and_then(|t| {
             let hub_token = Id::String(format!("{HUB_TOKEN_PREFIX}{}", self.next_id));
             let value = serde_json::to_string(&hub_token).ok()?;
@@ -1135,6 +1227,18 @@ impl Hub {
         } else {
             CallOutcome::RemoteFailure
         };
+        if let (Some(spans), Some(call)) = (self.spans.as_mut(), p.call.as_ref()) {
+            let (code, bytes, tool_error) = match &answer {
+                Ok(result) => (
+                    None,
+                    result.get().len() as u64,
+                    crate::wire::object::member(result.get(), "isError")
+                        .is_some_and(|v| v.get() == "true"),
+                ),
+                Err(e) => (Some(e.code), 0, false),
+            };
+            spans.answered(call.record().call_id(), code, bytes, false, tool_error);
+        }
         self.close_call(p.call.take(), |c, at| {
             let _ = c.complete(at, outcome);
         });

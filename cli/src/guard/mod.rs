@@ -296,13 +296,8 @@ fn own_path(path: &std::path::Path, shared: bool) -> std::path::PathBuf {
 
 /// The first option given that a shared session cannot honour yet (the
 /// guard only relays it to the hub).
-fn unshareable(args: &GuardArgs, settings: &GuardSettings) -> Option<&'static str> {
-    [
-        (args.otel || settings.status.otel.unwrap_or(false), "--otel"),
-        (settings.pin.is_some(), "--pin"),
-    ]
-    .into_iter()
-    .find_map(|(given, flag)| given.then_some(flag))
+fn unshareable(settings: &GuardSettings) -> Option<&'static str> {
+    settings.pin.is_some().then_some("--pin")
 }
 
 /// The server's name: `--name`, the config's `name`, or the server
@@ -446,19 +441,34 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
                 Ok(log) => log,
                 Err(code) => return code,
             };
+            let otel = if args.otel || settings.status.otel.unwrap_or(false) {
+                match otel::Otel::start(&otel::OtelIdentity {
+                    name: identity_name(&args, server, &settings),
+                    guard_pid: std::process::id(),
+                }) {
+                    Ok(o) => Some(o),
+                    Err(e) => {
+                        eprintln!("mcp-stdio hub: --otel: {e}");
+                        return ExitCode::from(EXIT_USAGE);
+                    }
+                }
+            } else {
+                None
+            };
             let hub = share::HubSettings {
                 linger,
                 idle_stop: settings.idle_stop,
                 audit,
                 log,
                 metrics: args.metrics.clone(),
+                otel,
                 name: identity_name(&args, server, &settings),
                 announce: !args.no_announce && settings.status.announce.unwrap_or(true),
             };
             return share::serve_hub(path, server, &settings.framer, hub).await;
         }
         if let Some(named) = &share {
-            if let Some(flag) = unshareable(&args, &settings) {
+            if let Some(flag) = unshareable(&settings) {
                 eprintln!(
                     "mcp-stdio guard: --share cannot be combined with {flag} yet (a shared session is relayed to the hub as it is)"
                 );
@@ -469,6 +479,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
                 settings.framer.get_max_frame(),
                 share::KeyParts {
                     idle_stop: settings.idle_stop,
+                    otel: args.otel || settings.status.otel.unwrap_or(false),
                     files: [
                         args.audit.as_deref(),
                         args.metrics.as_deref(),

@@ -104,7 +104,11 @@ pub(crate) fn key(
     parts: KeyParts<'_>,
     named: Option<&str>,
 ) -> String {
-    let KeyParts { idle_stop, files } = parts;
+    let KeyParts {
+        idle_stop,
+        otel,
+        files,
+    } = parts;
     let mut h = Sha256::new();
     match named {
         Some(name) => {
@@ -113,7 +117,10 @@ pub(crate) fn key(
         }
         None => {
             h.update(format!("{server:?}").as_bytes());
-            h.update(format!("\0max_frame={max_frame}\0idle_stop={idle_stop:?}\0").as_bytes());
+            h.update(
+                format!("\0max_frame={max_frame}\0idle_stop={idle_stop:?}\0otel={otel}\0")
+                    .as_bytes(),
+            );
             // One audit log, metrics file and log file per hub: sessions
             // writing elsewhere (or not at all) have a hub of their own.
             for file in files {
@@ -790,6 +797,8 @@ struct Shared {
     /// `--audit`: the hub's log, a record per call, each naming its host
     /// session; appended as calls end, written by its own thread.
     audit: Option<AuditLog>,
+    /// `--otel`: the exporter (spans handed over, never waited for).
+    otel: Option<super::otel::Otel>,
     /// The running server's pid.
     server_pid: Option<u32>,
     /// The server's newest stderr, at most HUB_STDERR_TAIL bytes (what
@@ -892,6 +901,16 @@ impl HubState {
                 audit.commit();
             }
         }
+        // Ended calls' spans to the exporter's thread (never waited for).
+        if let Some(otel) = s.otel.as_ref() {
+            let mut spans = Vec::new();
+            while let Some(span) = s.hub.poll_span() {
+                spans.push(span);
+            }
+            for span in spans {
+                otel.span(span, mcp_stdio_core::GuardCounters::default());
+            }
+        }
         // An idle deadline appeared: the main loop sleeps until it.
         let due = s.hub.idle_deadline().is_some();
         if due && !s.idle_due {
@@ -906,6 +925,8 @@ impl HubState {
 pub(crate) struct KeyParts<'a> {
     /// `--idle-stop`.
     pub(crate) idle_stop: Option<Duration>,
+    /// `--otel`.
+    pub(crate) otel: bool,
     /// `--audit`, `--metrics`, `--log-file`.
     pub(crate) files: [Option<&'a Path>; 3],
 }
@@ -922,6 +943,8 @@ pub(crate) struct HubSettings {
     pub(crate) log: Option<LogFileSettings>,
     /// `--metrics`: the hub's figures, written when it stops.
     pub(crate) metrics: Option<PathBuf>,
+    /// `--otel`: a span per call at the server, exported from the hub.
+    pub(crate) otel: Option<super::otel::Otel>,
     /// The server's name (`--name`, or its program's), for `ps`.
     pub(crate) name: String,
     /// A status socket for `ps` (not with `--no-announce`).
@@ -944,9 +967,11 @@ pub(crate) async fn serve_hub(
         audit,
         log,
         metrics,
+        otel,
         name,
         announce,
     } = settings;
+    let started = Instant::now();
     // A session of its own: no host's terminal or group signal reaches it.
     let _ = rustix::process::setsid();
     let listener = match mcp_stdio_sys::runtime_dir::bind_listener(path)
@@ -979,6 +1004,13 @@ pub(crate) async fn serve_hub(
         hub.record_calls(&hub_session, &server.display().to_string());
         log
     });
+    if otel.is_some() {
+        let seed = u64::from(std::process::id())
+            ^ mcp_stdio_sys::stamp_at(Instant::now())
+                .unix_ms
+                .rotate_left(17);
+        hub.trace_calls(seed);
+    }
     let state = Arc::new(HubState {
         shared: Mutex::new(Shared {
             hub,
@@ -991,6 +1023,7 @@ pub(crate) async fn serve_hub(
             stop_wanted: false,
             idle_due: false,
             audit,
+            otel,
             server_pid: None,
             stderr_tail: std::collections::VecDeque::new(),
         }),
@@ -1161,6 +1194,16 @@ pub(crate) async fn serve_hub(
         });
         (s.audit.take(), figures)
     };
+    let otel = state.lock().otel.take();
+    if let Some(otel) = otel {
+        let end = super::otel::SessionEnd {
+            duration: started.elapsed(),
+            protocol_version: None,
+            exit_code: 0,
+            counters: mcp_stdio_core::GuardCounters::default(),
+        };
+        otel.close(end, Duration::from_secs(1));
+    }
     if let Some(path) = &metrics {
         let json = serde_json::to_vec_pretty(&figures).unwrap_or_default();
         if let Err(e) = std::fs::write(path, json) {

@@ -25,6 +25,7 @@ pub fn fuzz_hub(data: &[u8]) {
     let mut h = Hub::new(1 << 16);
     h.idle_stop(Some(std::time::Duration::from_secs(5)));
     h.record_calls("fuzz", "server");
+    h.trace_calls(1);
     let mut model = Model {
         t0: Some(std::time::Instant::now()),
         ..Model::default()
@@ -330,6 +331,9 @@ fn check(h: &mut Hub, m: &mut Model) {
         assert!(r.session_id().starts_with("fuzz/"));
     }
     assert!(records <= crate::hub::MAX_HUB_RECORDS);
+    while let Some(span) = h.poll_span() {
+        assert!(span.end_unix_ms >= span.start_unix_ms);
+    }
     for s in &m.gone {
         assert_eq!(h.session_backlog(*s), 0, "bytes for a gone session");
         assert!(h.poll_to_session(*s).is_none());

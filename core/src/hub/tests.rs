@@ -576,6 +576,56 @@ fn f2_every_call_at_the_server_gets_a_record_naming_its_host_session() {
     assert_eq!(records[0].target(), "fixture");
 }
 
+/// `--otel` with `--share`: a span per call at the server, a child of its
+/// session's `traceparent`; the server gets the span's own `traceparent`
+/// (same trace, another span); an error answer gives the span its code.
+#[test]
+fn f2_every_call_at_the_server_gets_a_span_child_of_its_sessions_trace() {
+    let (mut h, s1, s2) = two();
+    h.trace_calls(7);
+    h.busy(Stamp::new(Instant::now(), 1_000));
+    let host = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    h.handle_session_line(
+        s1,
+        &line(
+            &json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{
+            "name":"echo","_meta":{"traceparent":host}}}),
+        ),
+    );
+    h.handle_session_line(s2, &call(5, "fails"));
+    let sent = to_server(&mut h);
+    let theirs = sent[0]["params"]["_meta"]["traceparent"]
+        .as_str()
+        .expect("a traceparent");
+    assert!(
+        theirs.starts_with("00-0af7651916cd43dd8448eb211c80319c-"),
+        "{theirs}"
+    );
+    assert_ne!(theirs, host);
+    assert!(sent[1]["params"]["_meta"]["traceparent"].is_string());
+    h.handle_server_line(&format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[]}}}}"#,
+        sent[0]["id"]
+    ));
+    h.handle_server_line(&format!(
+        r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":-32602,"message":"no"}}}}"#,
+        sent[1]["id"]
+    ));
+    let spans: Vec<_> = std::iter::from_fn(|| h.poll_span()).collect();
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    assert_eq!(spans[0].name, "tools/call echo");
+    assert_eq!(
+        spans[0].parent.map(|p| p.to_traceparent()).as_deref(),
+        Some(host)
+    );
+    assert_eq!(spans[0].context.to_traceparent(), theirs);
+    assert_eq!(spans[0].error_type, None);
+    assert_eq!(spans[1].name, "tools/call fails");
+    assert_eq!(spans[1].status_code, Some(-32602));
+    assert_eq!(spans[1].error_type.as_deref(), Some("-32602"));
+    assert!(h.poll_record().is_none(), "records only with record_calls");
+}
+
 #[test]
 fn bad_input_is_dropped_and_the_hub_goes_on() {
     let (mut h, s1, _) = two();
