@@ -10,6 +10,7 @@ mod crash;
 mod idle;
 pub(crate) mod log_copy;
 pub(crate) mod pin;
+pub(crate) mod policy;
 pub(crate) mod proxy;
 pub(crate) mod restart;
 mod secrets;

@@ -1,0 +1,403 @@
+//! The guard's policies on tools (issue "the guard's policies", the
+//! design's F4: a policy says what it did), sans-IO: which tools a host may
+//! use (`--tools`, `--deny-tool`), how often a tool may run
+//! (`--rate-limit [TOOL=]N/PERIOD`), and a brake on an agent that loops
+//! (`--repeat-limit N`). Each takes what the host asked and the time, and
+//! says allowed or refused with the reason; the proxy answers a refusal with
+//! a JSON-RPC error of [`POLICY_REFUSED`] that names the policy.
+//!
+//! # Limits
+//!
+//! - Patterns: at most [`MAX_TOOL_PATTERNS`] in `--tools` and `--deny-tool`
+//!   together, each at most [`MAX_PATTERN_BYTES`]; matching is linear in
+//!   the name and the pattern (no backtracking blow-up).
+//! - Rate limits: at most [`MAX_RATE_LIMITS`] rules; one token bucket per
+//!   rule (a rule for all tools shares one bucket).
+//! - The loop brake keeps one digest (the last call's) and a count.
+
+use std::time::{Duration, Instant};
+
+/// JSON-RPC error code of a refusal by a policy of the guard's (a tool
+/// outside `--tools` / `--deny-tool`, a call over `--rate-limit`, a loop
+/// caught by `--repeat-limit`): -32031, beside the pins' -32030 in the
+/// implementation-defined server error range.
+pub const POLICY_REFUSED: i64 = -32031;
+/// Patterns in `--tools` and `--deny-tool` together, at most.
+pub const MAX_TOOL_PATTERNS: usize = 256;
+/// Bytes of one pattern, at most.
+pub const MAX_PATTERN_BYTES: usize = 256;
+/// `--rate-limit` rules, at most.
+pub const MAX_RATE_LIMITS: usize = 64;
+
+/// Why a policy setting was refused (a usage error, exit 2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// More patterns, or a longer one, than the limits allow.
+    #[error("at most {MAX_TOOL_PATTERNS} tool patterns of at most {MAX_PATTERN_BYTES} bytes each")]
+    TooManyPatterns,
+    /// An empty pattern.
+    #[error("an empty tool name or pattern")]
+    EmptyPattern,
+    /// A rate limit that does not parse.
+    #[error(
+        "`{0}` is not a rate limit: give N/PERIOD or TOOL=N/PERIOD, N a whole number from 1, \
+         PERIOD a duration (`1s`, `500ms`, `1m`, `1h`; `s`, `m`, `h` alone mean one of them)"
+    )]
+    BadRate(String),
+    /// More rate rules than [`MAX_RATE_LIMITS`].
+    #[error("at most {MAX_RATE_LIMITS} rate limits")]
+    TooManyRates,
+    /// `--repeat-limit 0`.
+    #[error("--repeat-limit is at least 1")]
+    ZeroRepeat,
+}
+
+/// A tool name pattern: `*` stands for any run of characters, `?` for one;
+/// anything else stands for itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolPattern(String);
+
+impl ToolPattern {
+    /// The pattern `text`.
+    ///
+    /// # Errors
+    /// It is empty or longer than [`MAX_PATTERN_BYTES`].
+    pub fn new(text: &str) -> Result<Self, PolicyError> {
+        if text.is_empty() {
+            return Err(PolicyError::EmptyPattern);
+        }
+        if text.len() > MAX_PATTERN_BYTES {
+            return Err(PolicyError::TooManyPatterns);
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    /// The pattern as given.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `name` matches: the classic two-pointer wildcard match,
+    /// linear in both lengths (a `*` retried from its last place only).
+    pub fn matches(&self, name: &str) -> bool {
+        let p: Vec<char> = self.0.chars().collect();
+        let n: Vec<char> = name.chars().collect();
+        let (mut i, mut j) = (0, 0);
+        let mut star: Option<(usize, usize)> = None;
+        while j < n.len() {
+            if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+                i += 1;
+                j += 1;
+            } else if i < p.len() && p[i] == '*' {
+                star = Some((i, j));
+                i += 1;
+            } else if let Some((si, sj)) = star {
+                i = si + 1;
+                j = sj + 1;
+                star = Some((si, sj + 1));
+            } else {
+                return false;
+            }
+        }
+        p[i..].iter().all(|&c| c == '*')
+    }
+}
+
+/// Which tools a host may use: `--tools` (only these; none given: all) and
+/// `--deny-tool` (never these), each a list of [`ToolPattern`]s.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolFilter {
+    allow: Option<Vec<ToolPattern>>,
+    deny: Vec<ToolPattern>,
+}
+
+/// Why a tool is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolRefusal {
+    /// Not in `--tools`.
+    NotAllowed,
+    /// Matched by this `--deny-tool` pattern.
+    Denied(String),
+}
+
+impl ToolRefusal {
+    /// The sentence the error and the record carry.
+    pub fn describe(&self, tool: &str) -> String {
+        match self {
+            Self::NotAllowed => {
+                format!("mcp-stdio guard: the tool `{tool}` is not in the guard's --tools list")
+            }
+            Self::Denied(p) => format!(
+                "mcp-stdio guard: the tool `{tool}` is denied by the guard's --deny-tool {p}"
+            ),
+        }
+    }
+}
+
+impl ToolFilter {
+    /// Only `allow` (when given), never `deny`.
+    ///
+    /// # Errors
+    /// Too many patterns, or a bad one.
+    pub fn new(allow: Option<&[String]>, deny: &[String]) -> Result<Self, PolicyError> {
+        let count = allow.map_or(0, <[String]>::len) + deny.len();
+        if count > MAX_TOOL_PATTERNS {
+            return Err(PolicyError::TooManyPatterns);
+        }
+        let parse = |v: &[String]| v.iter().map(|t| ToolPattern::new(t)).collect();
+        Ok(Self {
+            allow: allow.map(parse).transpose()?,
+            deny: parse(deny)?,
+        })
+    }
+
+    /// Whether the filter lets every tool through.
+    pub fn is_open(&self) -> bool {
+        self.allow.is_none() && self.deny.is_empty()
+    }
+
+    /// Whether the host may use `tool`, or why not.
+    pub fn check(&self, tool: &str) -> Result<(), ToolRefusal> {
+        if let Some(p) = self.deny.iter().find(|p| p.matches(tool)) {
+            return Err(ToolRefusal::Denied(p.as_str().to_owned()));
+        }
+        match &self.allow {
+            Some(allow) if !allow.iter().any(|p| p.matches(tool)) => Err(ToolRefusal::NotAllowed),
+            _ => Ok(()),
+        }
+    }
+
+    /// `--tools` names that match no tool of `names` (a warning on the
+    /// first `tools/list`, not an error: a pattern with a wildcard is never
+    /// reported).
+    pub fn unmatched<'a>(&'a self, names: &'a [String]) -> impl Iterator<Item = &'a str> + 'a {
+        self.allow
+            .iter()
+            .flatten()
+            .filter(|p| !p.as_str().contains(['*', '?']))
+            .filter(move |p| !names.iter().any(|n| p.matches(n)))
+            .map(ToolPattern::as_str)
+    }
+
+    /// A `tools/list` result with the tools outside the policy taken out
+    /// (everything else, `nextCursor` included, kept as it came); `None`
+    /// when it is not a tools list or nothing is taken out. Also gives the
+    /// names taken out.
+    pub fn filter_list(&self, result: &str) -> Option<(String, Vec<String>)> {
+        if self.is_open() {
+            return None;
+        }
+        let mut v: serde_json::Value = serde_json::from_str(result).ok()?;
+        let tools = v.get_mut("tools")?.as_array_mut()?;
+        let mut removed = Vec::new();
+        tools.retain(|t| {
+            let Some(name) = t.get("name").and_then(serde_json::Value::as_str) else {
+                return true;
+            };
+            let keep = self.check(name).is_ok();
+            if !keep {
+                removed.push(name.to_owned());
+            }
+            keep
+        });
+        if removed.is_empty() {
+            return None;
+        }
+        Some((v.to_string(), removed))
+    }
+}
+
+/// One `--rate-limit` rule: `calls` per `period`, for one tool or all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateRule {
+    /// The tool (`None`: every tool, one bucket for all).
+    pub tool: Option<String>,
+    /// Calls allowed per period (the bucket's size).
+    pub calls: u32,
+    /// The period over which `calls` come back.
+    pub period: Duration,
+}
+
+impl RateRule {
+    /// Parses `[TOOL=]N/PERIOD` (`5/1s`, `search=10/1m`, `3/s`).
+    ///
+    /// # Errors
+    /// [`PolicyError::BadRate`], naming the accepted forms.
+    pub fn parse(text: &str) -> Result<Self, PolicyError> {
+        let bad = || PolicyError::BadRate(text.to_owned());
+        let (tool, rate) = match text.rsplit_once('=') {
+            Some((t, r)) if !t.is_empty() => (Some(t.to_owned()), r),
+            Some(_) => return Err(bad()),
+            None => (None, text),
+        };
+        let (n, period) = rate.split_once('/').ok_or_else(bad)?;
+        let calls: u32 = n.trim().parse().map_err(|_| bad())?;
+        if calls == 0 {
+            return Err(bad());
+        }
+        let period = parse_period(period.trim()).ok_or_else(bad)?;
+        if period.is_zero() {
+            return Err(bad());
+        }
+        Ok(Self {
+            tool,
+            calls,
+            period,
+        })
+    }
+}
+
+/// `1s`, `500ms`, `2m`, `1h`, or a unit alone (`s`, `m`, `h`: one of it).
+fn parse_period(text: &str) -> Option<Duration> {
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (n, unit) = text.split_at(digits);
+    let n: u64 = if n.is_empty() { 1 } else { n.parse().ok()? };
+    match unit {
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => Some(Duration::from_secs(n)),
+        "m" => n.checked_mul(60).map(Duration::from_secs),
+        "h" => n.checked_mul(3600).map(Duration::from_secs),
+        _ => None,
+    }
+}
+
+/// A token bucket: full at the start, one token back every
+/// `period / calls`.
+#[derive(Debug, Clone)]
+struct Bucket {
+    tokens: f64,
+    at: Option<Instant>,
+}
+
+/// The rate limits: a bucket per rule.
+#[derive(Debug, Clone, Default)]
+pub struct RateLimiter {
+    rules: Vec<(RateRule, Bucket)>,
+}
+
+impl RateLimiter {
+    /// The rules given.
+    ///
+    /// # Errors
+    /// More than [`MAX_RATE_LIMITS`].
+    pub fn new(rules: Vec<RateRule>) -> Result<Self, PolicyError> {
+        if rules.len() > MAX_RATE_LIMITS {
+            return Err(PolicyError::TooManyRates);
+        }
+        Ok(Self {
+            rules: rules
+                .into_iter()
+                .map(|r| {
+                    let tokens = f64::from(r.calls);
+                    (r, Bucket { tokens, at: None })
+                })
+                .collect(),
+        })
+    }
+
+    /// Whether there are rules.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// A call of `tool` at `now`: taken from every bucket that applies, or
+    /// refused (nothing taken) with how long until it would pass.
+    pub fn take(&mut self, tool: &str, now: Instant) -> Result<(), Duration> {
+        let applies = |r: &RateRule| r.tool.as_deref().is_none_or(|t| t == tool);
+        let mut wait = Duration::ZERO;
+        for (rule, bucket) in self.rules.iter_mut().filter(|(r, _)| applies(r)) {
+            refill(rule, bucket, now);
+            if bucket.tokens < 1.0 {
+                let per_token = rule.period.as_secs_f64() / f64::from(rule.calls);
+                let left = (1.0 - bucket.tokens) * per_token;
+                wait = wait.max(Duration::from_secs_f64(left.max(0.0)));
+            }
+        }
+        if !wait.is_zero() {
+            return Err(wait);
+        }
+        for (_, bucket) in self.rules.iter_mut().filter(|(r, _)| applies(r)) {
+            bucket.tokens -= 1.0;
+        }
+        Ok(())
+    }
+}
+
+fn refill(rule: &RateRule, bucket: &mut Bucket, now: Instant) {
+    let size = f64::from(rule.calls);
+    if let Some(at) = bucket.at {
+        let back = now.saturating_duration_since(at).as_secs_f64() / rule.period.as_secs_f64();
+        bucket.tokens = (bucket.tokens + back * size).min(size);
+    }
+    bucket.at = Some(now);
+}
+
+/// The loop brake (`--repeat-limit N`): the same tool with the same
+/// arguments more than `N` times in a row is refused until a different call
+/// comes.
+#[derive(Debug, Clone)]
+pub struct RepeatBrake {
+    limit: u32,
+    last: Option<u64>,
+    count: u32,
+}
+
+impl RepeatBrake {
+    /// At most `limit` identical calls in a row.
+    ///
+    /// # Errors
+    /// `limit` is 0.
+    pub fn new(limit: u32) -> Result<Self, PolicyError> {
+        if limit == 0 {
+            return Err(PolicyError::ZeroRepeat);
+        }
+        Ok(Self {
+            limit,
+            last: None,
+            count: 0,
+        })
+    }
+
+    /// A call of `tool` with `arguments` (raw JSON, or none): allowed, or
+    /// refused with how many identical calls came in a row (this one
+    /// counted). Arguments are compared as JSON values (member order and
+    /// spacing do not matter).
+    pub fn check(&mut self, tool: &str, arguments: Option<&str>) -> Result<(), u32> {
+        let digest = call_digest(tool, arguments);
+        if self.last == Some(digest) {
+            self.count = self.count.saturating_add(1);
+        } else {
+            self.last = Some(digest);
+            self.count = 1;
+        }
+        if self.count > self.limit {
+            Err(self.count)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The limit.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+}
+
+/// A digest of a call: the tool and its arguments as a canonical JSON text
+/// (object members sorted), so that two encodings of one call are one.
+fn call_digest(tool: &str, arguments: Option<&str>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let canonical = arguments
+        .and_then(|a| serde_json::from_str::<serde_json::Value>(a).ok())
+        .map_or_else(|| arguments.unwrap_or("").to_owned(), |v| v.to_string());
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    tool.hash(&mut h);
+    canonical.hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests;
