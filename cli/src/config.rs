@@ -66,6 +66,7 @@ use mcp_stdio_core::{RestartConfig, RestartPolicy, DEFAULT_MAX_RESTARTS};
 use serde::Deserialize;
 
 use mcp_stdio_core::{ProxyConfig, DEFAULT_MAX_BUFFERED};
+use mcp_stdio_core::{RateLimiter, RateRule, RepeatBrake, ToolFilter, ToolPolicy};
 
 use crate::guard::sandbox::{FileSandbox, SandboxArgs, SandboxSettings};
 use crate::guard::server_env::{EnvArgs, FileEnv, ServerEnv};
@@ -207,6 +208,61 @@ pub(crate) struct SettingsArgs {
     /// What to do with a tool whose definition is not the pinned one [default: warn].
     #[arg(long, value_enum, value_name = "POLICY", help_heading = "Pinned tools")]
     pub(crate) pin_policy: Option<PinPolicyArg>,
+    /// Only these tools (comma-separated names or patterns with `*` and `?`): others are taken
+    /// out of tools/list and a call of one is refused [default: every tool].
+    #[arg(
+        long,
+        value_name = "NAMES",
+        value_delimiter = ',',
+        help_heading = "Policies"
+    )]
+    pub(crate) tools: Option<Vec<String>>,
+    /// Never this tool (a name or a pattern with `*` and `?`; repeatable).
+    #[arg(long = "deny-tool", value_name = "NAME", help_heading = "Policies")]
+    pub(crate) deny_tool: Vec<String>,
+    /// At most N calls per PERIOD, of TOOL or of every tool (`5/1s`, `search=10/1m`;
+    /// repeatable); a call over it is refused with `retryAfterMs`.
+    #[arg(long = "rate-limit", value_name = "[TOOL=]N/PERIOD", value_parser = parse_rate, help_heading = "Policies")]
+    pub(crate) rate_limit: Vec<mcp_stdio_core::RateRule>,
+    /// Refuse the same tool with the same arguments more than N times in a row (an agent
+    /// that loops), until a different call comes.
+    #[arg(long, value_name = "N", help_heading = "Policies")]
+    pub(crate) repeat_limit: Option<u32>,
+}
+
+/// The tool policies from the flags, else the config file's keys
+/// (`tools`, `deny_tools`, `rate_limits`, `repeat_limit`).
+fn tool_policy(args: &SettingsArgs, file: &FileSettings) -> Result<ToolPolicy, String> {
+    let allow = args.tools.clone().or_else(|| file.tools.clone());
+    let deny = if args.deny_tool.is_empty() {
+        file.deny_tools.clone().unwrap_or_default()
+    } else {
+        args.deny_tool.clone()
+    };
+    let filter = ToolFilter::new(allow.as_deref(), &deny)
+        .map_err(|e| format!("--tools / --deny-tool: {e}"))?;
+    let rules = if args.rate_limit.is_empty() {
+        file.rate_limits
+            .iter()
+            .flatten()
+            .map(|r| RateRule::parse(r).map_err(|e| format!("rate_limits: {e}")))
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        args.rate_limit.clone()
+    };
+    let rates = RateLimiter::new(rules).map_err(|e| format!("--rate-limit: {e}"))?;
+    let repeat = args
+        .repeat_limit
+        .or(file.repeat_limit)
+        .map(RepeatBrake::new)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    Ok(ToolPolicy::new(filter, rates, repeat))
+}
+
+/// `--rate-limit`'s value.
+fn parse_rate(text: &str) -> Result<mcp_stdio_core::RateRule, String> {
+    mcp_stdio_core::RateRule::parse(text).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -245,6 +301,10 @@ struct FileSettings {
     share: Option<ShareFile>,
     share_linger: Option<String>,
     sandbox: Option<FileSandbox>,
+    tools: Option<Vec<String>>,
+    deny_tools: Option<Vec<String>>,
+    rate_limits: Option<Vec<String>>,
+    repeat_limit: Option<u32>,
 }
 
 /// The resolved limits of a guard run.
@@ -383,6 +443,7 @@ impl GuardSettings {
             _ => {}
         }
         let mut proxy = ProxyConfig::default();
+        proxy.tool_policy(Some(tool_policy(args, &file)?));
         proxy
             .limit_knob("--max-frame (max_frame_bytes in a --config file)")
             .max_buffered(

@@ -292,8 +292,9 @@ pub use guard::pin::{
     MAX_PIN_NOTES, PINNED_FIELDS, TOOL_NOT_ACCEPTED,
 };
 pub use guard::policy::{
-    PolicyError, RateLimiter, RateRule, RepeatBrake, ToolFilter, ToolPattern, ToolRefusal,
-    MAX_PATTERN_BYTES, MAX_RATE_LIMITS, MAX_TOOL_PATTERNS, POLICY_REFUSED,
+    PolicyError, PolicyMetrics, RateLimiter, RateRule, RepeatBrake, ToolFilter, ToolPattern,
+    ToolPolicy, ToolRefusal, MAX_PATTERN_BYTES, MAX_POLICY_TOOLS, MAX_RATE_LIMITS,
+    MAX_TOOL_PATTERNS, POLICY_REFUSED,
 };
 pub use guard::proxy::{
     ProxyConfig, ProxyMetrics, DEFAULT_MAX_BUFFERED, DEFAULT_MAX_CANCELLED, DEFAULT_MAX_NOTES,

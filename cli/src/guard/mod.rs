@@ -297,7 +297,13 @@ fn own_path(path: &std::path::Path, shared: bool) -> std::path::PathBuf {
 /// The first option given that a shared session cannot honour yet (the
 /// guard only relays it to the hub).
 fn unshareable(settings: &GuardSettings) -> Option<&'static str> {
-    settings.pin.is_some().then_some("--pin")
+    if settings.pin.is_some() {
+        return Some("--pin");
+    }
+    settings
+        .proxy
+        .has_tool_policy()
+        .then_some("--tools / --deny-tool / --rate-limit / --repeat-limit")
 }
 
 /// The server's name: `--name`, the config's `name`, or the server

@@ -399,5 +399,145 @@ fn call_digest(tool: &str, arguments: Option<&str>) -> u64 {
     h.finish()
 }
 
+/// Tools counted one by one in [`PolicyMetrics::refused`]; later ones
+/// share `(other)`.
+pub const MAX_POLICY_TOOLS: usize = 256;
+
+/// What the policies did, for `--metrics` and the status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PolicyMetrics {
+    /// Calls refused, by tool (at most [`MAX_POLICY_TOOLS`] names).
+    pub refused: std::collections::BTreeMap<String, u64>,
+    /// Refusals by policy: `tools`, `rate-limit`, `repeat-limit`.
+    pub refused_by: std::collections::BTreeMap<&'static str, u64>,
+    /// Tools taken out of `tools/list` answers (counted per answer).
+    pub tools_hidden: u64,
+}
+
+/// The guard's tool policies together: the filter, the rate limits, the
+/// loop brake. Set with `ProxyConfig::tool_policy`.
+#[derive(Debug, Clone, Default)]
+pub struct ToolPolicy {
+    filter: ToolFilter,
+    rates: RateLimiter,
+    repeat: Option<RepeatBrake>,
+    metrics: PolicyMetrics,
+    warned_unmatched: bool,
+}
+
+impl ToolPolicy {
+    /// The policies given (each may be empty).
+    pub fn new(filter: ToolFilter, rates: RateLimiter, repeat: Option<RepeatBrake>) -> Self {
+        Self {
+            filter,
+            rates,
+            repeat,
+            metrics: PolicyMetrics::default(),
+            warned_unmatched: false,
+        }
+    }
+
+    /// Whether no policy is set.
+    pub fn is_empty(&self) -> bool {
+        self.filter.is_open() && self.rates.is_empty() && self.repeat.is_none()
+    }
+
+    /// What the policies did.
+    pub fn metrics(&self) -> &PolicyMetrics {
+        &self.metrics
+    }
+
+    /// Whether `tools/list` answers are filtered.
+    pub(crate) fn filters_lists(&self) -> bool {
+        !self.filter.is_open()
+    }
+
+    /// A `tools/call` of `tool` with `arguments` at `now`: allowed, or the
+    /// error the host gets (naming the policy; `data` says which, and for a
+    /// rate limit `retryAfterMs`).
+    pub(crate) fn check_call(
+        &mut self,
+        tool: &str,
+        arguments: Option<&str>,
+        now: Instant,
+    ) -> Result<(), crate::wire::message::ErrorObject> {
+        let refusal = if let Err(r) = self.filter.check(tool) {
+            Some((
+                "tools",
+                r.describe(tool),
+                serde_json::json!({"policy": "tools"}),
+            ))
+        } else if let Err(wait) = self.rates.take(tool, now) {
+            let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+            Some((
+                "rate-limit",
+                format!(
+                    "mcp-stdio guard: the tool `{tool}` is over the guard's --rate-limit; retry in {ms} ms"
+                ),
+                serde_json::json!({"policy": "rate-limit", "retryAfterMs": ms}),
+            ))
+        } else if let Some(Err(n)) = self.repeat.as_mut().map(|b| b.check(tool, arguments)) {
+            let limit = self.repeat.as_ref().map_or(0, RepeatBrake::limit);
+            Some((
+                "repeat-limit",
+                format!(
+                    "mcp-stdio guard: the agent seems to loop: `{tool}` with the same arguments {n} times in a row (--repeat-limit {limit}); a different call goes through"
+                ),
+                serde_json::json!({"policy": "repeat-limit", "repeats": n}),
+            ))
+        } else {
+            None
+        };
+        let Some((policy, message, data)) = refusal else {
+            return Ok(());
+        };
+        *self.metrics.refused_by.entry(policy).or_default() += 1;
+        let key = if self.metrics.refused.len() < MAX_POLICY_TOOLS
+            || self.metrics.refused.contains_key(tool)
+        {
+            tool.to_owned()
+        } else {
+            "(other)".to_owned()
+        };
+        *self.metrics.refused.entry(key).or_default() += 1;
+        let mut err = crate::wire::message::ErrorObject::new(POLICY_REFUSED, message);
+        err.data = serde_json::value::RawValue::from_string(data.to_string()).ok();
+        Err(err)
+    }
+
+    /// A `tools/list` result: the tools outside the policy taken out
+    /// (`None`: as it came), and a warning, once, for `--tools` names the
+    /// server has none of.
+    pub(crate) fn filter_list(&mut self, result: &str) -> (Option<String>, Option<String>) {
+        let mut warning = None;
+        // Only a whole list (no further page) can say a name is missing.
+        if !self.warned_unmatched && !result.contains("\"nextCursor\"") {
+            let names: Vec<String> = serde_json::from_str::<serde_json::Value>(result)
+                .ok()
+                .and_then(|v| {
+                    v.get("tools")?.as_array().map(|t| {
+                        t.iter()
+                            .filter_map(|t| t.get("name")?.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                })
+                .unwrap_or_default();
+            let missing: Vec<&str> = self.filter.unmatched(&names).collect();
+            if !missing.is_empty() {
+                warning = Some(format!(
+                    "mcp-stdio guard: --tools names tools the server does not list: {}",
+                    missing.join(", ")
+                ));
+            }
+            self.warned_unmatched = true;
+        }
+        let filtered = self.filter.filter_list(result).map(|(out, removed)| {
+            self.metrics.tools_hidden += removed.len() as u64;
+            out
+        });
+        (filtered, warning)
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -162,6 +162,7 @@ pub struct ProxyConfig {
     session_id: String,
     target: String,
     tool_pins: Option<ToolPins>,
+    tool_policy: Option<crate::guard::policy::ToolPolicy>,
 }
 
 impl Default for ProxyConfig {
@@ -176,6 +177,7 @@ impl Default for ProxyConfig {
             session_id: String::new(),
             target: String::new(),
             tool_pins: None,
+            tool_policy: None,
         }
     }
 }
@@ -276,6 +278,22 @@ impl ProxyConfig {
     /// The note limit.
     pub fn get_max_notes(&self) -> usize {
         self.max_notes
+    }
+
+    /// The guard's tool policies (`--tools`, `--deny-tool`,
+    /// `--rate-limit`, `--repeat-limit`) [default: none]: a `tools/call`
+    /// they refuse is answered with a
+    /// [`POLICY_REFUSED`](crate::guard::policy::POLICY_REFUSED) error and
+    /// recorded as denied; a `tools/list` answer loses the tools outside
+    /// `--tools` / `--deny-tool`.
+    pub fn tool_policy(&mut self, policy: Option<crate::guard::policy::ToolPolicy>) -> &mut Self {
+        self.tool_policy = policy.filter(|p| !p.is_empty());
+        self
+    }
+
+    /// Whether tool policies are set.
+    pub fn has_tool_policy(&self) -> bool {
+        self.tool_policy.is_some()
     }
 
     /// Sets the pinned tool definitions the guard checks `tools/list`
@@ -422,6 +440,9 @@ pub struct ProxyMetrics {
     /// The pinned tool definitions' counters, when the guard checks them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pins: Option<PinMetrics>,
+    /// What the tool policies did, when some are set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::guard::policy::PolicyMetrics>,
 }
 
 /// Bound of the protocol version the guard remembers, in bytes.
@@ -440,6 +461,8 @@ struct Tracked {
     progress_token: Option<Id>,
     /// A `tools/list` whose answer the pins check.
     pin_list: Option<ListRequest>,
+    /// A `tools/list` whose answer the tool policy filters.
+    policy_list: bool,
 }
 
 /// The proxy state machine. See the [module docs](self) for the method
@@ -502,6 +525,8 @@ struct State {
     replay_state: ReplayState,
     /// The pinned tool definitions' machine, when on.
     pins: Option<PinCheck>,
+    /// The tool policies, when some are set.
+    policy: Option<crate::guard::policy::ToolPolicy>,
     /// The requests' spans (`guard --otel`), when on.
     spans: Option<crate::guard::trace::Spans>,
 }
@@ -512,6 +537,7 @@ impl Proxy {
     pub(crate) fn new(guard: &GuardConfig) -> Self {
         let mut config = guard.get_proxy().clone();
         let pins = config.tool_pins.take().map(PinCheck::new);
+        let policy = config.tool_policy.take();
         let framing = guard.get_framer().clone();
         Self {
             host_framer: Framer::new(framing.clone()),
@@ -537,9 +563,11 @@ impl Proxy {
                 noise_shown: 0,
                 metrics: ProxyMetrics {
                     pins: pins.as_ref().map(|p| p.metrics().clone()),
+                    policy: policy.as_ref().map(|p| p.metrics().clone()),
                     ..ProxyMetrics::default()
                 },
                 pins,
+                policy,
                 spans: guard.get_trace_seed().map(crate::guard::trace::Spans::new),
                 replay: Replay::default(),
                 replay_state: ReplayState::default(),
@@ -1052,7 +1080,7 @@ impl State {
         match Message::decode(text) {
             Ok(Message::Request(r)) => {
                 self.metrics.requests += 1;
-                if self.pin_refuses(at, &r, text) {
+                if self.pin_refuses(at, &r, text) || self.policy_refuses(at, &r, text) {
                     return;
                 }
                 let handshake = r.method == INITIALIZE || r.method == DISCOVER;
@@ -1152,6 +1180,11 @@ impl State {
                                 &r.method,
                                 r.params.as_deref(),
                             ),
+                            policy_list: r.method == "tools/list"
+                                && self
+                                    .policy
+                                    .as_ref()
+                                    .is_some_and(crate::guard::policy::ToolPolicy::filters_lists),
                         },
                     );
                 }
@@ -1351,7 +1384,9 @@ impl State {
             self.metrics.dropped_after_cancel += 1;
             return;
         }
-        if self.pin_answers_list(at, &id, result.as_deref(), text, repair) {
+        if self.pin_answers_list(at, &id, result.as_deref(), text, repair)
+            || self.policy_answers_list(at, &id, result.as_deref(), text)
+        {
             return;
         }
         self.metrics.responses += 1;
@@ -1535,6 +1570,7 @@ impl State {
 
 mod fields;
 mod pin_hooks;
+mod policy_hooks;
 mod replay;
 #[cfg(test)]
 mod tests;

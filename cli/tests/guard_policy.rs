@@ -1,0 +1,157 @@
+//! The guard's tool policies (F4: a policy says what it did) in front of
+//! the fixture server, real processes: `--tools` / `--deny-tool`,
+//! `--rate-limit`, `--repeat-limit`, their usage errors and their counts in
+//! `--metrics`. With real servers and the hosts' clients: `host_clients.rs`.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+#[path = "support/guarded.rs"]
+mod guarded;
+use guarded::{fixture_server, guard_command, tmp, Guarded};
+
+fn guard(args: &[&str]) -> Guarded {
+    let mut all = vec!["--no-announce"];
+    all.extend_from_slice(args);
+    let mut g = Guarded::spawn(guard_command(&all, &[&fixture_server()], &[]));
+    g.initialize();
+    g
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["name"].as_str().expect("name").to_owned())
+        .collect()
+}
+
+/// `--tools` and `--deny-tool`: `tools/list` holds only what the policy
+/// allows; a call of another tool gets the policy's error (-32031, naming
+/// the flag) and never reaches the server; an allowed call is answered.
+#[test]
+fn f4_tools_and_deny_tool_filter_the_list_and_refuse_the_call() {
+    let mut g = guard(&["--tools", "echo,slow*,missing", "--deny-tool", "slow"]);
+    let all = names(&guard(&[]).list_tools(1, None));
+    let list = g.list_tools(1, None);
+    // `slow*` lets `slow_io` in; `--deny-tool slow` keeps `slow` out.
+    assert_eq!(names(&list), ["echo", "slow_io"], "of {all:?}");
+    let r = g.call_tool(2, "slow", json!({"chunks": 1, "delay_ms": 1}));
+    assert_eq!(r["error"]["code"], -32031, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--deny-tool slow"),
+        "{r}"
+    );
+    assert_eq!(r["error"]["data"]["policy"], "tools");
+    let r = g.call_tool(3, "big", json!({"bytes": 10}));
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--tools"),
+        "{r}"
+    );
+    let r = g.call_tool(4, "echo", json!({"text": "allowed"}));
+    assert_eq!(r["result"]["content"][0]["text"], "allowed", "{r}");
+    let (code, stderr) = g.close();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("--tools names tools the server does not list: missing"),
+        "{stderr}"
+    );
+}
+
+/// `--rate-limit 5/1s`: twenty calls at once, fifteen refused with
+/// `retryAfterMs`; after that wait a call passes again.
+#[test]
+fn f4_a_rate_limit_refuses_the_burst_past_it_with_when_to_retry() {
+    let mut g = guard(&["--rate-limit", "5/1s"]);
+    let t = Instant::now();
+    let mut refused = Vec::new();
+    for id in 1..=20 {
+        let r = g.call_tool(id, "echo", json!({"text": id.to_string()}));
+        if r.get("error").is_some() {
+            assert_eq!(r["error"]["code"], -32031, "{r}");
+            assert_eq!(r["error"]["data"]["policy"], "rate-limit", "{r}");
+            refused.push(
+                r["error"]["data"]["retryAfterMs"]
+                    .as_u64()
+                    .expect("retryAfterMs"),
+            );
+        }
+    }
+    let took = t.elapsed();
+    eprintln!(
+        "20 calls in {took:?}: {} refused, retry after {refused:?} ms",
+        refused.len()
+    );
+    // Tokens come back at 5 a second: a slow machine may have earned some.
+    let earned = usize::try_from(took.as_millis() / 200).unwrap_or(usize::MAX);
+    assert!(
+        refused.len() <= 15 && refused.len() + earned >= 15,
+        "{refused:?}"
+    );
+    let wait = refused.iter().max().copied().unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(wait + 50));
+    let r = g.call_tool(100, "echo", json!({"text": "later"}));
+    assert_eq!(r["result"]["content"][0]["text"], "later", "{r}");
+    g.close();
+}
+
+/// `--repeat-limit 3`: the fourth identical call is refused (the agent
+/// seems to loop) until a different call comes; `--metrics` counts the
+/// refusals by tool and by policy.
+#[test]
+fn f4_the_loop_brake_fires_on_the_fourth_identical_call_and_metrics_count_it() {
+    let metrics = tmp("policy-metrics.json");
+    let path = metrics.path().to_str().expect("utf-8").to_owned();
+    let mut g = guard(&["--repeat-limit", "3", "--metrics", &path]);
+    for id in 1..=3 {
+        let r = g.call_tool(id, "echo", json!({"text": "same"}));
+        assert!(r.get("result").is_some(), "call {id}: {r}");
+    }
+    let r = g.call_tool(4, "echo", json!({"text": "same"}));
+    assert_eq!(r["error"]["data"]["policy"], "repeat-limit", "{r}");
+    assert_eq!(r["error"]["data"]["repeats"], 4, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("seems to loop"),
+        "{r}"
+    );
+    let r = g.call_tool(5, "echo", json!({"text": "different"}));
+    assert!(r.get("result").is_some(), "{r}");
+    let (code, _) = g.close();
+    assert_eq!(code, Some(0));
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(metrics.path()).expect("metrics")).expect("JSON");
+    let policy = &m["proxy"]["policy"];
+    assert_eq!(policy["refused"]["echo"], 1, "{m}");
+    assert_eq!(policy["refused_by"]["repeat-limit"], 1, "{m}");
+}
+
+/// Bad settings are usage errors (exit 2) that say what is accepted; the
+/// policies are refused with `--share` for now (the hub does not apply them).
+#[test]
+fn f4_bad_policy_settings_are_usage_errors() {
+    for (args, says) in [
+        (&["--rate-limit", "5/1d"][..], "N/PERIOD"),
+        (&["--rate-limit", "five/1s"], "N/PERIOD"),
+        (&["--repeat-limit", "0"], "at least 1"),
+        (&["--tools", "echo", "--share"], "--tools"),
+    ] {
+        let out = guard_command(args, &[&fixture_server()], &[])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

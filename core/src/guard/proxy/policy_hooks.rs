@@ -1,0 +1,118 @@
+//! The proxy's hooks for the guard's tool policies
+//! (`crate::guard::policy`): a `tools/call` a policy refuses, and a
+//! server's answer to a `tools/list` the tool filter edits. The decisions
+//! are the policy's; these answer through the proxy's own paths (records,
+//! notes, messages for the host within the wire limit).
+
+use super::{id_json, tool_name, State};
+use crate::records::call::{CallIdentity, CallLifecycle, CallOutcome};
+use crate::time::Stamp;
+use crate::wire::message::{encode_error, encode_result, Id, RawValue, Request};
+
+impl State {
+    /// A `tools/call` a policy refuses is answered with its error and
+    /// recorded as denied; it never reaches the server. True when refused.
+    pub(super) fn policy_refuses(&mut self, at: Stamp, r: &Request, text: &str) -> bool {
+        if r.method != "tools/call" {
+            return false;
+        }
+        let Some(policy) = self.policy.as_mut() else {
+            return false;
+        };
+        let tool = tool_name(r.params.as_deref()).unwrap_or_default();
+        let arguments = r
+            .params
+            .as_deref()
+            .and_then(|p| crate::wire::object::member(p.get(), "arguments"));
+        let Err(err) = policy.check_call(&tool, arguments.map(|a| a.get()), at.instant) else {
+            return false;
+        };
+        self.metrics.policy = Some(policy.metrics().clone());
+        let seq = self.next_call;
+        self.next_call += 1;
+        let call_id = format!("{seq}/{}", id_json(&r.id));
+        let mut call = CallLifecycle::new(
+            &self.call,
+            CallIdentity {
+                call_id: &call_id,
+                session_id: &self.config.session_id,
+                operation: &tool,
+                target: &self.config.target,
+            },
+            at.unix_ms,
+        );
+        // Refused by policy before dispatch: each step is legal from the
+        // one before.
+        let _ = call.validate(at);
+        let _ = call.deny(at);
+        call.note(
+            at.unix_ms,
+            &format!("{} request of {} bytes", r.method, text.len()),
+        );
+        call.note(
+            at.unix_ms,
+            &format!(
+                "refused by the guard's policy; the host got error {}: {}",
+                err.code, err.message
+            ),
+        );
+        self.push_record(call.record().clone());
+        self.note(format!(
+            "mcp-stdio guard: {} {} refused: {}",
+            r.method,
+            r.id,
+            err.message.trim_start_matches("mcp-stdio guard: ")
+        ));
+        match encode_error(Some(&r.id), &err, self.framing.get_max_frame()) {
+            Ok(bytes) => self.send_host_message(Some(r.id.clone()), bytes),
+            Err(_) => self.reply_error(Some(&r.id), err.code, err.message),
+        }
+        true
+    }
+
+    /// A server's result for a `tools/list` the tool filter edits: the
+    /// tools outside `--tools` / `--deny-tool` taken out (the cursor kept),
+    /// the call completed here, the host given the edited result (true).
+    /// As it came (nothing to take out, not a list): the usual path (false).
+    pub(super) fn policy_answers_list(
+        &mut self,
+        at: Stamp,
+        id: &Id,
+        result: Option<&str>,
+        text: &str,
+    ) -> bool {
+        let (Some(result), Some(policy)) = (result, self.policy.as_mut()) else {
+            return false;
+        };
+        if !self.tracked.get(id).is_some_and(|t| t.policy_list) {
+            return false;
+        }
+        let (filtered, warning) = policy.filter_list(result);
+        self.metrics.policy = Some(policy.metrics().clone());
+        if let Some(w) = warning {
+            self.note(w);
+        }
+        let Some(filtered) = filtered else {
+            return false;
+        };
+        let max = self.framing.get_max_frame();
+        let Some(bytes) = RawValue::from_string(filtered)
+            .ok()
+            .and_then(|raw| encode_result(id, &raw, max).ok())
+        else {
+            return false;
+        };
+        self.metrics.responses += 1;
+        let Some(call) = self.untrack(id) else {
+            return false;
+        };
+        let note = format!(
+            "result of {} bytes; the host got it without the tools the policy hides ({} bytes)",
+            text.len(),
+            bytes.len()
+        );
+        self.complete(at, call, CallOutcome::Succeeded, &note);
+        self.send_host_message(Some(id.clone()), bytes);
+        true
+    }
+}
