@@ -18,6 +18,12 @@ use arbitrary::{Arbitrary, Unstructured};
 #[derive(Arbitrary, Debug)]
 enum Op {
     Host(Vec<u8>),
+    /// A `tools/call` of one of a few tools (the policies' subjects).
+    HostToolCall {
+        id: u8,
+        tool: u8,
+        arg: u8,
+    },
     HostRequest {
         id: u8,
     },
@@ -71,6 +77,28 @@ pub(super) fn run(data: &[u8]) {
         let ms = u.int_in_range(1..=200u64).unwrap_or(50);
         config.idle_stop(Some(Duration::from_millis(ms)));
     }
+    // Sometimes the tool policies are on (`--tools`, `--deny-tool`,
+    // `--rate-limit`, `--repeat-limit`).
+    if u.arbitrary::<bool>().unwrap_or(false) {
+        let filter = crate::guard::policy::ToolFilter::new(
+            Some(&["a*".to_owned(), "b".to_owned()]),
+            &["ab".to_owned()],
+        )
+        .ok()
+        .unwrap_or_default();
+        let rates = crate::guard::policy::RateLimiter::new(vec![crate::guard::policy::RateRule {
+            tool: None,
+            calls: u.int_in_range(1..=4u32).unwrap_or(2),
+            period: Duration::from_millis(100),
+        }])
+        .unwrap_or_default();
+        let repeat = crate::guard::policy::RepeatBrake::new(2).ok();
+        config
+            .proxy_mut()
+            .tool_policy(Some(crate::guard::policy::ToolPolicy::new(
+                filter, rates, repeat,
+            )));
+    }
     // Sometimes an oversized line closes the session (the guard's
     // `--oversized-policy close`).
     if u.arbitrary::<bool>().unwrap_or(false) {
@@ -92,6 +120,17 @@ pub(super) fn run(data: &[u8]) {
         let at = stamp(ms);
         match op {
             Op::Host(b) => s.handle_host(at, &b),
+            Op::HostToolCall { id, tool, arg } => {
+                let tool = ["a", "ab", "abc", "b", "c"][usize::from(tool) % 5];
+                s.handle_host(
+                    at,
+                    format!(
+                        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"{tool}\",\"arguments\":{{\"x\":{}}}}}}}\n",
+                        arg % 3
+                    )
+                    .as_bytes(),
+                );
+            }
             Op::HostRequest { id } => s.handle_host(
                 at,
                 format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"m\"}}\n").as_bytes(),
