@@ -105,6 +105,15 @@ fn initialize(g: &mut Guarded, capabilities: Value) -> Duration {
     t.elapsed()
 }
 
+/// SIGKILL to `pid` (a hub: it gets no chance to say goodbye).
+fn sigkill(pid: u32) {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill");
+}
+
 fn gone(pid: u32) -> bool {
     !Path::new(&format!("/proc/{pid}")).exists()
         || std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -223,11 +232,7 @@ fn f2_the_hub_killed_ends_every_session_at_once() {
     b.send(&call(1, "slow", json!({"chunks": 50, "delay_ms": 100})));
     std::thread::sleep(Duration::from_millis(200));
     let t = Instant::now();
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(i32::try_from(hub).expect("pid")).expect("pid"),
-        rustix::process::Signal::KILL,
-    )
-    .expect("kill the hub");
+    sigkill(hub);
     for g in [a, b] {
         let r = g.reply(1);
         assert_eq!(
@@ -520,11 +525,7 @@ fn f2_with_restart_a_killed_hub_is_a_crash_and_the_sessions_join_a_new_one() {
     b.send(&call(1, "slow", json!({"chunks": 50, "delay_ms": 100})));
     std::thread::sleep(Duration::from_millis(200));
     let t = Instant::now();
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(i32::try_from(hub).expect("pid")).expect("pid"),
-        rustix::process::Signal::KILL,
-    )
-    .expect("kill the hub");
+    sigkill(hub);
     for g in [&mut a, &mut b] {
         let r = g.reply(1);
         assert_eq!(r["error"]["code"], -32001, "the open call: {r}");

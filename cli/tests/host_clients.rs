@@ -324,6 +324,24 @@ fn f2_four_real_client_sessions_share_server_filesystem_as_if_alone() {
     });
 }
 
+/// `mcp-stdio guard --share` in front of `server`, its runtime folder
+/// `runtime` (through `env`, so each client's guard gets it).
+fn shared_guard(runtime: &Path, server: &[String]) -> Vec<String> {
+    let mut shared = vec![
+        "env".to_owned(),
+        format!("XDG_RUNTIME_DIR={}", runtime.display()),
+        env!("CARGO_BIN_EXE_mcp-stdio").to_owned(),
+        "guard".to_owned(),
+        "--no-announce".to_owned(),
+        "--share".to_owned(),
+        "--share-linger".to_owned(),
+        "1s".to_owned(),
+        "--".to_owned(),
+    ];
+    shared.extend(server.iter().cloned());
+    shared
+}
+
 /// Four sessions (two TypeScript SDK, two Python `mcp`) at once through
 /// `guard --share` in front of `server`, each making the calls `calls`
 /// gives for its name; each must get what a session alone (named "alone")
@@ -340,18 +358,7 @@ fn four_sessions_as_if_alone(test: &str, server: &[String], calls: impl Fn(&str)
     let direct = run(&with(&py, "alone"), server, Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("directly: {e}"));
     let runtime = tempfile::tempdir().expect("tempdir");
-    let mut shared = vec![
-        "env".to_owned(),
-        format!("XDG_RUNTIME_DIR={}", runtime.path().display()),
-        env!("CARGO_BIN_EXE_mcp-stdio").to_owned(),
-        "guard".to_owned(),
-        "--no-announce".to_owned(),
-        "--share".to_owned(),
-        "--share-linger".to_owned(),
-        "1s".to_owned(),
-        "--".to_owned(),
-    ];
-    shared.extend(server.iter().cloned());
+    let shared = shared_guard(runtime.path(), server);
     let sessions: Vec<(String, Vec<String>)> = vec![
         ("ts-a".to_owned(), with(&ts, "ts-a")),
         ("ts-b".to_owned(), with(&ts, "ts-b")),
@@ -417,22 +424,14 @@ fn f2_sampling_reaches_the_session_whose_call_asked_for_it() {
         return;
     };
     let runtime = tempfile::tempdir().expect("tempdir");
-    let mut shared = vec![
-        "env".to_owned(),
-        format!("XDG_RUNTIME_DIR={}", runtime.path().display()),
-        env!("CARGO_BIN_EXE_mcp-stdio").to_owned(),
-        "guard".to_owned(),
-        "--no-announce".to_owned(),
-        "--share".to_owned(),
-        "--share-linger".to_owned(),
-        "1s".to_owned(),
-        "--".to_owned(),
-    ];
-    shared.extend([
-        node.display().to_string(),
-        entry.display().to_string(),
-        "stdio".to_owned(),
-    ]);
+    let shared = shared_guard(
+        runtime.path(),
+        &[
+            node.display().to_string(),
+            entry.display().to_string(),
+            "stdio".to_owned(),
+        ],
+    );
     // Each session's call in its own 1.5 s slot, all four attached throughout.
     let sessions = [("py-a", &py), ("ts-a", &ts), ("py-b", &py), ("ts-b", &ts)];
     let slot = 1500;

@@ -59,6 +59,34 @@ impl State {
         } else {
             return false;
         };
+        self.record_denied(
+            at,
+            r,
+            text,
+            tool.as_deref().unwrap_or(&r.method),
+            &format!(
+                "refused by the guard (pinned tool definitions); the host got error {}: {}",
+                err.code, err.message
+            ),
+        );
+        self.note(format!(
+            "mcp-stdio guard: {} {} refused: {}",
+            r.method, r.id, err.message
+        ));
+        self.pin_reply(&r.id, err);
+        true
+    }
+
+    /// A host request refused before dispatch (by the pins or a policy):
+    /// its record, `denied`, with the request's size and why.
+    pub(super) fn record_denied(
+        &mut self,
+        at: Stamp,
+        r: &Request,
+        text: &str,
+        operation: &str,
+        why: &str,
+    ) {
         let seq = self.next_call;
         self.next_call += 1;
         let call_id = format!("{seq}/{}", id_json(&r.id));
@@ -67,33 +95,20 @@ impl State {
             CallIdentity {
                 call_id: &call_id,
                 session_id: &self.config.session_id,
-                operation: tool.as_deref().unwrap_or(&r.method),
+                operation,
                 target: &self.config.target,
             },
             at.unix_ms,
         );
-        // Refused by policy before dispatch: each step is legal from the
-        // one before.
+        // Refused before dispatch: each step is legal from the one before.
         let _ = call.validate(at);
         let _ = call.deny(at);
         call.note(
             at.unix_ms,
             &format!("{} request of {} bytes", r.method, text.len()),
         );
-        call.note(
-            at.unix_ms,
-            &format!(
-                "refused by the guard (pinned tool definitions); the host got error {}: {}",
-                err.code, err.message
-            ),
-        );
+        call.note(at.unix_ms, why);
         self.push_record(call.record().clone());
-        self.note(format!(
-            "mcp-stdio guard: {} {} refused: {}",
-            r.method, r.id, err.message
-        ));
-        self.pin_reply(&r.id, err);
-        true
     }
 
     /// A server's result for a tracked `tools/list`: checked against the

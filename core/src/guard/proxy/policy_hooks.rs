@@ -4,8 +4,8 @@
 //! are the policy's; these answer through the proxy's own paths (records,
 //! notes, messages for the host within the wire limit).
 
-use super::{id_json, tool_name, State};
-use crate::records::call::{CallIdentity, CallLifecycle, CallOutcome};
+use super::{tool_name, State};
+use crate::records::call::CallOutcome;
 use crate::time::Stamp;
 use crate::wire::message::{encode_error, encode_result, Id, RawValue, Request};
 
@@ -28,35 +28,16 @@ impl State {
             return false;
         };
         self.metrics.policy = Some(policy.metrics().clone());
-        let seq = self.next_call;
-        self.next_call += 1;
-        let call_id = format!("{seq}/{}", id_json(&r.id));
-        let mut call = CallLifecycle::new(
-            &self.call,
-            CallIdentity {
-                call_id: &call_id,
-                session_id: &self.config.session_id,
-                operation: &tool,
-                target: &self.config.target,
-            },
-            at.unix_ms,
-        );
-        // Refused by policy before dispatch: each step is legal from the
-        // one before.
-        let _ = call.validate(at);
-        let _ = call.deny(at);
-        call.note(
-            at.unix_ms,
-            &format!("{} request of {} bytes", r.method, text.len()),
-        );
-        call.note(
-            at.unix_ms,
+        self.record_denied(
+            at,
+            r,
+            text,
+            &tool,
             &format!(
                 "refused by the guard's policy; the host got error {}: {}",
                 err.code, err.message
             ),
         );
-        self.push_record(call.record().clone());
         self.note(format!(
             "mcp-stdio guard: {} {} refused: {}",
             r.method,
