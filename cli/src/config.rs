@@ -218,7 +218,12 @@ pub(crate) struct SettingsArgs {
     )]
     pub(crate) tools: Option<Vec<String>>,
     /// Never this tool (a name or a pattern with `*` and `?`; repeatable).
-    #[arg(long = "deny-tool", value_name = "NAME", help_heading = "Policies")]
+    #[arg(
+        long = "deny-tool",
+        value_name = "NAME",
+        help_heading = "Policies",
+        hide_short_help = true
+    )]
     pub(crate) deny_tool: Vec<String>,
     /// At most N calls per PERIOD, of TOOL or of every tool (`5/1s`, `search=10/1m`;
     /// repeatable); a call over it is refused with `retryAfterMs`.
@@ -226,7 +231,12 @@ pub(crate) struct SettingsArgs {
     pub(crate) rate_limit: Vec<mcp_stdio_core::RateRule>,
     /// Refuse the same tool with the same arguments more than N times in a row (an agent
     /// that loops), until a different call comes.
-    #[arg(long, value_name = "N", help_heading = "Policies")]
+    #[arg(
+        long,
+        value_name = "N",
+        help_heading = "Policies",
+        hide_short_help = true
+    )]
     pub(crate) repeat_limit: Option<u32>,
 }
 

@@ -547,11 +547,17 @@ fn guard_help_is_grouped_and_short_with_dash_h() {
         "Sandbox (Linux):",
         "Pinned tools:",
         "Audit and metrics:",
+        "Policies:",
     ] {
         assert!(short.contains(heading), "-h lacks {heading}");
         assert!(long.contains(heading), "--help lacks {heading}");
     }
-    for detail in ["--sandbox-open-files", "--audit-key-file", "--restart-max"] {
+    for detail in [
+        "--sandbox-open-files",
+        "--audit-key-file",
+        "--restart-max",
+        "--repeat-limit",
+    ] {
         assert!(!short.contains(detail), "-h shows {detail}");
         assert!(long.contains(detail), "--help lacks {detail}");
     }
