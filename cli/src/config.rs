@@ -33,6 +33,10 @@
 //! otel = true                               # spans and metrics over OTLP/HTTP (`--otel`)
 //! share = true                              # one server for every host session (`--share`; or a key)
 //! share_linger = "10s"                      # how long a hub with no session waits
+//! tools = ["read_*", "list_directory"]      # only these tools (`--tools`; patterns with * and ?)
+//! deny_tools = ["write_*"]                  # never these (`--deny-tool`)
+//! rate_limits = ["search=10/1m", "5/1s"]    # at most N calls per PERIOD (`--rate-limit`)
+//! repeat_limit = 3                          # the same call more than 3 times in a row is refused
 //!
 //! [sandbox]                                 # run the server in a sandbox (Linux; see guard::sandbox)
 //! profile = "npx"                           # or "base", "uvx"
