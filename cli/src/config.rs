@@ -37,6 +37,8 @@
 //! deny_tools = ["write_*"]                  # never these (`--deny-tool`)
 //! rate_limits = ["search=10/1m", "5/1s"]    # at most N calls per PERIOD (`--rate-limit`)
 //! repeat_limit = 3                          # the same call more than 3 times in a row is refused
+//! max_result_text_bytes = 65536             # a tool result's text cut to 64 KiB, with a marker
+//! keep = "head-and-tail"                    # which part of a cut text stays (head, tail)
 //!
 //! [sandbox]                                 # run the server in a sandbox (Linux; see guard::sandbox)
 //! profile = "npx"                           # or "base", "uvx"
@@ -69,8 +71,10 @@ use mcp_stdio_core::{
 use mcp_stdio_core::{RestartConfig, RestartPolicy, DEFAULT_MAX_RESTARTS};
 use serde::Deserialize;
 
+use mcp_stdio_core::{
+    ContentLimit, Keep, RateLimiter, RateRule, RepeatBrake, ToolFilter, ToolPolicy,
+};
 use mcp_stdio_core::{ProxyConfig, DEFAULT_MAX_BUFFERED};
-use mcp_stdio_core::{RateLimiter, RateRule, RepeatBrake, ToolFilter, ToolPolicy};
 
 use crate::guard::sandbox::{FileSandbox, SandboxArgs, SandboxSettings};
 use crate::guard::server_env::{EnvArgs, FileEnv, ServerEnv};
@@ -242,10 +246,37 @@ pub(crate) struct SettingsArgs {
         hide_short_help = true
     )]
     pub(crate) repeat_limit: Option<u32>,
+    /// Cut a tool result's text to at most BYTES (with a marker saying how much was
+    /// omitted, in the text and in `_meta`); an image or audio block over it is replaced
+    /// [default: no limit].
+    #[arg(long, value_name = "BYTES", help_heading = "Policies")]
+    pub(crate) max_result_text: Option<u64>,
+    /// Which part of a cut text stays [default: head-and-tail].
+    #[arg(
+        long,
+        value_enum,
+        value_name = "PART",
+        help_heading = "Policies",
+        hide_short_help = true
+    )]
+    pub(crate) keep: Option<KeepArg>,
+}
+
+/// `--keep`: which part of a text cut by `--max-result-text` stays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum KeepArg {
+    /// The beginning.
+    Head,
+    /// The end.
+    Tail,
+    /// Half each, the marker between.
+    HeadAndTail,
 }
 
 /// The tool policies from the flags, else the config file's keys
-/// (`tools`, `deny_tools`, `rate_limits`, `repeat_limit`).
+/// (`tools`, `deny_tools`, `rate_limits`, `repeat_limit`,
+/// `max_result_text_bytes`, `keep`).
 fn tool_policy(args: &SettingsArgs, file: &FileSettings) -> Result<ToolPolicy, String> {
     let allow = args.tools.clone().or_else(|| file.tools.clone());
     let deny = if args.deny_tool.is_empty() {
@@ -271,7 +302,18 @@ fn tool_policy(args: &SettingsArgs, file: &FileSettings) -> Result<ToolPolicy, S
         .map(RepeatBrake::new)
         .transpose()
         .map_err(|e| e.to_string())?;
-    Ok(ToolPolicy::new(filter, rates, repeat))
+    let keep = match args.keep.or(file.keep).unwrap_or(KeepArg::HeadAndTail) {
+        KeepArg::Head => Keep::Head,
+        KeepArg::Tail => Keep::Tail,
+        KeepArg::HeadAndTail => Keep::HeadAndTail,
+    };
+    let content = args
+        .max_result_text
+        .or(file.max_result_text_bytes)
+        .map(|max| ContentLimit::new(max, keep))
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    Ok(ToolPolicy::new(filter, rates, repeat).content_limit(content))
 }
 
 /// `--rate-limit`'s value.
@@ -319,6 +361,8 @@ struct FileSettings {
     deny_tools: Option<Vec<String>>,
     rate_limits: Option<Vec<String>>,
     repeat_limit: Option<u32>,
+    max_result_text_bytes: Option<u64>,
+    keep: Option<KeepArg>,
 }
 
 /// The resolved limits of a guard run.

@@ -1,7 +1,7 @@
 //! The guard's tool policies (F4: a policy says what it did) in front of
 //! the fixture server, real processes: `--tools` / `--deny-tool`,
-//! `--rate-limit`, `--repeat-limit`, their usage errors and their counts in
-//! `--metrics`. With real servers and the hosts' clients: `host_clients.rs`.
+//! `--rate-limit`, `--repeat-limit`, `--max-result-text` / `--keep`, their
+//! usage errors, their counts in `--metrics` and the audit log's records. With real servers and the hosts' clients: `host_clients.rs`.
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,18 @@ fn guard(args: &[&str]) -> Guarded {
     let mut g = Guarded::spawn(guard_command(&all, &[&fixture_server()], &[]));
     g.initialize();
     g
+}
+
+/// `n` with thousands separators, as the marker writes it.
+fn commas(n: usize) -> String {
+    let digits = n.to_string();
+    let groups: Vec<&str> = digits
+        .as_bytes()
+        .rchunks(3)
+        .rev()
+        .map(|c| std::str::from_utf8(c).expect("digits"))
+        .collect();
+    groups.join(",")
 }
 
 fn names(list: &Value) -> Vec<String> {
@@ -144,7 +156,17 @@ fn f4_bad_policy_settings_are_usage_errors() {
         (&["--rate-limit", "5/1d"][..], "N/PERIOD"),
         (&["--rate-limit", "five/1s"], "N/PERIOD"),
         (&["--repeat-limit", "0"], "at least 1"),
+        (&["--max-result-text", "0"], "at least 1"),
+        (&["--max-result-text", "64KiB"], "--max-result-text"),
+        (
+            &["--max-result-text", "100", "--keep", "middle"],
+            "head-and-tail",
+        ),
         (&["--tools", "echo", "--share"], "--tools"),
+        (
+            &["--max-result-text", "100", "--share"],
+            "--max-result-text",
+        ),
     ] {
         let out = guard_command(args, &[&fixture_server()], &[])
             .stdin(std::process::Stdio::null())
@@ -154,4 +176,83 @@ fn f4_bad_policy_settings_are_usage_errors() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
+}
+
+/// `--max-result-text` with `--keep tail`: a 1 MiB result comes to the host
+/// as its last bytes after the marker, `_meta` says what was omitted, the
+/// call's audit record says what was cut, `--metrics` counts it; a result
+/// within the limit and a result that is not a tool result go on as they
+/// came, and the session goes on.
+#[test]
+fn f4_the_content_limit_cuts_a_result_and_the_record_says_so() {
+    let dir = tmp("content-limit");
+    std::fs::create_dir_all(dir.path()).expect("dir");
+    let audit = dir.path().join("audit.jsonl");
+    let metrics = dir.path().join("metrics.json");
+    let (a, m) = (audit.display().to_string(), metrics.display().to_string());
+    let mut g = guard(&[
+        "--max-result-text",
+        "4096",
+        "--keep",
+        "tail",
+        "--audit",
+        &a,
+        "--metrics",
+        &m,
+    ]);
+    let r = g.call_tool(1, "big", json!({"bytes": 1 << 20}));
+    let text = r["result"]["content"][0]["text"].as_str().expect("text");
+    assert!(text.len() <= 4096, "{} bytes", text.len());
+    let (marker, tail) = text.split_once("]\n").expect("the marker first");
+    assert!(
+        tail.bytes().all(|b| b == b'x') && tail.len() > 3900,
+        "{}",
+        tail.len()
+    );
+    let omitted = (1 << 20) - tail.len();
+    assert_eq!(
+        format!("{marker}]"),
+        format!(
+            "[mcp-stdio: {} of 1,048,576 bytes omitted (--max-result-text 4096)]",
+            commas(omitted)
+        )
+    );
+    assert_eq!(
+        r["result"]["_meta"]["io.mcp-stdio/truncated"],
+        json!({"omittedBytes": omitted, "totalBytes": 1 << 20, "limit": 4096})
+    );
+    let r = g.call_tool(2, "big", json!({"bytes": 4000}));
+    assert_eq!(
+        r["result"]["content"][0]["text"].as_str().map(str::len),
+        Some(4000)
+    );
+    assert!(r["result"].get("_meta").is_none(), "{r}");
+    let list = g.list_tools(3, None);
+    assert!(!names(&list).is_empty());
+    let (code, stderr) = g.close();
+    assert_eq!(code, Some(0), "{stderr}");
+    let details: Vec<String> = std::fs::read_to_string(&audit)
+        .expect("audit")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON entry"))
+        .filter(|e| e["record"]["operation"] == "big")
+        .flat_map(|e| {
+            e["record"]["events"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|ev| ev["detail"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        details.iter().any(
+            |d| d.contains("--max-result-text 4096: 1 text block(s) cut")
+                && d.contains(&format!("{} of 1,048,576 bytes omitted", commas(omitted)))
+        ),
+        "{details:?}"
+    );
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(&metrics).expect("metrics")).expect("JSON");
+    assert_eq!(m["proxy"]["policy"]["results_cut"], 1, "{m}");
+    assert_eq!(m["proxy"]["policy"]["bytes_omitted"], omitted, "{m}");
 }

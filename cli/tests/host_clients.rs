@@ -26,7 +26,10 @@ use serde_json::Value;
 
 /// Runs one client script against `server`; `None` when it did not finish
 /// within `bound` or printed no JSON (what a client that dies on the line does).
+/// Its stdout and stderr are read while it runs (a client printing more than
+/// a pipe holds must not wait for us).
 fn run(client: &[String], server: &[String], bound: Duration) -> Result<Value, String> {
+    use std::io::Read;
     let t = Instant::now();
     let mut child = Command::new(&client[0])
         .args(&client[1..])
@@ -36,20 +39,44 @@ fn run(client: &[String], server: &[String], bound: Duration) -> Result<Value, S
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| format!("spawn {}: {e}", client[0]))?;
-    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut out);
+            }
+            out
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
         if t.elapsed() > bound {
             let _ = child.kill();
             let _ = child.wait();
             return Err(format!("no end within {bound:?}"));
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    serde_json::from_slice(&out.stdout).map_err(|_| {
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    serde_json::from_slice(&stdout).map_err(|_| {
         format!(
-            "{}; stderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
+            "{status}; stderr: {}",
+            String::from_utf8_lossy(&stderr)
                 .lines()
                 .last()
                 .unwrap_or("")
@@ -481,4 +508,224 @@ fn f2_sampling_reaches_the_session_whose_call_asked_for_it() {
         !log.contains("private"),
         "a session got a private server: {log}"
     );
+}
+
+/// `guard` with every tool policy in front of server-everything, as a host
+/// with the TypeScript SDK's or the Python `mcp` client sees it (issue 38,
+/// F4: a policy says what it did). Two guards, one client session each:
+///
+/// 1. `--tools 'echo,get-*' --deny-tool get-env --max-result-text 65536
+///    --repeat-limit 3`: the list holds only the allowed tools; `get-env`
+///    gets the policy's error (-32031); a 5 MiB `echo` comes back cut to
+///    64 KiB with the marker in the text and in `_meta`; the fourth
+///    identical `get-sum` is refused as a loop, a different one answered;
+///    `--metrics` counts it all.
+/// 2. `--max-result-text 48 --rate-limit echo=5/1s`: the tiny image is
+///    replaced by a text block; `get-structured-content`, whose
+///    `structuredContent` passes 48 bytes, is a tool error that says so;
+///    twenty `echo` calls at once get fifteen refusals with `retryAfterMs`.
+fn policies_with_server_everything(test: &str, who: &str, client: &[String]) {
+    let Some((node, _)) = require(test, node()) else {
+        return;
+    };
+    let Some(entry) = require(test, server_everything_entry()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let metrics = dir.path().join("metrics.json");
+    let guard = |flags: &[&str]| -> Vec<String> {
+        let mut cmd = vec![
+            env!("CARGO_BIN_EXE_mcp-stdio").to_owned(),
+            "guard".to_owned(),
+            "--no-announce".to_owned(),
+        ];
+        cmd.extend(flags.iter().map(|f| (*f).to_owned()));
+        cmd.extend([
+            "--".to_owned(),
+            node.display().to_string(),
+            entry.display().to_string(),
+            "stdio".to_owned(),
+        ]);
+        cmd
+    };
+    let session = |name: &str, calls: &Value, server: &[String]| -> Vec<Value> {
+        let file = dir.path().join(format!("{name}.json"));
+        std::fs::write(&file, calls.to_string()).expect("write the calls");
+        let mut c = client.to_vec();
+        c.extend(["--calls".to_owned(), format!("@{}", file.display())]);
+        let t = Instant::now();
+        let v = run(&c, server, Duration::from_secs(90))
+            .unwrap_or_else(|e| panic!("{who}, {name}: {e}"));
+        eprintln!("{who}, {name}: {:?}", t.elapsed());
+        v["calls"].as_array().expect("calls").clone()
+    };
+    let refused = |c: &Value, policy: &str| {
+        assert_eq!(c["code"], -32031, "{who}: {c}");
+        assert_eq!(c["data"]["policy"], policy, "{who}: {c}");
+    };
+
+    // 1. The filter, the 64 KiB content limit, the loop brake.
+    let big = "x".repeat(5 * 1024 * 1024);
+    let sum = serde_json::json!({"a": 1, "b": 2});
+    let calls = serde_json::json!([
+        ["__list__", {}],
+        ["get-env", {}],
+        ["echo", {"message": big}],
+        ["get-sum", sum], ["get-sum", sum], ["get-sum", sum], ["get-sum", sum],
+        ["get-sum", {"a": 2, "b": 2}],
+    ]);
+    let metrics_flag = metrics.display().to_string();
+    let server = guard(&[
+        "--tools",
+        "echo,get-*",
+        "--deny-tool",
+        "get-env",
+        "--max-result-text",
+        "65536",
+        "--repeat-limit",
+        "3",
+        "--metrics",
+        &metrics_flag,
+    ]);
+    let got = session("filter-cut-loop", &calls, &server);
+    let tools: Vec<&str> = got[0]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    eprintln!("{who} sees {tools:?}");
+    assert!(
+        tools
+            .iter()
+            .all(|t| (*t == "echo" || t.starts_with("get-")) && *t != "get-env"),
+        "{who}: {tools:?}"
+    );
+    for t in [
+        "echo",
+        "get-sum",
+        "get-tiny-image",
+        "get-structured-content",
+    ] {
+        assert!(tools.contains(&t), "{who}: {t} in {tools:?}");
+    }
+    refused(&got[1], "tools");
+    assert!(
+        got[1]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--deny-tool get-env"),
+        "{who}: {}",
+        got[1]
+    );
+    let text = got[2]["text"].as_str().expect("the cut echo");
+    let total = "Echo: ".len() + big.len();
+    assert!(text.len() <= 65536, "{who}: {} bytes", text.len());
+    assert!(
+        text.starts_with("Echo: xxx") && text.ends_with("xxx"),
+        "{who}"
+    );
+    let marker = format!(
+        " of {} bytes omitted (--max-result-text 65536)]",
+        total
+            .to_string()
+            .as_bytes()
+            .rchunks(3)
+            .rev()
+            .map(|c| std::str::from_utf8(c).expect("digits"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    assert!(text.contains(&marker), "{who}: no {marker:?}");
+    let cut = &got[2]["meta"]["io.mcp-stdio/truncated"];
+    assert_eq!(cut["totalBytes"], total, "{who}: {}", got[2]["meta"]);
+    assert_eq!(cut["limit"], 65536, "{who}");
+    let head = text.find("\n[mcp-stdio: ").expect("the marker");
+    let tail = text.len() - text.rfind("]\n").expect("the marker's end") - 2;
+    assert_eq!(cut["omittedBytes"], total - head - tail, "{who}");
+    for c in &got[3..6] {
+        assert_eq!(c["text"], "The sum of 1 and 2 is 3.", "{who}: {c}");
+    }
+    refused(&got[6], "repeat-limit");
+    assert_eq!(got[7]["text"], "The sum of 2 and 2 is 4.", "{who}");
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(&metrics).expect("metrics")).expect("JSON");
+    let policy = &m["proxy"]["policy"];
+    assert_eq!(policy["refused"]["get-env"], 1, "{who}: {m}");
+    assert_eq!(policy["refused_by"]["repeat-limit"], 1, "{who}: {m}");
+    assert_eq!(policy["results_cut"], 1, "{who}: {m}");
+    assert!(policy["tools_hidden"].as_u64() >= Some(1), "{who}: {m}");
+
+    // 2. An image and a structuredContent over 48 bytes; a rate limit.
+    let mut calls = vec![
+        serde_json::json!(["get-tiny-image", {}]),
+        serde_json::json!(["get-structured-content", {"location": "Chicago"}]),
+    ];
+    calls.extend((0..20).map(|i| serde_json::json!(["echo", {"message": format!("m{i}")}])));
+    let got = session(
+        "media-structured-rate",
+        &Value::from(calls),
+        &guard(&["--max-result-text", "48", "--rate-limit", "echo=5/1s"]),
+    );
+    // The twenty calls' own time (the client's start is not in it).
+    let took = Duration::from_secs_f64(
+        got[2..]
+            .iter()
+            .filter_map(|c| c["ms"].as_f64())
+            .sum::<f64>()
+            / 1000.0,
+    );
+    assert_eq!(
+        got[0]["types"],
+        serde_json::json!(["text", "text", "text"]),
+        "{who}: {}",
+        got[0]
+    );
+    let image = got[0]["texts"][1].as_str().unwrap_or_default();
+    assert!(
+        image.starts_with("[mcp-stdio: an image (image/png) of ")
+            && image.ends_with("bytes omitted (--max-result-text 48)]"),
+        "{who}: {image}"
+    );
+    assert_eq!(got[1]["is_error"], true, "{who}: {}", got[1]);
+    let withheld = got[1]["error"].as_str().unwrap_or_default();
+    assert!(
+        withheld.contains("structuredContent of") && withheld.contains("--max-result-text 48"),
+        "{who}: {withheld}"
+    );
+    assert!(got[1]["structured"].is_null(), "{who}: {}", got[1]);
+    let waits: Vec<u64> = got[2..]
+        .iter()
+        .filter(|c| c.get("code").is_some())
+        .map(|c| {
+            refused(c, "rate-limit");
+            c["data"]["retryAfterMs"].as_u64().expect("retryAfterMs")
+        })
+        .collect();
+    // Tokens come back at 5 a second: a slow machine may have earned some.
+    let earned = usize::try_from(took.as_millis() / 200).unwrap_or(usize::MAX);
+    eprintln!(
+        "{who}: {} of 20 echo calls refused (retry after {waits:?} ms), in {took:?}",
+        waits.len()
+    );
+    assert!(
+        waits.len() <= 15 && waits.len() + earned >= 15,
+        "{who}: {waits:?}"
+    );
+}
+
+#[test]
+fn f4_policies_with_server_everything_and_the_python_client() {
+    let test = "f4_policies_with_server_everything_and_the_python_client";
+    if let Some(client) = python_client(test) {
+        policies_with_server_everything(test, "python mcp", &client);
+    }
+}
+
+#[test]
+fn f4_policies_with_server_everything_and_the_typescript_client() {
+    let test = "f4_policies_with_server_everything_and_the_typescript_client";
+    if let Some(client) = typescript_client(test) {
+        policies_with_server_everything(test, "typescript sdk", &client);
+    }
 }

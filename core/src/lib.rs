@@ -292,9 +292,9 @@ pub use guard::pin::{
     MAX_PIN_NOTES, PINNED_FIELDS, TOOL_NOT_ACCEPTED,
 };
 pub use guard::policy::{
-    PolicyError, PolicyMetrics, RateLimiter, RateRule, RepeatBrake, ToolFilter, ToolPattern,
-    ToolPolicy, ToolRefusal, MAX_PATTERN_BYTES, MAX_POLICY_TOOLS, MAX_RATE_LIMITS,
-    MAX_TOOL_PATTERNS, POLICY_REFUSED,
+    ContentLimit, CutSummary, Keep, PolicyError, PolicyMetrics, RateLimiter, RateRule, RepeatBrake,
+    ResultEdit, ToolFilter, ToolPattern, ToolPolicy, ToolRefusal, MAX_PATTERN_BYTES,
+    MAX_POLICY_TOOLS, MAX_RATE_LIMITS, MAX_TOOL_PATTERNS, POLICY_REFUSED, TRUNCATED_META_KEY,
 };
 pub use guard::proxy::{
     ProxyConfig, ProxyMetrics, DEFAULT_MAX_BUFFERED, DEFAULT_MAX_CANCELLED, DEFAULT_MAX_NOTES,

@@ -5,13 +5,17 @@
 // answers `bad_utf8_result` with bytes that are not UTF-8 inside a string,
 // then an `echo` shows whether the session goes on.
 //
-// Usage: node host_calls.mjs SDK_DIR [--sample-as WHO] [--calls JSON] -- SERVER_CMD [ARGS...]
+// Usage: node host_calls.mjs SDK_DIR [--sample-as WHO] [--calls JSON|@FILE] -- SERVER_CMD [ARGS...]
 // SDK_DIR: the @modelcontextprotocol/sdk package folder.
 // JSON: a list of [tool name, arguments] pairs; ["__pause__", {ms}] waits
-// that long between calls instead (a host that goes quiet).
+// that long between calls instead (a host that goes quiet); ["__list__", {}]
+// lists the tools (every page) as {tools: [names]}. @FILE: the JSON in FILE.
+// Each outcome: text (the first block's text), texts, types, meta,
+// structured, is_error; or error with code and data for a JSON-RPC error.
 // WHO: the client declares `sampling` and answers each
 // `sampling/createMessage` with the text "sampled by WHO".
 
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
@@ -25,12 +29,13 @@ if (argv[0] === "--sample-as") {
 }
 if (argv[0] === "--calls") {
   argv.shift();
-  given = JSON.parse(argv.shift());
+  const text = argv.shift();
+  given = JSON.parse(text.startsWith("@") ? readFileSync(text.slice(1), "utf8") : text);
 }
 const [dashes, command, ...args] = argv;
 if (!sdk || dashes !== "--" || !command) {
   console.error(
-    "usage: node host_calls.mjs SDK_DIR [--sample-as WHO] [--calls JSON] -- SERVER_CMD [ARGS...]",
+    "usage: node host_calls.mjs SDK_DIR [--sample-as WHO] [--calls JSON|@FILE] -- SERVER_CMD [ARGS...]",
   );
   process.exit(2);
 }
@@ -71,12 +76,35 @@ for (const [name, a] of CALLS) {
     continue;
   }
   const t = performance.now();
+  if (name === "__list__") {
+    const tools = [];
+    let cursor;
+    do {
+      const r = await client.listTools(cursor ? { cursor } : undefined);
+      tools.push(...r.tools.map((tool) => tool.name));
+      cursor = r.nextCursor;
+    } while (cursor);
+    calls.push({ tools, call: [name, a] });
+    continue;
+  }
   let outcome;
   try {
     const r = await client.callTool({ name, arguments: a }, undefined, { timeout: TIMEOUT_MS });
-    outcome = r.isError ? { error: r.content?.[0]?.text ?? "isError" } : { text: r.content[0].text };
+    const texts = (r.content ?? []).map((c) => c.text ?? null);
+    outcome = {
+      texts,
+      types: (r.content ?? []).map((c) => c.type),
+      meta: r._meta ?? null,
+      structured: r.structuredContent ?? null,
+      is_error: Boolean(r.isError),
+    };
+    if (r.isError) outcome.error = texts[0] ?? "isError";
+    else outcome.text = texts[0];
   } catch (e) {
-    outcome = { error: `${e?.name}: ${e?.message}` };
+    outcome =
+      typeof e?.code === "number"
+        ? { error: e.message, code: e.code, data: e.data ?? null }
+        : { error: `${e?.name}: ${e?.message}` };
   }
   outcome.ms = Math.round((performance.now() - t) * 1000) / 1000;
   outcome.call = [name, a];

@@ -303,7 +303,7 @@ fn unshareable(settings: &GuardSettings) -> Option<&'static str> {
     settings
         .proxy
         .has_tool_policy()
-        .then_some("--tools / --deny-tool / --rate-limit / --repeat-limit")
+        .then_some("--tools / --deny-tool / --rate-limit / --repeat-limit / --max-result-text")
 }
 
 /// The server's name: `--name`, the config's `name`, or the server

@@ -34,6 +34,13 @@ enum Op {
     ServerNotification {
         pad: u16,
     },
+    /// A tool result for the request `id`: a text block and an image of
+    /// `text`, sometimes `structuredContent` (the content limit's subject).
+    ServerToolResult {
+        id: u8,
+        text: String,
+        structured: bool,
+    },
     ServerStdoutEof,
     ServerStderr(Vec<u8>),
     ServerStderrEof,
@@ -93,11 +100,17 @@ pub(super) fn run(data: &[u8]) {
         }])
         .unwrap_or_default();
         let repeat = crate::guard::policy::RepeatBrake::new(2).ok();
-        config
-            .proxy_mut()
-            .tool_policy(Some(crate::guard::policy::ToolPolicy::new(
-                filter, rates, repeat,
-            )));
+        let keep = [
+            crate::guard::policy::Keep::Head,
+            crate::guard::policy::Keep::Tail,
+            crate::guard::policy::Keep::HeadAndTail,
+        ][u.int_in_range(0..=2usize).unwrap_or(2)];
+        let content =
+            crate::guard::policy::ContentLimit::new(u.int_in_range(1..=64u64).unwrap_or(16), keep)
+                .ok();
+        config.proxy_mut().tool_policy(Some(
+            crate::guard::policy::ToolPolicy::new(filter, rates, repeat).content_limit(content),
+        ));
     }
     // Sometimes an oversized line closes the session (the guard's
     // `--oversized-policy close`).
@@ -151,6 +164,25 @@ pub(super) fn run(data: &[u8]) {
                 )
                 .as_bytes(),
             ),
+            Op::ServerToolResult {
+                id,
+                text,
+                structured,
+            } => {
+                let text = serde_json::Value::from(text).to_string();
+                let sc = if structured {
+                    format!(",\"structuredContent\":{{\"t\":{text}}}")
+                } else {
+                    String::new()
+                };
+                s.handle_server_stdout(
+                    at,
+                    format!(
+                        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":{text}}},{{\"type\":\"image\",\"data\":{text}}}]{sc}}}}}\n"
+                    )
+                    .as_bytes(),
+                );
+            }
             Op::ServerStdoutEof => s.handle_server_stdout_eof(at),
             Op::ServerStderr(b) => s.handle_server_stderr(at, &b),
             Op::ServerStderrEof => s.handle_server_stderr_eof(at),
@@ -188,6 +220,14 @@ pub(super) fn run(data: &[u8]) {
             Op::TakeHost => {
                 if let Some(b) = s.poll_to_host() {
                     assert!(!host_closed, "host bytes after CloseHostOutput");
+                    // Every line the host gets is JSON (an edited result too).
+                    for line in b.split(|c| *c == b'\n').filter(|l| !l.is_empty()) {
+                        let text = std::str::from_utf8(line).expect("UTF-8 to the host");
+                        assert!(
+                            serde_json::from_str::<&serde_json::value::RawValue>(text).is_ok(),
+                            "not JSON to the host: {text}"
+                        );
+                    }
                     host_taken += b.len();
                 }
             }

@@ -17,6 +17,10 @@
 
 use std::time::{Duration, Instant};
 
+mod content;
+
+pub use content::{ContentLimit, CutSummary, Keep, ResultEdit, TRUNCATED_META_KEY};
+
 /// JSON-RPC error code of a refusal by a policy of the guard's (a tool
 /// outside `--tools` / `--deny-tool`, a call over `--rate-limit`, a loop
 /// caught by `--repeat-limit`): -32031, beside the pins' -32030 in the
@@ -51,6 +55,9 @@ pub enum PolicyError {
     /// `--repeat-limit 0`.
     #[error("--repeat-limit is at least 1")]
     ZeroRepeat,
+    /// `--max-result-text 0`.
+    #[error("--max-result-text is at least 1")]
+    ZeroResultText,
 }
 
 /// A tool name pattern: `*` stands for any run of characters, `?` for one;
@@ -412,15 +419,24 @@ pub struct PolicyMetrics {
     pub refused_by: std::collections::BTreeMap<&'static str, u64>,
     /// Tools taken out of `tools/list` answers (counted per answer).
     pub tools_hidden: u64,
+    /// Results the content limit edited (`--max-result-text`).
+    pub results_cut: u64,
+    /// Bytes of text and media those results did not pass on.
+    pub bytes_omitted: u64,
+    /// Image, audio and blob blocks replaced by a text block.
+    pub media_replaced: u64,
+    /// Results withheld for a `structuredContent` over the limit.
+    pub structured_withheld: u64,
 }
 
 /// The guard's tool policies together: the filter, the rate limits, the
-/// loop brake. Set with `ProxyConfig::tool_policy`.
+/// loop brake, the content limit. Set with `ProxyConfig::tool_policy`.
 #[derive(Debug, Clone, Default)]
 pub struct ToolPolicy {
     filter: ToolFilter,
     rates: RateLimiter,
     repeat: Option<RepeatBrake>,
+    content: Option<ContentLimit>,
     metrics: PolicyMetrics,
     warned_unmatched: bool,
 }
@@ -432,14 +448,42 @@ impl ToolPolicy {
             filter,
             rates,
             repeat,
+            content: None,
             metrics: PolicyMetrics::default(),
             warned_unmatched: false,
         }
     }
 
+    /// With the content limit on tool results (`None`: off).
+    #[must_use]
+    pub fn content_limit(mut self, limit: Option<ContentLimit>) -> Self {
+        self.content = limit;
+        self
+    }
+
+    /// The content limit, when set.
+    pub fn get_content_limit(&self) -> Option<&ContentLimit> {
+        self.content.as_ref()
+    }
+
     /// Whether no policy is set.
     pub fn is_empty(&self) -> bool {
-        self.filter.is_open() && self.rates.is_empty() && self.repeat.is_none()
+        self.filter.is_open()
+            && self.rates.is_empty()
+            && self.repeat.is_none()
+            && self.content.is_none()
+    }
+
+    /// A `tools/call` result edited by the content limit (`None`: as it
+    /// came), counted in the metrics.
+    pub(crate) fn edit_result(&mut self, result: &str) -> Option<ResultEdit> {
+        let edit = self.content.as_ref()?.edit(result)?;
+        let s = edit.summary();
+        self.metrics.results_cut += 1;
+        self.metrics.bytes_omitted += s.omitted_bytes;
+        self.metrics.media_replaced += s.media_replaced;
+        self.metrics.structured_withheld += u64::from(s.structured_withheld.is_some());
+        Some(edit)
     }
 
     /// What the policies did.

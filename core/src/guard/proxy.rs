@@ -463,6 +463,8 @@ struct Tracked {
     pin_list: Option<ListRequest>,
     /// A `tools/list` whose answer the tool policy filters.
     policy_list: bool,
+    /// A `tools/call` whose result the content limit may cut.
+    policy_result: bool,
 }
 
 /// The proxy state machine. See the [module docs](self) for the method
@@ -1185,6 +1187,11 @@ impl State {
                                     .policy
                                     .as_ref()
                                     .is_some_and(crate::guard::policy::ToolPolicy::filters_lists),
+                            policy_result: r.method == "tools/call"
+                                && self
+                                    .policy
+                                    .as_ref()
+                                    .is_some_and(|p| p.get_content_limit().is_some()),
                         },
                     );
                 }
@@ -1389,6 +1396,7 @@ impl State {
         {
             return;
         }
+        let cut = self.policy_cuts_result(&id, result.as_deref(), text);
         self.metrics.responses += 1;
         let handshake = self.tracked.get(&id).is_some_and(|t| t.handshake);
         if let Some(call) = self.untrack(&id) {
@@ -1427,9 +1435,15 @@ impl State {
                     note.push_str(&self.on_result_type(result, call.record().call_id()));
                 }
             }
+            if let Some((bytes, what)) = &cut {
+                note.push_str(&format!("; the host got {} bytes: {what}", bytes.len()));
+            }
             self.complete(at, call, outcome, &note);
         }
-        let bytes = line(frame);
+        let bytes = match cut {
+            Some((bytes, _)) => bytes,
+            None => line(frame),
+        };
         self.send_host_message(Some(id), bytes);
     }
 

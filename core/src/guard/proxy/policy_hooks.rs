@@ -96,4 +96,47 @@ impl State {
         self.send_host_message(Some(id.clone()), bytes);
         true
     }
+
+    /// A server's `tools/call` result the content limit edits: the line
+    /// for the host (the frame copied once with the edits spliced in) and
+    /// what was cut, for the call's record. `None`: as it came (within the
+    /// limit, not a tool result, or an edit that would not fit the wire
+    /// limit).
+    pub(super) fn policy_cuts_result(
+        &mut self,
+        id: &Id,
+        result: Option<&str>,
+        text: &str,
+    ) -> Option<(Vec<u8>, String)> {
+        let result = result?;
+        if !self.tracked.get(id).is_some_and(|t| t.policy_result) {
+            return None;
+        }
+        let policy = self.policy.as_mut()?;
+        let edit = policy.edit_result(result)?;
+        let limit = policy.get_content_limit().map_or(0, |c| c.max());
+        self.metrics.policy = Some(policy.metrics().clone());
+        let max = self.framing.get_max_frame();
+        let mut bytes = match offset_in(text, result) {
+            // The result lies in the frame: the frame edited, one copy.
+            Some(at) => edit.apply_within(text, at).into_bytes(),
+            None => {
+                let raw = RawValue::from_string(edit.apply(result)).ok()?;
+                let mut line = encode_result(id, &raw, max).ok()?;
+                line.pop();
+                line
+            }
+        };
+        if bytes.len() > max {
+            return None;
+        }
+        bytes.push(b'\n');
+        Some((bytes, edit.summary().describe(limit)))
+    }
+}
+
+/// Where `part` (a slice of `whole`) starts in it.
+fn offset_in(whole: &str, part: &str) -> Option<usize> {
+    let (w, p) = (whole.as_ptr() as usize, part.as_ptr() as usize);
+    (p >= w && p + part.len() <= w + whole.len()).then(|| p - w)
 }
