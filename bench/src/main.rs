@@ -18,7 +18,9 @@
 //! pings), `flood` (1 GiB of server stderr), `cancel` (cancel, then ping,
 //! while an 8 MiB response is in flight), `oversized` (a 512 MiB line against
 //! a 4 MiB limit), `id-last` / `id-last-16mib` (a 4 / 16 MiB response whose id
-//! comes last, against a 1 MiB limit: frame end → the request's error). See
+//! comes last, against a 1 MiB limit: frame end → the request's error),
+//! `text5` (a 5 MiB text result, for `guard --max-result-text` side by side
+//! with `bench/compare`; the spawned process's peak RSS and CPU). See
 //! `cases` for the clients and BENCHMARKS.md for the method.
 #![forbid(unsafe_code)]
 

@@ -21,6 +21,8 @@ pub(crate) const LARGE_BYTES: usize = 8 * 1024 * 1024;
 /// Calls per process in the large-response scenario (the first is reported
 /// apart: it pays the buffers' first allocation).
 pub(crate) const LARGE_CALLS: usize = 10;
+/// The `text5` scenario's result: 5 MiB of text (the content limit's case).
+pub(crate) const TEXT5_BYTES: usize = 5 * 1024 * 1024;
 /// The wire limit our clients get in the large-response and cancel
 /// scenarios: rmcp's default line limit (16 MiB), above the 8 MiB response.
 pub(crate) const LARGE_LIMIT: usize = 16 * 1024 * 1024;
@@ -215,7 +217,7 @@ pub(crate) fn command_for(scenario: &str, guarded: bool) -> mcp_stdio_core::Comm
 
 pub(crate) fn server_for(scenario: &str) -> PathBuf {
     match scenario {
-        "large-fast" | "ping-quiet" => bench_peer(),
+        "large-fast" | "ping-quiet" | "text5" => bench_peer(),
         _ => fixture(),
     }
 }

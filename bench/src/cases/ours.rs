@@ -15,7 +15,7 @@ use super::{
     id_last_params, monotonic_ns, server_for, CaseResult, Stamps, Trial, CANCEL_TRIALS,
     CANCEL_WARMUP, FLOOD_BYTES, ID_LAST_LIMIT, ID_LAST_TRIALS, ID_LAST_WAIT, IN_FLIGHT_BYTES,
     LARGE_BYTES, LARGE_CALLS, LARGE_LIMIT, OVERSIZED_LIMIT, OVERSIZED_LINE, PINGS, PING_AFTER,
-    PING_WARMUP, POLL, SETTLE,
+    PING_WARMUP, POLL, SETTLE, TEXT5_BYTES,
 };
 use crate::mem::Probe;
 
@@ -29,6 +29,30 @@ fn options(max_frame: usize) -> ClientOptions {
 
 fn raw(v: &serde_json::Value) -> Box<RawValue> {
     to_raw(v).expect("params serialize")
+}
+
+/// A process's peak RSS (`VmHWM`), KiB, from `/proc` (Linux).
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// A process's CPU time so far (user and system), ms, from `/proc` (Linux).
+fn cpu_ms(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // `/proc` counts in USER_HZ, 100 a second on Linux.
+    Some(ticks as f64 * 10.0)
 }
 
 /// Checks a `big` result: one text block of `bytes` bytes. With `decode`,
@@ -77,6 +101,40 @@ macro_rules! async_cases {
                 check_big(&result, LARGE_BYTES, decode);
                 out.push(probe.stop());
                 drop(result);
+            }
+            client.shutdown().await;
+            out
+        }
+
+        /// `text5`: calls of a 5 MiB text result, behind a guard that
+        /// forwards it whole or cuts it (`--max-result-text` in
+        /// `MCP_STDIO_BENCH_GUARD_FLAGS`); also the spawned process's peak RSS.
+        pub(super) async fn text5(server: CommandSpec) -> CaseResult {
+            let client = Client::spawn(&server, options(LARGE_LIMIT)).expect("spawn the guard");
+            client.initialize().await.expect("initialize");
+            let params = raw(&big_params(TEXT5_BYTES));
+            let mut out = CaseResult::default();
+            let mut cut = 0;
+            for _ in 0..LARGE_CALLS {
+                let probe = Probe::start();
+                let result = client
+                    .request_with_timeout("tools/call", Some(params.clone()), None)
+                    .await
+                    .expect("big");
+                out.push(probe.stop());
+                if result.get().contains("io.mcp-stdio/truncated") {
+                    cut += 1;
+                } else {
+                    check_big(&result, TEXT5_BYTES, false);
+                }
+            }
+            out.value("results_cut", f64::from(cut));
+            // The process the client spawned: the guard, when guarded.
+            if let Some(kib) = peak_rss_kib(client.pid()) {
+                out.value("spawned_peak_rss_kib", kib as f64);
+            }
+            if let Some(ms) = cpu_ms(client.pid()) {
+                out.value("spawned_cpu_ms", ms);
             }
             client.shutdown().await;
             out
@@ -246,11 +304,17 @@ pub(super) fn tokio_case(scenario: &str, decode: bool, guarded: bool) -> Option<
         .build()
         .expect("a tokio runtime");
     let server = command_for(scenario, guarded);
-    if guarded && !matches!(scenario, "large" | "large-fast" | "ping" | "ping-quiet") {
+    if guarded
+        && !matches!(
+            scenario,
+            "large" | "large-fast" | "ping" | "ping-quiet" | "text5"
+        )
+    {
         return None;
     }
     Some(match scenario {
         "large" | "large-fast" => rt.block_on(with_tokio::large(server, decode)),
+        "text5" if guarded && !decode => rt.block_on(with_tokio::text5(server)),
         "ping" | "ping-quiet" if !decode => rt.block_on(with_tokio::ping(server)),
         "flood" if !decode => rt.block_on(with_tokio::flood()),
         "cancel" | "cancel-early" if !decode => rt.block_on(with_tokio::cancel(scenario)),
@@ -267,6 +331,7 @@ pub(super) fn async_std_case(scenario: &str) -> Option<CaseResult> {
     let server = command_for(scenario, false);
     Some(match scenario {
         "large" | "large-fast" => async_std::task::block_on(with_async_std::large(server, false)),
+        "text5" => async_std::task::block_on(with_async_std::text5(server)),
         "ping" | "ping-quiet" => async_std::task::block_on(with_async_std::ping(server)),
         "flood" => async_std::task::block_on(with_async_std::flood()),
         "cancel" | "cancel-early" => async_std::task::block_on(with_async_std::cancel(scenario)),

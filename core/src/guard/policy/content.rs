@@ -19,9 +19,9 @@
 //! # Cost
 //!
 //! The result is read as JSON text, never built as a tree: one validating
-//! pass finds the top-level members, two passes over `content` find the
-//! blocks (the second only when something is cut), and a memchr walk over a
-//! cut string finds the boundaries. The output is one copy of the result
+//! pass finds the top-level members, one pass over `content` finds the
+//! blocks and their places (a second one when there are more than 4,096),
+//! and a memchr walk over a cut string finds the boundaries. The output is one copy of the result
 //! with the edits spliced in ([`ResultEdit::apply_within`] writes the whole
 //! frame around it). Memory besides the output: one `u64` per text block
 //! (a third of the frame at most) and the spliced pieces (the kept text,
@@ -35,12 +35,17 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::PolicyError;
+// `n` with thousands separators, as `serve`'s result budget writes them.
+use crate::session::budget::thousands as commas;
 
 /// The `_meta` key of a result the guard cut:
 /// `{"omittedBytes": N, "totalBytes": N, "limit": N}`.
 pub const TRUNCATED_META_KEY: &str = "io.mcp-stdio/truncated";
 /// Characters of a block's `mimeType` named in its replacement text.
 const MAX_MIME_CHARS: usize = 64;
+/// Content blocks whose places the first pass keeps (about 64 bytes each);
+/// a result with more is read a second time instead.
+const MAX_KEPT_UNITS: usize = 4096;
 
 /// Which part of a cut text block stays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -218,23 +223,37 @@ impl ContentLimit {
     /// is within the limit, or is not a tool result (not a JSON object, no
     /// `content` array): then it goes on as it came.
     pub fn edit(&self, result: &str) -> Option<ResultEdit> {
+        // No part of a result is longer decoded than its JSON text: one
+        // within the limit as text is within it, and costs nothing more.
+        if result.len() as u64 <= self.max {
+            return None;
+        }
         let members = crate::wire::object::members(result)?;
         let first = |key: &str| members.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
         let content = first("content").filter(|c| c.get().starts_with('['))?;
         let structured = first("structuredContent").filter(|s| s.get() != "null");
         let meta = first("_meta");
 
-        // Pass 1: the sizes.
+        // Pass 1: the sizes, and the units themselves while there are few.
         let mut sizes = Vec::new();
+        let mut units = Some(Vec::new());
         let mut media_total = 0u64;
         let mut media_over = false;
-        let complete = each_element(content.get(), |block| match classify(block) {
-            Some(Unit::Text { body, .. }) => sizes.push(decoded_len(body)),
-            Some(Unit::Media { len, .. }) => {
-                media_total = media_total.saturating_add(len);
-                media_over |= len > self.max;
+        let complete = each_element(content.get(), |block| {
+            let Some(unit) = classify(block) else {
+                return;
+            };
+            match &unit {
+                Unit::Text { len, .. } => sizes.push(*len),
+                Unit::Media { len, .. } => {
+                    media_total = media_total.saturating_add(*len);
+                    media_over |= *len > self.max;
+                }
             }
-            None => {}
+            match units.as_mut() {
+                Some(u) if u.len() < MAX_KEPT_UNITS => u.push(unit),
+                _ => units = None,
+            }
         });
         if !complete {
             return None;
@@ -248,52 +267,76 @@ impl ContentLimit {
             return None;
         }
 
-        // Pass 2: the edits.
+        // Pass 2: the edits (the blocks read again only when there were many).
         let level = water_level(&sizes, self.max);
         let mut summary = CutSummary {
             total_bytes: text_total.saturating_add(media_total),
             ..CutSummary::default()
         };
         let mut splices = Vec::new();
-        each_element(content.get(), |block| match classify(block) {
-            Some(Unit::Text { literal, body }) => {
-                let len = decoded_len(body);
-                if len > level {
-                    let (cut, omitted) = self.cut_text(body, len, level);
-                    if let Some(at) = offset_in(result, literal) {
-                        splices.push((at..at + literal.len(), cut));
-                        summary.blocks_cut += 1;
-                        summary.omitted_bytes += omitted;
-                    }
+        let mut edit = |unit: Unit<'_>| {
+            let media = matches!(unit, Unit::Media { .. });
+            if let Some((range, with, omitted)) = self.edit_unit(result, unit, level) {
+                splices.push((range, with));
+                summary.omitted_bytes += omitted;
+                if media {
+                    summary.media_replaced += 1;
+                } else {
+                    summary.blocks_cut += 1;
                 }
             }
-            Some(Unit::Media {
+        };
+        match units {
+            Some(units) => units.into_iter().for_each(&mut edit),
+            None => {
+                each_element(content.get(), |block| {
+                    if let Some(unit) = classify(block) {
+                        edit(unit);
+                    }
+                });
+            }
+        }
+        splices.push(self.meta_splice(result, meta, &summary)?);
+        splices.sort_by_key(|(r, _)| r.start);
+        Some(ResultEdit { splices, summary })
+    }
+
+    /// The splice for one unit of `result` at the share `level`: the range,
+    /// what replaces it (a JSON string for a text, a block for media), the
+    /// bytes omitted; `None` when the unit stays.
+    fn edit_unit(
+        &self,
+        result: &str,
+        unit: Unit<'_>,
+        level: u64,
+    ) -> Option<(Range<usize>, String, u64)> {
+        match unit {
+            Unit::Text { literal, body, len } if len > level => {
+                let at = offset_in(result, literal)?;
+                let (cut, omitted) = self.cut_text(body, len, level);
+                Some((at..at + literal.len(), cut, omitted))
+            }
+            Unit::Media {
                 block,
                 kind,
                 mime,
                 len,
-            }) if len > self.max => {
-                if let Some(at) = offset_in(result, block) {
-                    let what = match mime {
-                        Some(m) => format!("{kind} ({m})"),
-                        None => kind.to_owned(),
-                    };
-                    let text = format!(
-                        "[mcp-stdio: {what} of {} bytes omitted (--max-result-text {})]",
-                        commas(len),
-                        self.max
-                    );
-                    let with = serde_json::json!({"type": "text", "text": text}).to_string();
-                    splices.push((at..at + block.len(), with));
-                    summary.media_replaced += 1;
-                    summary.omitted_bytes += len;
-                }
+            } if len > self.max => {
+                let at = offset_in(result, block)?;
+                let what = match mime {
+                    Some(m) => format!("{kind} ({m})"),
+                    None => kind.to_owned(),
+                };
+                let text = format!(
+                    "[mcp-stdio: {what} of {} bytes omitted (--max-result-text {})]",
+                    commas(len),
+                    self.max
+                );
+                let with = serde_json::json!({"type": "text", "text": text}).to_string();
+                Some((at..at + block.len(), with, len))
             }
-            _ => {}
-        });
-        splices.push(self.meta_splice(result, meta, &summary)?);
-        splices.sort_by_key(|(r, _)| r.start);
-        Some(ResultEdit { splices, summary })
+            _ => None,
+        }
     }
 
     /// The result withheld for its `structuredContent` of `len` bytes: a
@@ -436,19 +479,6 @@ fn marker(omitted: u64, total: u64, limit: u64) -> String {
     )
 }
 
-/// `n` with thousands separators: `1,234,567`.
-pub(crate) fn commas(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// The largest share `L` at most `budget` with every block cut to `L`
 /// fitting the budget: `sum(min(size, L)) <= budget`.
 fn water_level(sizes: &[u64], budget: u64) -> u64 {
@@ -482,8 +512,12 @@ fn offset_in(base: &str, part: &str) -> Option<usize> {
 /// What the limit measures in a content block.
 enum Unit<'a> {
     /// A text block's string (or an embedded resource's `text`): the JSON
-    /// literal with its quotes, and its body between them.
-    Text { literal: &'a str, body: &'a str },
+    /// literal with its quotes, its body between them, its decoded length.
+    Text {
+        literal: &'a str,
+        body: &'a str,
+        len: u64,
+    },
     /// An image or audio block's `data`, or an embedded resource's `blob`:
     /// the whole block, what it is, and the data's length.
     Media {
@@ -494,6 +528,8 @@ enum Unit<'a> {
     },
 }
 
+/// A content block's fields the limit reads (an embedded resource's
+/// `resource` is read as one too: its `text`, `blob`, `mimeType`).
 #[derive(serde::Deserialize)]
 struct Block<'a> {
     #[serde(rename = "type", borrow)]
@@ -502,20 +538,12 @@ struct Block<'a> {
     text: Option<&'a RawValue>,
     #[serde(borrow)]
     data: Option<&'a RawValue>,
-    #[serde(rename = "mimeType", borrow)]
-    mime: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    resource: Option<&'a RawValue>,
-}
-
-#[derive(serde::Deserialize)]
-struct Resource<'a> {
-    #[serde(borrow)]
-    text: Option<&'a RawValue>,
     #[serde(borrow)]
     blob: Option<&'a RawValue>,
     #[serde(rename = "mimeType", borrow)]
     mime: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    resource: Option<&'a RawValue>,
 }
 
 /// A JSON string literal's body, when `raw` is one.
@@ -543,14 +571,16 @@ fn classify(block: &RawValue) -> Option<Unit<'_>> {
     match b.kind.as_deref()? {
         "text" => {
             let (literal, body) = string_body(b.text?)?;
-            Some(Unit::Text { literal, body })
+            let len = decoded_len(body);
+            Some(Unit::Text { literal, body, len })
         }
         "image" => media(b.data?, "an image", b.mime),
         "audio" => media(b.data?, "audio", b.mime),
         "resource" => {
-            let r: Resource<'_> = serde_json::from_str(b.resource?.get()).ok()?;
+            let r: Block<'_> = serde_json::from_str(b.resource?.get()).ok()?;
             if let Some((literal, body)) = r.text.and_then(string_body) {
-                return Some(Unit::Text { literal, body });
+                let len = decoded_len(body);
+                return Some(Unit::Text { literal, body, len });
             }
             media(r.blob?, "a resource blob", r.mime)
         }

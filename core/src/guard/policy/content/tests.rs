@@ -295,3 +295,30 @@ fn f4_water_level_is_the_largest_share_that_fits() {
     assert_eq!(water_level(&[u64::MAX, u64::MAX], 10), 5);
     assert_eq!(water_level(&[], 10), 10);
 }
+
+#[test]
+fn f4_a_result_of_more_blocks_than_the_first_pass_keeps_is_read_again_alike() {
+    let n = MAX_KEPT_UNITS + 10;
+    let blocks: Vec<Value> = (0..n)
+        .map(|i| json!({"type": "text", "text": format!("{i:04}").repeat(50)}))
+        .collect();
+    let result = json!({"content": blocks});
+    let l = limit(n as u64 * 150, Keep::Head);
+    let (out, summary) = edited(&l, &result);
+    assert_eq!(summary.blocks_cut, n as u64);
+    let first = text_of(&out, 0);
+    let last = text_of(&out, n - 1);
+    assert!(
+        first.starts_with("0000") && first.contains("[mcp-stdio: "),
+        "{first}"
+    );
+    assert!(last.starts_with(&format!("{:04}", n - 1)), "{last}");
+    // The same cut with few blocks takes the kept path: the same shares.
+    let few = json!({"content": blocks_of(&result, 3)});
+    let (out_few, _) = edited(&limit(3 * 150, Keep::Head), &few);
+    assert_eq!(text_of(&out_few, 0).len(), first.len());
+}
+
+fn blocks_of(result: &Value, n: usize) -> Vec<Value> {
+    result["content"].as_array().expect("content")[..n].to_vec()
+}
