@@ -117,6 +117,9 @@ pub struct GuardStatus {
     pub sandbox: Option<String>,
     /// The pins, in one line.
     pub pins: Option<String>,
+    /// What the tool policies did so far (refusals by tool and by policy,
+    /// tools hidden, results cut), when some are set.
+    pub policy: Option<crate::guard::policy::PolicyMetrics>,
     /// The status port's own counters.
     pub status_port: StatusPortCounters,
 }
@@ -422,6 +425,7 @@ impl GuardSession {
             log_file: identity.log_file.clone(),
             sandbox: identity.sandbox.clone(),
             pins: identity.pins.clone(),
+            policy: m.policy.clone(),
             status_port,
         }
     }
