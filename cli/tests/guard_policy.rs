@@ -175,8 +175,7 @@ fn f4_the_loop_brake_fires_on_the_fourth_identical_call_and_metrics_count_it() {
     assert_eq!(policy["refused_by"]["repeat-limit"], 1, "{m}");
 }
 
-/// Bad settings are usage errors (exit 2) that say what is accepted; the
-/// policies are refused with `--share` for now (the hub does not apply them).
+/// Bad settings are usage errors (exit 2) that say what is accepted.
 #[test]
 fn f4_bad_policy_settings_are_usage_errors() {
     for (args, says) in [
@@ -188,11 +187,6 @@ fn f4_bad_policy_settings_are_usage_errors() {
         (
             &["--max-result-text", "100", "--keep", "middle"],
             "head-and-tail",
-        ),
-        (&["--tools", "echo", "--share"], "--tools"),
-        (
-            &["--max-result-text", "100", "--share"],
-            "--max-result-text",
         ),
     ] {
         let out = guard_command(args, &[&fixture_server()], &[])

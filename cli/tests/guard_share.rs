@@ -933,3 +933,74 @@ fn f2_log_file_and_metrics_with_share_are_the_hubs() {
         "{figures}"
     );
 }
+
+/// The tool policies with `--share` (F4): two sessions with the same
+/// policies share one hub, and each is limited as if alone. A denied tool
+/// is refused, hidden from `tools/list`; the loop brake counts each
+/// session's calls apart; a long result is cut with its marker; a guard
+/// under other policies gets a hub of its own; the hub's metrics add the
+/// sessions' counts.
+#[test]
+fn f4_the_tool_policies_hold_for_each_shared_session() {
+    let base = Base::new();
+    let metrics = base.path().join("metrics.json");
+    let metrics_arg = metrics.to_str().expect("utf-8");
+    let flags = [
+        "--deny-tool",
+        "slow*",
+        "--repeat-limit",
+        "1",
+        "--max-result-text",
+        "200",
+        "--metrics",
+        metrics_arg,
+    ];
+    let mut a = base.guard(&flags);
+    let mut b = base.guard(&flags);
+    initialize(&mut a, json!({}));
+    initialize(&mut b, json!({}));
+    assert_eq!(base.hubs().len(), 1, "one hub for the same policies");
+    let list = a.list_tools(1, None);
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"echo") && !names.iter().any(|n| n.starts_with("slow")),
+        "{names:?}"
+    );
+    let r = b.call_tool(2, "slow", json!({"chunks": 1, "delay_ms": 1}));
+    assert_eq!(r["error"]["code"], -32031, "{r}");
+    assert_eq!(r["error"]["data"]["policy"], "tools", "{r}");
+    // One echo each passes; a's second identical one is refused.
+    for g in [&mut a, &mut b] {
+        let r = g.call_tool(3, "echo", json!({"text": "same"}));
+        assert_eq!(r["result"]["content"][0]["text"], "same", "{r}");
+    }
+    let r = a.call_tool(4, "echo", json!({"text": "same"}));
+    assert_eq!(r["error"]["data"]["policy"], "repeat-limit", "{r}");
+    let r = b.call_tool(5, "big", json!({"bytes": 100_000}));
+    let text = r["result"]["content"][0]["text"].as_str().expect("text");
+    assert!(text.len() <= 200 && text.contains("[mcp-stdio: "), "{text}");
+    assert_eq!(
+        r["result"]["_meta"]["io.mcp-stdio/truncated"]["totalBytes"], 100_000,
+        "{r}"
+    );
+    // Other policies: a hub of their own.
+    let mut c = base.guard(&["--max-result-text", "300"]);
+    initialize(&mut c, json!({}));
+    assert_eq!(base.hubs().len(), 2, "another hub for other policies");
+    c.close();
+    let hub = base.hubs()[0];
+    a.close();
+    b.close();
+    wait_gone(hub, Duration::from_secs(10));
+    let figures: Value =
+        serde_json::from_slice(&std::fs::read(&metrics).expect("the metrics file")).expect("JSON");
+    let policy = &figures["hub"]["metrics"]["policy"];
+    assert_eq!(policy["refused_by"]["tools"], 1, "{figures}");
+    assert_eq!(policy["refused_by"]["repeat-limit"], 1, "{figures}");
+    assert_eq!(policy["results_cut"], 1, "{figures}");
+}

@@ -156,6 +156,10 @@ pub struct HubMetrics {
     pub resumes: u64,
     /// Call records dropped: [`MAX_HUB_RECORDS`] waited.
     pub records_dropped: u64,
+    /// What the tool policies did, the sessions together, when some are
+    /// set ([`Hub::tool_policy`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::guard::policy::PolicyMetrics>,
 }
 
 /// A request of a session, at the server under a hub id.
@@ -185,6 +189,9 @@ struct Session {
     level: Option<u8>,
     /// Server requests given to it (the server's ids).
     asked: BTreeSet<Id>,
+    /// Its own copy of the tool policies ([`Hub::tool_policy`]): each
+    /// session is limited as if it had the server alone.
+    policy: Option<crate::guard::policy::ToolPolicy>,
 }
 
 /// The server's answer to the first `initialize`.
@@ -258,6 +265,10 @@ pub struct Hub {
     calls: u64,
     records: VecDeque<CallRecord>,
     metrics: HubMetrics,
+    /// The tool policies each new session gets a copy of.
+    policy: Option<crate::guard::policy::ToolPolicy>,
+    /// What the policies of the sessions gone did.
+    policy_gone: crate::guard::policy::PolicyMetrics,
 }
 
 /// The server's sleep ([`Hub::idle_stop`]).
@@ -387,6 +398,8 @@ impl Hub {
             calls: 0,
             records: VecDeque::new(),
             metrics: HubMetrics::default(),
+            policy: None,
+            policy_gone: crate::guard::policy::PolicyMetrics::default(),
         }
     }
 
@@ -436,6 +449,23 @@ impl Hub {
         session: SessionId,
         r: &crate::wire::message::Request,
     ) -> Option<CallLifecycle> {
+        let (mut call, at) = self.new_call(session, r)?;
+        // The hub has no approval step: each step is legal from the one before.
+        let _ = call.authorize(at);
+        let _ = call.dispatch(at);
+        call.note(
+            at.unix_ms,
+            &format!("{} request of host session {}", r.method, session.0),
+        );
+        Some(call)
+    }
+
+    /// A new call's record, validated, and the time, when records are kept.
+    fn new_call(
+        &mut self,
+        session: SessionId,
+        r: &crate::wire::message::Request,
+    ) -> Option<(CallLifecycle, Stamp)> {
         let (prefix, target) = self.recording.as_ref()?;
         let at = self.now?;
         self.calls += 1;
@@ -456,15 +486,8 @@ impl Hub {
             },
             at.unix_ms,
         );
-        // The hub has no approval step: each step is legal from the one before.
         let _ = call.validate(at);
-        let _ = call.authorize(at);
-        let _ = call.dispatch(at);
-        call.note(
-            at.unix_ms,
-            &format!("{} request of host session {}", r.method, session.0),
-        );
-        Some(call)
+        Some((call, at))
     }
 
     /// The span of a call about to go to the server: a child of the
@@ -660,7 +683,13 @@ impl Hub {
         }
         self.next_session += 1;
         let id = SessionId(self.next_session);
-        self.sessions.insert(id, Session::default());
+        self.sessions.insert(
+            id,
+            Session {
+                policy: self.policy.clone(),
+                ..Session::default()
+            },
+        );
         self.metrics.sessions_opened += 1;
         Ok(id)
     }
@@ -822,6 +851,9 @@ impl Hub {
         // makes it one the server's notifications reach.
         if let Some(s) = self.sessions.get_mut(&session) {
             s.ready = true;
+        }
+        if self.policy_refuses(session, &r) {
+            return;
         }
         if self.pending.len() >= MAX_HUB_IN_FLIGHT {
             self.metrics.requests_refused += 1;
@@ -1151,6 +1183,9 @@ impl Hub {
             return;
         };
         self.metrics.sessions_closed += 1;
+        if let Some(p) = &s.policy {
+            self.policy_gone.add(p.metrics());
+        }
         let reason = serde_json::json!({"reason": "the host session ended"});
         let raw = serde_json::value::to_raw_value(&reason).ok();
         for hub_id in s.requests.values() {
@@ -1227,6 +1262,11 @@ impl Hub {
         } else {
             CallOutcome::RemoteFailure
         };
+        // The session's policies edit a list or a tool result first.
+        let (edited, what) = match &answer {
+            Ok(result) => self.policy_edits(&p, result),
+            Err(_) => (None, None),
+        };
         if let (Some(spans), Some(call)) = (self.spans.as_mut(), p.call.as_ref()) {
             let (code, bytes, tool_error) = match &answer {
                 Ok(result) => (
@@ -1240,6 +1280,9 @@ impl Hub {
             spans.answered(call.record().call_id(), code, bytes, false, tool_error);
         }
         self.close_call(p.call.take(), |c, at| {
+            if let Some(what) = &what {
+                c.note(at.unix_ms, what);
+            }
             let _ = c.complete(at, outcome);
         });
         if let Some((_, hub_token)) = &p.token {
@@ -1290,6 +1333,7 @@ impl Hub {
         }
         match answer {
             Ok(result) => {
+                let result = edited.as_deref().unwrap_or(result);
                 if let Ok(b) = encode_result(&p.id, result, self.max_frame) {
                     self.send_session(p.session, b);
                 }
@@ -1454,5 +1498,6 @@ impl Hub {
     }
 }
 
+mod policy;
 #[cfg(test)]
 mod tests;

@@ -297,13 +297,7 @@ fn own_path(path: &std::path::Path, shared: bool) -> std::path::PathBuf {
 /// The first option given that a shared session cannot honour yet (the
 /// guard only relays it to the hub).
 fn unshareable(settings: &GuardSettings) -> Option<&'static str> {
-    if settings.pin.is_some() {
-        return Some("--pin");
-    }
-    settings
-        .proxy
-        .has_tool_policy()
-        .then_some("--tools / --deny-tool / --rate-limit / --repeat-limit / --max-result-text")
+    settings.pin.is_some().then_some("--pin")
 }
 
 /// The server's name: `--name`, the config's `name`, or the server
@@ -470,6 +464,7 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
                 otel,
                 name: identity_name(&args, server, &settings),
                 announce: !args.no_announce && settings.status.announce.unwrap_or(true),
+                policy: settings.proxy.get_tool_policy().cloned(),
             };
             return share::serve_hub(path, server, &settings.framer, hub).await;
         }
@@ -485,6 +480,11 @@ pub(crate) async fn run(args: GuardArgs) -> ExitCode {
                 settings.framer.get_max_frame(),
                 share::KeyParts {
                     idle_stop: settings.idle_stop,
+                    policy: settings
+                        .proxy
+                        .get_tool_policy()
+                        .map(|p| format!("{p:?}"))
+                        .unwrap_or_default(),
                     otel: args.otel || settings.status.otel.unwrap_or(false),
                     files: [
                         args.audit.as_deref(),

@@ -96,8 +96,8 @@ fn hello(path: &Path) -> Vec<u8> {
 
 /// The share key: a digest of everything that makes two servers the same
 /// (the command line, the environment it gets, its working folder, its
-/// sandbox, the wire limit, its idle stop, the audit log, metrics file and
-/// log file), or of the key `--share KEY` names.
+/// sandbox, the wire limit, its idle stop, the tool policies, the audit log,
+/// metrics file and log file), or of the key `--share KEY` names.
 pub(crate) fn key(
     server: &CommandSpec,
     max_frame: usize,
@@ -106,6 +106,7 @@ pub(crate) fn key(
 ) -> String {
     let KeyParts {
         idle_stop,
+        policy,
         otel,
         files,
     } = parts;
@@ -121,6 +122,8 @@ pub(crate) fn key(
                 format!("\0max_frame={max_frame}\0idle_stop={idle_stop:?}\0otel={otel}\0")
                     .as_bytes(),
             );
+            // Sessions under other policies have a hub of their own.
+            h.update(format!("policy={policy}\0").as_bytes());
             // One audit log, metrics file and log file per hub: sessions
             // writing elsewhere (or not at all) have a hub of their own.
             for file in files {
@@ -925,6 +928,8 @@ impl HubState {
 pub(crate) struct KeyParts<'a> {
     /// `--idle-stop`.
     pub(crate) idle_stop: Option<Duration>,
+    /// The tool policies, as text (`--tools`, `--rate-limit`, …; empty: none).
+    pub(crate) policy: String,
     /// `--otel`.
     pub(crate) otel: bool,
     /// `--audit`, `--metrics`, `--log-file`.
@@ -949,6 +954,8 @@ pub(crate) struct HubSettings {
     pub(crate) name: String,
     /// A status socket for `ps` (not with `--no-announce`).
     pub(crate) announce: bool,
+    /// The tool policies: each session gets a copy (`Hub::tool_policy`).
+    pub(crate) policy: Option<mcp_stdio_core::ToolPolicy>,
 }
 
 /// Runs the hub at `path` in front of `server` until the last session has
@@ -970,6 +977,7 @@ pub(crate) async fn serve_hub(
         otel,
         name,
         announce,
+        policy,
     } = settings;
     let started = Instant::now();
     // A session of its own: no host's terminal or group signal reaches it.
@@ -999,7 +1007,7 @@ pub(crate) async fn serve_hub(
     .map_err(|e| eprintln!("mcp-stdio hub: no log file ({e}); stderr instead"))
     .ok();
     let mut hub = Hub::new(framer.get_max_frame());
-    hub.idle_stop(idle_stop);
+    hub.idle_stop(idle_stop).tool_policy(policy);
     let audit = audit.map(|(log, hub_session)| {
         hub.record_calls(&hub_session, &server.display().to_string());
         log

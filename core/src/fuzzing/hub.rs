@@ -26,6 +26,17 @@ pub fn fuzz_hub(data: &[u8]) {
     h.idle_stop(Some(std::time::Duration::from_secs(5)));
     h.record_calls("fuzz", "server");
     h.trace_calls(1);
+    // Every session's own copy of the tool policies: a denied tool, the
+    // loop brake, a content limit under most answers.
+    let policy = crate::guard::policy::ToolPolicy::new(
+        crate::guard::policy::ToolFilter::new(None, &["x*".to_owned()]).unwrap_or_default(),
+        crate::guard::policy::RateLimiter::default(),
+        crate::guard::policy::RepeatBrake::new(2).ok(),
+    )
+    .content_limit(
+        crate::guard::policy::ContentLimit::new(64, crate::guard::policy::Keep::HeadAndTail).ok(),
+    );
+    h.tool_policy(Some(policy));
     let mut model = Model {
         t0: Some(std::time::Instant::now()),
         ..Model::default()
@@ -157,7 +168,8 @@ fn step(h: &mut Hub, m: &mut Model, op: Op) {
             let Some(s) = pick(&m.open, s) else { return };
             let method = METHODS[usize::from(method) % METHODS.len()];
             let level = ["debug", "error", "info"][usize::from(uri % 3)];
-            let mut params = json!({"name":"t","uri":format!("u{}", uri % 4),"level":level});
+            let name = if uri % 5 == 4 { "x1" } else { "t" };
+            let mut params = json!({"name":name,"uri":format!("u{}", uri % 4),"level":level});
             if token {
                 params["_meta"] = json!({"progressToken": id});
             }
@@ -218,7 +230,9 @@ fn step(h: &mut Hub, m: &mut Model, op: Op) {
             let msg = if error {
                 json!({"jsonrpc":"2.0","id":id,"error":{"code":-1,"message":"x"}})
             } else {
-                json!({"jsonrpc":"2.0","id":id,"result":{"protocolVersion":"2025-11-25","capabilities":{},"pad":"p".repeat(usize::from(pad % 2048))}})
+                let p = "p".repeat(usize::from(pad % 2048));
+                json!({"jsonrpc":"2.0","id":id,"result":{"protocolVersion":"2025-11-25","capabilities":{},
+                    "tools":[{"name":"t"},{"name":"x1"}],"content":[{"type":"text","text":p}]}})
             };
             h.handle_server_line(&msg.to_string());
         }

@@ -429,6 +429,29 @@ pub struct PolicyMetrics {
     pub structured_withheld: u64,
 }
 
+impl PolicyMetrics {
+    /// Adds `other`'s counts (a hub's sessions together); tools past
+    /// [`MAX_POLICY_TOOLS`] count under `(other)`.
+    pub fn add(&mut self, other: &Self) {
+        for (tool, n) in &other.refused {
+            let key = if self.refused.len() < MAX_POLICY_TOOLS || self.refused.contains_key(tool) {
+                tool.clone()
+            } else {
+                "(other)".to_owned()
+            };
+            *self.refused.entry(key).or_default() += n;
+        }
+        for (policy, n) in &other.refused_by {
+            *self.refused_by.entry(policy).or_default() += n;
+        }
+        self.tools_hidden += other.tools_hidden;
+        self.results_cut += other.results_cut;
+        self.bytes_omitted += other.bytes_omitted;
+        self.media_replaced += other.media_replaced;
+        self.structured_withheld += other.structured_withheld;
+    }
+}
+
 /// The guard's tool policies together: the filter, the rate limits, the
 /// loop brake, the content limit. Set with `ProxyConfig::tool_policy`.
 #[derive(Debug, Clone, Default)]
@@ -498,12 +521,13 @@ impl ToolPolicy {
 
     /// A `tools/call` of `tool` with `arguments` at `now`: allowed, or the
     /// error the host gets (naming the policy; `data` says which, and for a
-    /// rate limit `retryAfterMs`).
+    /// rate limit `retryAfterMs`). With no time known yet (`None`), the
+    /// rate limits let the call through.
     pub(crate) fn check_call(
         &mut self,
         tool: &str,
         arguments: Option<&str>,
-        now: Instant,
+        now: Option<Instant>,
     ) -> Result<(), crate::wire::message::ErrorObject> {
         let refusal = if let Err(r) = self.filter.check(tool) {
             Some((
@@ -511,7 +535,7 @@ impl ToolPolicy {
                 r.describe(tool),
                 serde_json::json!({"policy": "tools"}),
             ))
-        } else if let Err(wait) = self.rates.take(tool, now) {
+        } else if let Some(Err(wait)) = now.map(|now| self.rates.take(tool, now)) {
             let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
             Some((
                 "rate-limit",

@@ -296,6 +296,12 @@ impl ProxyConfig {
         self.tool_policy.is_some()
     }
 
+    /// The tool policies, when some are set (a hub gives each of its
+    /// sessions a copy: `Hub::tool_policy`).
+    pub fn get_tool_policy(&self) -> Option<&crate::guard::policy::ToolPolicy> {
+        self.tool_policy.as_ref()
+    }
+
     /// Sets the pinned tool definitions the guard checks `tools/list`
     /// answers against, with their policy (default `None`: not checked).
     /// Worst case: the bounds of [`ToolPins`], ≈ 13 MiB (a few hundred KiB

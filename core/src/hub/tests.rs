@@ -38,7 +38,13 @@ const RESULT: &str = r#"{"protocolVersion":"2025-11-25","capabilities":{"tools":
 /// Two sessions handshaken: `s1` first (its initialize at the server),
 /// `s2` answered by the hub.
 fn two() -> (Hub, SessionId, SessionId) {
+    two_with(|_| {})
+}
+
+/// [`two`], the hub set up by `setup` before the sessions attach.
+fn two_with(setup: impl FnOnce(&mut Hub)) -> (Hub, SessionId, SessionId) {
     let mut h = Hub::new(1 << 20);
+    setup(&mut h);
     let s1 = h.open_session().expect("s1");
     let s2 = h.open_session().expect("s2");
     h.handle_session_line(s1, &initialize(0, json!({"sampling":{}})));
@@ -574,6 +580,92 @@ fn f2_every_call_at_the_server_gets_a_record_naming_its_host_session() {
         "{records:?}"
     );
     assert_eq!(records[0].target(), "fixture");
+}
+
+/// The tool policies with `--share`: each session has its own copy. A
+/// denied tool is refused to either session without reaching the server,
+/// and recorded as denied; the loop brake counts each session's calls
+/// alone; a `tools/list` answer loses the hidden tools for the session it
+/// goes to; a long tool result is cut for its session; the hub's metrics
+/// add the sessions' counts, those of a session gone included.
+#[test]
+fn f4_each_shared_session_has_its_own_copy_of_the_tool_policies() {
+    use crate::guard::policy::{ContentLimit, Keep, RateLimiter, RepeatBrake, ToolFilter};
+    let (mut h, s1, s2) = two_with(|h| {
+        let policy = crate::guard::policy::ToolPolicy::new(
+            ToolFilter::new(None, &["secret*".to_owned()]).expect("filter"),
+            RateLimiter::default(),
+            RepeatBrake::new(1).ok(),
+        )
+        .content_limit(ContentLimit::new(100, Keep::Head).ok());
+        h.tool_policy(Some(policy))
+            .record_calls("hub-test", "fixture");
+    });
+    h.busy(Stamp::new(Instant::now(), 1_000));
+    // Denied, to either session; never at the server.
+    h.handle_session_line(s1, &call(1, "secret_keys"));
+    assert!(to_server(&mut h).is_empty());
+    let got = to_session(&mut h, s1);
+    assert_eq!(
+        got[0]["error"]["code"],
+        crate::guard::policy::POLICY_REFUSED
+    );
+    assert_eq!(got[0]["error"]["data"]["policy"], "tools");
+    // The loop brake: s1's second identical call is refused, s2's first is not.
+    h.handle_session_line(s1, &call(2, "echo"));
+    h.handle_session_line(s1, &call(3, "echo"));
+    h.handle_session_line(s2, &call(2, "echo"));
+    let sent = to_server(&mut h);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    let got = to_session(&mut h, s1);
+    assert_eq!(got[0]["id"], 3);
+    assert_eq!(got[0]["error"]["data"]["policy"], "repeat-limit");
+    // s1's echo answered with a long text: cut for it.
+    let long = "z".repeat(5000);
+    h.handle_server_line(&line(&json!({"jsonrpc":"2.0","id":sent[0]["id"],
+        "result":{"content":[{"type":"text","text":long}]}})));
+    let got = to_session(&mut h, s1);
+    let text = got[0]["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text");
+    assert!(text.len() <= 100 && text.contains("[mcp-stdio: "), "{text}");
+    assert_eq!(
+        got[0]["result"]["_meta"][crate::guard::policy::TRUNCATED_META_KEY]["totalBytes"],
+        5000
+    );
+    // s2's list loses the hidden tools.
+    h.handle_session_line(
+        s2,
+        &line(&json!({"jsonrpc":"2.0","id":4,"method":"tools/list"})),
+    );
+    let list = to_server(&mut h);
+    h.handle_server_line(&line(&json!({"jsonrpc":"2.0","id":list[0]["id"],
+        "result":{"tools":[{"name":"echo"},{"name":"secret_keys"}]}})));
+    let got = to_session(&mut h, s2);
+    assert_eq!(got[0]["result"]["tools"], json!([{"name":"echo"}]));
+    h.close_session(s1);
+    let m = h.metrics().policy.clone().expect("policy metrics");
+    assert_eq!(m.refused_by.get("tools"), Some(&1));
+    assert_eq!(m.refused_by.get("repeat-limit"), Some(&1));
+    assert_eq!((m.results_cut, m.tools_hidden), (1, 1));
+    let records: Vec<CallRecord> = std::iter::from_fn(|| h.poll_record()).collect();
+    let denied: Vec<&str> = records
+        .iter()
+        .filter(|r| r.state().to_string() == "denied")
+        .map(CallRecord::operation)
+        .collect();
+    assert_eq!(denied, ["secret_keys", "echo"], "{records:?}");
+    let cut = records
+        .iter()
+        .find(|r| r.state().to_string() == "completed" && r.operation() == "echo")
+        .expect("the cut call's record");
+    assert!(
+        cut.events().any(|e| e
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("1 text block(s) cut"))),
+        "{cut:?}"
+    );
 }
 
 /// `--otel` with `--share`: a span per call at the server, a child of its

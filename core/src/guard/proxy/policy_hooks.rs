@@ -24,7 +24,8 @@ impl State {
             .params
             .as_deref()
             .and_then(|p| crate::wire::object::member(p.get(), "arguments"));
-        let Err(err) = policy.check_call(&tool, arguments.map(|a| a.get()), at.instant) else {
+        let Err(err) = policy.check_call(&tool, arguments.map(|a| a.get()), Some(at.instant))
+        else {
             return false;
         };
         self.metrics.policy = Some(policy.metrics().clone());

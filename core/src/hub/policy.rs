@@ -1,0 +1,130 @@
+//! The tool policies in the hub (`guard --share` with `--tools`,
+//! `--deny-tool`, `--rate-limit`, `--repeat-limit`, `--max-result-text`):
+//! each session has its own copy of them, so each is limited as if it had
+//! the server alone (its own rate buckets, its own loop brake). The
+//! decisions are the policy's (`crate::guard::policy`); these answer
+//! through the hub's paths (records, notes, the session's queue).
+
+use super::{field, Hub, Pending, SessionId};
+use crate::guard::policy::{PolicyMetrics, ToolPolicy};
+use crate::wire::message::{encode_error, RawValue, Request};
+
+impl Hub {
+    /// The tool policies every session gets a copy of (`None`, or a
+    /// policy with nothing set: off). Sessions attached before keep theirs.
+    pub fn tool_policy(&mut self, policy: Option<ToolPolicy>) -> &mut Self {
+        self.policy = policy.filter(|p| !p.is_empty());
+        self.metrics.policy = self.policy.as_ref().map(|_| PolicyMetrics::default());
+        self
+    }
+
+    /// A `tools/call` of `session` its policy refuses: answered with the
+    /// policy's error, recorded as denied, never given to the server.
+    pub(super) fn policy_refuses(&mut self, session: SessionId, r: &Request) -> bool {
+        if r.method != "tools/call" {
+            return false;
+        }
+        let now = self.now.map(|s| s.instant);
+        let Some(policy) = self
+            .sessions
+            .get_mut(&session)
+            .and_then(|s| s.policy.as_mut())
+        else {
+            return false;
+        };
+        let tool = field(r.params.as_deref(), "name").unwrap_or_default();
+        let arguments = r
+            .params
+            .as_deref()
+            .and_then(|p| crate::wire::object::member(p.get(), "arguments"));
+        let Err(err) = policy.check_call(&tool, arguments.map(RawValue::get), now) else {
+            return false;
+        };
+        self.policy_counted();
+        let why = err
+            .message
+            .trim_start_matches("mcp-stdio guard: ")
+            .to_owned();
+        self.note(format!(
+            "host session {}: tools/call {} refused: {why}",
+            session.0, r.id
+        ));
+        if let Some((mut call, at)) = self.new_call(session, r) {
+            let _ = call.deny(at);
+            call.note(
+                at.unix_ms,
+                &format!(
+                    "refused by the guard's policy; host session {} got error {}: {}",
+                    session.0, err.code, err.message
+                ),
+            );
+            self.close_call(Some(call), |_, _| {});
+        }
+        if let Ok(b) = encode_error(Some(&r.id), &err, self.max_frame) {
+            self.send_session(session, b);
+        }
+        true
+    }
+
+    /// A server's result for `p` as its session's policy edits it: a
+    /// `tools/list` without the tools the policy hides, a `tools/call`
+    /// result cut by the content limit; and what was done, for the call's
+    /// record. `(None, None)`: as it came.
+    pub(super) fn policy_edits(
+        &mut self,
+        p: &Pending,
+        result: &RawValue,
+    ) -> (Option<Box<RawValue>>, Option<String>) {
+        let Some(policy) = self
+            .sessions
+            .get_mut(&p.session)
+            .and_then(|s| s.policy.as_mut())
+        else {
+            return (None, None);
+        };
+        let mut warning = None;
+        let edited = match p.method.as_str() {
+            "tools/list" => {
+                let (filtered, w) = policy.filter_list(result.get());
+                warning = w;
+                filtered.map(|f| {
+                    (
+                        f,
+                        "the host session got it without the tools the policy hides".to_owned(),
+                    )
+                })
+            }
+            "tools/call" => {
+                let limit = policy.get_content_limit().map_or(0, |c| c.max());
+                policy
+                    .edit_result(result.get())
+                    .map(|e| (e.apply(result.get()), e.summary().describe(limit)))
+            }
+            _ => None,
+        };
+        if edited.is_some() || warning.is_some() {
+            self.policy_counted();
+        }
+        if let Some(w) = warning {
+            self.note(format!("host session {}: {w}", p.session.0));
+        }
+        let Some((text, what)) = edited else {
+            return (None, None);
+        };
+        match RawValue::from_string(text) {
+            Ok(raw) => (Some(raw), Some(what)),
+            Err(_) => (None, None),
+        }
+    }
+
+    /// The metrics of every session's policies, and of those gone.
+    fn policy_counted(&mut self) {
+        let mut total = self.policy_gone.clone();
+        for s in self.sessions.values() {
+            if let Some(p) = &s.policy {
+                total.add(p.metrics());
+            }
+        }
+        self.metrics.policy = Some(total);
+    }
+}
