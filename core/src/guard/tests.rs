@@ -961,3 +961,52 @@ fn f3_spans_say_what_each_call_named_and_how_it_ended() {
     assert_eq!(lost.name, "tools/call slow");
     assert_eq!(lost.error_type.as_deref(), Some("server_lost"));
 }
+
+/// `guard --otel` with a tool policy: a refused call, which never reaches
+/// the server, is a span too, a child of the host's trace, its error the
+/// policy's code.
+#[test]
+fn f3_f4_a_call_a_policy_refuses_is_a_span_with_the_policys_code() {
+    let clock = Clock {
+        base: Instant::now(),
+    };
+    let mut config = GuardConfig::default();
+    config.trace(Some(7));
+    config
+        .proxy_mut()
+        .tool_policy(Some(crate::guard::policy::ToolPolicy::new(
+            crate::guard::policy::ToolFilter::new(None, &["rm".to_owned()]).expect("filter"),
+            crate::guard::policy::RateLimiter::default(),
+            None,
+        )));
+    let mut s = GuardSession::new(config);
+    s.handle_spawned(clock.at(0));
+    s.handle_host(
+        clock.at(1),
+        b"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{\"name\":\"rm\",\
+          \"_meta\":{\"traceparent\":\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}}}\n",
+    );
+    let mut spans = Vec::new();
+    for _ in 0..16 {
+        match s.poll_output() {
+            GuardOutput::ToServer(_) => panic!("a refused call reached the server"),
+            GuardOutput::ToHost(out) => {
+                let n = out.bytes().len();
+                s.handle_input(clock.at(2), GuardInput::HostWrote(Ok(n)));
+            }
+            GuardOutput::Span(span) => spans.push(span),
+            GuardOutput::Timeout(_) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    let span = &spans[0];
+    assert_eq!(span.name, "tools/call rm");
+    assert_eq!(span.status_code, Some(crate::guard::policy::POLICY_REFUSED));
+    assert_eq!(span.error_type.as_deref(), Some("-32031"));
+    assert_eq!(
+        span.parent.map(|p| p.trace_id),
+        Some(span.context.trace_id),
+        "a child of the host's trace"
+    );
+}

@@ -50,6 +50,13 @@ impl Hub {
             session.0, r.id
         ));
         if let Some((mut call, at)) = self.new_call(session, r) {
+            // With spans on, the refusal is a span too, its error the code
+            // the session got (ended with the record).
+            if self.open_span(&call, r).is_some() {
+                if let Some(spans) = self.spans.as_mut() {
+                    spans.answered(call.record().call_id(), Some(err.code), 0, false, false);
+                }
+            }
             let _ = call.deny(at);
             call.note(
                 at.unix_ms,

@@ -599,7 +599,8 @@ fn f4_each_shared_session_has_its_own_copy_of_the_tool_policies() {
         )
         .content_limit(ContentLimit::new(100, Keep::Head).ok());
         h.tool_policy(Some(policy))
-            .record_calls("hub-test", "fixture");
+            .record_calls("hub-test", "fixture")
+            .trace_calls(3);
     });
     h.busy(Stamp::new(Instant::now(), 1_000));
     // Denied, to either session; never at the server.
@@ -665,6 +666,16 @@ fn f4_each_shared_session_has_its_own_copy_of_the_tool_policies() {
             .as_deref()
             .is_some_and(|d| d.contains("1 text block(s) cut"))),
         "{cut:?}"
+    );
+    // A refused call is a span too, with the policy's code.
+    let spans: Vec<_> = std::iter::from_fn(|| h.poll_span()).collect();
+    let refused = spans
+        .iter()
+        .find(|s| s.name == "tools/call secret_keys")
+        .unwrap_or_else(|| panic!("{spans:?}"));
+    assert_eq!(
+        refused.status_code,
+        Some(crate::guard::policy::POLICY_REFUSED)
     );
 }
 

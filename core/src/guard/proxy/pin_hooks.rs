@@ -64,6 +64,7 @@ impl State {
             r,
             text,
             tool.as_deref().unwrap_or(&r.method),
+            err.code,
             &format!(
                 "refused by the guard (pinned tool definitions); the host got error {}: {}",
                 err.code, err.message
@@ -85,11 +86,29 @@ impl State {
         r: &Request,
         text: &str,
         operation: &str,
+        code: i64,
         why: &str,
     ) {
         let seq = self.next_call;
         self.next_call += 1;
         let call_id = format!("{seq}/{}", id_json(&r.id));
+        // With spans on, the refusal is a span too, its error the code the
+        // host got (ended with the record, below).
+        if let Some(spans) = self.spans.as_mut() {
+            let parent = super::fields::request_context(r.params.as_deref()).traceparent;
+            let start = crate::guard::trace::SpanStart {
+                context: spans.ids.child_of(parent.as_ref()),
+                parent,
+                method: r.method.clone(),
+                tool: (r.method == "tools/call").then(|| operation.to_owned()),
+                target: super::span_target(&r.method, r.params.as_deref()),
+                request_id: id_json(&r.id),
+                protocol_version: self.protocol_version.clone(),
+                request_bytes: text.len() as u64,
+            };
+            spans.open(&call_id, start, at.unix_ms);
+            spans.answered(&call_id, Some(code), 0, false, false);
+        }
         let mut call = CallLifecycle::new(
             &self.call,
             CallIdentity {

@@ -34,6 +34,7 @@ impl State {
             r,
             text,
             &tool,
+            err.code,
             &format!(
                 "refused by the guard's policy; the host got error {}: {}",
                 err.code, err.message
