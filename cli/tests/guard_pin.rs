@@ -103,22 +103,6 @@ fn pin_first(files: &Files, server_args: &[&str]) {
     assert_eq!(file["pending"], json!({}));
 }
 
-/// The audit log's records of completed `tools/list` calls, and their notes.
-fn list_notes(audit: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(audit).expect("the audit log");
-    text.lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("JSON entry"))
-        .filter(|e| e["record"]["operation"] == "tools/list")
-        .flat_map(|e| {
-            e["record"]["events"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .filter_map(|ev| ev["detail"].as_str().map(str::to_owned))
-        .collect()
-}
-
 /// The record of the call with JSON-RPC id `id`, as it ended.
 fn call_record(audit: &Path, id: i64) -> Value {
     let text = std::fs::read_to_string(audit).expect("the audit log");
@@ -206,7 +190,7 @@ fn warn_forwards_a_changed_description_and_reports_it_everywhere() {
         "{stderr}"
     );
     assert!(stderr.contains("difference(s) pending; review with `mcp-stdio pin show"));
-    let notes = list_notes(&audit);
+    let notes = guarded::audit_notes(&audit, "tools/list");
     assert!(
         notes
             .iter()
@@ -283,7 +267,7 @@ fn hide_hides_a_changed_tool_and_refuses_its_calls_before_the_server() {
     assert_eq!(refused["decision"], "denied");
     assert_eq!(refused["decision_reason"], "policy");
     assert_eq!(refused["operation"], "echo");
-    let notes = list_notes(&audit);
+    let notes = guarded::audit_notes(&audit, "tools/list");
     assert!(
         notes
             .iter()
@@ -542,7 +526,7 @@ fn list_changed_within_a_session_is_handled_and_the_changed_tool_caught() {
             stderr.contains("mcp-stdio guard: pinned tool \"echo\" changed: description;"),
             "{stderr}"
         );
-        let notes = list_notes(&audit);
+        let notes = guarded::audit_notes(&audit, "tools/list");
         assert!(
             notes
                 .iter()

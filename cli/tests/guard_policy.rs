@@ -252,19 +252,7 @@ fn f4_the_content_limit_cuts_a_result_and_the_record_says_so() {
     assert!(!names(&list).is_empty());
     let (code, stderr) = g.close();
     assert_eq!(code, Some(0), "{stderr}");
-    let details: Vec<String> = std::fs::read_to_string(&audit)
-        .expect("audit")
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("JSON entry"))
-        .filter(|e| e["record"]["operation"] == "big")
-        .flat_map(|e| {
-            e["record"]["events"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .filter_map(|ev| ev["detail"].as_str().map(str::to_owned))
-        .collect();
+    let details = guarded::audit_notes(&audit, "big");
     assert!(
         details.iter().any(
             |d| d.contains("--max-result-text 4096: 1 text block(s) cut")

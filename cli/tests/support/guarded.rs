@@ -274,3 +274,20 @@ pub(crate) fn ping(g: &mut Guarded, id: i64) -> Duration {
     assert!(r.get("result").is_some(), "{r}");
     t.elapsed()
 }
+
+/// The notes of the audit log's records of `operation` (a method, or a
+/// tool's name for a `tools/call`), in order.
+pub(crate) fn audit_notes(audit: &Path, operation: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(audit).expect("the audit log");
+    text.lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON entry"))
+        .filter(|e| e["record"]["operation"] == operation)
+        .flat_map(|e| {
+            e["record"]["events"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|ev| ev["detail"].as_str().map(str::to_owned))
+        .collect()
+}

@@ -868,25 +868,28 @@ fn f3_spans_carry_the_trace_into_the_server_and_out_to_the_exporter() {
     assert_eq!(ping.status_code, Some(-32601));
 }
 
-/// `guard --otel`: a prompt's span is named by it, a resource's carries its
-/// URI, a tool result with `isError` is a `tool_error`, a request over the
-/// wire limit still gets a span (`wire_limit`, the guard's code), and a
-/// crash gives `server_lost` with the code the host got.
-#[test]
-fn f3_spans_say_what_each_call_named_and_how_it_ended() {
+/// A session with spans on (seed 7), `setup` applied to its config, spawned.
+fn traced(setup: impl FnOnce(&mut GuardConfig)) -> (GuardSession, Clock) {
     let clock = Clock {
         base: Instant::now(),
     };
     let mut config = GuardConfig::default();
     config.trace(Some(7));
-    config.framer_mut().max_frame(4096);
+    setup(&mut config);
     let mut s = GuardSession::new(config);
     s.handle_spawned(clock.at(0));
-    let mut spans = Vec::new();
-    let drain = |s: &mut GuardSession, spans: &mut Vec<CallSpan>| loop {
+    (s, clock)
+}
+
+/// Runs `s` until it waits, every write done at once, the spans into
+/// `spans`; the bytes given to the server.
+fn drain_spans(s: &mut GuardSession, clock: &Clock, spans: &mut Vec<CallSpan>) -> usize {
+    let mut to_server = 0;
+    loop {
         match s.poll_output() {
             GuardOutput::ToServer(out) => {
                 let n = out.bytes().len();
+                to_server += n;
                 s.handle_input(clock.at(2), GuardInput::ServerWritten(Ok(n)));
             }
             GuardOutput::ToHost(out) => {
@@ -894,9 +897,24 @@ fn f3_spans_say_what_each_call_named_and_how_it_ended() {
                 s.handle_input(clock.at(2), GuardInput::HostWrote(Ok(n)));
             }
             GuardOutput::Span(span) => spans.push(span),
-            GuardOutput::Timeout(_) => break,
+            GuardOutput::Timeout(_) => return to_server,
             _ => {}
         }
+    }
+}
+
+/// `guard --otel`: a prompt's span is named by it, a resource's carries its
+/// URI, a tool result with `isError` is a `tool_error`, a request over the
+/// wire limit still gets a span (`wire_limit`, the guard's code), and a
+/// crash gives `server_lost` with the code the host got.
+#[test]
+fn f3_spans_say_what_each_call_named_and_how_it_ended() {
+    let (mut s, clock) = traced(|config| {
+        config.framer_mut().max_frame(4096);
+    });
+    let mut spans = Vec::new();
+    let drain = |s: &mut GuardSession, spans: &mut Vec<CallSpan>| {
+        drain_spans(s, &clock, spans);
     };
     s.handle_host(
         clock.at(1),
@@ -967,38 +985,23 @@ fn f3_spans_say_what_each_call_named_and_how_it_ended() {
 /// policy's code.
 #[test]
 fn f3_f4_a_call_a_policy_refuses_is_a_span_with_the_policys_code() {
-    let clock = Clock {
-        base: Instant::now(),
-    };
-    let mut config = GuardConfig::default();
-    config.trace(Some(7));
-    config
-        .proxy_mut()
-        .tool_policy(Some(crate::guard::policy::ToolPolicy::new(
-            crate::guard::policy::ToolFilter::new(None, &["rm".to_owned()]).expect("filter"),
-            crate::guard::policy::RateLimiter::default(),
-            None,
-        )));
-    let mut s = GuardSession::new(config);
-    s.handle_spawned(clock.at(0));
+    let (mut s, clock) = traced(|config| {
+        config
+            .proxy_mut()
+            .tool_policy(Some(crate::guard::policy::ToolPolicy::new(
+                crate::guard::policy::ToolFilter::new(None, &["rm".to_owned()]).expect("filter"),
+                crate::guard::policy::RateLimiter::default(),
+                None,
+            )));
+    });
     s.handle_host(
         clock.at(1),
         b"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{\"name\":\"rm\",\
           \"_meta\":{\"traceparent\":\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}}}\n",
     );
     let mut spans = Vec::new();
-    for _ in 0..16 {
-        match s.poll_output() {
-            GuardOutput::ToServer(_) => panic!("a refused call reached the server"),
-            GuardOutput::ToHost(out) => {
-                let n = out.bytes().len();
-                s.handle_input(clock.at(2), GuardInput::HostWrote(Ok(n)));
-            }
-            GuardOutput::Span(span) => spans.push(span),
-            GuardOutput::Timeout(_) => break,
-            _ => {}
-        }
-    }
+    let to_server = drain_spans(&mut s, &clock, &mut spans);
+    assert_eq!(to_server, 0, "a refused call never reaches the server");
     assert_eq!(spans.len(), 1, "{spans:?}");
     let span = &spans[0];
     assert_eq!(span.name, "tools/call rm");
