@@ -694,6 +694,46 @@ mod tests {
         assert!(err.contains("unknown field"), "{err}");
     }
 
+    /// The policy keys of a `--config` file, and the flags over them.
+    #[test]
+    fn the_policies_come_from_the_file_or_the_flags() {
+        let path = mcp_stdio_tests::TempPath::new("policy.toml");
+        std::fs::write(
+            &path,
+            "tools = [\"read_*\"]\ndeny_tools = [\"read_secret\"]\nrate_limits = [\"5/1s\"]\n\
+             repeat_limit = 3\nmax_result_text_bytes = 65536\nkeep = \"tail\"\n",
+        )
+        .unwrap();
+        let from_file = SettingsArgs {
+            config: Some(path.to_path_buf()),
+            ..SettingsArgs::default()
+        };
+        let s = GuardSettings::resolve(&from_file).unwrap();
+        let p = s.proxy.get_tool_policy().expect("policies");
+        let limit = p.get_content_limit().expect("a content limit");
+        assert_eq!((limit.max(), limit.keep()), (65536, Keep::Tail));
+        let s = GuardSettings::resolve(&SettingsArgs {
+            max_result_text: Some(100),
+            keep: Some(KeepArg::Head),
+            ..from_file
+        })
+        .unwrap();
+        let p = s.proxy.get_tool_policy().expect("policies");
+        let limit = p.get_content_limit().expect("a content limit");
+        assert_eq!((limit.max(), limit.keep()), (100, Keep::Head));
+        assert!(GuardSettings::resolve(&SettingsArgs::default())
+            .unwrap()
+            .proxy
+            .get_tool_policy()
+            .is_none());
+        std::fs::write(&path, "keep = \"middle\"\n").unwrap();
+        assert!(GuardSettings::resolve(&SettingsArgs {
+            config: Some(path.to_path_buf()),
+            ..SettingsArgs::default()
+        })
+        .is_err());
+    }
+
     #[test]
     fn every_framer_option_comes_from_a_flag_or_the_file() {
         let defaults = GuardSettings::resolve(&SettingsArgs::default()).unwrap();
