@@ -39,6 +39,8 @@
 //! repeat_limit = 3                          # the same call more than 3 times in a row is refused
 //! max_result_text_bytes = 65536             # a tool result's text cut to 64 KiB, with a marker
 //! keep = "head-and-tail"                    # which part of a cut text stays (head, tail)
+//! deny_resources = ["file:///etc/*"]        # resources by URI (`--resources`, `--deny-resource`)
+//! prompts = ["review_*"]                    # prompts by name (`--prompts`, `--deny-prompt`)
 //!
 //! [sandbox]                                 # run the server in a sandbox (Linux; see guard::sandbox)
 //! profile = "npx"                           # or "base", "uvx"
@@ -233,6 +235,42 @@ pub(crate) struct SettingsArgs {
         hide_short_help = true
     )]
     pub(crate) deny_tool: Vec<String>,
+    /// Only these prompts (comma-separated names or patterns): others are taken out of
+    /// prompts/list and a prompts/get of one is refused [default: every prompt].
+    #[arg(
+        long,
+        value_name = "NAMES",
+        value_delimiter = ',',
+        help_heading = "Policies",
+        hide_short_help = true
+    )]
+    pub(crate) prompts: Option<Vec<String>>,
+    /// Never this prompt (a name or a pattern; repeatable).
+    #[arg(
+        long = "deny-prompt",
+        value_name = "NAME",
+        help_heading = "Policies",
+        hide_short_help = true
+    )]
+    pub(crate) deny_prompt: Vec<String>,
+    /// Only these resources (comma-separated URIs or patterns, `file:///home/me/project/*`):
+    /// others are taken out of resources/list and a read or subscribe is refused.
+    #[arg(
+        long,
+        value_name = "URIS",
+        value_delimiter = ',',
+        help_heading = "Policies",
+        hide_short_help = true
+    )]
+    pub(crate) resources: Option<Vec<String>>,
+    /// Never this resource (a URI or a pattern; repeatable).
+    #[arg(
+        long = "deny-resource",
+        value_name = "URI",
+        help_heading = "Policies",
+        hide_short_help = true
+    )]
+    pub(crate) deny_resource: Vec<String>,
     /// At most N calls per PERIOD, of TOOL or of every tool (`5/1s`, `search=10/1m`;
     /// repeatable); a call over it is refused with `retryAfterMs`.
     #[arg(long = "rate-limit", value_name = "[TOOL=]N/PERIOD", value_parser = parse_rate, help_heading = "Policies")]
@@ -275,7 +313,8 @@ pub(crate) enum KeepArg {
 }
 
 /// The tool policies from the flags, else the config file's keys
-/// (`tools`, `deny_tools`, `rate_limits`, `repeat_limit`,
+/// (`tools`, `deny_tools`, `prompts`, `deny_prompts`, `resources`,
+/// `deny_resources`, `rate_limits`, `repeat_limit`,
 /// `max_result_text_bytes`, `keep`).
 fn tool_policy(args: &SettingsArgs, file: &FileSettings) -> Result<ToolPolicy, String> {
     let allow = args.tools.clone().or_else(|| file.tools.clone());
@@ -286,6 +325,33 @@ fn tool_policy(args: &SettingsArgs, file: &FileSettings) -> Result<ToolPolicy, S
     };
     let filter = ToolFilter::new(allow.as_deref(), &deny)
         .map_err(|e| format!("--tools / --deny-tool: {e}"))?;
+    let listed = |allow: &Option<Vec<String>>,
+                  file_allow: &Option<Vec<String>>,
+                  deny: &[String],
+                  file_deny: &Option<Vec<String>>,
+                  flags: &str| {
+        let allow = allow.clone().or_else(|| file_allow.clone());
+        let deny = if deny.is_empty() {
+            file_deny.clone().unwrap_or_default()
+        } else {
+            deny.to_vec()
+        };
+        ToolFilter::new(allow.as_deref(), &deny).map_err(|e| format!("{flags}: {e}"))
+    };
+    let prompts = listed(
+        &args.prompts,
+        &file.prompts,
+        &args.deny_prompt,
+        &file.deny_prompts,
+        "--prompts / --deny-prompt",
+    )?;
+    let resources = listed(
+        &args.resources,
+        &file.resources,
+        &args.deny_resource,
+        &file.deny_resources,
+        "--resources / --deny-resource",
+    )?;
     let rules = if args.rate_limit.is_empty() {
         file.rate_limits
             .iter()
@@ -313,7 +379,9 @@ fn tool_policy(args: &SettingsArgs, file: &FileSettings) -> Result<ToolPolicy, S
         .map(|max| ContentLimit::new(max, keep))
         .transpose()
         .map_err(|e| e.to_string())?;
-    Ok(ToolPolicy::new(filter, rates, repeat).content_limit(content))
+    Ok(ToolPolicy::new(filter, rates, repeat)
+        .listed_filters(prompts, resources)
+        .content_limit(content))
 }
 
 /// `--rate-limit`'s value.
@@ -363,6 +431,10 @@ struct FileSettings {
     repeat_limit: Option<u32>,
     max_result_text_bytes: Option<u64>,
     keep: Option<KeepArg>,
+    prompts: Option<Vec<String>>,
+    deny_prompts: Option<Vec<String>>,
+    resources: Option<Vec<String>>,
+    deny_resources: Option<Vec<String>>,
 }
 
 /// The resolved limits of a guard run.

@@ -265,3 +265,83 @@ fn f4_the_content_limit_cuts_a_result_and_the_record_says_so() {
     assert_eq!(m["proxy"]["policy"]["results_cut"], 1, "{m}");
     assert_eq!(m["proxy"]["policy"]["bytes_omitted"], omitted, "{m}");
 }
+
+/// `--prompts` and `--deny-resource` in front of server-everything (the
+/// same code as `--tools`): `prompts/list` holds only the allowed prompts
+/// and a `prompts/get` of another is refused; `resources/list` loses the
+/// denied URIs (its documents whose names start with `a`) and a
+/// `resources/read` of one is refused; the others are answered by the
+/// server. Needs the interop peers.
+#[test]
+fn f4_prompts_and_resources_are_filtered_like_tools_with_server_everything() {
+    let test = "f4_prompts_and_resources_are_filtered_like_tools_with_server_everything";
+    use mcp_stdio_tests::interop::{node, require, server_everything_entry};
+    let (Some((node, _)), Some(entry)) = (
+        require(test, node()),
+        require(test, server_everything_entry()),
+    ) else {
+        return;
+    };
+    let stdio = std::path::Path::new("stdio");
+    let mut g = Guarded::spawn(guard_command(
+        &[
+            "--no-announce",
+            "--prompts",
+            "simple-*,args-*",
+            "--deny-resource",
+            "demo://resource/static/document/a*",
+        ],
+        &[&node, &entry, stdio],
+        &[],
+    ));
+    g.initialize_as("2025-11-25");
+    let request = |g: &mut Guarded, id: i64, method: &str, params: Value| {
+        g.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        g.reply(id)
+    };
+    let prompts = request(&mut g, 1, "prompts/list", json!({}));
+    let names: Vec<&str> = prompts["result"]["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(names, ["simple-prompt", "args-prompt"], "{prompts}");
+    let r = request(&mut g, 2, "prompts/get", json!({"name": "resource-prompt"}));
+    assert_eq!(r["error"]["code"], -32031, "{r}");
+    assert_eq!(r["error"]["data"]["policy"], "prompts", "{r}");
+    let r = request(&mut g, 3, "prompts/get", json!({"name": "simple-prompt"}));
+    assert!(r["result"]["messages"].is_array(), "{r}");
+    let resources = request(&mut g, 4, "resources/list", json!({}));
+    let uris: Vec<&str> = resources["result"]["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|p| p["uri"].as_str())
+        .collect();
+    assert!(
+        !uris.is_empty()
+            && uris
+                .iter()
+                .all(|u| !u.starts_with("demo://resource/static/document/a")),
+        "{uris:?}"
+    );
+    let r = request(
+        &mut g,
+        5,
+        "resources/read",
+        json!({"uri": "demo://resource/static/document/architecture.md"}),
+    );
+    assert_eq!(r["error"]["data"]["policy"], "resources", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--deny-resource demo://resource/static/document/a*"),
+        "{r}"
+    );
+    let r = request(&mut g, 6, "resources/read", json!({"uri": uris[0]}));
+    assert!(r["result"]["contents"].is_array(), "{r}");
+    let (code, stderr) = g.close();
+    assert_eq!(code, Some(0), "{stderr}");
+}

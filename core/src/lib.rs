@@ -292,8 +292,8 @@ pub use guard::pin::{
     MAX_PIN_NOTES, PINNED_FIELDS, TOOL_NOT_ACCEPTED,
 };
 pub use guard::policy::{
-    ContentLimit, CutSummary, Keep, PolicyError, PolicyMetrics, RateLimiter, RateRule, RepeatBrake,
-    ResultEdit, ToolFilter, ToolPattern, ToolPolicy, ToolRefusal, MAX_PATTERN_BYTES,
+    ContentLimit, CutSummary, Keep, Listed, PolicyError, PolicyMetrics, RateLimiter, RateRule,
+    RepeatBrake, ResultEdit, ToolFilter, ToolPattern, ToolPolicy, ToolRefusal, MAX_PATTERN_BYTES,
     MAX_POLICY_TOOLS, MAX_RATE_LIMITS, MAX_TOOL_PATTERNS, POLICY_REFUSED, TRUNCATED_META_KEY,
 };
 pub use guard::proxy::{

@@ -27,11 +27,15 @@ pub fn fuzz_hub(data: &[u8]) {
     h.record_calls("fuzz", "server");
     h.trace_calls(1);
     // Every session's own copy of the tool policies: a denied tool, the
-    // loop brake, a content limit under most answers.
+    // loop brake, a denied resource (u1), a content limit under most answers.
     let policy = crate::guard::policy::ToolPolicy::new(
         crate::guard::policy::ToolFilter::new(None, &["x*".to_owned()]).unwrap_or_default(),
         crate::guard::policy::RateLimiter::default(),
         crate::guard::policy::RepeatBrake::new(2).ok(),
+    )
+    .listed_filters(
+        crate::guard::policy::ToolFilter::default(),
+        crate::guard::policy::ToolFilter::new(None, &["u1".to_owned()]).unwrap_or_default(),
     )
     .content_limit(
         crate::guard::policy::ContentLimit::new(64, crate::guard::policy::Keep::HeadAndTail).ok(),

@@ -131,13 +131,74 @@ pub enum ToolRefusal {
 impl ToolRefusal {
     /// The sentence the error and the record carry.
     pub fn describe(&self, tool: &str) -> String {
+        self.describe_as(Listed::Tools, tool)
+    }
+
+    /// The sentence for `name` of the kind `listed`.
+    pub fn describe_as(&self, listed: Listed, name: &str) -> String {
+        let (what, allow, deny) = listed.words();
         match self {
             Self::NotAllowed => {
-                format!("mcp-stdio guard: the tool `{tool}` is not in the guard's --tools list")
+                format!("mcp-stdio guard: the {what} `{name}` is not in the guard's {allow} list")
             }
-            Self::Denied(p) => format!(
-                "mcp-stdio guard: the tool `{tool}` is denied by the guard's --deny-tool {p}"
-            ),
+            Self::Denied(p) => {
+                format!("mcp-stdio guard: the {what} `{name}` is denied by the guard's {deny} {p}")
+            }
+        }
+    }
+}
+
+/// What a filter is about: tools by name, prompts by name, resources by
+/// URI (each with its own `--tools` / `--deny-tool` pair of flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listed {
+    /// `--tools`, `--deny-tool`: `tools/list`, `tools/call`.
+    Tools,
+    /// `--prompts`, `--deny-prompt`: `prompts/list`, `prompts/get`.
+    Prompts,
+    /// `--resources`, `--deny-resource`: `resources/list`,
+    /// `resources/read`, `resources/subscribe`, matched on the URI.
+    Resources,
+}
+
+impl Listed {
+    /// The kind a list method lists, or a request method names one of.
+    pub fn of_method(method: &str) -> Option<(Self, bool)> {
+        Some(match method {
+            "tools/list" => (Self::Tools, true),
+            "tools/call" => (Self::Tools, false),
+            "prompts/list" => (Self::Prompts, true),
+            "prompts/get" => (Self::Prompts, false),
+            "resources/list" => (Self::Resources, true),
+            "resources/read" | "resources/subscribe" => (Self::Resources, false),
+            _ => return None,
+        })
+    }
+
+    /// The list's array member and the field that names an item in it
+    /// (and in a request's params).
+    pub fn keys(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Tools => ("tools", "name"),
+            Self::Prompts => ("prompts", "name"),
+            Self::Resources => ("resources", "uri"),
+        }
+    }
+
+    /// The policy's name in an error's `data` and the metrics.
+    pub fn policy(self) -> &'static str {
+        match self {
+            Self::Tools => "tools",
+            Self::Prompts => "prompts",
+            Self::Resources => "resources",
+        }
+    }
+
+    fn words(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Self::Tools => ("tool", "--tools", "--deny-tool"),
+            Self::Prompts => ("prompt", "--prompts", "--deny-prompt"),
+            Self::Resources => ("resource", "--resources", "--deny-resource"),
         }
     }
 }
@@ -192,14 +253,21 @@ impl ToolFilter {
     /// when it is not a tools list or nothing is taken out. Also gives the
     /// names taken out.
     pub fn filter_list(&self, result: &str) -> Option<(String, Vec<String>)> {
+        self.filter_items(result, Listed::Tools)
+    }
+
+    /// [`filter_list`](Self::filter_list) for a list of `listed`: a
+    /// `prompts/list` by name, a `resources/list` by URI.
+    pub fn filter_items(&self, result: &str, listed: Listed) -> Option<(String, Vec<String>)> {
         if self.is_open() {
             return None;
         }
+        let (array, field) = listed.keys();
         let mut v: serde_json::Value = serde_json::from_str(result).ok()?;
-        let tools = v.get_mut("tools")?.as_array_mut()?;
+        let tools = v.get_mut(array)?.as_array_mut()?;
         let mut removed = Vec::new();
         tools.retain(|t| {
-            let Some(name) = t.get("name").and_then(serde_json::Value::as_str) else {
+            let Some(name) = t.get(field).and_then(serde_json::Value::as_str) else {
                 return true;
             };
             let keep = self.check(name).is_ok();
@@ -413,12 +481,18 @@ pub const MAX_POLICY_TOOLS: usize = 256;
 /// What the policies did, for `--metrics` and the status.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PolicyMetrics {
-    /// Calls refused, by tool (at most [`MAX_POLICY_TOOLS`] names).
+    /// Requests refused, by tool (or prompt, or resource URI; at most
+    /// [`MAX_POLICY_TOOLS`] names).
     pub refused: std::collections::BTreeMap<String, u64>,
-    /// Refusals by policy: `tools`, `rate-limit`, `repeat-limit`.
+    /// Refusals by policy: `tools`, `prompts`, `resources`, `rate-limit`,
+    /// `repeat-limit`.
     pub refused_by: std::collections::BTreeMap<&'static str, u64>,
     /// Tools taken out of `tools/list` answers (counted per answer).
     pub tools_hidden: u64,
+    /// Prompts taken out of `prompts/list` answers.
+    pub prompts_hidden: u64,
+    /// Resources taken out of `resources/list` answers.
+    pub resources_hidden: u64,
     /// Results the content limit edited (`--max-result-text`).
     pub results_cut: u64,
     /// Bytes of text and media those results did not pass on.
@@ -445,6 +519,8 @@ impl PolicyMetrics {
             *self.refused_by.entry(policy).or_default() += n;
         }
         self.tools_hidden += other.tools_hidden;
+        self.prompts_hidden += other.prompts_hidden;
+        self.resources_hidden += other.resources_hidden;
         self.results_cut += other.results_cut;
         self.bytes_omitted += other.bytes_omitted;
         self.media_replaced += other.media_replaced;
@@ -457,6 +533,10 @@ impl PolicyMetrics {
 #[derive(Debug, Clone, Default)]
 pub struct ToolPolicy {
     filter: ToolFilter,
+    /// `--prompts` / `--deny-prompt`.
+    prompts: ToolFilter,
+    /// `--resources` / `--deny-resource`, on URIs.
+    resources: ToolFilter,
     rates: RateLimiter,
     repeat: Option<RepeatBrake>,
     content: Option<ContentLimit>,
@@ -469,6 +549,8 @@ impl ToolPolicy {
     pub fn new(filter: ToolFilter, rates: RateLimiter, repeat: Option<RepeatBrake>) -> Self {
         Self {
             filter,
+            prompts: ToolFilter::default(),
+            resources: ToolFilter::default(),
             rates,
             repeat,
             content: None,
@@ -489,9 +571,28 @@ impl ToolPolicy {
         self.content.as_ref()
     }
 
+    /// With filters on prompts (by name) and resources (by URI), as
+    /// `--tools` / `--deny-tool` are on tools.
+    #[must_use]
+    pub fn listed_filters(mut self, prompts: ToolFilter, resources: ToolFilter) -> Self {
+        self.prompts = prompts;
+        self.resources = resources;
+        self
+    }
+
+    fn filter_of(&self, listed: Listed) -> &ToolFilter {
+        match listed {
+            Listed::Tools => &self.filter,
+            Listed::Prompts => &self.prompts,
+            Listed::Resources => &self.resources,
+        }
+    }
+
     /// Whether no policy is set.
     pub fn is_empty(&self) -> bool {
         self.filter.is_open()
+            && self.prompts.is_open()
+            && self.resources.is_open()
             && self.rates.is_empty()
             && self.repeat.is_none()
             && self.content.is_none()
@@ -514,9 +615,67 @@ impl ToolPolicy {
         &self.metrics
     }
 
-    /// Whether `tools/list` answers are filtered.
-    pub(crate) fn filters_lists(&self) -> bool {
-        !self.filter.is_open()
+    /// Whether answers to the list request `method` (`tools/list`,
+    /// `prompts/list`, `resources/list`) are filtered.
+    pub(crate) fn filters_list(&self, method: &str) -> Option<Listed> {
+        Listed::of_method(method)
+            .filter(|(listed, list)| *list && !self.filter_of(*listed).is_open())
+            .map(|(listed, _)| listed)
+    }
+
+    /// A `prompts/get`, `resources/read` or `resources/subscribe` (`params`
+    /// as JSON text): allowed, or the error the host gets, naming the
+    /// filter (`--prompts`, `--deny-resource`, …). Other methods pass.
+    pub(crate) fn check_request(
+        &mut self,
+        method: &str,
+        params: Option<&str>,
+    ) -> Result<(), crate::wire::message::ErrorObject> {
+        let Some((listed, false)) = Listed::of_method(method) else {
+            return Ok(());
+        };
+        if listed == Listed::Tools {
+            return Ok(());
+        }
+        let (_, field) = listed.keys();
+        let Some(name) = params
+            .and_then(|p| crate::wire::object::member(p, field))
+            .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+        else {
+            return Ok(());
+        };
+        let Err(r) = self.filter_of(listed).check(&name) else {
+            return Ok(());
+        };
+        let policy = listed.policy();
+        Err(self.refuse(
+            policy,
+            &name,
+            r.describe_as(listed, &name),
+            &serde_json::json!({"policy": policy}),
+        ))
+    }
+
+    /// A refusal by `policy` of `name`: counted, and the error.
+    fn refuse(
+        &mut self,
+        policy: &'static str,
+        name: &str,
+        message: String,
+        data: &serde_json::Value,
+    ) -> crate::wire::message::ErrorObject {
+        *self.metrics.refused_by.entry(policy).or_default() += 1;
+        let key = if self.metrics.refused.len() < MAX_POLICY_TOOLS
+            || self.metrics.refused.contains_key(name)
+        {
+            name.to_owned()
+        } else {
+            "(other)".to_owned()
+        };
+        *self.metrics.refused.entry(key).or_default() += 1;
+        let mut err = crate::wire::message::ErrorObject::new(POLICY_REFUSED, message);
+        err.data = serde_json::value::RawValue::from_string(data.to_string()).ok();
+        err
     }
 
     /// A `tools/call` of `tool` with `arguments` at `now`: allowed, or the
@@ -559,24 +718,31 @@ impl ToolPolicy {
         let Some((policy, message, data)) = refusal else {
             return Ok(());
         };
-        *self.metrics.refused_by.entry(policy).or_default() += 1;
-        let key = if self.metrics.refused.len() < MAX_POLICY_TOOLS
-            || self.metrics.refused.contains_key(tool)
-        {
-            tool.to_owned()
-        } else {
-            "(other)".to_owned()
-        };
-        *self.metrics.refused.entry(key).or_default() += 1;
-        let mut err = crate::wire::message::ErrorObject::new(POLICY_REFUSED, message);
-        err.data = serde_json::value::RawValue::from_string(data.to_string()).ok();
-        Err(err)
+        Err(self.refuse(policy, tool, message, &data))
     }
 
-    /// A `tools/list` result: the tools outside the policy taken out
-    /// (`None`: as it came), and a warning, once, for `--tools` names the
-    /// server has none of.
-    pub(crate) fn filter_list(&mut self, result: &str) -> (Option<String>, Option<String>) {
+    /// A result of a list of `listed`: the items outside the
+    /// policy taken out (`None`: as it came), and for `tools/list` a
+    /// warning, once, for `--tools` names the server has none of.
+    pub(crate) fn filter_list(
+        &mut self,
+        listed: Listed,
+        result: &str,
+    ) -> (Option<String>, Option<String>) {
+        if listed != Listed::Tools {
+            let filtered =
+                self.filter_of(listed)
+                    .filter_items(result, listed)
+                    .map(|(out, removed)| {
+                        let n = removed.len() as u64;
+                        match listed {
+                            Listed::Prompts => self.metrics.prompts_hidden += n,
+                            _ => self.metrics.resources_hidden += n,
+                        }
+                        out
+                    });
+            return (filtered, None);
+        }
         let mut warning = None;
         // Only a whole list (no further page) can say a name is missing.
         if !self.warned_unmatched && !result.contains("\"nextCursor\"") {

@@ -467,8 +467,9 @@ struct Tracked {
     progress_token: Option<Id>,
     /// A `tools/list` whose answer the pins check.
     pin_list: Option<ListRequest>,
-    /// A `tools/list` whose answer the tool policy filters.
-    policy_list: bool,
+    /// A `tools/list`, `prompts/list` or `resources/list` whose answer
+    /// the policy filters.
+    policy_list: Option<crate::guard::policy::Listed>,
     /// A `tools/call` whose result the content limit may cut.
     policy_result: bool,
 }
@@ -1188,11 +1189,10 @@ impl State {
                                 &r.method,
                                 r.params.as_deref(),
                             ),
-                            policy_list: r.method == "tools/list"
-                                && self
-                                    .policy
-                                    .as_ref()
-                                    .is_some_and(crate::guard::policy::ToolPolicy::filters_lists),
+                            policy_list: self
+                                .policy
+                                .as_ref()
+                                .and_then(|p| p.filters_list(&r.method)),
                             policy_result: r.method == "tools/call"
                                 && self
                                     .policy

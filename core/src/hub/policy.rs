@@ -18,12 +18,10 @@ impl Hub {
         self
     }
 
-    /// A `tools/call` of `session` its policy refuses: answered with the
+    /// A request of `session` its policy refuses (a `tools/call`, or a
+    /// prompt or resource its filters keep out): answered with the
     /// policy's error, recorded as denied, never given to the server.
     pub(super) fn policy_refuses(&mut self, session: SessionId, r: &Request) -> bool {
-        if r.method != "tools/call" {
-            return false;
-        }
         let now = self.now.map(|s| s.instant);
         let Some(policy) = self
             .sessions
@@ -32,12 +30,15 @@ impl Hub {
         else {
             return false;
         };
-        let tool = field(r.params.as_deref(), "name").unwrap_or_default();
-        let arguments = r
-            .params
-            .as_deref()
-            .and_then(|p| crate::wire::object::member(p.get(), "arguments"));
-        let Err(err) = policy.check_call(&tool, arguments.map(RawValue::get), now) else {
+        let params = r.params.as_deref().map(RawValue::get);
+        let verdict = if r.method == "tools/call" {
+            let tool = field(r.params.as_deref(), "name").unwrap_or_default();
+            let arguments = params.and_then(|p| crate::wire::object::member(p, "arguments"));
+            policy.check_call(&tool, arguments.map(RawValue::get), now)
+        } else {
+            policy.check_request(&r.method, params)
+        };
+        let Err(err) = verdict else {
             return false;
         };
         self.policy_counted();
@@ -90,24 +91,27 @@ impl Hub {
             return (None, None);
         };
         let mut warning = None;
-        let edited = match p.method.as_str() {
-            "tools/list" => {
-                let (filtered, w) = policy.filter_list(result.get());
+        let edited = match (policy.filters_list(&p.method), p.method.as_str()) {
+            (Some(listed), _) => {
+                let (filtered, w) = policy.filter_list(listed, result.get());
                 warning = w;
                 filtered.map(|f| {
                     (
                         f,
-                        "the host session got it without the tools the policy hides".to_owned(),
+                        format!(
+                            "the host session got it without the {} the policy hides",
+                            listed.policy()
+                        ),
                     )
                 })
             }
-            "tools/call" => {
+            (None, "tools/call") => {
                 let limit = policy.get_content_limit().map_or(0, |c| c.max());
                 policy
                     .edit_result(result.get())
                     .map(|e| (e.apply(result.get()), e.summary().describe(limit)))
             }
-            _ => None,
+            (None, _) => None,
         };
         if edited.is_some() || warning.is_some() {
             self.policy_counted();

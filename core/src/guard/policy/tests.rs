@@ -172,3 +172,67 @@ fn f4_the_loop_brake_fires_on_the_fourth_identical_call_under_three() {
     assert_eq!(b.check("fetch", Some(args)), Ok(()), "another tool");
     assert_eq!(RepeatBrake::new(0).err(), Some(PolicyError::ZeroRepeat));
 }
+
+#[test]
+fn f4_prompts_and_resources_are_filtered_by_name_and_uri_like_tools() {
+    let mut policy = ToolPolicy::new(ToolFilter::default(), RateLimiter::default(), None)
+        .listed_filters(
+            ToolFilter::new(Some(&names(&["simple-*"])), &[]).expect("prompts"),
+            ToolFilter::new(None, &names(&["file:///etc/*"])).expect("resources"),
+        );
+    assert!(!policy.is_empty());
+    assert_eq!(policy.filters_list("tools/list"), None, "tools are open");
+    assert_eq!(policy.filters_list("prompts/list"), Some(Listed::Prompts));
+    assert_eq!(
+        policy.filters_list("resources/list"),
+        Some(Listed::Resources)
+    );
+    let (out, _) = policy.filter_list(
+        Listed::Prompts,
+        r#"{"prompts":[{"name":"simple-prompt"},{"name":"complex"}],"nextCursor":"2"}"#,
+    );
+    let out: serde_json::Value = serde_json::from_str(&out.expect("filtered")).expect("JSON");
+    assert_eq!(
+        out["prompts"],
+        serde_json::json!([{"name": "simple-prompt"}])
+    );
+    assert_eq!(out["nextCursor"], "2");
+    let (out, _) = policy.filter_list(
+        Listed::Resources,
+        r#"{"resources":[{"uri":"file:///etc/passwd"},{"uri":"file:///home/a"}]}"#,
+    );
+    assert!(!out.expect("filtered").contains("passwd"));
+    let err = policy
+        .check_request("prompts/get", Some(r#"{"name":"complex"}"#))
+        .expect_err("not in --prompts");
+    assert_eq!(err.code, POLICY_REFUSED);
+    assert!(err
+        .message
+        .contains("the prompt `complex` is not in the guard's --prompts list"));
+    let err = policy
+        .check_request("resources/read", Some(r#"{"uri":"file:///etc/shadow"}"#))
+        .expect_err("denied");
+    assert!(
+        err.message.contains("--deny-resource file:///etc/*"),
+        "{}",
+        err.message
+    );
+    for (method, params) in [
+        ("prompts/get", r#"{"name":"simple-prompt"}"#),
+        ("resources/read", r#"{"uri":"file:///home/a"}"#),
+        ("resources/subscribe", r#"{"uri":"file:///home/a"}"#),
+        ("ping", "{}"),
+    ] {
+        assert!(
+            policy.check_request(method, Some(params)).is_ok(),
+            "{method}"
+        );
+    }
+    assert!(policy
+        .check_request("resources/subscribe", Some(r#"{"uri":"file:///etc/x"}"#))
+        .is_err());
+    let m = policy.metrics();
+    assert_eq!(m.refused_by.get("prompts"), Some(&1));
+    assert_eq!(m.refused_by.get("resources"), Some(&2));
+    assert_eq!((m.prompts_hidden, m.resources_hidden), (1, 1));
+}

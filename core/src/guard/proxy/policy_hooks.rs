@@ -10,22 +10,24 @@ use crate::time::Stamp;
 use crate::wire::message::{encode_error, encode_result, Id, RawValue, Request};
 
 impl State {
-    /// A `tools/call` a policy refuses is answered with its error and
-    /// recorded as denied; it never reaches the server. True when refused.
+    /// A `tools/call` (or `prompts/get`, `resources/read`,
+    /// `resources/subscribe`) a policy refuses is answered with its error
+    /// and recorded as denied; it never reaches the server. True when
+    /// refused.
     pub(super) fn policy_refuses(&mut self, at: Stamp, r: &Request, text: &str) -> bool {
-        if r.method != "tools/call" {
-            return false;
-        }
         let Some(policy) = self.policy.as_mut() else {
             return false;
         };
-        let tool = tool_name(r.params.as_deref()).unwrap_or_default();
-        let arguments = r
-            .params
-            .as_deref()
-            .and_then(|p| crate::wire::object::member(p.get(), "arguments"));
-        let Err(err) = policy.check_call(&tool, arguments.map(|a| a.get()), Some(at.instant))
-        else {
+        let params = r.params.as_deref().map(RawValue::get);
+        let (tool, verdict) = if r.method == "tools/call" {
+            let tool = tool_name(r.params.as_deref()).unwrap_or_default();
+            let arguments = params.and_then(|p| crate::wire::object::member(p, "arguments"));
+            let verdict = policy.check_call(&tool, arguments.map(|a| a.get()), Some(at.instant));
+            (tool, verdict)
+        } else {
+            (r.method.clone(), policy.check_request(&r.method, params))
+        };
+        let Err(err) = verdict else {
             return false;
         };
         self.metrics.policy = Some(policy.metrics().clone());
@@ -67,10 +69,10 @@ impl State {
         let (Some(result), Some(policy)) = (result, self.policy.as_mut()) else {
             return false;
         };
-        if !self.tracked.get(id).is_some_and(|t| t.policy_list) {
+        let Some(listed) = self.tracked.get(id).and_then(|t| t.policy_list) else {
             return false;
-        }
-        let (filtered, warning) = policy.filter_list(result);
+        };
+        let (filtered, warning) = policy.filter_list(listed, result);
         self.metrics.policy = Some(policy.metrics().clone());
         if let Some(w) = warning {
             self.note(w);
@@ -90,8 +92,9 @@ impl State {
             return false;
         };
         let note = format!(
-            "result of {} bytes; the host got it without the tools the policy hides ({} bytes)",
+            "result of {} bytes; the host got it without the {} the policy hides ({} bytes)",
             text.len(),
+            listed.policy(),
             bytes.len()
         );
         self.complete(at, call, CallOutcome::Succeeded, &note);
