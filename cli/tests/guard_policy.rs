@@ -123,21 +123,15 @@ fn f4_the_loop_brake_fires_on_the_fourth_identical_call_and_metrics_count_it() {
     let metrics = tmp("policy-metrics.json");
     let path = metrics.path().to_str().expect("utf-8").to_owned();
     // Announced in a runtime folder of the test's own: `ps --json` shows it too.
-    let xdg = tmp("xdg");
-    std::fs::create_dir_all(xdg.path()).expect("dir");
-    let xdg = xdg.path().to_str().expect("utf-8").to_owned();
-    let mut g = Guarded::spawn(guard_command(
-        &[
-            "--repeat-limit",
-            "3",
-            "--metrics",
-            &path,
-            "--name",
-            "looping",
-        ],
-        &[&fixture_server()],
-        &[("XDG_RUNTIME_DIR", &xdg)],
-    ));
+    let base = guarded::RuntimeBase::new();
+    let mut g = Guarded::spawn(base.guard_command(&[
+        "--repeat-limit",
+        "3",
+        "--metrics",
+        &path,
+        "--name",
+        "looping",
+    ]));
     g.initialize();
     for id in 1..=3 {
         let r = g.call_tool(id, "echo", json!({"text": "same"}));
@@ -155,12 +149,7 @@ fn f4_the_loop_brake_fires_on_the_fourth_identical_call_and_metrics_count_it() {
     );
     let r = g.call_tool(5, "echo", json!({"text": "different"}));
     assert!(r.get("result").is_some(), "{r}");
-    let ps = std::process::Command::new(guarded::guard_bin())
-        .args(["ps", "--json"])
-        .env("XDG_RUNTIME_DIR", &xdg)
-        .output()
-        .expect("ps");
-    let ps: Value = serde_json::from_slice(&ps.stdout).expect("ps --json");
+    let ps = Value::from(base.ps());
     let row = ps
         .as_array()
         .and_then(|rows| rows.iter().find(|r| r["name"] == "looping"))

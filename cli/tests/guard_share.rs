@@ -11,37 +11,32 @@ use serde_json::{json, Value};
 
 #[path = "support/guarded.rs"]
 mod guarded;
-use guarded::{call, fixture_server, guard_command, tmp, Guarded};
+use guarded::{call, fixture_server, guard_command, Guarded, RuntimeBase};
 
 /// A runtime base of the test's own (`XDG_RUNTIME_DIR`).
-struct Base(mcp_stdio_tests::TempPath);
+struct Base(RuntimeBase);
+
+impl std::ops::Deref for Base {
+    type Target = RuntimeBase;
+    fn deref(&self) -> &RuntimeBase {
+        &self.0
+    }
+}
 
 impl Base {
     fn new() -> Self {
-        let t = tmp("share");
-        std::fs::create_dir(t.path()).expect("base");
-        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o700)).expect("0700");
-        Self(t)
-    }
-
-    fn path(&self) -> &Path {
-        self.0.path()
+        Self(RuntimeBase::new())
     }
 
     fn share_dir(&self) -> PathBuf {
-        self.path().join("mcp-stdio").join("share")
+        self.folder().join("share")
     }
 
     /// A guard with `--share` and `args` in front of the fixture server.
     fn guard(&self, args: &[&str]) -> Guarded {
         let mut all = vec!["--no-announce", "--share", "--share-linger", "1s"];
         all.extend_from_slice(args);
-        let base = self.path().to_str().expect("utf-8");
-        Guarded::spawn(guard_command(
-            &all,
-            &[&fixture_server()],
-            &[("XDG_RUNTIME_DIR", base)],
-        ))
+        Guarded::spawn(self.guard_command(&all))
     }
 
     /// The hub serving this base, if one runs.
@@ -775,36 +770,22 @@ fn f2_a_hub_of_another_key_at_the_path_is_refused_and_the_guard_runs_its_own() {
 #[test]
 fn f2_ps_lists_the_hub_running_then_sleeping_and_logs_shows_its_server() {
     let base = Base::new();
-    let b = base.path().to_str().expect("utf-8").to_owned();
     let guard = |name: &str| {
-        Guarded::spawn(guard_command(
-            &[
-                "--share",
-                "--share-linger",
-                "1s",
-                "--idle-stop",
-                "1s",
-                "--name",
-                name,
-            ],
-            &[&fixture_server()],
-            &[("XDG_RUNTIME_DIR", b.as_str())],
-        ))
+        Guarded::spawn(base.guard_command(&[
+            "--share",
+            "--share-linger",
+            "1s",
+            "--idle-stop",
+            "1s",
+            "--name",
+            name,
+        ]))
     };
     let mut g1 = guard("shared-fixture");
     let mut g2 = guard("shared-fixture");
     initialize(&mut g1, json!({}));
     initialize(&mut g2, json!({}));
-    let ps = || -> Vec<Value> {
-        let out = std::process::Command::new(guarded::guard_bin())
-            .args(["ps", "--json"])
-            .env("XDG_RUNTIME_DIR", &b)
-            .output()
-            .expect("ps");
-        let v: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|_| panic!("ps --json: {}", String::from_utf8_lossy(&out.stdout)));
-        v.as_array().cloned().unwrap_or_default()
-    };
+    let ps = || base.ps();
     let hub_row = |rows: &[Value]| {
         rows.iter()
             .find(|r| r["share"].is_object())
@@ -830,12 +811,7 @@ fn f2_ps_lists_the_hub_running_then_sleeping_and_logs_shows_its_server() {
         "ps shows the hub sleeping {:?} after the handshakes",
         t.elapsed()
     );
-    let out = std::process::Command::new(guarded::guard_bin())
-        .args(["logs", "shared-fixture"])
-        .env("XDG_RUNTIME_DIR", &b)
-        .output()
-        .expect("logs");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (_, text, _) = base.run(&["logs", "shared-fixture"]);
     assert!(text.contains("fixture: started"), "{text}");
     g1.close();
     g2.close();

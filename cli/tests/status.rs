@@ -17,56 +17,27 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{fixture_server, guard_bin, guard_command, ping, tmp, Guarded};
+use support::{fixture_server, guard_bin, guard_command, ping, tmp, Guarded, RuntimeBase};
 
 /// A runtime base of the test's own: `XDG_RUNTIME_DIR` for its guards.
-struct Base(mcp_stdio_tests::TempPath);
+struct Base(RuntimeBase);
+
+impl std::ops::Deref for Base {
+    type Target = RuntimeBase;
+    fn deref(&self) -> &RuntimeBase {
+        &self.0
+    }
+}
 
 impl Base {
     fn new() -> Self {
-        let t = tmp("xdg");
-        std::fs::create_dir(t.path()).expect("base");
-        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o700)).expect("0700");
-        Self(t)
-    }
-
-    fn path(&self) -> &Path {
-        self.0.path()
-    }
-
-    fn folder(&self) -> PathBuf {
-        self.path().join("mcp-stdio")
+        Self(RuntimeBase::new())
     }
 
     fn guard(&self, name: &str, server_args: &[&str]) -> Guarded {
-        let base = self.path().to_str().expect("utf-8");
-        let mut cmd = guard_command(
-            &["--name", name],
-            &[&fixture_server()],
-            &[("XDG_RUNTIME_DIR", base)],
-        );
+        let mut cmd = self.guard_command(&["--name", name]);
         cmd.args(server_args);
         Guarded::spawn(cmd)
-    }
-
-    /// `mcp-stdio ARGS` in this base: (status, stdout, stderr).
-    fn run(&self, args: &[&str]) -> (Option<i32>, String, String) {
-        let out = Command::new(guard_bin())
-            .args(args)
-            .env("XDG_RUNTIME_DIR", self.path())
-            .output()
-            .expect("run mcp-stdio");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    fn ps(&self) -> Vec<Value> {
-        let (code, out, err) = self.run(&["ps", "--json"]);
-        assert_eq!(code, Some(0), "ps: {err}");
-        serde_json::from_str(&out).expect("ps --json is JSON")
     }
 
     fn socket(&self, pid: u32) -> PathBuf {

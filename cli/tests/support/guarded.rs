@@ -291,3 +291,60 @@ pub(crate) fn audit_notes(audit: &Path, operation: &str) -> Vec<String> {
         .filter_map(|ev| ev["detail"].as_str().map(str::to_owned))
         .collect()
 }
+
+/// A runtime folder of a test's own (`XDG_RUNTIME_DIR`, mode 0700): where
+/// its guards announce themselves, share their servers, and where `ps`
+/// looks.
+pub(crate) struct RuntimeBase(TempPath);
+
+impl RuntimeBase {
+    /// A fresh one.
+    pub(crate) fn new() -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tmp("xdg");
+        std::fs::create_dir(t.path()).expect("base");
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o700)).expect("0700");
+        Self(t)
+    }
+
+    /// Its path.
+    pub(crate) fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// Its `mcp-stdio` folder (the status sockets; `share/` in it).
+    pub(crate) fn folder(&self) -> PathBuf {
+        self.path().join("mcp-stdio")
+    }
+
+    /// `mcp-stdio guard ARGS -- fixture-server` in this base.
+    pub(crate) fn guard_command(&self, guard_args: &[&str]) -> Command {
+        let base = self.path().to_str().expect("utf-8");
+        guard_command(
+            guard_args,
+            &[&fixture_server()],
+            &[("XDG_RUNTIME_DIR", base)],
+        )
+    }
+
+    /// `mcp-stdio ARGS` in this base: (status, stdout, stderr).
+    pub(crate) fn run(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let out = Command::new(guard_bin())
+            .args(args)
+            .env("XDG_RUNTIME_DIR", self.path())
+            .output()
+            .expect("run mcp-stdio");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// `mcp-stdio ps --json` in this base: a row per guard (and hub).
+    pub(crate) fn ps(&self) -> Vec<Value> {
+        let (code, out, err) = self.run(&["ps", "--json"]);
+        assert_eq!(code, Some(0), "ps: {err}");
+        serde_json::from_str(&out).expect("ps --json is JSON")
+    }
+}
