@@ -254,7 +254,8 @@ pub(crate) struct SettingsArgs {
     )]
     pub(crate) deny_prompt: Vec<String>,
     /// Only these resources (comma-separated URIs or patterns, `file:///home/me/project/*`):
-    /// others are taken out of resources/list and a read or subscribe is refused.
+    /// others are taken out of resources/list and a read or subscribe is refused
+    /// [default: every resource].
     #[arg(
         long,
         value_name = "URIS",
