@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 mod content;
 
+pub(crate) use content::offset_in;
+
 pub use content::{ContentLimit, CutSummary, Keep, ResultEdit, TRUNCATED_META_KEY};
 
 /// JSON-RPC error code of a refusal by a policy of the guard's (a tool

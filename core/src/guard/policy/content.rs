@@ -503,8 +503,9 @@ fn water_level(sizes: &[u64], budget: u64) -> u64 {
     lo
 }
 
-/// Where `part` (a slice of `base`) starts in `base`.
-fn offset_in(base: &str, part: &str) -> Option<usize> {
+/// Where `part` (a slice of `base`) starts in `base`; `None` when it is
+/// not a slice of it.
+pub(crate) fn offset_in(base: &str, part: &str) -> Option<usize> {
     let (b, p) = (base.as_ptr() as usize, part.as_ptr() as usize);
     (p >= b && p + part.len() <= b + base.len()).then(|| p - b)
 }

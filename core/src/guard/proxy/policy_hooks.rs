@@ -122,7 +122,7 @@ impl State {
         let limit = policy.get_content_limit().map_or(0, |c| c.max());
         self.metrics.policy = Some(policy.metrics().clone());
         let max = self.framing.get_max_frame();
-        let mut bytes = match offset_in(text, result) {
+        let mut bytes = match crate::guard::policy::offset_in(text, result) {
             // The result lies in the frame: the frame edited, one copy.
             Some(at) => edit.apply_within(text, at).into_bytes(),
             None => {
@@ -138,10 +138,4 @@ impl State {
         bytes.push(b'\n');
         Some((bytes, edit.summary().describe(limit)))
     }
-}
-
-/// Where `part` (a slice of `whole`) starts in it.
-fn offset_in(whole: &str, part: &str) -> Option<usize> {
-    let (w, p) = (whole.as_ptr() as usize, part.as_ptr() as usize);
-    (p >= w && p + part.len() <= w + whole.len()).then(|| p - w)
 }
